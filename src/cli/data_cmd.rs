@@ -1,0 +1,129 @@
+//! `hyoka import` and `hyoka validate`.
+
+use super::EXIT_INVALID_INPUT;
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use hyoka::data::{self, dbdc3};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Subcommand, Debug)]
+pub enum Import {
+    /// Import the DBDC3 dialogue breakdown format (a folder of *.log.json dialogues).
+    ///
+    /// Every system utterance becomes one item: its context is everything said before it,
+    /// `system` is the folder name (DCM, DIT, IRS), `dialogue` the dialogue id. `human.breakdown`
+    /// holds each rater's label as O=1, T=0.5, X=0; `human.ungrammatical` the
+    /// ungrammatical-sentence label as X=1, O=0; `raters` the annotator ids in the same order.
+    Dbdc3 {
+        /// Folder holding the dialogues (searched recursively), e.g. datasets/dbdc3-ja.
+        dir: PathBuf,
+        /// Output items JSONL.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Keep only the N most recent context turns of each item (default: all).
+        #[arg(long, value_name = "N")]
+        max_context: Option<usize>,
+    },
+}
+
+#[derive(Args, Debug)]
+#[command(long_about = "Check an items JSONL file and print what it holds.\n\n\
+Each line is one JSON object:\n  \
+id        string or number, unique in the file (required)\n  \
+context   list of {\"speaker\", \"text\"} turns before the response, oldest first\n  \
+response  {\"speaker\", \"text\"}: the utterance under evaluation (required)\n  \
+reference string or list of strings: reference responses (BERTScore)\n  \
+setting   string: roleplay settings / character sheet\n  \
+system    string: which system produced the response\n  \
+dialogue  string: which dialogue the item belongs to\n  \
+human     {aspect: number or list of numbers (one per rater)}\n  \
+raters    list of rater ids, aligned with every per-rater list in human\n  \
+meta      anything; carried through to the outputs\n\n\
+A bad line fails with FILE:LINE: FIELD: what is wrong (exit code 3). Blank lines are ignored.")]
+pub struct Validate {
+    /// Items JSONL file.
+    pub file: PathBuf,
+    /// Report invalid lines and go on, instead of stopping at the first one.
+    #[arg(long)]
+    pub skip_invalid: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn import(cmd: Import) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Import::Dbdc3 { dir, output, max_context } => {
+            let items = dbdc3::import_dir(&dir, &dbdc3::Dbdc3Options { max_context })?;
+            data::write_items(&output, &items)?;
+            let s = data::summarize(&items);
+            eprintln!(
+                "wrote {} items from {} dialogues ({}) to {}",
+                s.items,
+                s.dialogues,
+                s.systems.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", "),
+                output.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+pub fn validate(cmd: Validate) -> anyhow::Result<ExitCode> {
+    let read = data::read_items(&cmd.file, cmd.skip_invalid)?;
+    let summary = data::summarize(&read.items);
+    if cmd.json {
+        let out = serde_json::json!({
+            "file": cmd.file.display().to_string(),
+            "summary": summary,
+            "skipped": read.skipped.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out).context("summary as JSON")?);
+    } else {
+        print_summary(&cmd.file, &summary);
+        if !read.skipped.is_empty() {
+            println!("skipped {} invalid line(s):", read.skipped.len());
+            for e in &read.skipped {
+                println!("  {e}");
+            }
+        }
+    }
+    Ok(if read.skipped.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_INVALID_INPUT) })
+}
+
+fn print_summary(file: &std::path::Path, s: &data::Summary) {
+    println!("{}: {} items", file.display(), s.items);
+    if s.items == 0 {
+        return;
+    }
+    println!(
+        "  context turns: {} in all, {}..{} per item (mean {:.1})",
+        s.context_turns,
+        s.min_context,
+        s.max_context,
+        s.context_turns as f64 / s.items as f64
+    );
+    let counts = |m: &std::collections::BTreeMap<String, usize>| {
+        m.iter().map(|(k, v)| format!("{k} ({v})")).collect::<Vec<_>>().join(", ")
+    };
+    println!("  response speakers: {}", counts(&s.response_speakers));
+    if !s.systems.is_empty() {
+        println!("  systems: {}", counts(&s.systems));
+    }
+    if s.dialogues > 0 {
+        println!("  dialogues: {}", s.dialogues);
+    }
+    println!("  with reference: {}, with setting: {}", s.with_reference, s.with_setting);
+    if s.rated.is_empty() {
+        println!("  human ratings: none");
+    }
+    for (aspect, r) in &s.rated {
+        let raters = if r.min_raters == r.max_raters {
+            format!("{} rater(s) each", r.min_raters)
+        } else {
+            format!("{}..{} raters", r.min_raters, r.max_raters)
+        };
+        println!("  human.{aspect}: {} items, {raters}, mean {:.3}", r.items, r.mean);
+    }
+}

@@ -1,0 +1,61 @@
+//! Subcommands. Exit codes: 0 success, 1 failure (I/O, model, internal), 2 command-line usage,
+//! 3 invalid input (a data file or rubric that fails validation).
+
+mod data_cmd;
+mod rubrics_cmd;
+
+use clap::{Parser, Subcommand};
+use hyoka::data::DataError;
+use hyoka::rubric::RubricError;
+use std::process::ExitCode;
+
+pub const EXIT_FAILURE: u8 = 1;
+pub const EXIT_INVALID_INPUT: u8 = 3;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hyoka",
+    version,
+    about = "Evaluate dialogue responses (Japanese first) with models that run in-process.",
+    long_about = "hyoka (評価) scores dialogue responses with LLM judges and BERTScore running \
+in-process, offline, and checks them against human ratings.\n\n\
+Items are JSONL, one dialogue item per line (see `hyoka validate --help` and README.md).",
+    after_help = "Exit codes: 0 success, 1 failure, 2 usage error, 3 invalid input (data or rubric)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Convert a dataset into hyoka's items JSONL.
+    #[command(subcommand)]
+    Import(data_cmd::Import),
+    /// Check an items JSONL file strictly and print what it holds.
+    Validate(data_cmd::Validate),
+    /// List, show and check rubrics, and print the exact prompt a judge would see.
+    #[command(subcommand)]
+    Rubrics(rubrics_cmd::Rubrics),
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Import(cmd) => data_cmd::import(cmd),
+        Command::Validate(cmd) => data_cmd::validate(cmd),
+        Command::Rubrics(cmd) => rubrics_cmd::run(cmd),
+    }
+}
+
+/// Invalid input (exit 3) is any data or rubric error other than I/O; the rest is exit 1.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    for cause in err.chain() {
+        if let Some(e) = cause.downcast_ref::<DataError>() {
+            return if matches!(e, DataError::Io { .. }) { EXIT_FAILURE } else { EXIT_INVALID_INPUT };
+        }
+        if let Some(e) = cause.downcast_ref::<RubricError>() {
+            return if matches!(e, RubricError::Io { .. }) { EXIT_FAILURE } else { EXIT_INVALID_INPUT };
+        }
+    }
+    EXIT_FAILURE
+}

@@ -1,0 +1,146 @@
+//! Import of the Dialogue Breakdown Detection Challenge (DBDC3) JSON format.
+//!
+//! Each `*.log.json` file is one dialogue; every system (`S`) utterance becomes one item whose
+//! context is everything before it. Per-rater labels are kept, so rater agreement can be
+//! computed later:
+//! - `human.breakdown`: O (not a breakdown) = 1, T (possible breakdown) = 0.5, X (breakdown) = 0
+//! - `human.ungrammatical`: the `ungrammatical-sentence` label, X (ungrammatical) = 1, O = 0
+//! - `raters`: the annotator ids, in the file's order.
+
+use super::item::{HumanRating, Item, Turn};
+use super::DataError;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Options of the import.
+#[derive(Clone, Debug, Default)]
+pub struct Dbdc3Options {
+    /// Keep at most this many context turns (the most recent ones). `None` keeps all.
+    pub max_context: Option<usize>,
+}
+
+/// Import every `*.log.json` below `dir` (sorted by path, so the output is deterministic).
+pub fn import_dir(dir: &Path, options: &Dbdc3Options) -> Result<Vec<Item>, DataError> {
+    let mut files = Vec::new();
+    collect_logs(dir, &mut files)?;
+    if files.is_empty() {
+        return Err(DataError::Format {
+            file: dir.to_path_buf(),
+            message: "no DBDC3 dialogue files (*.log.json) found below this folder".into(),
+        });
+    }
+    files.sort();
+    let mut items = Vec::new();
+    for file in &files {
+        items.extend(import_file(dir, file, options)?);
+    }
+    Ok(items)
+}
+
+fn collect_logs(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DataError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| DataError::io(dir, e))?;
+    for entry in entries {
+        let path = entry.map_err(|e| DataError::io(dir, e))?.path();
+        if path.is_dir() {
+            collect_logs(&path, out)?;
+        } else if path.to_string_lossy().ends_with(".log.json") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Import one dialogue file. The system name is the folder holding it (DCM, DIT, IRS).
+pub fn import_file(root: &Path, file: &Path, options: &Dbdc3Options) -> Result<Vec<Item>, DataError> {
+    let fail = |field: &str, message: String| DataError::Field {
+        file: file.to_path_buf(),
+        field: field.to_string(),
+        message,
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| DataError::io(file, e))?;
+    let doc: Value = serde_json::from_str(&text).map_err(|e| fail("", format!("not valid JSON: {e}")))?;
+    let dialogue_id = match doc.get("dialogue-id") {
+        Some(Value::String(s)) => s.clone(),
+        _ => return Err(fail("dialogue-id", "missing or not a string".into())),
+    };
+    let system = file
+        .parent()
+        .filter(|p| *p != root)
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    let Some(Value::Array(turns)) = doc.get("turns") else {
+        return Err(fail("turns", "missing or not a list".into()));
+    };
+    let mut history: Vec<Turn> = Vec::new();
+    let mut items = Vec::new();
+    for (i, turn) in turns.iter().enumerate() {
+        let field = |name: &str| format!("turns[{i}].{name}");
+        let get_str = |name: &str| match turn.get(name) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            _ => Err(fail(&field(name), "missing or not a string".into())),
+        };
+        let speaker = get_str("speaker")?;
+        let utterance = get_str("utterance")?;
+        let index = match turn.get("turn-index") {
+            Some(Value::Number(n)) => n.to_string(),
+            _ => return Err(fail(&field("turn-index"), "missing or not a number".into())),
+        };
+        let this = Turn { speaker: speaker.clone(), text: utterance };
+        if speaker == "S" {
+            let (human, raters) = annotations(turn, &|name, msg| fail(&field(name), msg))?;
+            let start = options.max_context.map_or(0, |n| history.len().saturating_sub(n));
+            let id_prefix = system.as_deref().map(|s| format!("{s}/")).unwrap_or_default();
+            items.push(Item {
+                id: format!("{id_prefix}{dialogue_id}/{index}"),
+                context: history[start..].to_vec(),
+                response: this.clone(),
+                reference: Vec::new(),
+                setting: None,
+                system: system.clone(),
+                dialogue: Some(dialogue_id.clone()),
+                human,
+                raters,
+                meta: None,
+            });
+        }
+        history.push(this);
+    }
+    Ok(items)
+}
+
+type Annotations = (BTreeMap<String, HumanRating>, Vec<String>);
+
+fn annotations(turn: &Value, fail: &dyn Fn(&str, String) -> DataError) -> Result<Annotations, DataError> {
+    let Some(Value::Array(list)) = turn.get("annotations") else {
+        return Err(fail("annotations", "missing or not a list".into()));
+    };
+    if list.is_empty() {
+        return Err(fail("annotations", "a system utterance without annotations".into()));
+    }
+    let mut breakdown = Vec::with_capacity(list.len());
+    let mut ungrammatical = Vec::with_capacity(list.len());
+    let mut raters = Vec::with_capacity(list.len());
+    for (j, a) in list.iter().enumerate() {
+        let label = |name: &str| match a.get(name) {
+            Some(Value::String(s)) => Ok(s.as_str()),
+            _ => Err(fail(&format!("annotations[{j}].{name}"), "missing or not a string".into())),
+        };
+        breakdown.push(match label("breakdown")? {
+            "O" => 1.0,
+            "T" => 0.5,
+            "X" => 0.0,
+            other => return Err(fail(&format!("annotations[{j}].breakdown"), format!("expected O, T or X, found {other:?}"))),
+        });
+        ungrammatical.push(match label("ungrammatical-sentence")? {
+            "O" => 0.0,
+            "X" => 1.0,
+            other => return Err(fail(&format!("annotations[{j}].ungrammatical-sentence"), format!("expected O or X, found {other:?}"))),
+        });
+        raters.push(label("annotator-id")?.to_string());
+    }
+    let mut human = BTreeMap::new();
+    human.insert("breakdown".to_string(), HumanRating::PerRater(breakdown));
+    human.insert("ungrammatical".to_string(), HumanRating::PerRater(ungrammatical));
+    Ok((human, raters))
+}

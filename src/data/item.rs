@@ -1,0 +1,79 @@
+//! The dialogue item: one response under evaluation, with its context and optional ratings.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One utterance of a dialogue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Turn {
+    pub speaker: String,
+    pub text: String,
+}
+
+/// Human ratings of one aspect: one number (already aggregated) or one value per rater.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum HumanRating {
+    Single(f64),
+    PerRater(Vec<f64>),
+}
+
+impl HumanRating {
+    /// Mean over raters; a single number is its own mean.
+    pub fn mean(&self) -> f64 {
+        match self {
+            HumanRating::Single(v) => *v,
+            HumanRating::PerRater(vs) => vs.iter().sum::<f64>() / vs.len() as f64,
+        }
+    }
+
+    pub fn rater_count(&self) -> usize {
+        match self {
+            HumanRating::Single(_) => 1,
+            HumanRating::PerRater(vs) => vs.len(),
+        }
+    }
+}
+
+/// One dialogue item, one line of an items JSONL file.
+///
+/// Field order here is the order written to JSONL.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Item {
+    /// Unique within a file; outputs are keyed by it.
+    pub id: String,
+    /// Turns before the response, oldest first. May be empty (an opening utterance).
+    pub context: Vec<Turn>,
+    /// The utterance under evaluation.
+    pub response: Turn,
+    /// Reference responses for reference-based BERTScore (one or several).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reference: Vec<String>,
+    /// Roleplay settings / character sheet, free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setting: Option<String>,
+    /// Which system produced the response (for system-level meta-evaluation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// Which dialogue the item belongs to (for within-dialogue meta-evaluation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dialogue: Option<String>,
+    /// Human ratings per aspect key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub human: BTreeMap<String, HumanRating>,
+    /// Rater ids, aligned with every per-rater list in `human` (rater agreement needs them when
+    /// different people rate different items).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub raters: Vec<String>,
+    /// Anything else the user wants carried through to the outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
+}
+
+impl Item {
+    /// The JSONL line for this item (no trailing newline).
+    pub fn to_json_line(&self) -> String {
+        // Serialising plain strings, numbers and maps cannot fail.
+        serde_json::to_string(self).expect("item serialises")
+    }
+}

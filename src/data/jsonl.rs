@@ -1,0 +1,244 @@
+//! Strict JSONL reading of dialogue items.
+//!
+//! Every line is checked field by field so that an error names the file, the line and the
+//! field (`items.jsonl:3: context[1].text: expected a string, found 42`). Valid lines are never
+//! dropped silently: either the whole read fails on the first bad line, or (with
+//! `skip_invalid`) every skipped line is returned with its reason.
+
+use super::item::{HumanRating, Item, Turn};
+use super::DataError;
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+/// Items read from a file, and the lines that were skipped (only with `skip_invalid`).
+#[derive(Debug, Default)]
+pub struct ReadItems {
+    pub items: Vec<Item>,
+    /// 1-based line number of each item, parallel to `items`.
+    pub lines: Vec<usize>,
+    pub skipped: Vec<DataError>,
+}
+
+const FIELDS: &[&str] = &[
+    "id", "context", "response", "reference", "setting", "system", "dialogue", "human", "raters",
+    "meta",
+];
+
+/// Read every item of a JSONL file. Blank lines are allowed and ignored.
+pub fn read_items(path: &Path, skip_invalid: bool) -> Result<ReadItems, DataError> {
+    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let mut out = ReadItems::default();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (index, line) in BufReader::new(file).lines().enumerate() {
+        let lineno = index + 1;
+        let line = line.map_err(|e| DataError::io(path, e))?;
+        let text = line.trim_start_matches('\u{feff}').trim();
+        if text.is_empty() {
+            continue;
+        }
+        let parsed = parse_item(text).and_then(|item| match seen.get(&item.id) {
+            Some(first) => Err(("id".to_string(), format!("duplicate id {:?} (first on line {first})", item.id))),
+            None => Ok(item),
+        });
+        match parsed {
+            Ok(item) => {
+                seen.insert(item.id.clone(), lineno);
+                out.items.push(item);
+                out.lines.push(lineno);
+            }
+            Err((field, message)) => {
+                let err = DataError::Invalid { file: path.to_path_buf(), line: lineno, field, message };
+                if !skip_invalid {
+                    return Err(err);
+                }
+                out.skipped.push(err);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Read the item on one 1-based line of a file (for `rubrics show --item FILE:LINE`).
+pub fn read_item_at(path: &Path, line: usize) -> Result<Item, DataError> {
+    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let invalid = |field: &str, message: String| DataError::Invalid {
+        file: path.to_path_buf(),
+        line,
+        field: field.to_string(),
+        message,
+    };
+    match BufReader::new(file).lines().nth(line.saturating_sub(1)) {
+        None => Err(invalid("", "the file has fewer lines".into())),
+        Some(Err(e)) => Err(DataError::io(path, e)),
+        Some(Ok(text)) => parse_item(text.trim_start_matches('\u{feff}').trim())
+            .map_err(|(field, message)| invalid(&field, message)),
+    }
+}
+
+/// Parse one line; the error is (field path, message).
+pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| (String::new(), format!("not valid JSON: {e}")))?;
+    let Value::Object(obj) = value else {
+        return Err((String::new(), format!("expected a JSON object, found {}", kind(&value))));
+    };
+    if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err((
+            unknown.clone(),
+            format!("unknown field (expected one of: {}; put extra data under \"meta\")", FIELDS.join(", ")),
+        ));
+    }
+    let id = match obj.get("id") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(Value::String(_)) => return Err(("id".into(), "must not be empty".into())),
+        Some(v) => return Err(("id".into(), format!("expected a string or number, found {}", kind(v)))),
+        None => return Err(("id".into(), "missing".into())),
+    };
+    let context = match obj.get("context") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(turns)) => turns
+            .iter()
+            .enumerate()
+            .map(|(i, t)| parse_turn(t, &format!("context[{i}]")))
+            .collect::<Result<_, _>>()?,
+        Some(v) => return Err(("context".into(), format!("expected a list of turns, found {}", kind(v)))),
+    };
+    let response = match obj.get("response") {
+        Some(v) => parse_turn(v, "response")?,
+        None => return Err(("response".into(), "missing".into())),
+    };
+    let reference = match obj.get("reference") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(refs)) if !refs.is_empty() => refs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match r {
+                Value::String(s) => Ok(s.clone()),
+                v => Err((format!("reference[{i}]"), format!("expected a string, found {}", kind(v)))),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(Value::Array(_)) => return Err(("reference".into(), "empty list".into())),
+        Some(v) => return Err(("reference".into(), format!("expected a string or a list of strings, found {}", kind(v)))),
+    };
+    let human = match obj.get("human") {
+        None | Some(Value::Null) => BTreeMap::new(),
+        Some(Value::Object(m)) => parse_human(m)?,
+        Some(v) => return Err(("human".into(), format!("expected an object of aspect ratings, found {}", kind(v)))),
+    };
+    let raters = match obj.get("raters") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(ids)) => ids
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match r {
+                Value::String(s) => Ok(s.clone()),
+                Value::Number(n) => Ok(n.to_string()),
+                v => Err((format!("raters[{i}]"), format!("expected a rater id, found {}", kind(v)))),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(v) => return Err(("raters".into(), format!("expected a list of rater ids, found {}", kind(v)))),
+    };
+    if !raters.is_empty() {
+        for (aspect, rating) in &human {
+            if let HumanRating::PerRater(vs) = rating {
+                if vs.len() != raters.len() {
+                    return Err((
+                        format!("human.{aspect}"),
+                        format!("{} values but {} raters listed in \"raters\"", vs.len(), raters.len()),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(Item {
+        id,
+        context,
+        response,
+        reference,
+        setting: optional_string(&obj, "setting")?,
+        system: optional_string(&obj, "system")?,
+        dialogue: optional_string(&obj, "dialogue")?,
+        human,
+        raters,
+        meta: obj.get("meta").filter(|v| !v.is_null()).cloned(),
+    })
+}
+
+fn parse_turn(v: &Value, field: &str) -> Result<Turn, (String, String)> {
+    let Value::Object(m) = v else {
+        return Err((field.into(), format!("expected an object with \"speaker\" and \"text\", found {}", kind(v))));
+    };
+    if let Some(unknown) = m.keys().find(|k| *k != "speaker" && *k != "text") {
+        return Err((format!("{field}.{unknown}"), "unknown field (a turn has \"speaker\" and \"text\")".into()));
+    }
+    let get = |name: &str| match m.get(name) {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(v) => Err((format!("{field}.{name}"), format!("expected a string, found {}", kind(v)))),
+        None => Err((format!("{field}.{name}"), "missing".into())),
+    };
+    Ok(Turn { speaker: get("speaker")?, text: get("text")? })
+}
+
+fn parse_human(m: &Map<String, Value>) -> Result<BTreeMap<String, HumanRating>, (String, String)> {
+    let mut out = BTreeMap::new();
+    for (aspect, v) in m {
+        let field = format!("human.{aspect}");
+        let rating = match v {
+            Value::Number(n) => HumanRating::Single(finite(n, &field)?),
+            Value::Array(vs) if !vs.is_empty() => HumanRating::PerRater(
+                vs.iter()
+                    .enumerate()
+                    .map(|(i, x)| match x {
+                        Value::Number(n) => finite(n, &format!("{field}[{i}]")),
+                        other => Err((format!("{field}[{i}]"), format!("expected a number, found {}", kind(other)))),
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            Value::Array(_) => return Err((field, "empty list of ratings".into())),
+            other => return Err((field, format!("expected a number or a list of numbers, found {}", kind(other)))),
+        };
+        out.insert(aspect.clone(), rating);
+    }
+    Ok(out)
+}
+
+fn finite(n: &serde_json::Number, field: &str) -> Result<f64, (String, String)> {
+    n.as_f64()
+        .filter(|x| x.is_finite())
+        .ok_or_else(|| (field.to_string(), format!("not a finite number: {n}")))
+}
+
+fn optional_string(obj: &Map<String, Value>, name: &str) -> Result<Option<String>, (String, String)> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(v) => Err((name.into(), format!("expected a string, found {}", kind(v)))),
+    }
+}
+
+fn kind(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("boolean {b}"),
+        Value::Number(n) => format!("number {n}"),
+        Value::String(_) => "a string".into(),
+        Value::Array(_) => "a list".into(),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+/// Write items as JSONL, atomically (a temporary file renamed into place).
+pub fn write_items(path: &Path, items: &[Item]) -> Result<(), DataError> {
+    let mut text = String::new();
+    for item in items {
+        text.push_str(&item.to_json_line());
+        text.push('\n');
+    }
+    let tmp: PathBuf = path.with_extension("jsonl.partial");
+    std::fs::write(&tmp, text).map_err(|e| DataError::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| DataError::io(path, e))
+}

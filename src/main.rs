@@ -1,0 +1,18 @@
+//! The `hyoka` command line. It parses arguments, calls the library and maps failures to exit
+//! codes; no tensor or scoring code lives here.
+
+mod cli;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    match cli::run(args) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(cli::exit_code(&err))
+        }
+    }
+}

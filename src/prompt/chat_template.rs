@@ -1,0 +1,260 @@
+//! A model's own chat template, rendered as HF transformers' `apply_chat_template` does.
+//!
+//! transformers compiles templates with jinja2's `ImmutableSandboxedEnvironment(trim_blocks=True,
+//! lstrip_blocks=True, extensions=[loopcontrols])`, overrides `tojson` with Python's
+//! `json.dumps(x, ensure_ascii=False, ...)`, adds `raise_exception` and `strftime_now`, and passes
+//! the tokenizer's special tokens (`bos_token`, `eos_token`, …) next to `messages`. We mirror each
+//! of these with minijinja; Python string methods come from minijinja-contrib's pycompat.
+
+use super::pyjson;
+use minijinja::value::{Kwargs, Value};
+use minijinja::{Environment, ErrorKind};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// A chat message as chat templates see it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: &str, content: impl Into<String>) -> Self {
+        Message { role: role.to_string(), content: content.into() }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    #[error("{}: {source}", file.display())]
+    Io { file: PathBuf, source: std::io::Error },
+    #[error("{origin}: {message}")]
+    Missing { origin: String, message: String },
+    #[error("{origin}: chat template: {source}")]
+    Jinja { origin: String, source: minijinja::Error },
+}
+
+/// A compiled chat template with the special tokens it may refer to.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    /// Where the template came from (a file, `file.gguf:tokenizer.chat_template`, …).
+    pub origin: String,
+    special_tokens: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate").field("origin", &self.origin).finish_non_exhaustive()
+    }
+}
+
+const NAME: &str = "chat_template";
+
+impl ChatTemplate {
+    /// Compile `source`. `special_tokens` maps names such as `bos_token` to their text.
+    pub fn new(source: &str, special_tokens: BTreeMap<String, String>, origin: &str) -> Result<Self, TemplateError> {
+        let mut env = Environment::new();
+        env.set_syntax(crate::prompt::jinja_syntax());
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_filter("tojson", tojson);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_template_owned(NAME, source.to_string())
+            .map_err(|source| TemplateError::Jinja { origin: origin.to_string(), source })?;
+        Ok(ChatTemplate { env, source: source.to_string(), origin: origin.to_string(), special_tokens })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    pub fn special_tokens(&self) -> &BTreeMap<String, String> {
+        &self.special_tokens
+    }
+
+    /// Render `messages`; with `add_generation_prompt` the text ends where the assistant's
+    /// answer begins.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, TemplateError> {
+        let mut ctx: BTreeMap<String, Value> = self
+            .special_tokens
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from(v.clone())))
+            .collect();
+        ctx.insert("messages".into(), Value::from(minijinja::value::Serde(messages)));
+        ctx.insert("add_generation_prompt".into(), Value::from(add_generation_prompt));
+        // transformers passes these explicitly as None.
+        ctx.insert("tools".into(), Value::from(()));
+        ctx.insert("documents".into(), Value::from(()));
+        let jinja = |source| TemplateError::Jinja { origin: self.origin.clone(), source };
+        let template = self.env.get_template(NAME).map_err(jinja)?;
+        template.render(ctx).map_err(jinja)
+    }
+
+    /// Load a chat template from a model: a `.gguf` file (`tokenizer.chat_template`), a
+    /// `tokenizer_config.json`, a `.jinja` file, or a model folder holding one of these.
+    pub fn load(path: &Path) -> Result<Self, TemplateError> {
+        if path.is_dir() {
+            for name in ["chat_template.jinja", "tokenizer_config.json"] {
+                let candidate = path.join(name);
+                if candidate.is_file() {
+                    return Self::load_file(&candidate, Some(&path.join("tokenizer_config.json")));
+                }
+            }
+            return Err(TemplateError::Missing {
+                origin: path.display().to_string(),
+                message: "no chat_template.jinja or tokenizer_config.json in this folder".into(),
+            });
+        }
+        Self::load_file(path, None)
+    }
+
+    fn load_file(path: &Path, config: Option<&Path>) -> Result<Self, TemplateError> {
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        match ext {
+            "gguf" => Self::from_gguf(path),
+            "json" => Self::from_tokenizer_config(path),
+            _ => {
+                let source = read(path)?;
+                let special = match config.filter(|c| c.is_file()) {
+                    Some(c) => special_tokens_from_config(&json_file(c)?),
+                    None => BTreeMap::new(),
+                };
+                Self::new(&source, special, &path.display().to_string())
+            }
+        }
+    }
+
+    /// `tokenizer_config.json` of a Hugging Face model.
+    pub fn from_tokenizer_config(path: &Path) -> Result<Self, TemplateError> {
+        let config = json_file(path)?;
+        let origin = format!("{}: chat_template", path.display());
+        let source = match config.get("chat_template") {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            // The list form names several templates; the one called "default" is the chat one.
+            Some(serde_json::Value::Array(list)) => list
+                .iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+                .and_then(|t| t.get("template")?.as_str().map(str::to_string))
+                .ok_or_else(|| TemplateError::Missing { origin: origin.clone(), message: "no template named \"default\"".into() })?,
+            _ => {
+                return Err(TemplateError::Missing { origin, message: "no chat_template in this file".into() });
+            }
+        };
+        Self::new(&source, special_tokens_from_config(&config), &origin)
+    }
+
+    /// The `tokenizer.chat_template` metadata of a GGUF file; special tokens from its vocabulary.
+    pub fn from_gguf(path: &Path) -> Result<Self, TemplateError> {
+        use candle_core::quantized::gguf_file;
+        let mut file = std::fs::File::open(path).map_err(|source| TemplateError::Io { file: path.into(), source })?;
+        let content = gguf_file::Content::read(&mut file).map_err(|e| TemplateError::Missing {
+            origin: path.display().to_string(),
+            message: format!("not a readable GGUF file: {e}"),
+        })?;
+        let origin = format!("{}: tokenizer.chat_template", path.display());
+        let source = content
+            .metadata
+            .get("tokenizer.chat_template")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .ok_or_else(|| TemplateError::Missing { origin: origin.clone(), message: "missing from the GGUF metadata".into() })?;
+        let tokens: Vec<String> = content
+            .metadata
+            .get("tokenizer.ggml.tokens")
+            .and_then(|v| v.to_vec().ok())
+            .map(|vs| vs.iter().filter_map(|v| v.to_string().ok().cloned()).collect())
+            .unwrap_or_default();
+        let mut special = BTreeMap::new();
+        for name in ["bos", "eos", "unk", "pad", "sep", "cls", "mask"] {
+            let key = format!("tokenizer.ggml.{name}_token_id");
+            if let Some(id) = content.metadata.get(&key).and_then(|v| v.to_u32().ok()) {
+                if let Some(text) = tokens.get(id as usize) {
+                    special.insert(format!("{name}_token"), text.clone());
+                }
+            }
+        }
+        Self::new(&source, special, &origin)
+    }
+}
+
+fn read(path: &Path) -> Result<String, TemplateError> {
+    std::fs::read_to_string(path).map_err(|source| TemplateError::Io { file: path.into(), source })
+}
+
+fn json_file(path: &Path) -> Result<serde_json::Value, TemplateError> {
+    serde_json::from_str(&read(path)?).map_err(|e| TemplateError::Missing {
+        origin: path.display().to_string(),
+        message: format!("not valid JSON: {e}"),
+    })
+}
+
+/// `bos_token` etc. from a tokenizer_config.json, where each is a string or `{"content": …}`.
+fn special_tokens_from_config(config: &serde_json::Value) -> BTreeMap<String, String> {
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Object(o) => o.get("content").and_then(|c| c.as_str()).map(str::to_string),
+        _ => None,
+    };
+    let mut out = BTreeMap::new();
+    for name in ["bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"] {
+        if let Some(t) = config.get(name).and_then(text) {
+            out.insert(name.to_string(), t);
+        }
+    }
+    // transformers passes these too (e.g. Gemma 3's image tokens).
+    if let Some(serde_json::Value::Object(extra)) = config.get("extra_special_tokens") {
+        for (name, v) in extra {
+            if let Some(t) = text(v) {
+                out.entry(name.clone()).or_insert(t);
+            }
+        }
+    }
+    out
+}
+
+fn raise_exception(message: String) -> Result<Value, minijinja::Error> {
+    Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
+}
+
+/// Templates use it to print today's date. A judge's prompt must not change from day to day, so
+/// the date is fixed (2024-01-01) unless `HYOKA_TEMPLATE_DATE` gives the text to print.
+fn strftime_now(format: String) -> String {
+    if let Ok(date) = std::env::var("HYOKA_TEMPLATE_DATE") {
+        return date;
+    }
+    format
+        .replace("%Y", "2024")
+        .replace("%m", "01")
+        .replace("%d", "01")
+        .replace("%B", "January")
+        .replace("%b", "Jan")
+}
+
+/// Python's `json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`.
+fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, minijinja::Error> {
+    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    let indent: Option<Value> = kwargs.get("indent")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
+    let separators: Option<Vec<String>> = kwargs.get("separators")?;
+    kwargs.assert_all_used()?;
+    let indent = match indent {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => match v.as_str() {
+            Some(s) => Some(s.to_string()),
+            None => Some(" ".repeat(i64::try_from(v)?.max(0) as usize)),
+        },
+    };
+    let json: serde_json::Value = serde_json::to_value(&value)
+        .map_err(|e| minijinja::Error::new(ErrorKind::BadSerialization, e.to_string()))?;
+    let options = pyjson::DumpOptions {
+        ensure_ascii: ensure_ascii.unwrap_or(false),
+        indent,
+        separators: separators.map(|s| (s.first().cloned().unwrap_or_default(), s.get(1).cloned().unwrap_or_default())),
+        sort_keys: sort_keys.unwrap_or(false),
+    };
+    Ok(Value::from_safe_string(pyjson::dumps(&json, &options)))
+}

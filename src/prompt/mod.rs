@@ -1,0 +1,257 @@
+//! Stage 3 — prompts: a rubric and an item become the judge's messages and per-aspect answer
+//! prefixes; a model's chat template turns those into the exact text the model reads.
+
+pub mod chat_template;
+pub mod pyjson;
+
+pub use chat_template::{ChatTemplate, Message, TemplateError};
+
+use crate::data::{Item, Turn};
+use crate::rubric::{Aspect, Level, OutputMode, Rubric};
+use minijinja::{Environment, UndefinedBehavior};
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    #[error("rubric {rubric}: item {item}: {field}: {source}")]
+    Render { rubric: String, item: String, field: &'static str, source: minijinja::Error },
+    #[error(transparent)]
+    ChatTemplate(#[from] TemplateError),
+}
+
+/// The judge's input for one item, before the model's chat template.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JudgePrompt {
+    /// System (optional) and user messages.
+    pub messages: Vec<Message>,
+    /// The start of the judge's answer: one per aspect in score mode (rubric order), one in
+    /// json mode. The score (or the JSON object) comes right after it.
+    pub answers: Vec<String>,
+    /// Context turns left out (the rubric's `max_context_turns`, or a length limit).
+    pub dropped_turns: usize,
+}
+
+impl JudgePrompt {
+    /// The text shared by every aspect (the templated conversation up to the assistant's answer)
+    /// and, per answer prefix, what follows it.
+    pub fn texts(&self, template: &ChatTemplate) -> Result<(String, Vec<String>), TemplateError> {
+        Ok((template.render(&self.messages, true)?, self.answers.clone()))
+    }
+}
+
+/// Jinja whitespace as transformers compiles chat templates (and as rubrics are written):
+/// `trim_blocks` and `lstrip_blocks` on, the template's final newline dropped.
+pub(crate) fn jinja_syntax() -> minijinja::syntax::SyntaxConfig {
+    minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .keep_trailing_newline(false)
+        .build()
+        .expect("default delimiters are valid")
+}
+
+/// Renders one rubric's templates for any number of items.
+pub struct PromptBuilder {
+    env: Environment<'static>,
+    rubric: Rubric,
+}
+
+#[derive(Serialize)]
+struct TurnView<'a> {
+    speaker: &'a str,
+    text: &'a str,
+    /// A, B, C… by order of first appearance in the dialogue (context, then response).
+    label: String,
+    /// "assistant" for the responder's turns, "user" for everyone else's.
+    role: &'static str,
+}
+
+#[derive(Serialize)]
+struct AspectView<'a> {
+    key: &'a str,
+    name: &'a str,
+    min: i64,
+    max: i64,
+    definition: &'a str,
+    levels: &'a [Level],
+    /// 1-based position in the rubric.
+    index: usize,
+    /// ①, ②, … (as in the paper's prompt).
+    circled: String,
+}
+
+#[derive(Serialize)]
+struct ItemView<'a> {
+    id: &'a str,
+    system: Option<&'a str>,
+    dialogue: Option<&'a str>,
+    meta: Option<&'a serde_json::Value>,
+}
+
+#[derive(Serialize)]
+struct Ctx<'a> {
+    context: Vec<TurnView<'a>>,
+    response: TurnView<'a>,
+    setting: Option<&'a str>,
+    reference: &'a [String],
+    aspects: Vec<AspectView<'a>>,
+    item: ItemView<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    aspect: Option<AspectView<'a>>,
+}
+
+fn aspect_view(a: &Aspect, i: usize) -> AspectView<'_> {
+    const CIRCLED: [&str; 10] = ["①", "②", "③", "④", "⑤", "⑥", "⑦", "⑧", "⑨", "⑩"];
+    AspectView {
+        key: &a.key,
+        name: &a.name,
+        min: a.min,
+        max: a.max,
+        definition: &a.definition,
+        levels: &a.levels,
+        index: i + 1,
+        circled: CIRCLED.get(i).map_or_else(|| format!("({})", i + 1), |c| c.to_string()),
+    }
+}
+
+const SYSTEM: &str = "prompt.system";
+const USER: &str = "prompt.user";
+const ANSWER: &str = "prompt.answer";
+
+impl PromptBuilder {
+    /// Compile the rubric's templates; the error is (field, message).
+    pub fn new(rubric: &Rubric) -> Result<Self, (String, String)> {
+        let mut env = Environment::new();
+        env.set_syntax(crate::prompt::jinja_syntax());
+        // A typo in a rubric ({{ respnse.text }}) must fail, not render as empty text.
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        let mut add = |name: &'static str, source: &str| {
+            env.add_template_owned(name, source.to_string()).map_err(|e| (name.to_string(), e.to_string()))
+        };
+        if let Some(system) = &rubric.prompt.system {
+            add(SYSTEM, system)?;
+        }
+        add(USER, &rubric.prompt.user)?;
+        add(ANSWER, &rubric.prompt.answer)?;
+        Ok(PromptBuilder { env, rubric: rubric.clone() })
+    }
+
+    pub fn rubric(&self) -> &Rubric {
+        &self.rubric
+    }
+
+    /// Render the prompt for `item`, keeping the rubric's context limit.
+    pub fn render(&self, item: &Item) -> Result<JudgePrompt, PromptError> {
+        self.render_keeping(item, self.rubric.max_context_turns.unwrap_or(usize::MAX))
+    }
+
+    /// Render keeping at most `keep_turns` of the most recent context turns (the judge lowers it
+    /// when a prompt is longer than the model's context).
+    pub fn render_keeping(&self, item: &Item, keep_turns: usize) -> Result<JudgePrompt, PromptError> {
+        let keep = keep_turns.min(item.context.len());
+        let context = &item.context[item.context.len() - keep..];
+        let mut order: Vec<&str> = Vec::new();
+        let labels = speaker_labels(context, &item.response, &mut order);
+        let turn_view = |t| turn_view(t, &order, &labels, &item.response.speaker);
+        let aspects: Vec<AspectView> = self.rubric.aspects.iter().enumerate().map(|(i, a)| aspect_view(a, i)).collect();
+        let mut ctx = Ctx {
+            context: context.iter().map(turn_view).collect(),
+            response: turn_view(&item.response),
+            setting: item.setting.as_deref(),
+            reference: &item.reference,
+            aspects,
+            item: ItemView {
+                id: &item.id,
+                system: item.system.as_deref(),
+                dialogue: item.dialogue.as_deref(),
+                meta: item.meta.as_ref(),
+            },
+            aspect: None,
+        };
+        let render = |name: &'static str, ctx: &Ctx| -> Result<String, PromptError> {
+            let err = |source| PromptError::Render {
+                rubric: self.rubric.name.clone(),
+                item: item.id.clone(),
+                field: name,
+                source,
+            };
+            self.env.get_template(name).map_err(err)?.render(minijinja::value::Serde(ctx)).map_err(err)
+        };
+        // Loops leave a final newline that rubric authors cannot easily avoid with trim_blocks;
+        // messages never need trailing whitespace, answers keep theirs.
+        let mut messages = Vec::with_capacity(2);
+        if self.rubric.prompt.system.is_some() {
+            messages.push(Message::new("system", render(SYSTEM, &ctx)?.trim_end()));
+        }
+        messages.push(Message::new("user", render(USER, &ctx)?.trim_end()));
+        let answers = match self.rubric.output {
+            OutputMode::Json => vec![render(ANSWER, &ctx)?],
+            OutputMode::Score => {
+                let mut out = Vec::with_capacity(self.rubric.aspects.len());
+                for (i, a) in self.rubric.aspects.iter().enumerate() {
+                    ctx.aspect = Some(aspect_view(a, i));
+                    out.push(render(ANSWER, &ctx)?);
+                }
+                out
+            }
+        };
+        Ok(JudgePrompt { messages, answers, dropped_turns: item.context.len() - keep })
+    }
+}
+
+fn turn_view<'a>(t: &'a Turn, order: &[&str], labels: &[String], responder: &str) -> TurnView<'a> {
+    let pos = order.iter().position(|s| *s == t.speaker).expect("every speaker was labelled");
+    TurnView {
+        speaker: &t.speaker,
+        text: &t.text,
+        label: labels[pos].clone(),
+        role: if t.speaker == responder { "assistant" } else { "user" },
+    }
+}
+
+/// Labels A, B, C… for the speakers of `context` then `response`, in order of first
+/// appearance; `order` receives the speakers in that order.
+fn speaker_labels<'a>(context: &'a [Turn], response: &'a Turn, order: &mut Vec<&'a str>) -> Vec<String> {
+    for t in context.iter().chain(std::iter::once(response)) {
+        if !order.contains(&t.speaker.as_str()) {
+            order.push(&t.speaker);
+        }
+    }
+    (0..order.len())
+        .map(|i| if i < 26 { char::from(b'A' + i as u8).to_string() } else { format!("S{}", i + 1) })
+        .collect()
+}
+
+/// The example of appendix C of Terauchi et al.: used to check templates and by `rubrics show`.
+pub fn sample_item() -> Item {
+    let turn = |speaker: &str, text: &str| Turn { speaker: speaker.into(), text: text.into() };
+    Item {
+        id: "example-1".into(),
+        context: vec![
+            turn("A", "こんにちは！お元気でしたか？"),
+            turn("B", "ああ、久しぶりです。こないだ成人しましたよ。2000年ミレニアム生まれなもんで。"),
+            turn("A", "おめでとうございます！2000年と言うことは平成生まれですよ。私と一緒だ！"),
+            turn("B", "そうですね。令和になっちゃったものなあ。急に老け込んだ感じがしますよ。運動とかされていますか？"),
+        ],
+        response: turn("A", "はい、週に数回ジムに行って、ランニングや水泳をしています。"),
+        reference: vec!["いや、特にしてないな。あなたは何かしてるんですか？".into()],
+        setting: None,
+        system: None,
+        dialogue: None,
+        human: Default::default(),
+        raters: Vec::new(),
+        meta: None,
+    }
+}
+
+/// Compile the rubric's templates and render them for a sample item: (field, message) on error.
+pub fn check_templates(rubric: &Rubric) -> Result<(), (String, String)> {
+    let builder = PromptBuilder::new(rubric)?;
+    let mut item = sample_item();
+    item.setting = Some("sample setting".into());
+    builder.render(&item).map(|_| ()).map_err(|e| match e {
+        PromptError::Render { field, source, .. } => (field.to_string(), format!("{source}")),
+        other => ("prompt".to_string(), other.to_string()),
+    })
+}

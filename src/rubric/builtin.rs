@@ -1,0 +1,23 @@
+//! The rubrics that ship with hyoka, compiled into the binary from `prompts/`.
+
+use super::{Rubric, RubricError};
+
+/// (name, TOML text) of every built-in rubric.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("dialogue6-ja", include_str!("../../prompts/dialogue6-ja.toml")),
+    ("dialogue6-en", include_str!("../../prompts/dialogue6-en.toml")),
+    ("roleplay8-ja", include_str!("../../prompts/roleplay8-ja.toml")),
+    ("emotion-fit", include_str!("../../prompts/emotion-fit.toml")),
+];
+
+pub fn builtin_names() -> Vec<&'static str> {
+    BUILTIN.iter().map(|(n, _)| *n).collect()
+}
+
+/// The built-in rubric of that name, parsed and validated; `None` if there is none.
+pub fn builtin(name: &str) -> Option<Result<Rubric, RubricError>> {
+    BUILTIN
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(n, text)| Rubric::from_toml(text, &format!("prompts/{n}.toml")))
+}

@@ -1,0 +1,214 @@
+//! Stage 2 — rubrics: what is scored (aspects and their integer scales) and the prompt templates
+//! that ask a judge for it. Rubrics are TOML files users write; four are built in.
+
+mod builtin;
+
+pub use builtin::{builtin, builtin_names, BUILTIN};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RubricError {
+    #[error("{}: {source}", file.display())]
+    Io { file: PathBuf, source: std::io::Error },
+    #[error("{origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("{origin}: {field}: {message}")]
+    Invalid { origin: String, field: String, message: String },
+    #[error("no built-in rubric named {name:?} and no such file (built-in: {})", builtin_names().join(", "))]
+    Unknown { name: String },
+}
+
+/// How the judge answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputMode {
+    /// One integer per aspect, each read after its own answer prefix.
+    Score,
+    /// One JSON object: a reason string, then one integer per aspect in rubric order.
+    Json,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Level {
+    pub score: i64,
+    // Serialised as null when absent, so templates can test `{% if l.example %}`.
+    #[serde(default)]
+    pub label: Option<String>,
+    pub description: String,
+    #[serde(default)]
+    pub example: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Aspect {
+    /// Stable identifier used in outputs and on the command line.
+    pub key: String,
+    /// What the judge sees (and, in json mode, the JSON key).
+    pub name: String,
+    pub min: i64,
+    pub max: i64,
+    pub definition: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub levels: Vec<Level>,
+    /// Keys of `human` ratings in the items that this aspect is compared against.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub human: Vec<String>,
+}
+
+impl Aspect {
+    /// Every valid score, lowest first.
+    pub fn scores(&self) -> Vec<i64> {
+        (self.min..=self.max).collect()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptTemplates {
+    /// System message template (optional; some chat templates have no system role).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// User message template.
+    pub user: String,
+    /// Start of the judge's answer, right before the score: rendered once per aspect in score
+    /// mode (with `aspect`), once in json mode. Everything before it is shared by all aspects.
+    #[serde(default)]
+    pub answer: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonOutput {
+    /// Key of the free-text reason written before the scores.
+    pub reason_key: String,
+    /// Upper bound on the reason's length, in tokens.
+    #[serde(default = "default_reason_tokens")]
+    pub reason_max_tokens: usize,
+}
+
+fn default_reason_tokens() -> usize {
+    384
+}
+
+/// A rubric as written in its TOML file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rubric {
+    pub name: String,
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+    pub output: OutputMode,
+    /// Keep at most this many context turns (the most recent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_context_turns: Option<usize>,
+    pub prompt: PromptTemplates,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<JsonOutput>,
+    pub aspects: Vec<Aspect>,
+}
+
+impl Rubric {
+    /// A built-in name or a path to a rubric file.
+    pub fn resolve(name_or_path: &str) -> Result<(Rubric, String), RubricError> {
+        if let Some(r) = builtin(name_or_path) {
+            return Ok((r?, format!("builtin:{name_or_path}")));
+        }
+        let path = Path::new(name_or_path);
+        if path.is_file() {
+            return Ok((Rubric::from_file(path)?, path.display().to_string()));
+        }
+        Err(RubricError::Unknown { name: name_or_path.to_string() })
+    }
+
+    pub fn from_file(path: &Path) -> Result<Rubric, RubricError> {
+        let text = std::fs::read_to_string(path).map_err(|source| RubricError::Io { file: path.to_path_buf(), source })?;
+        let origin = path.display().to_string();
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("json") => {
+                let r: Rubric = serde_json::from_str(&text)
+                    .map_err(|e| RubricError::Parse { origin: origin.clone(), message: e.to_string() })?;
+                r.validate(&origin)?;
+                Ok(r)
+            }
+            _ => Rubric::from_toml(&text, &origin),
+        }
+    }
+
+    pub fn from_toml(text: &str, origin: &str) -> Result<Rubric, RubricError> {
+        let r: Rubric = toml::from_str(text)
+            .map_err(|e| RubricError::Parse { origin: origin.to_string(), message: e.to_string().trim_end().to_string() })?;
+        r.validate(origin)?;
+        Ok(r)
+    }
+
+    /// Semantic checks serde cannot express; every error names the field.
+    pub fn validate(&self, origin: &str) -> Result<(), RubricError> {
+        let bad = |field: String, message: String| Err(RubricError::Invalid { origin: origin.to_string(), field, message });
+        if self.name.trim().is_empty() {
+            return bad("name".into(), "must not be empty".into());
+        }
+        if self.aspects.is_empty() {
+            return bad("aspects".into(), "a rubric needs at least one aspect".into());
+        }
+        for (i, a) in self.aspects.iter().enumerate() {
+            let f = |name: &str| format!("aspects[{i}].{name}");
+            if a.key.is_empty() || !a.key.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-') {
+                return bad(f("key"), format!("{:?}: use letters, digits, '_' or '-'", a.key));
+            }
+            if a.name.trim().is_empty() {
+                return bad(f("name"), "must not be empty".into());
+            }
+            if let Some(j) = self.aspects[..i].iter().position(|b| b.key == a.key || b.name == a.name) {
+                return bad(f("key"), format!("aspect {:?} / {:?} repeats aspects[{j}]", a.key, a.name));
+            }
+            if a.min >= a.max {
+                return bad(f("max"), format!("the scale must have at least two values (min {} >= max {})", a.min, a.max));
+            }
+            if a.min < 0 || a.max > 100 {
+                return bad(f("min"), format!("scores must lie in 0..=100 (got {}..={})", a.min, a.max));
+            }
+            for (j, l) in a.levels.iter().enumerate() {
+                if l.score < a.min || l.score > a.max {
+                    return bad(format!("aspects[{i}].levels[{j}].score"), format!("{} is outside {}..={}", l.score, a.min, a.max));
+                }
+                if a.levels[..j].iter().any(|m| m.score == l.score) {
+                    return bad(format!("aspects[{i}].levels[{j}].score"), format!("level {} appears twice", l.score));
+                }
+            }
+        }
+        match (self.output, &self.json) {
+            (OutputMode::Json, None) => return bad("json".into(), "output = \"json\" needs a [json] table with reason_key".into()),
+            (OutputMode::Json, Some(j)) => {
+                if self.aspects.iter().any(|a| a.name == j.reason_key) {
+                    return bad("json.reason_key".into(), "collides with an aspect name".into());
+                }
+                if j.reason_max_tokens == 0 {
+                    return bad("json.reason_max_tokens".into(), "must be at least 1".into());
+                }
+            }
+            (OutputMode::Score, Some(_)) => return bad("json".into(), "only used with output = \"json\"".into()),
+            (OutputMode::Score, None) => {}
+        }
+        crate::prompt::check_templates(self).map_err(|(field, message)| RubricError::Invalid {
+            origin: origin.to_string(),
+            field,
+            message,
+        })
+    }
+
+    /// sha256 of the rubric's canonical JSON form: scales, wording and templates.
+    pub fn hash(&self) -> String {
+        let json = serde_json::to_string(self).expect("rubric serialises");
+        hex(&Sha256::digest(json.as_bytes()))
+    }
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
