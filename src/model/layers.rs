@@ -1,0 +1,111 @@
+//! Building blocks shared by every architecture: linear maps, RMS norms, the gated MLP and
+//! rotary position tables.
+
+use super::config::{Activation, Rope, RopeScaling};
+use super::weights::Weights;
+use candle_core::{DType, Device, Module, Result, Tensor, D};
+
+pub struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn load(w: &Weights, prefix: &str, bias: bool) -> Result<Self> {
+        Ok(Linear {
+            weight: w.get(&format!("{prefix}.weight"))?,
+            bias: if bias { Some(w.get(&format!("{prefix}.bias"))?) } else { None },
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = x.broadcast_matmul(&self.weight.t()?)?;
+        match &self.bias {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+pub struct RmsNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    /// Gemma stores `w - 1` and multiplies by `1 + w`: fold the 1 in once here.
+    pub fn load(w: &Weights, name: &str, eps: f64, plus_one: bool) -> Result<Self> {
+        let weight = w.get(name)?;
+        let weight = if plus_one { (weight + 1.0)? } else { weight };
+        Ok(RmsNorm { weight, eps })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // Normalise in f32 as transformers does, whatever the model dtype.
+        let dtype = x.dtype();
+        let xf = x.to_dtype(DType::F32)?;
+        let y = candle_nn::ops::rms_norm(&xf.contiguous()?, &self.weight.to_dtype(DType::F32)?, self.eps as f32)?;
+        y.to_dtype(dtype)
+    }
+}
+
+pub struct Mlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+    act: Activation,
+}
+
+impl Mlp {
+    pub fn load(w: &Weights, prefix: &str, act: Activation) -> Result<Self> {
+        Ok(Mlp {
+            gate: Linear::load(w, &format!("{prefix}.gate_proj"), false)?,
+            up: Linear::load(w, &format!("{prefix}.up_proj"), false)?,
+            down: Linear::load(w, &format!("{prefix}.down_proj"), false)?,
+            act,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let gate = self.gate.forward(x)?;
+        let gate = match self.act {
+            Activation::Silu => candle_nn::ops::silu(&gate)?,
+            Activation::GeluTanh => candle_nn::Activation::NewGelu.forward(&gate)?,
+        };
+        self.down.forward(&(gate * self.up.forward(x)?)?)
+    }
+}
+
+/// Inverse frequencies of one rotary embedding, after scaling.
+pub fn inv_freq(rope: &Rope, head_dim: usize, device: &Device) -> Result<Tensor> {
+    let freqs: Vec<f32> = (0..head_dim / 2)
+        .map(|i| {
+            let f = 1.0 / rope.theta.powf(2.0 * i as f64 / head_dim as f64);
+            (match rope.scaling {
+                RopeScaling::None => f,
+                RopeScaling::Linear { factor } => f / factor,
+                RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {
+                    let low_wavelen = original_max_position / low_freq_factor;
+                    let high_wavelen = original_max_position / high_freq_factor;
+                    let wavelen = 2.0 * std::f64::consts::PI / f;
+                    if wavelen < high_wavelen {
+                        f
+                    } else if wavelen > low_wavelen {
+                        f / factor
+                    } else {
+                        let smooth = (original_max_position / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                        (1.0 - smooth) * f / factor + smooth * f
+                    }
+                }
+            }) as f32
+        })
+        .collect();
+    Tensor::from_vec(freqs, head_dim / 2, device)
+}
+
+/// cos and sin tables (batch, seq, head_dim/2) for per-row positions (batch, seq).
+pub fn rope_tables(inv_freq: &Tensor, positions: &Tensor, dtype: DType) -> Result<(Tensor, Tensor)> {
+    let pos = positions.to_dtype(DType::F32)?.unsqueeze(D::Minus1)?;
+    let angles = pos.broadcast_mul(&inv_freq.reshape((1, 1, ()))?)?;
+    Ok((angles.cos()?.to_dtype(dtype)?, angles.sin()?.to_dtype(dtype)?))
+}

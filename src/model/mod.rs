@@ -1,0 +1,95 @@
+//! Stage 5 — the judge model: a batched causal-LM runtime in candle for llama, mistral, qwen2,
+//! qwen3, gemma2 and gemma3 checkpoints (safetensors or GGUF).
+
+pub mod batch;
+pub mod config;
+mod layers;
+pub mod transformer;
+pub mod weights;
+
+pub use batch::Batch;
+pub use config::{Arch, TransformerConfig};
+pub use transformer::{PrefixKv, Transformer};
+
+use candle_core::quantized::gguf_file;
+use candle_core::{DType, Device};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{origin}: {field}: {message}")]
+    Config { origin: String, field: String, message: String },
+    #[error("{origin}: unsupported {what}")]
+    Unsupported { origin: String, what: String },
+    #[error("{origin}: {message}")]
+    Missing { origin: String, message: String },
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+/// Load a Hugging Face checkpoint folder: config.json plus model.safetensors or the shards of
+/// model.safetensors.index.json.
+pub fn load_safetensors_dir(dir: &Path, dtype: DType, device: &Device) -> Result<Transformer, ModelError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ModelError::Io { path, source }
+    };
+    let config_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&config_path).map_err(io(&config_path))?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| ModelError::Config {
+        origin: config_path.display().to_string(),
+        field: String::new(),
+        message: format!("not valid JSON: {e}"),
+    })?;
+    let cfg = TransformerConfig::from_hf(&json, &config_path.display().to_string())?;
+    let files = safetensors_files(dir)?;
+    let weights = weights::Weights::safetensors(&files, dtype, device)?;
+    Ok(Transformer::load(&weights, cfg)?)
+}
+
+/// The safetensors files of a checkpoint folder (single file or sharded).
+pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    let index = dir.join("model.safetensors.index.json");
+    let text = std::fs::read_to_string(&index).map_err(|_| ModelError::Missing {
+        origin: dir.display().to_string(),
+        message: "no model.safetensors or model.safetensors.index.json".into(),
+    })?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| ModelError::Config {
+        origin: index.display().to_string(),
+        field: String::new(),
+        message: format!("not valid JSON: {e}"),
+    })?;
+    let mut files: Vec<PathBuf> = json
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| ModelError::Config { origin: index.display().to_string(), field: "weight_map".into(), message: "missing".into() })?
+        .values()
+        .filter_map(|v| v.as_str())
+        .map(|f| dir.join(f))
+        .collect();
+    files.sort();
+    files.dedup();
+    Ok(files)
+}
+
+/// Load a GGUF file (weights dequantized to `dtype`).
+pub fn load_gguf(path: &Path, dtype: DType, device: &Device) -> Result<Transformer, ModelError> {
+    let origin = path.display().to_string();
+    let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+    let content = gguf_file::Content::read(&mut file)
+        .map_err(|e| ModelError::Missing { origin: origin.clone(), message: format!("not a readable GGUF file: {e}") })?;
+    let vocab = content
+        .tensor_infos
+        .get("token_embd.weight")
+        .map(|t| t.shape.dims()[0])
+        .ok_or_else(|| ModelError::Missing { origin: origin.clone(), message: "no token_embd.weight tensor".into() })?;
+    let cfg = TransformerConfig::from_gguf(&content, vocab, &origin)?;
+    let weights = weights::Weights::gguf(path, content, cfg.arch, cfg.num_heads, cfg.num_kv_heads, dtype, device)?;
+    Ok(Transformer::load(&weights, cfg)?)
+}

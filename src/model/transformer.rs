@@ -1,0 +1,230 @@
+//! The decoder every supported architecture runs. Llama, Mistral, Qwen2 and Qwen3 blocks are
+//! pre-norm attention + gated MLP; Gemma 2/3 blocks add norms after attention and around the
+//! MLP (`gemma_blocks`). The remaining differences are switches of `TransformerConfig`.
+//!
+//! Unlike candle-transformers' models, a forward pass takes a padded batch of prompts with
+//! per-row positions and masks, and can continue a shared prefix whose keys and values were
+//! computed once.
+
+use super::batch::Batch;
+use super::config::TransformerConfig;
+use super::layers::{inv_freq, rope_tables, Linear, Mlp, RmsNorm};
+use super::weights::Weights;
+use candle_core::{DType, Device, Result, Tensor};
+
+/// Keys and values of one layer: (1 or batch, kv_heads, seq, head_dim).
+pub type LayerKv = (Tensor, Tensor);
+
+/// The keys and values of a shared prefix, for every layer.
+pub struct PrefixKv {
+    pub layers: Vec<LayerKv>,
+    pub len: usize,
+}
+
+struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+}
+
+struct Block {
+    input_norm: RmsNorm,
+    attn: Attention,
+    /// Gemma: norm of the attention output before the residual add.
+    post_attn_norm: Option<RmsNorm>,
+    /// The norm before the MLP (Llama's post_attention_layernorm, Gemma's pre_feedforward).
+    pre_mlp_norm: RmsNorm,
+    mlp: Mlp,
+    /// Gemma: norm of the MLP output before the residual add.
+    post_mlp_norm: Option<RmsNorm>,
+}
+
+pub struct Transformer {
+    pub cfg: TransformerConfig,
+    embed: Tensor,
+    blocks: Vec<Block>,
+    norm: RmsNorm,
+    lm_head: Tensor,
+    inv_freqs: Vec<Tensor>,
+    dtype: DType,
+    device: Device,
+}
+
+impl Transformer {
+    pub fn load(w: &Weights, cfg: TransformerConfig) -> Result<Self> {
+        let eps = cfg.rms_eps;
+        let gemma = cfg.gemma_blocks;
+        let mut blocks = Vec::with_capacity(cfg.num_layers());
+        for i in 0..cfg.num_layers() {
+            let p = format!("model.layers.{i}");
+            let norm = |name: &str| RmsNorm::load(w, &format!("{p}.{name}.weight"), eps, gemma);
+            let attn = Attention {
+                q: Linear::load(w, &format!("{p}.self_attn.q_proj"), cfg.qkv_bias)?,
+                k: Linear::load(w, &format!("{p}.self_attn.k_proj"), cfg.qkv_bias)?,
+                v: Linear::load(w, &format!("{p}.self_attn.v_proj"), cfg.qkv_bias)?,
+                o: Linear::load(w, &format!("{p}.self_attn.o_proj"), false)?,
+                q_norm: if cfg.qk_norm { Some(norm("self_attn.q_norm")?) } else { None },
+                k_norm: if cfg.qk_norm { Some(norm("self_attn.k_norm")?) } else { None },
+            };
+            blocks.push(Block {
+                input_norm: norm("input_layernorm")?,
+                attn,
+                post_attn_norm: if gemma { Some(norm("post_attention_layernorm")?) } else { None },
+                pre_mlp_norm: if gemma { norm("pre_feedforward_layernorm")? } else { norm("post_attention_layernorm")? },
+                mlp: Mlp::load(w, &format!("{p}.mlp"), cfg.activation)?,
+                post_mlp_norm: if gemma { Some(norm("post_feedforward_layernorm")?) } else { None },
+            });
+        }
+        let embed = w.get("model.embed_tokens.weight")?;
+        let lm_head = if cfg.tie_embeddings { embed.clone() } else { w.get("lm_head.weight")? };
+        let inv_freqs = cfg.ropes.iter().map(|r| inv_freq(r, cfg.head_dim, w.device())).collect::<Result<_>>()?;
+        Ok(Transformer {
+            norm: RmsNorm::load(w, "model.norm.weight", eps, gemma)?,
+            embed,
+            blocks,
+            lm_head,
+            inv_freqs,
+            dtype: w.dtype(),
+            device: w.device().clone(),
+            cfg,
+        })
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The sliding windows the layers use (None = full attention), for building batch masks.
+    pub fn windows(&self) -> Vec<Option<usize>> {
+        let mut w: Vec<Option<usize>> = self.cfg.layers.iter().map(|l| l.sliding_window).collect();
+        w.sort();
+        w.dedup();
+        w
+    }
+
+    /// Run the batch; returns the final hidden states (batch, len, hidden), before the final
+    /// norm, and every layer's keys and values.
+    pub fn forward(&self, batch: &Batch, prefix: Option<&PrefixKv>) -> Result<(Tensor, Vec<LayerKv>)> {
+        let (b, len) = batch.ids.dims2()?;
+        if let Some(p) = prefix {
+            assert_eq!(p.len, batch.prefix_len, "batch built for another prefix length");
+        }
+        let mut x = self.embed.index_select(&batch.ids.flatten_all()?, 0)?.reshape((b, len, self.cfg.hidden_size))?;
+        if let Some(scale) = self.cfg.embed_scale {
+            // transformers casts the scale to the model dtype before multiplying.
+            let scale = Tensor::new(scale as f32, &self.device)?.to_dtype(self.dtype)?;
+            x = x.broadcast_mul(&scale)?;
+        }
+        let tables: Vec<(Tensor, Tensor)> =
+            self.inv_freqs.iter().map(|f| rope_tables(f, &batch.positions, self.dtype)).collect::<Result<_>>()?;
+        let mut kvs = Vec::with_capacity(self.blocks.len());
+        for (i, block) in self.blocks.iter().enumerate() {
+            let kind = &self.cfg.layers[i];
+            let (cos, sin) = &tables[kind.rope];
+            let residual = x.clone();
+            let h = block.input_norm.forward(&x)?;
+            let past = prefix.map(|p| &p.layers[i]);
+            let (h, kv) = self.attention(&block.attn, &h, cos, sin, batch.mask(kind.sliding_window), past)?;
+            kvs.push(kv);
+            let h = match &block.post_attn_norm {
+                Some(n) => n.forward(&h)?,
+                None => h,
+            };
+            x = (residual + h)?;
+            let residual = x.clone();
+            let h = block.mlp.forward(&block.pre_mlp_norm.forward(&x)?)?;
+            let h = match &block.post_mlp_norm {
+                Some(n) => n.forward(&h)?,
+                None => h,
+            };
+            x = (residual + h)?;
+        }
+        Ok((x, kvs))
+    }
+
+    fn attention(
+        &self,
+        a: &Attention,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: &Tensor,
+        past: Option<&LayerKv>,
+    ) -> Result<(Tensor, LayerKv)> {
+        let cfg = &self.cfg;
+        let (b, len, _) = x.dims3()?;
+        let heads = |t: Tensor, n: usize| t.reshape((b, len, n, cfg.head_dim))?.transpose(1, 2)?.contiguous();
+        let mut q = heads(a.q.forward(x)?, cfg.num_heads)?;
+        let mut k = heads(a.k.forward(x)?, cfg.num_kv_heads)?;
+        let v = heads(a.v.forward(x)?, cfg.num_kv_heads)?;
+        if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
+            q = qn.forward(&q)?;
+            k = kn.forward(&k)?;
+        }
+        let q = candle_nn::rotary_emb::rope(&q.contiguous()?, cos, sin)?;
+        let k = candle_nn::rotary_emb::rope(&k.contiguous()?, cos, sin)?;
+        let (k_all, v_all) = match past {
+            Some((pk, pv)) => {
+                let expand = |t: &Tensor| -> Result<Tensor> {
+                    let (_, n, p, d) = t.dims4()?;
+                    t.broadcast_as((b, n, p, d))?.contiguous()
+                };
+                (Tensor::cat(&[&expand(pk)?, &k], 2)?, Tensor::cat(&[&expand(pv)?, &v], 2)?)
+            }
+            None => (k.clone(), v.clone()),
+        };
+        let group = cfg.num_heads / cfg.num_kv_heads;
+        let k_rep = repeat_kv(&k_all, group)?;
+        let v_rep = repeat_kv(&v_all, group)?;
+        let mut scores = (q * cfg.attn_scale)?.matmul(&k_rep.t()?.contiguous()?)?;
+        if let Some(cap) = cfg.attn_softcap {
+            scores = ((scores / cap)?.tanh()? * cap)?;
+        }
+        let scores = scores.broadcast_add(mask)?;
+        let probs = candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?.to_dtype(self.dtype)?;
+        let out = probs.matmul(&v_rep)?.transpose(1, 2)?.reshape((b, len, cfg.num_heads * cfg.head_dim))?;
+        Ok((a.o.forward(&out)?, (k, v)))
+    }
+
+    /// Compute the keys and values of a prefix once, to be continued by many rows.
+    pub fn prefix(&self, ids: &[u32]) -> Result<PrefixKv> {
+        let batch = Batch::new(&[ids.to_vec()], 0, &self.windows(), self.dtype, &self.device)?;
+        let (_, layers) = self.forward(&batch, None)?;
+        Ok(PrefixKv { layers, len: ids.len() })
+    }
+
+    /// Logits (n, vocab) at the given (row, position) pairs of a forward pass's hidden states;
+    /// `rows` restricts the output to those vocabulary entries (n, rows.len()).
+    pub fn logits_at(&self, hidden: &Tensor, at: &[(usize, usize)], rows: Option<&Tensor>) -> Result<Tensor> {
+        let (b, len, h) = hidden.dims3()?;
+        let flat: Vec<u32> = at.iter().map(|&(r, p)| (r * len + p) as u32).collect();
+        debug_assert!(at.iter().all(|&(r, p)| r < b && p < len));
+        let idx = Tensor::from_vec(flat, at.len(), &self.device)?;
+        let picked = hidden.reshape((b * len, h))?.index_select(&idx, 0)?;
+        let picked = self.norm.forward(&picked)?;
+        let head = match rows {
+            Some(r) => self.lm_head.index_select(r, 0)?,
+            None => self.lm_head.clone(),
+        };
+        let logits = picked.matmul(&head.t()?)?.to_dtype(DType::F32)?;
+        match self.cfg.final_softcap {
+            Some(cap) => (logits / cap)?.tanh()? * cap,
+            None => Ok(logits),
+        }
+    }
+}
+
+fn repeat_kv(t: &Tensor, n: usize) -> Result<Tensor> {
+    if n == 1 {
+        return Ok(t.clone());
+    }
+    let (b, kv, s, d) = t.dims4()?;
+    t.unsqueeze(2)?.broadcast_as((b, kv, n, s, d))?.reshape((b, kv * n, s, d))
+}

@@ -1,0 +1,112 @@
+//! Tensors by their Hugging Face names, from safetensors checkpoints or GGUF files.
+//!
+//! GGUF tensors are dequantized at load: a judge only prefills, and on CPU dense GEMM prefill is
+//! an order of magnitude faster than candle's quantized matrix-vector kernels (see
+//! ../shared/measurements.md). llama.cpp's layout differences are undone here so that every
+//! architecture file sees the transformers layout.
+
+use super::config::Arch;
+use candle_core::quantized::gguf_file;
+use candle_core::safetensors::MmapedSafetensors;
+use candle_core::{DType, Device, Error, Result, Tensor};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+pub struct Weights {
+    source: Source,
+    dtype: DType,
+    device: Device,
+}
+
+enum Source {
+    Safetensors(MmapedSafetensors),
+    Gguf { content: gguf_file::Content, file: Mutex<std::fs::File>, path: PathBuf, arch: Arch, heads: usize, kv_heads: usize },
+}
+
+impl Weights {
+    pub fn safetensors(files: &[PathBuf], dtype: DType, device: &Device) -> Result<Self> {
+        // Safety: the files are memory-mapped read-only; hyoka never writes to them while loaded.
+        let st = unsafe { MmapedSafetensors::multi(files)? };
+        Ok(Weights { source: Source::Safetensors(st), dtype, device: device.clone() })
+    }
+
+    pub fn gguf(path: &Path, content: gguf_file::Content, arch: Arch, heads: usize, kv_heads: usize, dtype: DType, device: &Device) -> Result<Self> {
+        let file = std::fs::File::open(path).map_err(|e| Error::Msg(format!("{}: {e}", path.display())))?;
+        Ok(Weights {
+            source: Source::Gguf { content, file: Mutex::new(file), path: path.to_path_buf(), arch, heads, kv_heads },
+            dtype,
+            device: device.clone(),
+        })
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The tensor with this Hugging Face name, in the model's dtype, on its device.
+    pub fn get(&self, name: &str) -> Result<Tensor> {
+        let t = match &self.source {
+            Source::Safetensors(st) => st.load(name, &self.device).map_err(|e| Error::Msg(format!("weight {name}: {e}")))?,
+            Source::Gguf { content, file, path, arch, heads, kv_heads } => {
+                let gname = gguf_name(name, *arch)
+                    .ok_or_else(|| Error::Msg(format!("{}: no GGUF tensor for {name}", path.display())))?;
+                let mut f = file.lock().map_err(|_| Error::Msg("GGUF file lock poisoned".into()))?;
+                let q = content.tensor(&mut *f, &gname, &self.device).map_err(|e| Error::Msg(format!("{}: tensor {gname}: {e}", path.display())))?;
+                let mut t = q.dequantize(&self.device)?;
+                // llama.cpp permutes Llama's q/k rows for its interleaved rotary embedding.
+                if *arch == Arch::Llama && (gname.ends_with("attn_q.weight") || gname.ends_with("attn_k.weight")) {
+                    let n = if gname.ends_with("attn_q.weight") { *heads } else { *kv_heads };
+                    t = unpermute_rope_rows(&t, n)?;
+                }
+                // convert_hf_to_gguf.py stores Gemma norms as 1 + w; the model adds the 1 itself.
+                if arch.is_gemma() && gname.ends_with("norm.weight") {
+                    t = (t - 1.0)?;
+                }
+                t
+            }
+        };
+        t.to_dtype(self.dtype)
+    }
+}
+
+/// Undo convert_hf_to_gguf.py's `permute`: rows (heads, head_dim/2, 2) back to (heads, 2, head_dim/2).
+fn unpermute_rope_rows(t: &Tensor, heads: usize) -> Result<Tensor> {
+    let (rows, cols) = t.dims2()?;
+    let half = rows / heads / 2;
+    t.reshape((heads, half, 2, cols))?.transpose(1, 2)?.contiguous()?.reshape((rows, cols))
+}
+
+/// llama.cpp's tensor name for a transformers weight name.
+fn gguf_name(hf: &str, arch: Arch) -> Option<String> {
+    match hf {
+        "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
+        "model.norm.weight" => return Some("output_norm.weight".into()),
+        "lm_head.weight" => return Some("output.weight".into()),
+        _ => {}
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, name) = rest.split_once('.')?;
+    let (module, suffix) = name.rsplit_once('.')?;
+    let mapped = match module {
+        "input_layernorm" => "attn_norm",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "self_attn.q_norm" => "attn_q_norm",
+        "self_attn.k_norm" => "attn_k_norm",
+        "post_attention_layernorm" if arch.is_gemma() => "post_attention_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        "pre_feedforward_layernorm" => "ffn_norm",
+        "post_feedforward_layernorm" => "post_ffw_norm",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{mapped}.{suffix}"))
+}

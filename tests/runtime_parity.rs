@@ -1,0 +1,107 @@
+//! The runtime against HF transformers on tiny random-weight models of every architecture
+//! (fixtures: scripts/make_runtime_fixtures.py): every position's logits, alone and in padded
+//! batches, with and without a shared prefix.
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use hyoka::model::{load_safetensors_dir, Batch, Transformer};
+
+const ARCHS: [&str; 6] = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"];
+const TOL: f32 = 1e-4;
+
+struct Case {
+    ids: Vec<u32>,
+    logits: Vec<Vec<f32>>,
+}
+
+fn load(arch: &str) -> (Transformer, Vec<Case>) {
+    let dir = common::fixtures().join("tiny").join(arch);
+    let model = load_safetensors_dir(&dir, DType::F32, &Device::Cpu).unwrap();
+    let expected = candle_core::safetensors::load(dir.join("expected.safetensors"), &Device::Cpu).unwrap();
+    let mut cases = Vec::new();
+    for n in 0.. {
+        let Some(ids) = expected.get(&format!("ids.{n}")) else { break };
+        let ids: Vec<u32> = ids.to_vec1::<i64>().unwrap().into_iter().map(|i| i as u32).collect();
+        let logits = expected[&format!("logits.{n}")].to_vec2::<f32>().unwrap();
+        cases.push(Case { ids, logits });
+    }
+    assert!(cases.len() >= 4);
+    (model, cases)
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// Logits of every position of every row.
+fn run(model: &Transformer, rows: &[Vec<u32>], prefix: Option<&[u32]>) -> Vec<Vec<Vec<f32>>> {
+    let p = prefix.map(|ids| model.prefix(ids).unwrap());
+    let batch = Batch::new(rows, p.as_ref().map_or(0, |p| p.len), &model.windows(), model.dtype(), model.device()).unwrap();
+    let (hidden, _) = model.forward(&batch, p.as_ref()).unwrap();
+    rows.iter()
+        .enumerate()
+        .map(|(r, row)| {
+            let at: Vec<(usize, usize)> = (0..row.len()).map(|i| (r, i)).collect();
+            model.logits_at(&hidden, &at, None).unwrap().to_vec2::<f32>().unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn every_architecture_matches_transformers_alone_and_batched() {
+    for arch in ARCHS {
+        let (model, cases) = load(arch);
+        // One prompt at a time.
+        for (n, case) in cases.iter().enumerate() {
+            let got = run(&model, &[case.ids.clone()], None);
+            for (pos, (g, e)) in got[0].iter().zip(&case.logits).enumerate() {
+                let d = max_diff(g, e);
+                assert!(d <= TOL, "{arch}: prompt {n} position {pos}: max |diff| {d}");
+            }
+        }
+        // All prompts in one right-padded batch (lengths 7, 1, 23, 12).
+        let rows: Vec<Vec<u32>> = cases.iter().map(|c| c.ids.clone()).collect();
+        let got = run(&model, &rows, None);
+        for (n, case) in cases.iter().enumerate() {
+            for (pos, (g, e)) in got[n].iter().zip(&case.logits).enumerate() {
+                let d = max_diff(g, e);
+                assert!(d <= TOL, "{arch}: batched prompt {n} position {pos}: max |diff| {d}");
+            }
+        }
+    }
+}
+
+#[test]
+fn shared_prefix_equals_recomputation() {
+    for arch in ARCHS {
+        let (model, cases) = load(arch);
+        // The longest prompt split after 9 tokens: the prefix is computed once, and two rows
+        // continue it (the rest of the prompt, and a shorter continuation).
+        let full = &cases[2];
+        let (head, tail) = full.ids.split_at(9);
+        let short_tail = tail[..3].to_vec();
+        let got = run(&model, &[tail.to_vec(), short_tail.clone()], Some(head));
+        for (i, g) in got[0].iter().enumerate() {
+            let d = max_diff(g, &full.logits[9 + i]);
+            assert!(d <= TOL, "{arch}: prefix row 0 position {}: max |diff| {d}", 9 + i);
+        }
+        for (i, g) in got[1].iter().enumerate() {
+            let d = max_diff(g, &full.logits[9 + i]);
+            assert!(d <= TOL, "{arch}: prefix row 1 position {}: max |diff| {d}", 9 + i);
+        }
+    }
+}
+
+#[test]
+fn restricted_lm_head_equals_full_rows() {
+    let (model, cases) = load("qwen2");
+    let batch = Batch::new(&[cases[0].ids.clone()], 0, &model.windows(), model.dtype(), model.device()).unwrap();
+    let (hidden, _) = model.forward(&batch, None).unwrap();
+    let last = cases[0].ids.len() - 1;
+    let rows = Tensor::new(&[5u32, 17, 3], model.device()).unwrap();
+    let some = model.logits_at(&hidden, &[(0, last)], Some(&rows)).unwrap().to_vec2::<f32>().unwrap();
+    let expect = &cases[0].logits[last];
+    assert!(max_diff(&some[0], &[expect[5], expect[17], expect[3]]) <= TOL);
+}
