@@ -5,10 +5,12 @@ pub mod batch;
 pub mod config;
 mod layers;
 pub mod transformer;
+pub mod tokenizer;
 pub mod weights;
 
 pub use batch::Batch;
 pub use config::{Arch, TransformerConfig};
+pub use tokenizer::load_tokenizer;
 pub use transformer::{PrefixKv, Transformer};
 
 use candle_core::quantized::gguf_file;

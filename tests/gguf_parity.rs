@@ -1,0 +1,89 @@
+//! The real GGUF test models against HF transformers loading the same files (dequantized to
+//! float32): tokenization, next-token logits and greedy continuations on Japanese prompts
+//! (fixtures: scripts/make_gguf_fixtures.py).
+
+mod common;
+
+use candle_core::{DType, Device};
+use hyoka::model::{load_gguf, load_tokenizer, Batch, Transformer};
+use serde_json::Value;
+
+/// Both sides dequantize the same blocks to f32; what differs is the order of float sums
+/// (measured: at most 2.5e-5 on these prompts).
+const LOGIT_TOL: f64 = 2e-4;
+
+fn fixture(name: &str) -> Value {
+    let path = common::fixtures().join("gguf").join(format!("{name}.json"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+/// Greedy continuation reusing the prompt's keys and values; stops at the model's eos.
+fn greedy(model: &Transformer, prompt: &[u32], steps: usize, eos: &[u32]) -> Vec<u32> {
+    let prefix = model.prefix(prompt).unwrap();
+    let mut out: Vec<u32> = Vec::new();
+    let mut last_logits = {
+        let b = Batch::new(&[prompt.to_vec()], 0, &model.windows(), model.dtype(), model.device()).unwrap();
+        let (h, _) = model.forward(&b, None).unwrap();
+        model.logits_at(&h, &[(0, prompt.len() - 1)], None).unwrap()
+    };
+    for _ in 0..steps {
+        let next = last_logits.argmax(1).unwrap().to_vec1::<u32>().unwrap()[0];
+        out.push(next);
+        if eos.contains(&next) {
+            break;
+        }
+        let b = Batch::new(&[out.clone()], prefix.len, &model.windows(), model.dtype(), model.device()).unwrap();
+        let (h, _) = model.forward(&b, Some(&prefix)).unwrap();
+        last_logits = model.logits_at(&h, &[(0, out.len() - 1)], None).unwrap();
+    }
+    out
+}
+
+fn check(name: &str, eos: &[u32]) {
+    let fx = fixture(name);
+    let Some(path) = common::test_model(fx["model"].as_str().unwrap()) else { return };
+    let Some(tok_path) = common::test_model(fx["tokenizer"].as_str().unwrap()) else { return };
+    let model = load_gguf(&path, DType::F32, &Device::Cpu).unwrap();
+    let tokenizer = load_tokenizer(&tok_path, if tok_path.is_dir() { Some(&tok_path) } else { None }).unwrap();
+    for (n, case) in fx["cases"].as_array().unwrap().iter().enumerate() {
+        let expect_ids = ids(&case["ids"]);
+        // Chat-templated prompts carry their special tokens as text; raw text gets the BOS.
+        let add_special = !case["text"].as_str().unwrap().contains("<|im_start|>");
+        let enc = tokenizer.encode(case["text"].as_str().unwrap(), add_special).unwrap();
+        assert_eq!(enc.get_ids(), expect_ids.as_slice(), "{name} case {n}: token ids");
+
+        let b = Batch::new(&[expect_ids.clone()], 0, &model.windows(), model.dtype(), model.device()).unwrap();
+        let (h, _) = model.forward(&b, None).unwrap();
+        let logits = model.logits_at(&h, &[(0, expect_ids.len() - 1)], None).unwrap().to_vec2::<f32>().unwrap().remove(0);
+        let mut worst = 0f64;
+        for (id, want) in ids(&case["top_ids"]).iter().zip(case["top_logits"].as_array().unwrap()) {
+            worst = worst.max((logits[*id as usize] as f64 - want.as_f64().unwrap()).abs());
+        }
+        let max = logits.iter().fold(f32::MIN, |a, &b| a.max(b)) as f64;
+        let lse = max + logits.iter().map(|&l| (l as f64 - max).exp()).sum::<f64>().ln();
+        eprintln!("{name} case {n}: max |Δlogit| over top-64 = {worst:.2e}, Δlogsumexp = {:.2e}", (lse - case["logsumexp"].as_f64().unwrap()).abs());
+        assert!(worst <= LOGIT_TOL, "{name} case {n}: top-64 logits differ by {worst}");
+        assert!((lse - case["logsumexp"].as_f64().unwrap()).abs() <= LOGIT_TOL, "{name} case {n}: logsumexp");
+        let want = ids(&case["greedy"]);
+        assert_eq!(greedy(&model, &expect_ids, want.len(), eos), want, "{name} case {n}: greedy continuation");
+    }
+}
+
+#[test]
+fn qwen25_gguf_matches_transformers() {
+    check("qwen2.5", &[151645, 151643]);
+}
+
+#[test]
+fn smollm2_gguf_matches_transformers() {
+    check("smollm2", &[2]);
+}
+
+#[test]
+fn gemma3_gguf_matches_transformers() {
+    check("gemma3", &[1, 106]);
+}
