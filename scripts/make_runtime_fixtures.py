@@ -25,11 +25,13 @@ OUT = ROOT / "tests" / "fixtures" / "tiny"
 VOCAB = 96
 COMMON = dict(
     vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+    num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
     pad_token_id=0,
 )
-# Lengths 1..23: longer than the sliding windows below, and unequal so batches need padding.
-PROMPT_LENGTHS = [7, 1, 23, 12]
+# Lengths 1..23: longer than the sliding windows below, and unequal so batches need padding; then
+# a 5-token and a 2,000-token prompt (for the long one only the last 16 positions are kept).
+PROMPT_LENGTHS = [7, 1, 23, 12, 5, 2000]
+KEEP_LAST = 16
 
 MODELS = {
     "llama": (LlamaForCausalLM, LlamaConfig(**COMMON, rope_theta=10000.0, tie_word_embeddings=False)),
@@ -71,6 +73,8 @@ def main() -> None:
             with torch.no_grad():
                 logits = model(input_ids=ids).logits[0]
             expected[f"ids.{n}"] = ids[0].to(torch.int64).contiguous()
+            if length > 100:
+                logits = logits[-KEEP_LAST:]
             expected[f"logits.{n}"] = logits.to(torch.float32).contiguous()
         save_file(expected, out / "expected.safetensors")
         for stray in ("generation_config.json",):

@@ -5,14 +5,21 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor};
-use hyoka::model::{load_safetensors_dir, Batch, Transformer};
+use hyoka::model::{load_safetensors_dir, Batch, Row, Transformer};
 
 const ARCHS: [&str; 6] = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"];
 const TOL: f32 = 1e-4;
 
 struct Case {
     ids: Vec<u32>,
+    /// Expected logits of the last `logits.len()` positions (all of them for short prompts).
     logits: Vec<Vec<f32>>,
+}
+
+impl Case {
+    fn first(&self) -> usize {
+        self.ids.len() - self.logits.len()
+    }
 }
 
 fn load(arch: &str) -> (Transformer, Vec<Case>) {
@@ -26,7 +33,7 @@ fn load(arch: &str) -> (Transformer, Vec<Case>) {
         let logits = expected[&format!("logits.{n}")].to_vec2::<f32>().unwrap();
         cases.push(Case { ids, logits });
     }
-    assert!(cases.len() >= 4);
+    assert!(cases.len() >= 6);
     (model, cases)
 }
 
@@ -54,7 +61,7 @@ fn every_architecture_matches_transformers_alone_and_batched() {
     for arch in ARCHS {
         let (model, cases) = load(arch);
         // One prompt at a time.
-        for (n, case) in cases.iter().enumerate() {
+        for (n, case) in cases.iter().enumerate().take(4) {
             let got = run(&model, &[case.ids.clone()], None);
             for (pos, (g, e)) in got[0].iter().zip(&case.logits).enumerate() {
                 let d = max_diff(g, e);
@@ -62,9 +69,9 @@ fn every_architecture_matches_transformers_alone_and_batched() {
             }
         }
         // All prompts in one right-padded batch (lengths 7, 1, 23, 12).
-        let rows: Vec<Vec<u32>> = cases.iter().map(|c| c.ids.clone()).collect();
+        let rows: Vec<Vec<u32>> = cases[..4].iter().map(|c| c.ids.clone()).collect();
         let got = run(&model, &rows, None);
-        for (n, case) in cases.iter().enumerate() {
+        for (n, case) in cases.iter().enumerate().take(4) {
             for (pos, (g, e)) in got[n].iter().zip(&case.logits).enumerate() {
                 let d = max_diff(g, e);
                 assert!(d <= TOL, "{arch}: batched prompt {n} position {pos}: max |diff| {d}");
@@ -104,4 +111,53 @@ fn restricted_lm_head_equals_full_rows() {
     let some = model.logits_at(&hidden, &[(0, last)], Some(&rows)).unwrap().to_vec2::<f32>().unwrap();
     let expect = &cases[0].logits[last];
     assert!(max_diff(&some[0], &[expect[5], expect[17], expect[3]]) <= TOL);
+}
+
+#[test]
+fn a_batch_mixing_5_and_2000_tokens_is_correct() {
+    for arch in ARCHS {
+        let (model, cases) = load(arch);
+        let (short, long) = (&cases[4], &cases[5]);
+        assert_eq!((short.ids.len(), long.ids.len()), (5, 2000));
+        let got = run(&model, &[short.ids.clone(), long.ids.clone()], None);
+        for (pos, e) in short.logits.iter().enumerate() {
+            let d = max_diff(&got[0][pos], e);
+            assert!(d <= TOL, "{arch}: 5-token row position {pos}: max |diff| {d}");
+        }
+        for (i, e) in long.logits.iter().enumerate() {
+            let pos = long.first() + i;
+            let d = max_diff(&got[1][pos], e);
+            assert!(d <= TOL, "{arch}: 2000-token row position {pos}: max |diff| {d}");
+        }
+    }
+}
+
+/// Branches of one row see the trunk and themselves only, and continue its positions: the
+/// judge's layout (an item's prompt, then one branch per aspect), with and without a prefix.
+#[test]
+fn branches_equal_separate_rows() {
+    for arch in ARCHS {
+        let (model, cases) = load(arch);
+        let full = &cases[2];
+        for prefix_len in [0usize, 4] {
+            let prefix = (prefix_len > 0).then(|| model.prefix(&full.ids[..prefix_len]).unwrap());
+            let row = Row {
+                trunk: full.ids[prefix_len..9].to_vec(),
+                branches: vec![full.ids[9..16].to_vec(), full.ids[9..12].to_vec(), full.ids[9..23].to_vec()],
+            };
+            let batch = Batch::from_rows(&[row.clone(), Row::plain(full.ids[prefix_len..5].to_vec())], prefix_len, &model.windows(), model.dtype(), model.device()).unwrap();
+            let (hidden, _) = model.forward(&batch, prefix.as_ref()).unwrap();
+            for (k, branch) in row.branches.iter().enumerate() {
+                let start = row.branch_start(k);
+                let at: Vec<(usize, usize)> = (0..branch.len()).map(|i| (0, start + i)).collect();
+                let got = model.logits_at(&hidden, &at, None).unwrap().to_vec2::<f32>().unwrap();
+                for (i, g) in got.iter().enumerate() {
+                    let d = max_diff(g, &full.logits[9 + i]);
+                    assert!(d <= TOL, "{arch}: prefix {prefix_len} branch {k} position {}: max |diff| {d}", 9 + i);
+                }
+            }
+            let trunk_last = model.logits_at(&hidden, &[(0, row.trunk_end().unwrap())], None).unwrap().to_vec2::<f32>().unwrap();
+            assert!(max_diff(&trunk_last[0], &full.logits[8]) <= TOL, "{arch}: trunk end");
+        }
+    }
 }

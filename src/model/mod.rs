@@ -3,12 +3,14 @@
 
 pub mod batch;
 pub mod config;
+pub mod device;
 mod layers;
+pub mod source;
 pub mod transformer;
 pub mod tokenizer;
 pub mod weights;
 
-pub use batch::Batch;
+pub use batch::{Batch, Row};
 pub use config::{Arch, TransformerConfig};
 pub use tokenizer::load_tokenizer;
 pub use transformer::{PrefixKv, Transformer};
@@ -27,8 +29,52 @@ pub enum ModelError {
     Unsupported { origin: String, what: String },
     #[error("{origin}: {message}")]
     Missing { origin: String, message: String },
+    #[error("{}: sha256 {got}, expected {expected}", path.display())]
+    Checksum { path: PathBuf, expected: String, got: String },
+    #[error("--device {spec}: {message}")]
+    Device { spec: String, message: String },
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+    #[error(transparent)]
+    Template(#[from] crate::prompt::TemplateError),
+}
+
+/// A judge model ready to run: weights, tokenizer, chat template and what identifies them.
+pub struct LoadedModel {
+    pub transformer: Transformer,
+    pub tokenizer: tokenizers::Tokenizer,
+    pub chat_template: crate::prompt::ChatTemplate,
+    pub files: source::ModelFiles,
+    /// sha256 of the weights file (GGUF) or of model.safetensors / the shard index.
+    pub sha256: String,
+}
+
+impl LoadedModel {
+    /// Resolve `name` (path or hub id), load it on `device`, and check `expect_sha256` if given.
+    pub fn load(name: &str, tokenizer: Option<&Path>, dtype: DType, device: &Device, expect_sha256: Option<&str>) -> Result<Self, ModelError> {
+        let files = source::resolve(name)?;
+        let (transformer, template_from, weights_file) = match files.format {
+            source::Format::Gguf => (load_gguf(&files.path, dtype, device)?, files.path.clone(), files.path.clone()),
+            source::Format::Safetensors => {
+                let main = safetensors_files(&files.path)?;
+                let id_file = if main.len() == 1 { main[0].clone() } else { files.path.join("model.safetensors.index.json") };
+                (load_safetensors_dir(&files.path, dtype, device)?, files.path.clone(), id_file)
+            }
+        };
+        let sha256 = match expect_sha256 {
+            Some(expected) => source::verify_sha256(&weights_file, expected)?,
+            None => source::sha256_file(&weights_file)?,
+        };
+        // A tokenizer folder given with --tokenizer may carry the chat template too
+        // (tokenizer_config.json); otherwise it is the model's own.
+        let override_config = tokenizer.filter(|p| p.is_dir()).map(|p| p.join("tokenizer_config.json")).filter(|p| p.is_file());
+        let chat_template = match override_config {
+            Some(config) => crate::prompt::ChatTemplate::load(&config)?,
+            None => crate::prompt::ChatTemplate::load(&template_from)?,
+        };
+        let tokenizer = load_tokenizer(&files.path, tokenizer)?;
+        Ok(LoadedModel { transformer, tokenizer, chat_template, files, sha256 })
+    }
 }
 
 /// Load a Hugging Face checkpoint folder: config.json plus model.safetensors or the shards of

@@ -1,0 +1,146 @@
+//! Where a model's files are: a local folder or `.gguf` file, or a Hugging Face id fetched with
+//! hf-hub into the standard cache (HF_HOME; HF_HUB_OFFLINE=1 reads the cache only, so an
+//! air-gapped lab can copy a cache in).
+//!
+//! Model names: `PATH` | `ORG/NAME[@REVISION]` (safetensors checkpoint) |
+//! `ORG/NAME[@REVISION]:FILE.gguf` (one GGUF file of a repository).
+
+use super::ModelError;
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Format {
+    /// A folder with config.json and safetensors weights.
+    Safetensors,
+    /// One GGUF file.
+    Gguf,
+}
+
+/// A model's files, found or downloaded.
+#[derive(Clone, Debug)]
+pub struct ModelFiles {
+    /// The name the user gave.
+    pub name: String,
+    pub format: Format,
+    /// The folder (safetensors) or the .gguf file.
+    pub path: PathBuf,
+    /// The hub commit the files come from, when they come from the hub.
+    pub revision: Option<String>,
+}
+
+const CHECKPOINT_FILES: &[&str] = &["config.json", "tokenizer.json", "tokenizer_config.json"];
+
+pub fn resolve(name: &str) -> Result<ModelFiles, ModelError> {
+    let local = Path::new(name);
+    if local.exists() {
+        let format = if local.is_dir() { Format::Safetensors } else { Format::Gguf };
+        if format == Format::Gguf && local.extension().and_then(|e| e.to_str()) != Some("gguf") {
+            return Err(ModelError::Missing { origin: name.into(), message: "a model file must be a .gguf; a checkpoint is a folder".into() });
+        }
+        return Ok(ModelFiles { name: name.into(), format, path: local.to_path_buf(), revision: None });
+    }
+    let looks_like_id = name.split(['@', ':']).next().is_some_and(|id| id.matches('/').count() == 1 && !id.starts_with('.'));
+    if !looks_like_id {
+        return Err(ModelError::Missing { origin: name.into(), message: "no such file or folder (and not a Hugging Face id ORG/NAME)".into() });
+    }
+    let (id, file) = match name.split_once(':') {
+        Some((id, file)) => (id, Some(file)),
+        None => (name, None),
+    };
+    let (id, revision) = match id.split_once('@') {
+        Some((id, rev)) => (id, rev.to_string()),
+        None => (id, "main".to_string()),
+    };
+    let repo = hf_hub::Repo::with_revision(id.to_string(), hf_hub::RepoType::Model, revision);
+    let fetcher = Fetcher::new(repo, name)?;
+    match file {
+        Some(gguf) => {
+            let path = fetcher.get(gguf)?;
+            Ok(ModelFiles { name: name.into(), format: Format::Gguf, revision: commit_of(&path), path })
+        }
+        None => {
+            for f in CHECKPOINT_FILES {
+                fetcher.get(f)?;
+            }
+            let _ = fetcher.get("chat_template.jinja");
+            let weights = match fetcher.get("model.safetensors") {
+                Ok(p) => vec![p],
+                Err(_) => {
+                    let index = fetcher.get("model.safetensors.index.json")?;
+                    let shards = super::safetensors_files(index.parent().expect("a file has a folder"))?;
+                    shards
+                        .iter()
+                        .map(|s| fetcher.get(&s.file_name().expect("shard names are files").to_string_lossy()))
+                        .collect::<Result<Vec<_>, _>>()?
+                }
+            };
+            let dir = weights[0].parent().expect("a file has a folder").to_path_buf();
+            Ok(ModelFiles { name: name.into(), format: Format::Safetensors, revision: commit_of(&weights[0]), path: dir })
+        }
+    }
+}
+
+/// The hub API, or the cache alone when HF_HUB_OFFLINE is set.
+enum Fetcher {
+    Online(hf_hub::api::sync::ApiRepo, String),
+    Offline(hf_hub::CacheRepo, String),
+}
+
+impl Fetcher {
+    fn new(repo: hf_hub::Repo, name: &str) -> Result<Self, ModelError> {
+        let offline = std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| !v.is_empty() && v != "0");
+        if offline {
+            return Ok(Fetcher::Offline(hf_hub::Cache::from_env().repo(repo), name.into()));
+        }
+        let api = hf_hub::api::sync::ApiBuilder::from_env()
+            .with_progress(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .build()
+            .map_err(|e| ModelError::Missing { origin: name.into(), message: format!("Hugging Face hub client: {e}") })?;
+        Ok(Fetcher::Online(api.repo(repo), name.into()))
+    }
+
+    fn get(&self, file: &str) -> Result<PathBuf, ModelError> {
+        match self {
+            Fetcher::Online(repo, name) => repo.get(file).map_err(|e| ModelError::Missing {
+                origin: name.clone(),
+                message: format!("cannot fetch {file} from the Hugging Face hub: {e} (set HF_HUB_OFFLINE=1 to use a copied cache, or give a local path)"),
+            }),
+            Fetcher::Offline(repo, name) => repo.get(file).ok_or_else(|| ModelError::Missing {
+                origin: name.clone(),
+                message: format!("{file} is not in the Hugging Face cache ({}) and HF_HUB_OFFLINE is set", hf_hub::Cache::from_env().path().display()),
+            }),
+        }
+    }
+}
+
+/// `.../snapshots/<commit>/<file>` → the commit.
+fn commit_of(path: &Path) -> Option<String> {
+    let parent = path.parent()?;
+    (parent.parent()?.file_name()? == "snapshots").then(|| parent.file_name().map(|c| c.to_string_lossy().into_owned()))?
+}
+
+/// sha256 of a file, hex.
+pub fn sha256_file(path: &Path) -> Result<String, ModelError> {
+    let mut f = std::fs::File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(crate::rubric::hex(&h.finalize()))
+}
+
+/// Fail clearly when a file's sha256 is not the expected one.
+pub fn verify_sha256(path: &Path, expected: &str) -> Result<String, ModelError> {
+    let got = sha256_file(path)?;
+    if !got.eq_ignore_ascii_case(expected) {
+        return Err(ModelError::Checksum { path: path.to_path_buf(), expected: expected.to_lowercase(), got });
+    }
+    Ok(got)
+}
