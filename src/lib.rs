@@ -5,6 +5,7 @@
 //! messages, through the model's chat template) → … → report.
 
 pub mod data;
+pub mod judge;
 pub mod model;
 pub mod prompt;
 pub mod rubric;

@@ -1,0 +1,131 @@
+//! Stage 4 — tokens: one item's judge prompt as tokens, laid out for one shared prefill.
+//!
+//! The item's prompt (everything before the answer prefixes) is the trunk of one row; each
+//! aspect's answer prefix, and each multi-token score path, is a branch of that row. Leading
+//! tokens shared by every item (the rubric header) are cut off and computed once per run.
+
+use super::targets::ScoreTargets;
+use super::JudgeError;
+use crate::data::Item;
+use crate::model::Row;
+use crate::prompt::{ChatTemplate, PromptBuilder};
+use tokenizers::Tokenizer;
+
+/// One item, tokenized for every aspect.
+#[derive(Clone, Debug)]
+pub struct ItemLayout {
+    /// Tokens shared by all aspects (prompt up to the answer prefixes), header included.
+    pub trunk: Vec<u32>,
+    /// Per aspect, in rubric order.
+    pub aspects: Vec<ScoreTargets>,
+    /// Context turns left out (rubric limit, or to fit the model's context).
+    pub dropped_turns: usize,
+    /// Tokens a peer pipeline would prefill: one full prompt per aspect.
+    pub naive_tokens: usize,
+}
+
+impl ItemLayout {
+    /// Tokens this layout prefills beyond a `header` computed once.
+    pub fn row_tokens(&self, header: usize) -> usize {
+        self.row(header).len()
+    }
+
+    /// The row for a batch whose shared prefix is the first `header` trunk tokens.
+    pub fn row(&self, header: usize) -> Row {
+        let mut branches = Vec::new();
+        for t in &self.aspects {
+            for q in &t.queries {
+                let mut b = t.stem.clone();
+                b.extend_from_slice(&q.path);
+                if !b.is_empty() {
+                    branches.push(b);
+                }
+            }
+        }
+        Row { trunk: self.trunk[header..].to_vec(), branches }
+    }
+
+    /// For every aspect, the index within `row(header)` of the token after which each of its
+    /// queries reads the next-token distribution (queries in `ScoreTargets::queries` order).
+    pub fn query_positions(&self, header: usize) -> Vec<Vec<usize>> {
+        let trunk_len = self.trunk.len() - header;
+        let mut next_branch_start = trunk_len;
+        let mut out = Vec::with_capacity(self.aspects.len());
+        for t in &self.aspects {
+            let mut positions = Vec::with_capacity(t.queries.len());
+            for q in &t.queries {
+                let len = t.stem.len() + q.path.len();
+                if len == 0 {
+                    positions.push(trunk_len - 1);
+                } else {
+                    positions.push(next_branch_start + len - 1);
+                    next_branch_start += len;
+                }
+            }
+            out.push(positions);
+        }
+        out
+    }
+}
+
+/// Tokenize `item` for every aspect of the builder's rubric, dropping the oldest context turns
+/// while the longest sequence exceeds `max_tokens`.
+pub fn layout_item(builder: &PromptBuilder, template: &ChatTemplate, tokenizer: &Tokenizer, item: &Item, max_tokens: usize) -> Result<ItemLayout, JudgeError> {
+    let rubric = builder.rubric();
+    let mut keep = rubric.max_context_turns.unwrap_or(usize::MAX).min(item.context.len());
+    loop {
+        let prompt = builder.render_keeping(item, keep)?;
+        let shared = template.render(&prompt.messages, true)?;
+        let encode = |text: &str| -> Result<Vec<u32>, JudgeError> {
+            tokenizer
+                .encode(text, false)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| JudgeError::Tokenizer(e.to_string()))
+        };
+        let mut per_aspect: Vec<Vec<Vec<u32>>> = Vec::with_capacity(rubric.aspects.len());
+        let mut longest = 0;
+        for (a, aspect) in rubric.aspects.iter().enumerate() {
+            let answer = &prompt.answers[a.min(prompt.answers.len() - 1)];
+            let seqs = aspect
+                .scores()
+                .iter()
+                .map(|s| encode(&format!("{shared}{answer}{s}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            longest = longest.max(seqs.iter().map(Vec::len).max().unwrap_or(0));
+            per_aspect.push(seqs);
+        }
+        if longest > max_tokens && keep > 0 {
+            keep -= 1;
+            continue;
+        }
+        if longest > max_tokens {
+            return Err(JudgeError::TooLong { item: item.id.clone(), tokens: longest, max: max_tokens });
+        }
+        // The trunk: what every aspect's every score shares, less one token so that each
+        // aspect has something of its own to read from.
+        let all: Vec<&Vec<u32>> = per_aspect.iter().flatten().collect();
+        let shortest = all.iter().map(|s| s.len()).min().unwrap_or(0);
+        let lcp = (0..shortest).take_while(|&i| all.iter().all(|s| s[i] == all[0][i])).count();
+        let trunk_len = lcp.min(shortest.saturating_sub(1)).max(1);
+        let trunk = all[0][..trunk_len].to_vec();
+        let naive_tokens = per_aspect.iter().map(|seqs| seqs.iter().map(Vec::len).min().unwrap_or(0) - 1).sum();
+        let aspects = rubric
+            .aspects
+            .iter()
+            .zip(&per_aspect)
+            .map(|(aspect, seqs)| ScoreTargets::new(aspect.scores(), seqs, trunk_len))
+            .collect();
+        return Ok(ItemLayout { trunk, aspects, dropped_turns: item.context.len() - keep, naive_tokens });
+    }
+}
+
+/// Leading tokens shared by every item's trunk (each trunk keeps at least one token).
+pub fn common_header(layouts: &[&ItemLayout]) -> usize {
+    let Some(first) = layouts.first() else { return 0 };
+    let mut n = first.trunk.len().saturating_sub(1);
+    for l in &layouts[1..] {
+        n = n.min(l.trunk.len().saturating_sub(1));
+        n = (0..n).take_while(|&i| l.trunk[i] == first.trunk[i]).count();
+    }
+    n
+}

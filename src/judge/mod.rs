@@ -1,0 +1,135 @@
+//! Stage 6 — score distributions: the judge reads, for every aspect, the model's next-token
+//! distribution restricted to the aspect's valid scores. Nothing is generated or parsed, so
+//! every item gets a valid score, and the expected score comes with it.
+
+pub mod layout;
+pub mod targets;
+
+use crate::model::{Batch, ModelError, PrefixKv, Transformer};
+use candle_core::Tensor;
+use layout::ItemLayout;
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum JudgeError {
+    #[error(transparent)]
+    Prompt(#[from] crate::prompt::PromptError),
+    #[error(transparent)]
+    Template(#[from] crate::prompt::TemplateError),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("item {item}: the prompt needs {tokens} tokens even without context, more than the limit of {max}")]
+    TooLong { item: String, tokens: usize, max: usize },
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+/// One aspect's result.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AspectScore {
+    /// The most probable valid score (the lowest one on a tie).
+    pub score: i64,
+    /// Σ score × probability.
+    pub expected: f64,
+    /// Probability of each valid score, normalised over the valid scores; keys are the scores.
+    pub distribution: serde_json::Map<String, serde_json::Value>,
+    /// Probability mass the model put outside the valid scores.
+    pub off_scale: f64,
+}
+
+impl AspectScore {
+    pub fn from_distribution(scores: &[i64], dist: &[f64], off_scale: f64) -> Self {
+        let mut best = 0;
+        for (i, p) in dist.iter().enumerate() {
+            if *p > dist[best] {
+                best = i;
+            }
+        }
+        AspectScore {
+            score: scores[best],
+            expected: scores.iter().zip(dist).map(|(s, p)| *s as f64 * p).sum(),
+            distribution: scores.iter().zip(dist).map(|(s, p)| (s.to_string(), serde_json::json!(p))).collect(),
+            off_scale,
+        }
+    }
+
+    pub fn probabilities(&self) -> Vec<f64> {
+        self.distribution.values().map(|v| v.as_f64().unwrap_or(0.0)).collect()
+    }
+}
+
+/// Scores batches of laid-out items with one model, reusing the rubric header's keys/values.
+pub struct Scorer<'m> {
+    model: &'m Transformer,
+    header: usize,
+    header_kv: Option<PrefixKv>,
+}
+
+impl<'m> Scorer<'m> {
+    /// `header` tokens (shared by every item, see `layout::common_header`) are computed now, once.
+    pub fn new(model: &'m Transformer, header_tokens: &[u32]) -> Result<Self, JudgeError> {
+        let header_kv = if header_tokens.is_empty() { None } else { Some(model.prefix(header_tokens)?) };
+        Ok(Scorer { model, header: header_tokens.len(), header_kv })
+    }
+
+    pub fn header_len(&self) -> usize {
+        self.header
+    }
+
+    /// One forward pass over these items; per item, per aspect, the result.
+    pub fn score(&self, items: &[&ItemLayout]) -> Result<Vec<Vec<AspectScore>>, JudgeError> {
+        let rows: Vec<_> = items.iter().map(|l| l.row(self.header)).collect();
+        let batch = Batch::from_rows(&rows, self.header, &self.model.windows(), self.model.dtype(), self.model.device())?;
+        let (hidden, _) = self.model.forward(&batch, self.header_kv.as_ref())?;
+        let mut at = Vec::new();
+        let positions: Vec<Vec<Vec<usize>>> = items.iter().map(|l| l.query_positions(self.header)).collect();
+        for (r, per_aspect) in positions.iter().enumerate() {
+            for p in per_aspect.iter().flatten() {
+                at.push((r, *p));
+            }
+        }
+        let logits = self.model.logits_at(&hidden, &at, None)?;
+        let log_probs = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1)?;
+        let log_probs: Vec<Vec<f32>> = to_rows(&log_probs)?;
+        let mut next = 0;
+        let mut out = Vec::with_capacity(items.len());
+        for (layout, per_aspect) in items.iter().zip(&positions) {
+            let mut aspects = Vec::with_capacity(layout.aspects.len());
+            for (targets, pos) in layout.aspects.iter().zip(per_aspect) {
+                let lp = &log_probs[next..next + pos.len()];
+                next += pos.len();
+                let (dist, off) = targets.distribution(lp);
+                aspects.push(AspectScore::from_distribution(&targets.scores, &dist, off));
+            }
+            out.push(aspects);
+        }
+        Ok(out)
+    }
+}
+
+fn to_rows(t: &Tensor) -> Result<Vec<Vec<f32>>, JudgeError> {
+    Ok(t.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?)
+}
+
+/// Group items into batches whose padded size (rows × longest row) stays within `budget`
+/// tokens; longest first, so rows of a batch have similar lengths. Every batch holds at least
+/// one item.
+pub fn plan_batches(lens: &[usize], budget: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lens.len()).collect();
+    order.sort_by(|&a, &b| lens[b].cmp(&lens[a]).then(a.cmp(&b)));
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    for i in order {
+        let longest = current.first().map_or(lens[i], |&f| lens[f]);
+        if !current.is_empty() && (current.len() + 1) * longest > budget {
+            batches.push(std::mem::take(&mut current));
+        }
+        current.push(i);
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
