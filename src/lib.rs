@@ -8,6 +8,7 @@ pub mod data;
 pub mod judge;
 pub mod model;
 pub mod prompt;
+pub mod results;
 pub mod rubric;
 
 /// hyoka's version, recorded in every output.

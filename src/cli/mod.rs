@@ -1,7 +1,9 @@
 //! Subcommands. Exit codes: 0 success, 1 failure (I/O, model, internal), 2 command-line usage,
-//! 3 invalid input (a data file or rubric that fails validation).
+//! 3 invalid input (a data file or rubric that fails validation), 4 finished, but some items
+//! failed or were skipped (listed on stderr and in the output).
 
 mod data_cmd;
+mod judge_cmd;
 mod rubrics_cmd;
 
 use clap::{Parser, Subcommand};
@@ -11,6 +13,7 @@ use std::process::ExitCode;
 
 pub const EXIT_FAILURE: u8 = 1;
 pub const EXIT_INVALID_INPUT: u8 = 3;
+pub const EXIT_PARTIAL: u8 = 4;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -20,7 +23,8 @@ pub const EXIT_INVALID_INPUT: u8 = 3;
     long_about = "hyoka (評価) scores dialogue responses with LLM judges and BERTScore running \
 in-process, offline, and checks them against human ratings.\n\n\
 Items are JSONL, one dialogue item per line (see `hyoka validate --help` and README.md).",
-    after_help = "Exit codes: 0 success, 1 failure, 2 usage error, 3 invalid input (data or rubric)."
+    after_help = "Exit codes: 0 success, 1 failure, 2 usage error, 3 invalid input (data or rubric), \
+4 finished but some items failed or were skipped."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -37,6 +41,8 @@ pub enum Command {
     /// List, show and check rubrics, and print the exact prompt a judge would see.
     #[command(subcommand)]
     Rubrics(rubrics_cmd::Rubrics),
+    /// Score items with LLM judges: valid integer scores and their distributions.
+    Judge(judge_cmd::JudgeArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -44,7 +50,22 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Import(cmd) => data_cmd::import(cmd),
         Command::Validate(cmd) => data_cmd::validate(cmd),
         Command::Rubrics(cmd) => rubrics_cmd::run(cmd),
+        Command::Judge(args) => judge_cmd::run(args),
     }
+}
+
+/// A progress bar on stderr when it is a terminal; hidden otherwise (logs stay clean).
+pub fn progress_bar(what: &str) -> indicatif::ProgressBar {
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} items ({per_sec}, eta {eta})")
+            .expect("the template is valid"),
+    );
+    bar.set_message(what.to_string());
+    bar
 }
 
 /// Invalid input (exit 3) is any data or rubric error other than I/O; the rest is exit 1.
@@ -52,6 +73,9 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {
         if let Some(e) = cause.downcast_ref::<DataError>() {
             return if matches!(e, DataError::Io { .. }) { EXIT_FAILURE } else { EXIT_INVALID_INPUT };
+        }
+        if let Some(hyoka::results::ResultsError::Mismatch { .. }) = cause.downcast_ref::<hyoka::results::ResultsError>() {
+            return EXIT_INVALID_INPUT;
         }
         if let Some(e) = cause.downcast_ref::<RubricError>() {
             return if matches!(e, RubricError::Io { .. }) { EXIT_FAILURE } else { EXIT_INVALID_INPUT };

@@ -20,6 +20,8 @@ pub struct ItemLayout {
     pub aspects: Vec<ScoreTargets>,
     /// Context turns left out (rubric limit, or to fit the model's context).
     pub dropped_turns: usize,
+    /// Whether turns beyond the rubric's limit had to go for the prompt to fit.
+    pub truncated: bool,
     /// Tokens a peer pipeline would prefill: one full prompt per aspect.
     pub naive_tokens: usize,
 }
@@ -72,7 +74,8 @@ impl ItemLayout {
 /// while the longest sequence exceeds `max_tokens`.
 pub fn layout_item(builder: &PromptBuilder, template: &ChatTemplate, tokenizer: &Tokenizer, item: &Item, max_tokens: usize) -> Result<ItemLayout, JudgeError> {
     let rubric = builder.rubric();
-    let mut keep = rubric.max_context_turns.unwrap_or(usize::MAX).min(item.context.len());
+    let allowed = rubric.max_context_turns.unwrap_or(usize::MAX).min(item.context.len());
+    let mut keep = allowed;
     loop {
         let prompt = builder.render_keeping(item, keep)?;
         let shared = template.render(&prompt.messages, true)?;
@@ -115,7 +118,7 @@ pub fn layout_item(builder: &PromptBuilder, template: &ChatTemplate, tokenizer: 
             .zip(&per_aspect)
             .map(|(aspect, seqs)| ScoreTargets::new(aspect.scores(), seqs, trunk_len))
             .collect();
-        return Ok(ItemLayout { trunk, aspects, dropped_turns: item.context.len() - keep, naive_tokens });
+        return Ok(ItemLayout { trunk, aspects, dropped_turns: item.context.len() - keep, truncated: keep < allowed, naive_tokens });
     }
 }
 

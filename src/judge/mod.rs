@@ -3,6 +3,7 @@
 //! every item gets a valid score, and the expected score comes with it.
 
 pub mod layout;
+pub mod run;
 pub mod targets;
 
 use crate::model::{Batch, ModelError, PrefixKv, Transformer};

@@ -204,9 +204,12 @@ impl Rubric {
 
     /// sha256 of the rubric's canonical JSON form: scales, wording and templates.
     pub fn hash(&self) -> String {
-        let json = serde_json::to_string(self).expect("rubric serialises");
-        hex(&Sha256::digest(json.as_bytes()))
+        sha256_hex(serde_json::to_string(self).expect("rubric serialises").as_bytes())
     }
+}
+
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex(&Sha256::digest(data))
 }
 
 pub fn hex(bytes: &[u8]) -> String {

@@ -1,0 +1,110 @@
+//! `hyoka judge`.
+
+use super::EXIT_PARTIAL;
+use anyhow::Context;
+use clap::Args;
+use hyoka::data;
+use hyoka::judge::run::{Judge, RunOptions};
+use hyoka::model::device::{parse_device, parse_dtype};
+use hyoka::model::LoadedModel;
+use hyoka::rubric::Rubric;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+#[command(long_about = "Score items with LLM judges, one integer per rubric aspect.\n\n\
+Nothing is generated or parsed: for each aspect the judge model's next-token distribution after \
+the aspect's answer prefix is restricted to the aspect's valid scores, so every item gets a valid \
+score. Each line of the output holds, per aspect: score (most probable), expected (expected \
+score), distribution (over the valid scores) and off_scale (probability mass outside them), plus \
+the run's provenance.\n\n\
+All aspects of an item share one prefill, and the rubric header shared by all items is computed \
+once. A killed run restarted with the same arguments continues after the last finished item.")]
+pub struct JudgeArgs {
+    /// Built-in rubric name (see `hyoka rubrics list`) or rubric file.
+    #[arg(long)]
+    pub rubric: String,
+    /// Judge model: local folder or .gguf file, or Hugging Face id ORG/NAME[@REV][:FILE.gguf].
+    /// Repeat to score with several judges: each one's scores and their mean are written.
+    #[arg(long, required = true)]
+    pub model: Vec<String>,
+    /// tokenizer.json (or a folder with tokenizer.json and tokenizer_config.json) for models
+    /// that lack one, e.g. Gemma GGUF files.
+    #[arg(long, value_name = "PATH")]
+    pub tokenizer: Option<PathBuf>,
+    /// Items JSONL (see `hyoka validate --help`).
+    #[arg(long, short)]
+    pub input: PathBuf,
+    /// Output scores JSONL; an existing file of the same run is continued.
+    #[arg(long, short)]
+    pub output: PathBuf,
+    /// cpu, cuda, cuda:N or metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// f32, bf16 or f16 (default: f32 on CPU, bf16 on GPUs).
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// Padded tokens per forward pass (rows × longest row).
+    #[arg(long, default_value_t = 4096)]
+    pub batch_tokens: usize,
+    /// Longest prompt in tokens; longer ones lose their oldest context turns (default: the
+    /// model's context length).
+    #[arg(long)]
+    pub max_prompt_tokens: Option<usize>,
+    /// Expected sha256 of the (first) model's weights file; a mismatch is an error.
+    #[arg(long, value_name = "HEX")]
+    pub sha256: Option<String>,
+    /// Skip invalid input lines (reported) instead of stopping.
+    #[arg(long)]
+    pub skip_invalid: bool,
+    /// Start the output afresh instead of continuing it.
+    #[arg(long)]
+    pub overwrite: bool,
+}
+
+pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
+    let (rubric, source) = Rubric::resolve(&args.rubric)?;
+    let read = data::read_items(&args.input, args.skip_invalid)?;
+    for e in &read.skipped {
+        eprintln!("skipped: {e}");
+    }
+    let device = parse_device(&args.device)?;
+    let dtype = parse_dtype(args.dtype.as_deref(), &device)?;
+    let mut models = Vec::with_capacity(args.model.len());
+    for (i, name) in args.model.iter().enumerate() {
+        eprintln!("loading {name} ...");
+        let expect = if i == 0 { args.sha256.as_deref() } else { None };
+        models.push(LoadedModel::load(name, args.tokenizer.as_deref(), dtype, &device, expect).with_context(|| format!("loading model {name}"))?);
+    }
+    let judge = Judge { models: &models, rubric: &rubric, rubric_source: &source };
+    let opts = RunOptions { batch_tokens: args.batch_tokens, max_prompt_tokens: args.max_prompt_tokens, overwrite: args.overwrite };
+    let bar = super::progress_bar("judging");
+    let started = std::time::Instant::now();
+    let summary = judge.run(&read.items, &args.output, &opts, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })?;
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "scored {} items in {secs:.1}s ({:.2} items/s); {} already in {}; {} failed; {} truncated to fit",
+        summary.scored,
+        summary.scored as f64 / secs.max(1e-9),
+        summary.skipped_finished,
+        args.output.display(),
+        summary.failed.len(),
+        summary.truncated,
+    );
+    if summary.naive_tokens > 0 {
+        eprintln!(
+            "forward tokens: {} (one full prompt per aspect would be {}: {:.1}× fewer)",
+            summary.forward_tokens,
+            summary.naive_tokens,
+            summary.naive_tokens as f64 / summary.forward_tokens.max(1) as f64
+        );
+    }
+    for f in &summary.failed {
+        eprintln!("failed: {f}");
+    }
+    Ok(if summary.failed.is_empty() && read.skipped.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PARTIAL) })
+}

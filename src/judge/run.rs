@@ -1,0 +1,219 @@
+//! A whole judge run: items × rubric × one or more judge models → scores.jsonl, resumable.
+
+use super::layout::{common_header, layout_item, ItemLayout};
+use super::{plan_batches, AspectScore, JudgeError, Scorer};
+use crate::data::Item;
+use crate::model::device::{device_name, dtype_name};
+use crate::model::LoadedModel;
+use crate::prompt::PromptBuilder;
+use crate::results::{ModelId, Provenance, ResultsError, ResultsFile, RubricId};
+use crate::rubric::{OutputMode, Rubric};
+use serde_json::{json, Map, Value};
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Judge(#[from] JudgeError),
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    #[error("rubric {0}: output = \"json\" rubrics are not supported by `hyoka judge` yet; use a score rubric")]
+    JsonMode(String),
+}
+
+pub struct RunOptions {
+    /// Padded tokens per forward pass.
+    pub batch_tokens: usize,
+    /// Longest prompt, in tokens (default: each model's context length).
+    pub max_prompt_tokens: Option<usize>,
+    pub overwrite: bool,
+}
+
+/// What a run did, for the closing summary.
+#[derive(Debug, Default)]
+pub struct RunSummary {
+    pub scored: usize,
+    pub skipped_finished: usize,
+    pub failed: Vec<String>,
+    /// Tokens prefilled, and what one full prompt per aspect would have needed.
+    pub forward_tokens: usize,
+    pub naive_tokens: usize,
+    pub truncated: usize,
+}
+
+pub struct Judge<'a> {
+    pub models: &'a [LoadedModel],
+    pub rubric: &'a Rubric,
+    pub rubric_source: &'a str,
+}
+
+impl Judge<'_> {
+    pub fn provenance(&self) -> Provenance {
+        let first = &self.models[0].transformer;
+        Provenance {
+            hyoka: crate::VERSION.into(),
+            task: "judge".into(),
+            rubric: Some(RubricId { name: self.rubric.name.clone(), source: self.rubric_source.into(), hash: self.rubric.hash() }),
+            models: self
+                .models
+                .iter()
+                .map(|m| ModelId {
+                    name: m.files.name.clone(),
+                    revision: m.files.revision.clone(),
+                    sha256: m.sha256.clone(),
+                    arch: m.transformer.cfg.arch.name().into(),
+                    chat_template: Some(crate::rubric::sha256_hex(m.chat_template.source().as_bytes())),
+                })
+                .collect(),
+            dtype: dtype_name(first.dtype()).into(),
+            device: device_name(first.device()),
+        }
+    }
+
+    /// Score every item not yet in `output`, appending one line per item.
+    /// `progress` is called with (items done, items to do).
+    pub fn run(&self, items: &[Item], output: &Path, opts: &RunOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<RunSummary, RunError> {
+        if self.rubric.output == OutputMode::Json {
+            return Err(RunError::JsonMode(self.rubric.name.clone()));
+        }
+        let provenance = self.provenance();
+        let provenance_value = serde_json::to_value(&provenance).expect("provenance serialises");
+        let mut file = ResultsFile::open(output, &provenance, opts.overwrite)?;
+        let builder = PromptBuilder::new(self.rubric).expect("a validated rubric compiles");
+        let mut summary = RunSummary { skipped_finished: file.finished.len(), ..Default::default() };
+        let todo: Vec<&Item> = items.iter().filter(|i| !file.finished.contains(&i.id)).collect();
+        summary.skipped_finished = items.len() - todo.len();
+
+        // Lay out every item for every judge first (tokenization is cheap next to the model):
+        // the header shared by all items is then the same however the run is cut up.
+        let mut per_model: Vec<Vec<Result<ItemLayout, String>>> = Vec::new();
+        let mut headers = Vec::new();
+        for m in self.models {
+            let max = opts.max_prompt_tokens.unwrap_or(m.transformer.cfg.max_position);
+            let layouts: Vec<Result<ItemLayout, String>> = items
+                .iter()
+                .map(|it| layout_item(&builder, &m.chat_template, &m.tokenizer, it, max).map_err(|e| e.to_string()))
+                .collect();
+            let ok: Vec<&ItemLayout> = layouts.iter().filter_map(|l| l.as_ref().ok()).collect();
+            let header = common_header(&ok);
+            headers.push(ok.first().map(|l| l.trunk[..header].to_vec()).unwrap_or_default());
+            per_model.push(layouts);
+        }
+        let index: std::collections::HashMap<&str, usize> = items.iter().enumerate().map(|(i, it)| (it.id.as_str(), i)).collect();
+        let todo_idx: Vec<usize> = todo.iter().map(|it| index[it.id.as_str()]).collect();
+
+        let scorers: Vec<Scorer> = self
+            .models
+            .iter()
+            .zip(&headers)
+            .map(|(m, h)| Scorer::new(&m.transformer, h))
+            .collect::<Result<_, _>>()?;
+        summary.forward_tokens += headers.iter().map(Vec::len).sum::<usize>();
+
+        // Batches are planned on the first judge's layout; every judge scores the same chunk,
+        // and its lines are written once all judges are done with it.
+        let lens: Vec<usize> = todo_idx
+            .iter()
+            .map(|&i| per_model[0][i].as_ref().map_or(1, |l| l.row_tokens(scorers[0].header_len())))
+            .collect();
+        let plan = plan_batches(&lens, opts.batch_tokens);
+        let total = todo_idx.len();
+        let mut done = 0;
+        progress(0, total);
+        for chunk in plan {
+            let chunk: Vec<usize> = chunk.into_iter().map(|k| todo_idx[k]).collect();
+            // results[j][judge] = per-aspect scores, or the item's error.
+            let mut results: Vec<Vec<Result<Vec<AspectScore>, String>>> = vec![Vec::new(); chunk.len()];
+            for (m, scorer) in scorers.iter().enumerate() {
+                let ok: Vec<(usize, &ItemLayout)> = chunk
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, &i)| per_model[m][i].as_ref().ok().map(|l| (j, l)))
+                    .collect();
+                let layouts: Vec<&ItemLayout> = ok.iter().map(|(_, l)| *l).collect();
+                let mut scored = if layouts.is_empty() { Vec::new() } else { scorer.score(&layouts)? }.into_iter();
+                for l in &layouts {
+                    summary.forward_tokens += l.row_tokens(scorer.header_len());
+                    summary.naive_tokens += l.naive_tokens;
+                }
+                let mut ok_iter = ok.iter().map(|(j, _)| *j).peekable();
+                for (j, &i) in chunk.iter().enumerate() {
+                    if ok_iter.peek() == Some(&j) {
+                        ok_iter.next();
+                        results[j].push(Ok(scored.next().expect("one result per layout")));
+                    } else {
+                        results[j].push(Err(per_model[m][i].as_ref().err().cloned().unwrap_or_default()));
+                    }
+                }
+            }
+            let mut lines = Vec::with_capacity(chunk.len());
+            for (j, &i) in chunk.iter().enumerate() {
+                let item = &items[i];
+                let (dropped, truncated) = per_model[0][i].as_ref().map_or((0, false), |l| (l.dropped_turns, l.truncated));
+                let mut line = Map::new();
+                line.insert("id".into(), json!(item.id));
+                match results[j].iter().find_map(|r| r.as_ref().err()) {
+                    Some(err) => {
+                        summary.failed.push(format!("{}: {err}", item.id));
+                        line.insert("error".into(), json!(err));
+                    }
+                    None => {
+                        let per_judge: Vec<&Vec<AspectScore>> = results[j].iter().map(|r| r.as_ref().expect("no error")).collect();
+                        line.insert("scores".into(), self.aspects_json(&mean_scores(&per_judge)));
+                        if per_judge.len() > 1 {
+                            let judges: Vec<Value> = per_judge
+                                .iter()
+                                .zip(self.models)
+                                .map(|(s, m)| json!({"model": m.files.name, "scores": self.aspects_json(s)}))
+                                .collect();
+                            line.insert("judges".into(), Value::Array(judges));
+                        }
+                        summary.scored += 1;
+                    }
+                }
+                summary.truncated += usize::from(truncated);
+                line.insert("dropped_turns".into(), json!(dropped));
+                line.insert("truncated".into(), json!(truncated));
+                line.insert("provenance".into(), provenance_value.clone());
+                lines.push(Value::Object(line).to_string());
+            }
+            file.append(&lines)?;
+            done += chunk.len();
+            progress(done, total);
+        }
+        Ok(summary)
+    }
+
+    fn aspects_json(&self, scores: &[AspectScore]) -> Value {
+        let map: Map<String, Value> = self
+            .rubric
+            .aspects
+            .iter()
+            .zip(scores)
+            .map(|(a, s)| (a.key.clone(), serde_json::to_value(s).expect("scores serialise")))
+            .collect();
+        Value::Object(map)
+    }
+}
+
+/// Several judges' results averaged: mean distribution, its argmax and expectation.
+fn mean_scores(per_judge: &[&Vec<AspectScore>]) -> Vec<AspectScore> {
+    if per_judge.len() == 1 {
+        return per_judge[0].clone();
+    }
+    let n = per_judge.len() as f64;
+    (0..per_judge[0].len())
+        .map(|a| {
+            let scores: Vec<i64> = per_judge[0][a].distribution.keys().map(|k| k.parse().expect("score keys are integers")).collect();
+            let mut dist = vec![0.0; scores.len()];
+            let mut off = 0.0;
+            for j in per_judge {
+                for (d, p) in dist.iter_mut().zip(j[a].probabilities()) {
+                    *d += p / n;
+                }
+                off += j[a].off_scale / n;
+            }
+            AspectScore::from_distribution(&scores, &dist, off)
+        })
+        .collect()
+}

@@ -1,0 +1,149 @@
+//! Stage 8 — results files: JSONL, one line per item, appended and flushed as work finishes, so
+//! a killed run restarted with the same arguments continues after the last finished item.
+//! Every line carries the provenance of the run that wrote it; a restart refuses a file written
+//! by a different run (model, rubric, dtype or hyoka version).
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResultsError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{}:{line}: {message}", path.display())]
+    Corrupt { path: PathBuf, line: usize, message: String },
+    #[error("{}:{line}: written by a different run ({what} differs: {theirs} vs now {ours}); use another output file or --overwrite", path.display())]
+    Mismatch { path: PathBuf, line: usize, what: String, theirs: String, ours: String },
+}
+
+/// What identifies a run's results: lines of one file must agree on all of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    pub hyoka: String,
+    pub task: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rubric: Option<RubricId>,
+    pub models: Vec<ModelId>,
+    pub dtype: String,
+    pub device: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RubricId {
+    pub name: String,
+    pub source: String,
+    /// sha256 of the rubric (scales, wording, templates).
+    pub hash: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelId {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub revision: Option<String>,
+    pub sha256: String,
+    pub arch: String,
+    /// sha256 of the chat template the prompts went through.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub chat_template: Option<String>,
+}
+
+impl Provenance {
+    /// The first difference that makes two runs' results incomparable (the device is not one:
+    /// a run may move between GPUs, or from GPU to CPU).
+    fn difference(&self, other: &Provenance) -> Option<(String, String, String)> {
+        if self.hyoka != other.hyoka {
+            return Some(("hyoka version".into(), s(&self.hyoka), s(&other.hyoka)));
+        }
+        if self.task != other.task {
+            return Some(("task".into(), s(&self.task), s(&other.task)));
+        }
+        if self.rubric != other.rubric {
+            return Some(("rubric".into(), s(&self.rubric), s(&other.rubric)));
+        }
+        if self.models != other.models {
+            return Some(("model".into(), s(&self.models), s(&other.models)));
+        }
+        if self.dtype != other.dtype {
+            return Some(("dtype".into(), s(&self.dtype), s(&other.dtype)));
+        }
+        None
+    }
+}
+
+fn s<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// An open results file: the ids already finished, and a handle to append more.
+pub struct ResultsFile {
+    path: PathBuf,
+    out: std::fs::File,
+    pub finished: HashSet<String>,
+}
+
+impl ResultsFile {
+    /// Open `path` for `provenance`: existing lines of the same run count as finished; a
+    /// truncated last line (a killed write) is dropped; `overwrite` starts afresh.
+    pub fn open(path: &Path, provenance: &Provenance, overwrite: bool) -> Result<Self, ResultsError> {
+        let io = |source| ResultsError::Io { path: path.to_path_buf(), source };
+        let mut finished = HashSet::new();
+        let mut keep_bytes = 0u64;
+        if path.exists() && !overwrite {
+            let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
+            let mut lines = reader.split(b'\n').enumerate().peekable();
+            while let Some((i, line)) = lines.next() {
+                let line = line.map_err(io)?;
+                let last = lines.peek().is_none();
+                let text = String::from_utf8_lossy(&line);
+                if text.trim().is_empty() {
+                    keep_bytes += line.len() as u64 + 1;
+                    continue;
+                }
+                #[derive(Deserialize)]
+                struct Head {
+                    id: String,
+                    provenance: Provenance,
+                }
+                match serde_json::from_str::<Head>(&text) {
+                    Ok(head) => {
+                        if let Some((what, theirs, ours)) = head.provenance.difference(provenance) {
+                            return Err(ResultsError::Mismatch { path: path.to_path_buf(), line: i + 1, what, theirs, ours });
+                        }
+                        finished.insert(head.id);
+                        keep_bytes += line.len() as u64 + 1;
+                    }
+                    // A line cut short by a kill: drop it, its item is scored again.
+                    Err(_) if last => break,
+                    Err(e) => return Err(ResultsError::Corrupt { path: path.to_path_buf(), line: i + 1, message: e.to_string() }),
+                }
+            }
+        }
+        // Keep the finished lines (none with `overwrite`), append after them.
+        let mut out = std::fs::OpenOptions::new().create(true).write(true).truncate(false).open(path).map_err(io)?;
+        let len = out.metadata().map_err(io)?.len();
+        out.set_len(keep_bytes.min(len)).map_err(io)?;
+        use std::io::Seek;
+        out.seek(std::io::SeekFrom::End(0)).map_err(io)?;
+        if keep_bytes > len {
+            // The last finished line had no newline.
+            out.write_all(b"\n").map_err(io)?;
+        }
+        Ok(ResultsFile { path: path.to_path_buf(), out, finished })
+    }
+
+    /// Append lines and flush them to disk before returning.
+    pub fn append(&mut self, lines: &[String]) -> Result<(), ResultsError> {
+        let io = |source| ResultsError::Io { path: self.path.clone(), source };
+        let mut text = String::new();
+        for l in lines {
+            text.push_str(l);
+            text.push('\n');
+        }
+        self.out.write_all(text.as_bytes()).map_err(io)?;
+        self.out.flush().map_err(io)?;
+        self.out.sync_data().map_err(io)
+    }
+}
