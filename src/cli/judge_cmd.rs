@@ -60,6 +60,10 @@ pub struct JudgeArgs {
     /// Start the output afresh instead of continuing it.
     #[arg(long)]
     pub overwrite: bool,
+    /// Also record the peers' method for comparison: greedy generation of up to N tokens after
+    /// each answer prefix, and the first integer in it ("greedy": {"text", "score"}).
+    #[arg(long, value_name = "N")]
+    pub greedy_baseline: Option<usize>,
 }
 
 pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
@@ -77,7 +81,7 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
         models.push(LoadedModel::load(name, args.tokenizer.as_deref(), dtype, &device, expect).with_context(|| format!("loading model {name}"))?);
     }
     let judge = Judge { models: &models, rubric: &rubric, rubric_source: &source };
-    let opts = RunOptions { batch_tokens: args.batch_tokens, max_prompt_tokens: args.max_prompt_tokens, overwrite: args.overwrite };
+    let opts = RunOptions { batch_tokens: args.batch_tokens, max_prompt_tokens: args.max_prompt_tokens, overwrite: args.overwrite, greedy_baseline: args.greedy_baseline };
     let bar = super::progress_bar("judging");
     let started = std::time::Instant::now();
     let summary = judge.run(&read.items, &args.output, &opts, &mut |done, total| {

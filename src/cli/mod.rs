@@ -2,6 +2,7 @@
 //! 3 invalid input (a data file or rubric that fails validation), 4 finished, but some items
 //! failed or were skipped (listed on stderr and in the output).
 
+mod bench_cmd;
 mod data_cmd;
 mod judge_cmd;
 mod rubrics_cmd;
@@ -43,6 +44,8 @@ pub enum Command {
     Rubrics(rubrics_cmd::Rubrics),
     /// Score items with LLM judges: valid integer scores and their distributions.
     Judge(judge_cmd::JudgeArgs),
+    /// Measure prefill speed on real judge prompts (tokens/s, items/s).
+    Bench(bench_cmd::BenchArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -51,6 +54,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Validate(cmd) => data_cmd::validate(cmd),
         Command::Rubrics(cmd) => rubrics_cmd::run(cmd),
         Command::Judge(args) => judge_cmd::run(args),
+        Command::Bench(args) => bench_cmd::run(args),
     }
 }
 

@@ -38,6 +38,16 @@ pub struct AspectScore {
     pub distribution: serde_json::Map<String, serde_json::Value>,
     /// Probability mass the model put outside the valid scores.
     pub off_scale: f64,
+    /// With `--greedy-baseline`: what greedy generation answered, and its regex-parsed score
+    /// (null when the text holds no valid score).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub greedy: Option<Greedy>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Greedy {
+    pub text: String,
+    pub score: Option<i64>,
 }
 
 impl AspectScore {
@@ -53,6 +63,7 @@ impl AspectScore {
             expected: scores.iter().zip(dist).map(|(s, p)| *s as f64 * p).sum(),
             distribution: scores.iter().zip(dist).map(|(s, p)| (s.to_string(), serde_json::json!(p))).collect(),
             off_scale,
+            greedy: None,
         }
     }
 
@@ -108,6 +119,36 @@ impl<'m> Scorer<'m> {
         }
         Ok(out)
     }
+}
+
+impl Scorer<'_> {
+    /// The peers' method, for comparison: greedy generation of up to `max_new` tokens after an
+    /// aspect's answer prefix (stopping at `stop` tokens); the caller parses the text.
+    pub fn greedy(&self, layout: &ItemLayout, aspect: usize, max_new: usize, stop: &[u32]) -> Result<Vec<u32>, JudgeError> {
+        let mut prompt = layout.trunk[self.header..].to_vec();
+        prompt.extend_from_slice(&layout.aspects[aspect].stem);
+        let (mut kv, mut logits) = self.model.extend(self.header_kv.as_ref(), &prompt)?;
+        let mut out = Vec::new();
+        for _ in 0..max_new {
+            let next = logits.argmax(candle_core::D::Minus1)?.flatten_all()?.to_vec1::<u32>()?[0];
+            if stop.contains(&next) {
+                break;
+            }
+            out.push(next);
+            (kv, logits) = self.model.extend(Some(&kv), &[next])?;
+        }
+        Ok(out)
+    }
+}
+
+/// The first integer in a generated answer, if it is a valid score (the peers' regex parse).
+pub fn parse_score(text: &str, scores: &[i64]) -> Option<i64> {
+    let digits: String = text
+        .chars()
+        .map(|c| if c.is_ascii_digit() { c } else if ('０'..='９').contains(&c) { char::from(b'0' + (c as u32 - '０' as u32) as u8) } else { ' ' })
+        .collect();
+    let first: i64 = digits.split_whitespace().next()?.parse().ok()?;
+    scores.contains(&first).then_some(first)
 }
 
 fn to_rows(t: &Tensor) -> Result<Vec<Vec<f32>>, JudgeError> {

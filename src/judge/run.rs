@@ -27,6 +27,9 @@ pub struct RunOptions {
     /// Longest prompt, in tokens (default: each model's context length).
     pub max_prompt_tokens: Option<usize>,
     pub overwrite: bool,
+    /// Also generate greedily (up to this many tokens) after each answer prefix and parse the
+    /// first integer: the peers' method, recorded next to the distribution for comparison.
+    pub greedy_baseline: Option<usize>,
 }
 
 /// What a run did, for the closing summary.
@@ -131,7 +134,20 @@ impl Judge<'_> {
                     .filter_map(|(j, &i)| per_model[m][i].as_ref().ok().map(|l| (j, l)))
                     .collect();
                 let layouts: Vec<&ItemLayout> = ok.iter().map(|(_, l)| *l).collect();
-                let mut scored = if layouts.is_empty() { Vec::new() } else { scorer.score(&layouts)? }.into_iter();
+                let mut scored = if layouts.is_empty() { Vec::new() } else { scorer.score(&layouts)? };
+                if let Some(max_new) = opts.greedy_baseline {
+                    let model = &self.models[m];
+                    let stop = stop_tokens(model);
+                    for (l, aspects) in layouts.iter().zip(scored.iter_mut()) {
+                        for (a, score) in aspects.iter_mut().enumerate() {
+                            let ids = scorer.greedy(l, a, max_new, &stop)?;
+                            let text = model.tokenizer.decode(&ids, true).map_err(|e| JudgeError::Tokenizer(e.to_string()))?;
+                            let valid = &l.aspects[a].scores;
+                            score.greedy = Some(super::Greedy { score: super::parse_score(&text, valid), text });
+                        }
+                    }
+                }
+                let mut scored = scored.into_iter();
                 for l in &layouts {
                     summary.forward_tokens += l.row_tokens(scorer.header_len());
                     summary.naive_tokens += l.naive_tokens;
@@ -194,6 +210,13 @@ impl Judge<'_> {
             .collect();
         Value::Object(map)
     }
+}
+
+/// Tokens that end an answer: the model's eos and the usual end-of-turn markers.
+fn stop_tokens(model: &LoadedModel) -> Vec<u32> {
+    let mut names: Vec<String> = model.chat_template.special_tokens().get("eos_token").cloned().into_iter().collect();
+    names.extend(["<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "</s>"].map(String::from));
+    names.iter().filter_map(|n| model.tokenizer.token_to_id(n)).collect()
 }
 
 /// Several judges' results averaged: mean distribution, its argmax and expectation.

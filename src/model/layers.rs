@@ -18,8 +18,13 @@ impl Linear {
         })
     }
 
+    /// x (…, in) → (…, out), as one GEMM over all leading dimensions.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.broadcast_matmul(&self.weight.t()?)?;
+        let dims = x.dims();
+        let (rows, inner) = (x.elem_count() / dims[dims.len() - 1], dims[dims.len() - 1]);
+        let mut out_dims = dims.to_vec();
+        *out_dims.last_mut().expect("at least one dimension") = self.weight.dim(0)?;
+        let y = x.reshape((rows, inner))?.matmul(&self.weight.t()?)?.reshape(out_dims)?;
         match &self.bias {
             Some(b) => y.broadcast_add(b),
             None => Ok(y),

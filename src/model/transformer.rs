@@ -93,6 +93,18 @@ impl Transformer {
         })
     }
 
+    /// Weights in the forward pass (embeddings once, even when tied to the output head).
+    pub fn parameter_count(&self) -> usize {
+        let mut n = self.embed.elem_count();
+        if !self.cfg.tie_embeddings {
+            n += self.lm_head.elem_count();
+        }
+        let c = &self.cfg;
+        let attn = c.hidden_size * c.head_dim * (2 * c.num_heads + 2 * c.num_kv_heads);
+        let mlp = 3 * c.hidden_size * c.intermediate_size;
+        n + c.num_layers() * (attn + mlp)
+    }
+
     pub fn dtype(&self) -> DType {
         self.dtype
     }
@@ -180,24 +192,68 @@ impl Transformer {
             }
             None => (k.clone(), v.clone()),
         };
-        let group = cfg.num_heads / cfg.num_kv_heads;
-        let k_rep = repeat_kv(&k_all, group)?;
-        let v_rep = repeat_kv(&v_all, group)?;
-        let mut scores = (q * cfg.attn_scale)?.matmul(&k_rep.t()?.contiguous()?)?;
-        if let Some(cap) = cfg.attn_softcap {
-            scores = ((scores / cap)?.tanh()? * cap)?;
-        }
-        let scores = scores.broadcast_add(mask)?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?.to_dtype(self.dtype)?;
-        let out = probs.matmul(&v_rep)?.transpose(1, 2)?.reshape((b, len, cfg.num_heads * cfg.head_dim))?;
+        let out = self.attend(&q, &k_all, &v_all, mask, past.map_or(0, |(pk, _)| pk.dim(2).unwrap_or(0)))?;
+        let out = out.transpose(1, 2)?.reshape((b, len, cfg.num_heads * cfg.head_dim))?;
         Ok((a.o.forward(&out)?, (k, v)))
+    }
+
+    /// softmax(q·kᵀ·scale + mask)·v for q (b, heads, len, d) and k, v (b, kv_heads, keys, d),
+    /// where the last `len` keys belong to the queries (the rest is a prefix).
+    ///
+    /// Grouped-query attention without copying k and v: the heads that share a kv head are laid
+    /// out one after another, so q viewed as (b, kv_heads, group·len, d) multiplies k directly.
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, prefix: usize) -> Result<Tensor> {
+        let cfg = &self.cfg;
+        let (b, heads, len, d) = q.dims4()?;
+        let kv = cfg.num_kv_heads;
+        let group = heads / kv;
+        let mut outs = Vec::with_capacity(len.div_ceil(QUERY_BLOCK));
+        let mut start = 0;
+        while start < len {
+            let n = QUERY_BLOCK.min(len - start);
+            let keys = prefix + start + n;
+            let qb = q.narrow(2, start, n)?.contiguous()?.reshape((b, kv, group * n, d))?;
+            let kb = k.narrow(2, 0, keys)?;
+            let vb = v.narrow(2, 0, keys)?;
+            let mut scores = (qb * cfg.attn_scale)?.matmul(&kb.t()?)?;
+            if let Some(cap) = cfg.attn_softcap {
+                scores = ((scores / cap)?.tanh()? * cap)?;
+            }
+            let mb = mask.narrow(2, start, n)?.narrow(3, 0, keys)?.unsqueeze(2)?;
+            let scores = scores.reshape((b, kv, group, n, keys))?.broadcast_add(&mb)?;
+            let probs = candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?.to_dtype(self.dtype)?;
+            let out = probs.reshape((b, kv, group * n, keys))?.matmul(&vb.contiguous()?)?;
+            outs.push(out.reshape((b, heads, n, d))?);
+            start += n;
+        }
+        if outs.len() == 1 {
+            return Ok(outs.remove(0));
+        }
+        Tensor::cat(&outs, 2)
     }
 
     /// Compute the keys and values of a prefix once, to be continued by many rows.
     pub fn prefix(&self, ids: &[u32]) -> Result<PrefixKv> {
-        let batch = Batch::new(&[ids.to_vec()], 0, &self.windows(), self.dtype, &self.device)?;
-        let (_, layers) = self.forward(&batch, None)?;
-        Ok(PrefixKv { layers, len: ids.len() })
+        Ok(self.extend(None, ids)?.0)
+    }
+
+    /// Continue `prefix` (or start) with `tokens`: the longer prefix, and the logits after the
+    /// last token (1, vocab). Token-by-token generation is this, one token at a time.
+    pub fn extend(&self, prefix: Option<&PrefixKv>, tokens: &[u32]) -> Result<(PrefixKv, Tensor)> {
+        let start = prefix.map_or(0, |p| p.len);
+        let batch = Batch::new(&[tokens.to_vec()], start, &self.windows(), self.dtype, &self.device)?;
+        let (hidden, kvs) = self.forward(&batch, prefix)?;
+        let logits = self.logits_at(&hidden, &[(0, tokens.len() - 1)], None)?;
+        let layers = match prefix {
+            None => kvs,
+            Some(p) => p
+                .layers
+                .iter()
+                .zip(kvs)
+                .map(|((k0, v0), (k, v))| Ok((Tensor::cat(&[k0, &k], 2)?, Tensor::cat(&[v0, &v], 2)?)))
+                .collect::<Result<_>>()?,
+        };
+        Ok((PrefixKv { layers, len: start + tokens.len() }, logits))
     }
 
     /// Logits (n, vocab) at the given (row, position) pairs of a forward pass's hidden states;
@@ -221,10 +277,6 @@ impl Transformer {
     }
 }
 
-fn repeat_kv(t: &Tensor, n: usize) -> Result<Tensor> {
-    if n == 1 {
-        return Ok(t.clone());
-    }
-    let (b, kv, s, d) = t.dims4()?;
-    t.unsqueeze(2)?.broadcast_as((b, kv, n, s, d))?.reshape((b, kv * n, s, d))
-}
+/// Queries per block: keys after a block's last query are masked for every query of the block,
+/// so they are never computed (causal attention does about half the work of full attention).
+const QUERY_BLOCK: usize = 256;

@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""Prefill speed of llama.cpp (llama-cpp-python) on token ids written by `hyoka bench --dump-tokens`.
+
+Usage: bench_llama_cpp.py MODEL.gguf TOKENS.json [--threads N]
+Prints JSON: prompts, tokens, tok/s (batch 1 per prompt, n_batch=512, as measurements.md did).
+Install: CMAKE_ARGS=-DGGML_NATIVE=ON pip install llama-cpp-python
+"""
+
+import argparse
+import json
+import time
+
+from llama_cpp import Llama
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("tokens")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    prompts = json.load(open(args.tokens))["prompts"]
+    n_ctx = max(len(p) for p in prompts) + 16
+    llm = Llama(model_path=args.model, n_threads=args.threads, n_threads_batch=args.threads, n_batch=512,
+                n_ctx=n_ctx, verbose=False)
+    llm.reset()
+    llm.eval(prompts[0][:32])  # warm-up
+    total = sum(len(p) for p in prompts)
+    start = time.perf_counter()
+    for p in prompts:
+        llm.reset()
+        llm.eval(p)
+    secs = time.perf_counter() - start
+    print(json.dumps({"engine": "llama.cpp", "threads": args.threads, "prompts": len(prompts), "tokens": total,
+                      "prefill_tok_s": total / secs}))
+
+
+if __name__ == "__main__":
+    main()

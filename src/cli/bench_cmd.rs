@@ -1,0 +1,134 @@
+//! `hyoka bench`: prefill speed on real judge prompts (a benchmark, never a test).
+
+use anyhow::Context;
+use clap::Args;
+use hyoka::data;
+use hyoka::judge::layout::{common_header, layout_item, ItemLayout};
+use hyoka::judge::{plan_batches, Scorer};
+use hyoka::model::device::{device_name, dtype_name, parse_device, parse_dtype};
+use hyoka::model::{Batch, LoadedModel};
+use hyoka::prompt::PromptBuilder;
+use hyoka::rubric::Rubric;
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Args, Debug)]
+#[command(long_about = "Measure prefill speed on real judge prompts.\n\n\
+Three measurements on the first N items: (1) one full prompt (first aspect) per item, batch 1; \
+(2) the same prompts batched up to --batch-tokens; (3) hyoka's judge layout (all aspects in one \
+prefill per item, shared header once). With --dump-tokens the token ids of (1) are written as \
+JSON so that another engine (scripts/bench_llama_cpp.py) can run the very same tokens.")]
+pub struct BenchArgs {
+    #[arg(long)]
+    pub model: String,
+    #[arg(long, value_name = "PATH")]
+    pub tokenizer: Option<PathBuf>,
+    #[arg(long, default_value = "dialogue6-ja")]
+    pub rubric: String,
+    #[arg(long, short)]
+    pub input: PathBuf,
+    /// Number of items.
+    #[arg(long, default_value_t = 20)]
+    pub n: usize,
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    #[arg(long)]
+    pub dtype: Option<String>,
+    #[arg(long, default_value_t = 4096)]
+    pub batch_tokens: usize,
+    /// Write the prompts' token ids here (JSON: {"prompts": [[ids…], …]}).
+    #[arg(long, value_name = "FILE")]
+    pub dump_tokens: Option<PathBuf>,
+    /// Peak dense bf16 FLOP/s of the device, for model FLOP utilisation (e.g. 989e12 for an H100).
+    #[arg(long)]
+    pub peak_flops: Option<f64>,
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let (rubric, _) = Rubric::resolve(&args.rubric)?;
+    let items = data::read_items(&args.input, false)?.items;
+    let items = &items[..args.n.min(items.len())];
+    let device = parse_device(&args.device)?;
+    let dtype = parse_dtype(args.dtype.as_deref(), &device)?;
+    let model = LoadedModel::load(&args.model, args.tokenizer.as_deref(), dtype, &device, None)?;
+    let t = &model.transformer;
+    let builder = PromptBuilder::new(&rubric).map_err(|(f, m)| anyhow::anyhow!("{f}: {m}"))?;
+    let layouts: Vec<ItemLayout> = items
+        .iter()
+        .map(|it| layout_item(&builder, &model.chat_template, &model.tokenizer, it, t.cfg.max_position))
+        .collect::<Result<_, _>>()?;
+    // (1)/(2): one full prompt per item, the first aspect's (prompt + answer prefix).
+    let prompts: Vec<Vec<u32>> = layouts
+        .iter()
+        .map(|l| {
+            let a = &l.aspects[0];
+            let mut p = l.trunk.clone();
+            p.extend_from_slice(&a.stem);
+            p
+        })
+        .collect();
+    if let Some(path) = &args.dump_tokens {
+        std::fs::write(path, json!({"prompts": prompts}).to_string()).with_context(|| path.display().to_string())?;
+    }
+    let tokens: usize = prompts.iter().map(Vec::len).sum();
+    let windows = t.windows();
+    let sync = || device.synchronize();
+
+    // Warm-up (allocations, kernel caches).
+    let b = Batch::new(&prompts[..1], 0, &windows, t.dtype(), t.device())?;
+    t.forward(&b, None)?;
+    sync()?;
+
+    let start = Instant::now();
+    for p in &prompts {
+        let b = Batch::new(std::slice::from_ref(p), 0, &windows, t.dtype(), t.device())?;
+        let (h, _) = t.forward(&b, None)?;
+        t.logits_at(&h, &[(0, p.len() - 1)], None)?;
+    }
+    sync()?;
+    let single = start.elapsed().as_secs_f64();
+
+    let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
+    let plan = plan_batches(&lens, args.batch_tokens);
+    let start = Instant::now();
+    for batch in &plan {
+        let rows: Vec<Vec<u32>> = batch.iter().map(|&i| prompts[i].clone()).collect();
+        let b = Batch::new(&rows, 0, &windows, t.dtype(), t.device())?;
+        let (h, _) = t.forward(&b, None)?;
+        let at: Vec<(usize, usize)> = rows.iter().enumerate().map(|(r, p)| (r, p.len() - 1)).collect();
+        t.logits_at(&h, &at, None)?;
+    }
+    sync()?;
+    let batched = start.elapsed().as_secs_f64();
+
+    let refs: Vec<&ItemLayout> = layouts.iter().collect();
+    let header = common_header(&refs);
+    let start = Instant::now();
+    let scorer = Scorer::new(t, &layouts[0].trunk[..header])?;
+    let judge_lens: Vec<usize> = refs.iter().map(|l| l.row_tokens(header)).collect();
+    for batch in plan_batches(&judge_lens, args.batch_tokens) {
+        let ls: Vec<&ItemLayout> = batch.iter().map(|&i| refs[i]).collect();
+        scorer.score(&ls)?;
+    }
+    sync()?;
+    let judged = start.elapsed().as_secs_f64();
+    let judge_tokens = header + judge_lens.iter().sum::<usize>();
+    let naive: usize = layouts.iter().map(|l| l.naive_tokens).sum();
+
+    let params = t.parameter_count() as f64;
+    let mfu = |tok_s: f64| args.peak_flops.map(|peak| 2.0 * params * tok_s / peak);
+    let report = json!({
+        "model": args.model, "arch": t.cfg.arch.name(), "parameters": params, "device": device_name(&device),
+        "dtype": dtype_name(dtype), "threads": rayon::current_num_threads(), "items": items.len(),
+        "prompt_tokens": tokens, "mean_prompt_tokens": tokens as f64 / prompts.len() as f64,
+        "prefill_batch1_tok_s": tokens as f64 / single,
+        "prefill_batched_tok_s": tokens as f64 / batched, "batches": plan.len(),
+        "judge_items_s": items.len() as f64 / judged, "judge_forward_tokens": judge_tokens,
+        "judge_naive_tokens": naive, "judge_all_aspects_s": judged,
+        "mfu_batched": mfu(tokens as f64 / batched),
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(ExitCode::SUCCESS)
+}
