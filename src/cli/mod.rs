@@ -78,7 +78,12 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         if let Some(e) = cause.downcast_ref::<DataError>() {
             return if matches!(e, DataError::Io { .. }) { EXIT_FAILURE } else { EXIT_INVALID_INPUT };
         }
-        if let Some(hyoka::results::ResultsError::Mismatch { .. }) = cause.downcast_ref::<hyoka::results::ResultsError>() {
+        // `#[error(transparent)]` wrappers hide the inner error from the chain: look inside.
+        let results = cause.downcast_ref::<hyoka::results::ResultsError>().or(match cause.downcast_ref::<hyoka::judge::run::RunError>() {
+            Some(hyoka::judge::run::RunError::Results(e)) => Some(e),
+            _ => None,
+        });
+        if let Some(hyoka::results::ResultsError::Mismatch { .. }) = results {
             return EXIT_INVALID_INPUT;
         }
         if let Some(e) = cause.downcast_ref::<RubricError>() {
