@@ -5,7 +5,7 @@ use clap::Args;
 use hyoka::data;
 use hyoka::judge::layout::{common_header, layout_item, ItemLayout};
 use hyoka::judge::{plan_batches, Scorer};
-use hyoka::model::device::{device_name, dtype_name, parse_device, parse_dtype};
+use hyoka::model::device::{device_name, dtype_name};
 use hyoka::model::{Batch, LoadedModel};
 use hyoka::prompt::PromptBuilder;
 use hyoka::rubric::Rubric;
@@ -21,10 +21,11 @@ Three measurements on the first N items: (1) one full prompt (first aspect) per 
 prefill per item, shared header once). With --dump-tokens the token ids of (1) are written as \
 JSON so that another engine (scripts/bench_llama_cpp.py) can run the very same tokens.")]
 pub struct BenchArgs {
+    /// Judge model: local folder or .gguf file, or Hugging Face id.
     #[arg(long)]
     pub model: String,
-    #[arg(long, value_name = "PATH")]
-    pub tokenizer: Option<PathBuf>,
+    #[command(flatten)]
+    pub runtime: super::RuntimeArgs,
     #[arg(long, default_value = "dialogue6-ja")]
     pub rubric: String,
     #[arg(long, short)]
@@ -32,10 +33,6 @@ pub struct BenchArgs {
     /// Number of items.
     #[arg(long, default_value_t = 20)]
     pub n: usize,
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    #[arg(long)]
-    pub dtype: Option<String>,
     #[arg(long, default_value_t = 4096)]
     pub batch_tokens: usize,
     /// Write the prompts' token ids here (JSON: {"prompts": [[ids…], …]}).
@@ -50,9 +47,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let (rubric, _) = Rubric::resolve(&args.rubric)?;
     let items = data::read_items(&args.input, false)?.items;
     let items = &items[..args.n.min(items.len())];
-    let device = parse_device(&args.device)?;
-    let dtype = parse_dtype(args.dtype.as_deref(), &device)?;
-    let model = LoadedModel::load(&args.model, args.tokenizer.as_deref(), dtype, &device, None)?;
+    let (device, dtype) = args.runtime.device_and_dtype()?;
+    let model = LoadedModel::load(&args.model, args.runtime.tokenizer.as_deref(), dtype, &device, None)?;
     let t = &model.transformer;
     let builder = PromptBuilder::new(&rubric).map_err(|(f, m)| anyhow::anyhow!("{f}: {m}"))?;
     let layouts: Vec<ItemLayout> = items

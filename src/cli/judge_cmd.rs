@@ -5,7 +5,6 @@ use anyhow::Context;
 use clap::Args;
 use hyoka::data;
 use hyoka::judge::run::{Judge, RunOptions};
-use hyoka::model::device::{parse_device, parse_dtype};
 use hyoka::model::LoadedModel;
 use hyoka::rubric::Rubric;
 use std::path::PathBuf;
@@ -28,22 +27,14 @@ pub struct JudgeArgs {
     /// Repeat to score with several judges: each one's scores and their mean are written.
     #[arg(long, required = true)]
     pub model: Vec<String>,
-    /// tokenizer.json (or a folder with tokenizer.json and tokenizer_config.json) for models
-    /// that lack one, e.g. Gemma GGUF files.
-    #[arg(long, value_name = "PATH")]
-    pub tokenizer: Option<PathBuf>,
     /// Items JSONL (see `hyoka validate --help`).
     #[arg(long, short)]
     pub input: PathBuf,
     /// Output scores JSONL; an existing file of the same run is continued.
     #[arg(long, short)]
     pub output: PathBuf,
-    /// cpu, cuda, cuda:N or metal.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// f32, bf16 or f16 (default: f32 on CPU, bf16 on GPUs).
-    #[arg(long)]
-    pub dtype: Option<String>,
+    #[command(flatten)]
+    pub runtime: super::RuntimeArgs,
     /// Padded tokens per forward pass (rows × longest row).
     #[arg(long, default_value_t = 4096)]
     pub batch_tokens: usize,
@@ -72,13 +63,12 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
     for e in &read.skipped {
         eprintln!("skipped: {e}");
     }
-    let device = parse_device(&args.device)?;
-    let dtype = parse_dtype(args.dtype.as_deref(), &device)?;
+    let (device, dtype) = args.runtime.device_and_dtype()?;
     let mut models = Vec::with_capacity(args.model.len());
     for (i, name) in args.model.iter().enumerate() {
         eprintln!("loading {name} ...");
         let expect = if i == 0 { args.sha256.as_deref() } else { None };
-        models.push(LoadedModel::load(name, args.tokenizer.as_deref(), dtype, &device, expect).with_context(|| format!("loading model {name}"))?);
+        models.push(LoadedModel::load(name, args.runtime.tokenizer.as_deref(), dtype, &device, expect).with_context(|| format!("loading model {name}"))?);
     }
     let judge = Judge { models: &models, rubric: &rubric, rubric_source: &source };
     let opts = RunOptions { batch_tokens: args.batch_tokens, max_prompt_tokens: args.max_prompt_tokens, overwrite: args.overwrite, greedy_baseline: args.greedy_baseline };

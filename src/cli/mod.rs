@@ -58,6 +58,29 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// How to run a judge model: flags shared by `judge` and `bench`.
+#[derive(clap::Args, Debug)]
+pub struct RuntimeArgs {
+    /// tokenizer.json (or a folder with tokenizer.json and tokenizer_config.json) for models
+    /// that lack one, e.g. Gemma GGUF files.
+    #[arg(long, value_name = "PATH")]
+    pub tokenizer: Option<std::path::PathBuf>,
+    /// cpu, cuda, cuda:N or metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// f32, bf16 or f16 (default: f32 on CPU, bf16 on GPUs).
+    #[arg(long)]
+    pub dtype: Option<String>,
+}
+
+impl RuntimeArgs {
+    pub fn device_and_dtype(&self) -> anyhow::Result<(candle_core::Device, candle_core::DType)> {
+        let device = hyoka::model::device::parse_device(&self.device)?;
+        let dtype = hyoka::model::device::parse_dtype(self.dtype.as_deref(), &device)?;
+        Ok((device, dtype))
+    }
+}
+
 /// A progress bar on stderr when it is a terminal; hidden otherwise (logs stay clean).
 pub fn progress_bar(what: &str) -> indicatif::ProgressBar {
     if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
