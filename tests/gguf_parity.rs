@@ -23,22 +23,15 @@ fn ids(v: &Value) -> Vec<u32> {
 
 /// Greedy continuation reusing the prompt's keys and values; stops at the model's eos.
 fn greedy(model: &Transformer, prompt: &[u32], steps: usize, eos: &[u32]) -> Vec<u32> {
-    let prefix = model.prefix(prompt).unwrap();
+    let (mut kv, mut logits) = model.extend(None, prompt).unwrap();
     let mut out: Vec<u32> = Vec::new();
-    let mut last_logits = {
-        let b = Batch::new(&[prompt.to_vec()], 0, &model.windows(), model.dtype(), model.device()).unwrap();
-        let (h, _) = model.forward(&b, None).unwrap();
-        model.logits_at(&h, &[(0, prompt.len() - 1)], None).unwrap()
-    };
     for _ in 0..steps {
-        let next = last_logits.argmax(1).unwrap().to_vec1::<u32>().unwrap()[0];
+        let next = logits.argmax(1).unwrap().to_vec1::<u32>().unwrap()[0];
         out.push(next);
         if eos.contains(&next) {
             break;
         }
-        let b = Batch::new(&[out.clone()], prefix.len, &model.windows(), model.dtype(), model.device()).unwrap();
-        let (h, _) = model.forward(&b, Some(&prefix)).unwrap();
-        last_logits = model.logits_at(&h, &[(0, out.len() - 1)], None).unwrap();
+        (kv, logits) = model.extend(Some(&kv), &[next]).unwrap();
     }
     out
 }

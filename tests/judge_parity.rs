@@ -86,6 +86,9 @@ fn distributions_match_transformers_in_any_batching() {
 
     // All items in one batch, continuing the header they share.
     let header = common_header(&refs);
+    for l in &refs {
+        assert_eq!(l.row_tokens(header), l.row(header).len());
+    }
     assert!(header > 10, "the chat template's system prompt is shared: {header}");
     let scorer = Scorer::new(&model.transformer, &layouts[0].trunk[..header]).unwrap();
     check(&fx, &scorer.score(&refs).unwrap(), "one batch");

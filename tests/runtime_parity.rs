@@ -37,6 +37,14 @@ fn load(arch: &str) -> (Transformer, Vec<Case>) {
     (model, cases)
 }
 
+/// `got[first + i]` against `expected[i]` for every i, within TOL.
+fn assert_close(got: &[Vec<f32>], expected: &[Vec<f32>], first: usize, what: &str) {
+    for (i, e) in expected.iter().enumerate() {
+        let d = max_diff(&got[first + i], e);
+        assert!(d <= TOL, "{what} position {}: max |diff| {d}", first + i);
+    }
+}
+
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
@@ -63,19 +71,13 @@ fn every_architecture_matches_transformers_alone_and_batched() {
         // One prompt at a time.
         for (n, case) in cases.iter().enumerate().take(4) {
             let got = run(&model, &[case.ids.clone()], None);
-            for (pos, (g, e)) in got[0].iter().zip(&case.logits).enumerate() {
-                let d = max_diff(g, e);
-                assert!(d <= TOL, "{arch}: prompt {n} position {pos}: max |diff| {d}");
-            }
+            assert_close(&got[0], &case.logits, 0, &format!("{arch}: prompt {n}"));
         }
         // All prompts in one right-padded batch (lengths 7, 1, 23, 12).
         let rows: Vec<Vec<u32>> = cases[..4].iter().map(|c| c.ids.clone()).collect();
         let got = run(&model, &rows, None);
         for (n, case) in cases.iter().enumerate().take(4) {
-            for (pos, (g, e)) in got[n].iter().zip(&case.logits).enumerate() {
-                let d = max_diff(g, e);
-                assert!(d <= TOL, "{arch}: batched prompt {n} position {pos}: max |diff| {d}");
-            }
+            assert_close(&got[n], &case.logits, 0, &format!("{arch}: batched prompt {n}"));
         }
     }
 }
@@ -90,13 +92,9 @@ fn shared_prefix_equals_recomputation() {
         let (head, tail) = full.ids.split_at(9);
         let short_tail = tail[..3].to_vec();
         let got = run(&model, &[tail.to_vec(), short_tail.clone()], Some(head));
-        for (i, g) in got[0].iter().enumerate() {
-            let d = max_diff(g, &full.logits[9 + i]);
-            assert!(d <= TOL, "{arch}: prefix row 0 position {}: max |diff| {d}", 9 + i);
-        }
-        for (i, g) in got[1].iter().enumerate() {
-            let d = max_diff(g, &full.logits[9 + i]);
-            assert!(d <= TOL, "{arch}: prefix row 1 position {}: max |diff| {d}", 9 + i);
+        // Row r's position i is the full prompt's position 9 + i.
+        for (r, row) in got.iter().enumerate() {
+            assert_close(row, &full.logits[9..9 + row.len()], 0, &format!("{arch}: prefix row {r} (+9)"));
         }
     }
 }
@@ -120,15 +118,8 @@ fn a_batch_mixing_5_and_2000_tokens_is_correct() {
         let (short, long) = (&cases[4], &cases[5]);
         assert_eq!((short.ids.len(), long.ids.len()), (5, 2000));
         let got = run(&model, &[short.ids.clone(), long.ids.clone()], None);
-        for (pos, e) in short.logits.iter().enumerate() {
-            let d = max_diff(&got[0][pos], e);
-            assert!(d <= TOL, "{arch}: 5-token row position {pos}: max |diff| {d}");
-        }
-        for (i, e) in long.logits.iter().enumerate() {
-            let pos = long.first() + i;
-            let d = max_diff(&got[1][pos], e);
-            assert!(d <= TOL, "{arch}: 2000-token row position {pos}: max |diff| {d}");
-        }
+        assert_close(&got[0], &short.logits, 0, &format!("{arch}: 5-token row"));
+        assert_close(&got[1], &long.logits, long.first(), &format!("{arch}: 2000-token row"));
     }
 }
 
@@ -151,10 +142,7 @@ fn branches_equal_separate_rows() {
                 let start = row.branch_start(k);
                 let at: Vec<(usize, usize)> = (0..branch.len()).map(|i| (0, start + i)).collect();
                 let got = model.logits_at(&hidden, &at, None).unwrap().to_vec2::<f32>().unwrap();
-                for (i, g) in got.iter().enumerate() {
-                    let d = max_diff(g, &full.logits[9 + i]);
-                    assert!(d <= TOL, "{arch}: prefix {prefix_len} branch {k} position {}: max |diff| {d}", 9 + i);
-                }
+                assert_close(&got, &full.logits[9..9 + branch.len()], 0, &format!("{arch}: prefix {prefix_len} branch {k} (+9)"));
             }
             let trunk_last = model.logits_at(&hidden, &[(0, row.trunk_end().unwrap())], None).unwrap().to_vec2::<f32>().unwrap();
             assert!(max_diff(&trunk_last[0], &full.logits[8]) <= TOL, "{arch}: trunk end");

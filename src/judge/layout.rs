@@ -29,7 +29,8 @@ pub struct ItemLayout {
 impl ItemLayout {
     /// Tokens this layout prefills beyond a `header` computed once.
     pub fn row_tokens(&self, header: usize) -> usize {
-        self.row(header).len()
+        let branches: usize = self.aspects.iter().flat_map(|t| t.queries.iter().map(move |q| t.stem.len() + q.path.len())).sum();
+        self.trunk.len() - header + branches
     }
 
     /// The row for a batch whose shared prefix is the first `header` trunk tokens.

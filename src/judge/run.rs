@@ -83,9 +83,8 @@ impl Judge<'_> {
         let provenance_value = serde_json::to_value(&provenance).expect("provenance serialises");
         let mut file = ResultsFile::open(output, &provenance, opts.overwrite)?;
         let builder = PromptBuilder::new(self.rubric).expect("a validated rubric compiles");
-        let mut summary = RunSummary { skipped_finished: file.finished.len(), ..Default::default() };
         let todo: Vec<&Item> = items.iter().filter(|i| !file.finished.contains(&i.id)).collect();
-        summary.skipped_finished = items.len() - todo.len();
+        let mut summary = RunSummary { skipped_finished: items.len() - todo.len(), ..Default::default() };
 
         // Lay out every item for every judge first (tokenization is cheap next to the model):
         // the header shared by all items is then the same however the run is cut up.

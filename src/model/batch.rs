@@ -149,7 +149,4 @@ impl Batch {
         &self.masks[&window]
     }
 
-    pub fn size(&self) -> usize {
-        self.lens.len()
-    }
 }

@@ -53,26 +53,34 @@ impl LoadedModel {
     /// Resolve `name` (path or hub id), load it on `device`, and check `expect_sha256` if given.
     pub fn load(name: &str, tokenizer: Option<&Path>, dtype: DType, device: &Device, expect_sha256: Option<&str>) -> Result<Self, ModelError> {
         let files = source::resolve(name)?;
-        let (transformer, template_from, weights_file) = match files.format {
-            source::Format::Gguf => (load_gguf(&files.path, dtype, device)?, files.path.clone(), files.path.clone()),
+        // A tokenizer folder given with --tokenizer may carry the chat template too
+        // (tokenizer_config.json); otherwise it is the model's own.
+        let override_config = tokenizer.filter(|p| p.is_dir()).map(|p| p.join("tokenizer_config.json")).filter(|p| p.is_file());
+        let template_from = |own: &dyn Fn() -> Result<crate::prompt::ChatTemplate, crate::prompt::TemplateError>| match &override_config {
+            Some(config) => crate::prompt::ChatTemplate::load(config),
+            None => own(),
+        };
+        let (transformer, chat_template, tokenizer, weights_file) = match files.format {
+            source::Format::Gguf => {
+                // The header (vocabulary, template, config) is read once for all three.
+                let content = read_gguf(&files.path)?;
+                let origin = files.path.display().to_string();
+                let chat_template = template_from(&|| crate::prompt::ChatTemplate::from_gguf_content(&content, &origin))?;
+                let tok = tokenizer::load_tokenizer_with(&files.path, tokenizer, Some(&content))?;
+                (load_gguf_content(&files.path, content, dtype, device)?, chat_template, tok, files.path.clone())
+            }
             source::Format::Safetensors => {
                 let main = safetensors_files(&files.path)?;
                 let id_file = if main.len() == 1 { main[0].clone() } else { files.path.join("model.safetensors.index.json") };
-                (load_safetensors_dir(&files.path, dtype, device)?, files.path.clone(), id_file)
+                let chat_template = template_from(&|| crate::prompt::ChatTemplate::load(&files.path))?;
+                let tok = load_tokenizer(&files.path, tokenizer)?;
+                (load_safetensors_dir(&files.path, dtype, device)?, chat_template, tok, id_file)
             }
         };
         let sha256 = match expect_sha256 {
             Some(expected) => source::verify_sha256(&weights_file, expected)?,
             None => source::sha256_file(&weights_file)?,
         };
-        // A tokenizer folder given with --tokenizer may carry the chat template too
-        // (tokenizer_config.json); otherwise it is the model's own.
-        let override_config = tokenizer.filter(|p| p.is_dir()).map(|p| p.join("tokenizer_config.json")).filter(|p| p.is_file());
-        let chat_template = match override_config {
-            Some(config) => crate::prompt::ChatTemplate::load(&config)?,
-            None => crate::prompt::ChatTemplate::load(&template_from)?,
-        };
-        let tokenizer = load_tokenizer(&files.path, tokenizer)?;
         Ok(LoadedModel { transformer, tokenizer, chat_template, files, sha256 })
     }
 }
@@ -126,12 +134,21 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     Ok(files)
 }
 
+/// Read a GGUF file's header: metadata and tensor descriptions.
+pub fn read_gguf(path: &Path) -> Result<gguf_file::Content, ModelError> {
+    let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+    gguf_file::Content::read(&mut file)
+        .map_err(|e| ModelError::Missing { origin: path.display().to_string(), message: format!("not a readable GGUF file: {e}") })
+}
+
 /// Load a GGUF file (weights dequantized to `dtype`).
 pub fn load_gguf(path: &Path, dtype: DType, device: &Device) -> Result<Transformer, ModelError> {
+    load_gguf_content(path, read_gguf(path)?, dtype, device)
+}
+
+/// Load a GGUF file whose header was already read.
+pub fn load_gguf_content(path: &Path, content: gguf_file::Content, dtype: DType, device: &Device) -> Result<Transformer, ModelError> {
     let origin = path.display().to_string();
-    let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
-    let content = gguf_file::Content::read(&mut file)
-        .map_err(|e| ModelError::Missing { origin: origin.clone(), message: format!("not a readable GGUF file: {e}") })?;
     let vocab = content
         .tensor_infos
         .get("token_embd.weight")

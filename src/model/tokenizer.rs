@@ -10,6 +10,11 @@ use tokenizers::Tokenizer;
 /// `tokenizer_json` overrides; otherwise a model folder's tokenizer.json, a tokenizer.json beside
 /// a GGUF file, or the GGUF's own vocabulary.
 pub fn load_tokenizer(model: &Path, tokenizer_json: Option<&Path>) -> Result<Tokenizer, ModelError> {
+    load_tokenizer_with(model, tokenizer_json, None)
+}
+
+/// `load_tokenizer`, reusing GGUF metadata the caller has already read.
+pub fn load_tokenizer_with(model: &Path, tokenizer_json: Option<&Path>, gguf: Option<&gguf_file::Content>) -> Result<Tokenizer, ModelError> {
     let from_file = |p: &Path| {
         Tokenizer::from_file(p).map_err(|e| ModelError::Missing { origin: p.display().to_string(), message: format!("not a usable tokenizer.json: {e}") })
     };
@@ -24,14 +29,19 @@ pub fn load_tokenizer(model: &Path, tokenizer_json: Option<&Path>) -> Result<Tok
         return from_file(&beside);
     }
     let origin = model.display().to_string();
-    let mut file = std::fs::File::open(model).map_err(|source| ModelError::Io { path: model.to_path_buf(), source })?;
-    let content = gguf_file::Content::read(&mut file)
-        .map_err(|e| ModelError::Missing { origin: origin.clone(), message: format!("not a readable GGUF file: {e}") })?;
-    let mut tokenizer = Tokenizer::from_gguf(&content).map_err(|e| ModelError::Missing {
+    let read;
+    let content = match gguf {
+        Some(c) => c,
+        None => {
+            read = super::read_gguf(model)?;
+            &read
+        }
+    };
+    let mut tokenizer = Tokenizer::from_gguf(content).map_err(|e| ModelError::Missing {
         origin,
         message: format!("cannot build a tokenizer from the GGUF metadata ({e}); pass a tokenizer.json"),
     })?;
-    let pre = super::config::meta_str(&content, "tokenizer.ggml.pre").unwrap_or_default();
+    let pre = super::config::meta_str(content, "tokenizer.ggml.pre").unwrap_or_default();
     fix_pre_tokenizer(&mut tokenizer, &pre);
     Ok(tokenizer)
 }

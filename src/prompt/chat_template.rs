@@ -148,13 +148,17 @@ impl ChatTemplate {
 
     /// The `tokenizer.chat_template` metadata of a GGUF file; special tokens from its vocabulary.
     pub fn from_gguf(path: &Path) -> Result<Self, TemplateError> {
-        use candle_core::quantized::gguf_file;
         let mut file = std::fs::File::open(path).map_err(|source| TemplateError::Io { file: path.into(), source })?;
-        let content = gguf_file::Content::read(&mut file).map_err(|e| TemplateError::Missing {
+        let content = candle_core::quantized::gguf_file::Content::read(&mut file).map_err(|e| TemplateError::Missing {
             origin: path.display().to_string(),
             message: format!("not a readable GGUF file: {e}"),
         })?;
-        let origin = format!("{}: tokenizer.chat_template", path.display());
+        Self::from_gguf_content(&content, &path.display().to_string())
+    }
+
+    /// The same from GGUF metadata already read (`file` names it in messages).
+    pub fn from_gguf_content(content: &candle_core::quantized::gguf_file::Content, file: &str) -> Result<Self, TemplateError> {
+        let origin = format!("{file}: tokenizer.chat_template");
         let source = content
             .metadata
             .get("tokenizer.chat_template")

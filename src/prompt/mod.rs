@@ -31,14 +31,6 @@ pub struct JudgePrompt {
     pub dropped_turns: usize,
 }
 
-impl JudgePrompt {
-    /// The text shared by every aspect (the templated conversation up to the assistant's answer)
-    /// and, per answer prefix, what follows it.
-    pub fn texts(&self, template: &ChatTemplate) -> Result<(String, Vec<String>), TemplateError> {
-        Ok((template.render(&self.messages, true)?, self.answers.clone()))
-    }
-}
-
 /// Jinja whitespace as transformers compiles chat templates (and as rubrics are written):
 /// `trim_blocks` and `lstrip_blocks` on, the template's final newline dropped.
 pub(crate) fn jinja_syntax() -> minijinja::syntax::SyntaxConfig {
