@@ -28,6 +28,9 @@ pub struct Provenance {
     pub models: Vec<ModelId>,
     pub dtype: String,
     pub device: String,
+    /// Task settings that change the numbers (judge decoding; BERTScore layer, idf, baseline …).
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty", default)]
+    pub settings: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -68,6 +71,9 @@ impl Provenance {
         }
         if self.dtype != other.dtype {
             return Some(("dtype".into(), s(&self.dtype), s(&other.dtype)));
+        }
+        if self.settings != other.settings {
+            return Some(("settings".into(), s(&self.settings), s(&other.settings)));
         }
         None
     }

@@ -4,6 +4,7 @@ use super::EXIT_PARTIAL;
 use anyhow::Context;
 use clap::Args;
 use hyoka::data;
+use hyoka::judge::json::Decoding;
 use hyoka::judge::run::{Judge, RunOptions};
 use hyoka::model::LoadedModel;
 use hyoka::rubric::Rubric;
@@ -17,6 +18,11 @@ the aspect's answer prefix is restricted to the aspect's valid scores, so every 
 score. Each line of the output holds, per aspect: score (most probable), expected (expected \
 score), distribution (over the valid scores) and off_scale (probability mass outside them), plus \
 the run's provenance.\n\n\
+Rubrics with output = \"json\" (roleplay8-ja) make the judge write one JSON object: a reason of \
+at most the rubric's reason_max_tokens, then every aspect's integer under its exact key, in \
+order. A grammar allows nothing else, so the object always parses and matches the schema; the \
+integers are read as above (distribution, expected) and the line also holds \"reason\" and \
+\"answer\" (the object as written). The reason is greedy unless --temperature is given.\n\n\
 All aspects of an item share one prefill, and the rubric header shared by all items is computed \
 once. A killed run restarted with the same arguments continues after the last finished item.")]
 pub struct JudgeArgs {
@@ -55,6 +61,13 @@ pub struct JudgeArgs {
     /// each answer prefix, and the first integer in it ("greedy": {"text", "score"}).
     #[arg(long, value_name = "N")]
     pub greedy_baseline: Option<usize>,
+    /// json rubrics: sample the reason (and the written integers) at this temperature instead
+    /// of greedy decoding (0).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f64,
+    /// Seed of the sampling; each item's draws depend only on it, the judge and the item id.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
@@ -71,7 +84,12 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
         models.push(LoadedModel::load(name, args.runtime.tokenizer.as_deref(), dtype, &device, expect).with_context(|| format!("loading model {name}"))?);
     }
     let judge = Judge { models: &models, rubric: &rubric, rubric_source: &source };
-    let opts = RunOptions { batch_tokens: args.batch_tokens, max_prompt_tokens: args.max_prompt_tokens, overwrite: args.overwrite, greedy_baseline: args.greedy_baseline };
+    let opts = RunOptions { batch_tokens: args.batch_tokens, max_prompt_tokens: args.max_prompt_tokens, overwrite: args.overwrite, greedy_baseline: args.greedy_baseline,
+        decoding: Decoding { temperature: args.temperature, seed: args.seed },
+    };
+    if !(args.temperature >= 0.0 && args.temperature.is_finite()) {
+        anyhow::bail!("--temperature must be a finite number ≥ 0, got {}", args.temperature);
+    }
     let bar = super::progress_bar("judging");
     let started = std::time::Instant::now();
     let summary = judge.run(&read.items, &args.output, &opts, &mut |done, total| {

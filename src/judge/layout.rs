@@ -16,7 +16,8 @@ use tokenizers::Tokenizer;
 pub struct ItemLayout {
     /// Tokens shared by all aspects (prompt up to the answer prefixes), header included.
     pub trunk: Vec<u32>,
-    /// Per aspect, in rubric order.
+    /// Per aspect, in rubric order. Empty in json mode, where the trunk is the whole prompt and
+    /// `json::JsonFormat` writes the rest.
     pub aspects: Vec<ScoreTargets>,
     /// Context turns left out (rubric limit, or to fit the model's context).
     pub dropped_turns: usize,
@@ -120,6 +121,28 @@ pub fn layout_item(builder: &PromptBuilder, template: &ChatTemplate, tokenizer: 
             .map(|(aspect, seqs)| ScoreTargets::new(aspect.scores(), seqs, trunk_len))
             .collect();
         return Ok(ItemLayout { trunk, aspects, dropped_turns: item.context.len() - keep, truncated: keep < allowed, naive_tokens });
+    }
+}
+
+/// json mode: the whole prompt (answer prefix included) as the trunk, dropping the oldest
+/// context turns while prompt + `reserve` answer tokens exceed `max_tokens`.
+pub fn layout_prompt(builder: &PromptBuilder, template: &ChatTemplate, tokenizer: &Tokenizer, item: &Item, max_tokens: usize, reserve: usize) -> Result<ItemLayout, JudgeError> {
+    let allowed = builder.rubric().max_context_turns.unwrap_or(usize::MAX).min(item.context.len());
+    let mut keep = allowed;
+    loop {
+        let prompt = builder.render_keeping(item, keep)?;
+        let text = format!("{}{}", template.render(&prompt.messages, true)?, prompt.answers[0]);
+        let trunk = tokenizer.encode(text, false).map_err(|e| JudgeError::Tokenizer(e.to_string()))?.get_ids().to_vec();
+        let needed = trunk.len() + reserve;
+        if needed > max_tokens && keep > 0 {
+            keep -= 1;
+            continue;
+        }
+        if needed > max_tokens {
+            return Err(JudgeError::TooLong { item: item.id.clone(), tokens: needed, max: max_tokens });
+        }
+        // One prompt for all aspects is what peers do in json mode too: nothing to compare.
+        return Ok(ItemLayout { trunk, aspects: Vec::new(), dropped_turns: item.context.len() - keep, truncated: keep < allowed, naive_tokens: 0 });
     }
 }
 

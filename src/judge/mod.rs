@@ -1,10 +1,13 @@
 //! Stage 6 — score distributions: the judge reads, for every aspect, the model's next-token
-//! distribution restricted to the aspect's valid scores. Nothing is generated or parsed, so
-//! every item gets a valid score, and the expected score comes with it.
+//! distribution restricted to the aspect's valid scores. In score mode nothing is generated or
+//! parsed; in json mode (`json`) a grammar lets the model write only a schema-valid object. Either
+//! way every item gets valid scores, and the expected scores come with them.
 
+pub mod json;
 pub mod layout;
 pub mod run;
 pub mod targets;
+pub mod token_bytes;
 
 use crate::model::{Batch, ModelError, PrefixKv, Transformer};
 use candle_core::Tensor;
@@ -122,6 +125,11 @@ impl<'m> Scorer<'m> {
 }
 
 impl Scorer<'_> {
+    /// json mode: the object this judge writes for one item (see `json`).
+    pub fn write_json(&self, format: &json::JsonFormat, tokenizer: &tokenizers::Tokenizer, layout: &ItemLayout, decoding: json::Decoding, seed: u64) -> Result<json::JsonJudgment, JudgeError> {
+        format.decode(self.model, tokenizer, self.header_kv.as_ref(), &layout.trunk[self.header..], decoding, seed)
+    }
+
     /// The peers' method, for comparison: greedy generation of up to `max_new` tokens after an
     /// aspect's answer prefix (stopping at `stop` tokens); the caller parses the text.
     pub fn greedy(&self, layout: &ItemLayout, aspect: usize, max_new: usize, stop: &[u32]) -> Result<Vec<u32>, JudgeError> {

@@ -1,6 +1,7 @@
 //! A whole judge run: items × rubric × one or more judge models → scores.jsonl, resumable.
 
-use super::layout::{common_header, layout_item, ItemLayout};
+use super::json::{item_seed, Decoding, JsonFormat, JsonJudgment};
+use super::layout::{common_header, layout_item, layout_prompt, ItemLayout};
 use super::{plan_batches, AspectScore, JudgeError, Scorer};
 use crate::data::Item;
 use crate::model::device::{device_name, dtype_name};
@@ -17,8 +18,6 @@ pub enum RunError {
     Judge(#[from] JudgeError),
     #[error(transparent)]
     Results(#[from] ResultsError),
-    #[error("rubric {0}: output = \"json\" rubrics are not supported by `hyoka judge` yet; use a score rubric")]
-    JsonMode(String),
 }
 
 pub struct RunOptions {
@@ -30,6 +29,15 @@ pub struct RunOptions {
     /// Also generate greedily (up to this many tokens) after each answer prefix and parse the
     /// first integer: the peers' method, recorded next to the distribution for comparison.
     pub greedy_baseline: Option<usize>,
+    /// json mode: greedy or seeded sampling of the reason (and of the integers).
+    pub decoding: Decoding,
+}
+
+/// One judge's result for one item: per-aspect scores, and in json mode the object it wrote.
+#[derive(Clone, Debug)]
+struct Judgment {
+    aspects: Vec<AspectScore>,
+    answer: Option<JsonJudgment>,
 }
 
 /// What a run did, for the closing summary.
@@ -51,7 +59,14 @@ pub struct Judge<'a> {
 }
 
 impl Judge<'_> {
-    pub fn provenance(&self) -> Provenance {
+    pub fn provenance(&self, opts: &RunOptions) -> Provenance {
+        let mut settings = Map::new();
+        if self.rubric.output == OutputMode::Json {
+            settings.insert("temperature".into(), json!(opts.decoding.temperature));
+            if opts.decoding.temperature > 0.0 {
+                settings.insert("seed".into(), json!(opts.decoding.seed));
+            }
+        }
         let first = &self.models[0].transformer;
         Provenance {
             hyoka: crate::VERSION.into(),
@@ -70,16 +85,14 @@ impl Judge<'_> {
                 .collect(),
             dtype: dtype_name(first.dtype()).into(),
             device: device_name(first.device()),
+            settings,
         }
     }
 
     /// Score every item not yet in `output`, appending one line per item.
     /// `progress` is called with (items done, items to do).
     pub fn run(&self, items: &[Item], output: &Path, opts: &RunOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<RunSummary, RunError> {
-        if self.rubric.output == OutputMode::Json {
-            return Err(RunError::JsonMode(self.rubric.name.clone()));
-        }
-        let provenance = self.provenance();
+        let provenance = self.provenance(opts);
         let provenance_value = serde_json::to_value(&provenance).expect("provenance serialises");
         let mut file = ResultsFile::open(output, &provenance, opts.overwrite)?;
         let builder = PromptBuilder::new(self.rubric).expect("a validated rubric compiles");
@@ -90,12 +103,22 @@ impl Judge<'_> {
         // the header shared by all items is then the same however the run is cut up.
         let mut per_model: Vec<Vec<Result<ItemLayout, String>>> = Vec::new();
         let mut headers = Vec::new();
+        let mut formats: Vec<Option<JsonFormat>> = Vec::new();
         for m in self.models {
             let max = opts.max_prompt_tokens.unwrap_or(m.transformer.cfg.max_position);
+            let format = match self.rubric.output {
+                OutputMode::Json => Some(JsonFormat::new(self.rubric, &m.tokenizer)?),
+                OutputMode::Score => None,
+            };
             let layouts: Vec<Result<ItemLayout, String>> = items
                 .iter()
-                .map(|it| layout_item(&builder, &m.chat_template, &m.tokenizer, it, max).map_err(|e| e.to_string()))
+                .map(|it| match &format {
+                    Some(f) => layout_prompt(&builder, &m.chat_template, &m.tokenizer, it, max, f.reserve()),
+                    None => layout_item(&builder, &m.chat_template, &m.tokenizer, it, max),
+                })
+                .map(|l| l.map_err(|e| e.to_string()))
                 .collect();
+            formats.push(format);
             let ok: Vec<&ItemLayout> = layouts.iter().filter_map(|l| l.as_ref().ok()).collect();
             let header = common_header(&ok);
             headers.push(ok.first().map(|l| l.trunk[..header].to_vec()).unwrap_or_default());
@@ -125,7 +148,7 @@ impl Judge<'_> {
         for chunk in plan {
             let chunk: Vec<usize> = chunk.into_iter().map(|k| todo_idx[k]).collect();
             // results[j][judge] = per-aspect scores, or the item's error.
-            let mut results: Vec<Vec<Result<Vec<AspectScore>, String>>> = vec![Vec::new(); chunk.len()];
+            let mut results: Vec<Vec<Result<Judgment, String>>> = vec![Vec::new(); chunk.len()];
             for (m, scorer) in scorers.iter().enumerate() {
                 let ok: Vec<(usize, &ItemLayout)> = chunk
                     .iter()
@@ -133,12 +156,23 @@ impl Judge<'_> {
                     .filter_map(|(j, &i)| per_model[m][i].as_ref().ok().map(|l| (j, l)))
                     .collect();
                 let layouts: Vec<&ItemLayout> = ok.iter().map(|(_, l)| *l).collect();
-                let mut scored = if layouts.is_empty() { Vec::new() } else { scorer.score(&layouts)? };
+                let mut scored: Vec<Judgment> = match &formats[m] {
+                    Some(format) => ok
+                        .iter()
+                        .map(|(j, l)| {
+                            let seed = item_seed(opts.decoding.seed, m, &items[chunk[*j]].id);
+                            let answer = scorer.write_json(format, &self.models[m].tokenizer, l, opts.decoding, seed)?;
+                            Ok(Judgment { aspects: answer.aspects.clone(), answer: Some(answer) })
+                        })
+                        .collect::<Result<_, JudgeError>>()?,
+                    None if layouts.is_empty() => Vec::new(),
+                    None => scorer.score(&layouts)?.into_iter().map(|aspects| Judgment { aspects, answer: None }).collect(),
+                };
                 if let Some(max_new) = opts.greedy_baseline {
                     let model = &self.models[m];
                     let stop = stop_tokens(model);
-                    for (l, aspects) in layouts.iter().zip(scored.iter_mut()) {
-                        for (a, score) in aspects.iter_mut().enumerate() {
+                    for (l, judgment) in layouts.iter().zip(scored.iter_mut()) {
+                        for (a, score) in judgment.aspects.iter_mut().enumerate().take(l.aspects.len()) {
                             let ids = scorer.greedy(l, a, max_new, &stop)?;
                             let text = model.tokenizer.decode(&ids, true).map_err(|e| JudgeError::Tokenizer(e.to_string()))?;
                             let valid = &l.aspects[a].scores;
@@ -173,13 +207,22 @@ impl Judge<'_> {
                         line.insert("error".into(), json!(err));
                     }
                     None => {
-                        let per_judge: Vec<&Vec<AspectScore>> = results[j].iter().map(|r| r.as_ref().expect("no error")).collect();
-                        line.insert("scores".into(), self.aspects_json(&mean_scores(&per_judge)));
-                        if per_judge.len() > 1 {
+                        let per_judge: Vec<&Judgment> = results[j].iter().map(|r| r.as_ref().expect("no error")).collect();
+                        let aspects: Vec<&Vec<AspectScore>> = per_judge.iter().map(|r| &r.aspects).collect();
+                        line.insert("scores".into(), self.aspects_json(&mean_scores(&aspects)));
+                        if per_judge.len() == 1 {
+                            add_answer(&mut line, per_judge[0]);
+                        } else {
                             let judges: Vec<Value> = per_judge
                                 .iter()
                                 .zip(self.models)
-                                .map(|(s, m)| json!({"model": m.files.name, "scores": self.aspects_json(s)}))
+                                .map(|(r, m)| {
+                                    let mut judge = Map::new();
+                                    judge.insert("model".into(), json!(m.files.name));
+                                    judge.insert("scores".into(), self.aspects_json(&r.aspects));
+                                    add_answer(&mut judge, r);
+                                    Value::Object(judge)
+                                })
                                 .collect();
                             line.insert("judges".into(), Value::Array(judges));
                         }
@@ -208,6 +251,14 @@ impl Judge<'_> {
             .map(|(a, s)| (a.key.clone(), serde_json::to_value(s).expect("scores serialise")))
             .collect();
         Value::Object(map)
+    }
+}
+
+/// json mode: the reason and the whole object as the judge wrote it.
+fn add_answer(line: &mut Map<String, Value>, judgment: &Judgment) {
+    if let Some(a) = &judgment.answer {
+        line.insert("reason".into(), json!(a.reason));
+        line.insert("answer".into(), json!(a.text));
     }
 }
 

@@ -1,0 +1,358 @@
+//! Stage 6, json mode: the judge writes one JSON object — a reason, then one integer per aspect,
+//! keys in the rubric's order — and a hand-written grammar makes any other output impossible.
+//!
+//! The fixed parts (`{`, keys, separators) are not generated but fed to the model. The reason is
+//! generated token by token, each token checked byte by byte against a JSON string automaton
+//! (escapes, valid UTF-8, no control characters); a token that closes the string must continue
+//! with the start of what follows. Past `reason_max_tokens` the string is closed for the model.
+//! Each integer is read exactly as in score mode (`ScoreTargets`): its distribution over the
+//! valid scores, then the argmax (greedy) or a draw (sampling) is written.
+
+use super::targets::ScoreTargets;
+use super::token_bytes::TokenBytes;
+use super::{AspectScore, JudgeError};
+use crate::model::{PrefixKv, Transformer};
+use crate::rubric::Rubric;
+use candle_core::Tensor;
+use tokenizers::Tokenizer;
+
+/// How the free parts are chosen.
+#[derive(Clone, Copy, Debug)]
+pub struct Decoding {
+    /// 0: greedy. Otherwise tokens and integers are drawn at this temperature.
+    pub temperature: f64,
+    pub seed: u64,
+}
+
+/// One judge's JSON answer.
+#[derive(Clone, Debug)]
+pub struct JsonJudgment {
+    /// The whole object, as written.
+    pub text: String,
+    pub reason: String,
+    /// Per aspect; `score` is the integer written in the object.
+    pub aspects: Vec<AspectScore>,
+    /// Tokens the model chose for the reason.
+    pub reason_tokens: usize,
+}
+
+/// The object's fixed parts as tokens, for one rubric and one tokenizer.
+pub struct JsonFormat {
+    open: Vec<u32>,
+    /// After the reason: `",\n  "<first key>": ` (bytes, and tokens when fed whole).
+    close_reason: Vec<u8>,
+    /// Per aspect: its valid scores as token paths, and what follows the integer (empty after
+    /// the last one, which ends the object textually: nothing after it is needed from the model).
+    aspects: Vec<(ScoreTargets, String)>,
+    reason_max_tokens: usize,
+    bytes: TokenBytes,
+    /// Each token's step from the state between characters, where the reason spends most of
+    /// its time: the vocabulary scan then reads this instead of walking every token's bytes.
+    from_ready: Vec<Option<Step>>,
+}
+
+impl JsonFormat {
+    pub fn new(rubric: &Rubric, tokenizer: &Tokenizer) -> Result<Self, JudgeError> {
+        let json = rubric.json.as_ref().ok_or_else(|| JudgeError::Tokenizer(format!("rubric {} has no [json] table", rubric.name)))?;
+        let bytes = TokenBytes::new(tokenizer);
+        let key = |k: &str| serde_json::to_string(k).expect("strings serialise");
+        let keys: Vec<String> = rubric.aspects.iter().map(|a| key(&a.name)).collect();
+        let mut aspects = Vec::with_capacity(keys.len());
+        for (i, a) in rubric.aspects.iter().enumerate() {
+            let scores = a.scores();
+            let seqs = scores.iter().map(|s| encode_exact(tokenizer, &bytes, &s.to_string())).collect::<Result<Vec<_>, _>>()?;
+            let after = match keys.get(i + 1) {
+                Some(next) => format!(",\n  {next}: "),
+                None => String::new(),
+            };
+            aspects.push((ScoreTargets::new(scores, &seqs, 0), after));
+        }
+        let open = encode_exact(tokenizer, &bytes, &format!("{{\n  {}: \"", key(&json.reason_key)))?;
+        let close_reason = format!("\",\n  {}: ", keys[0]).into_bytes();
+        let mut format = JsonFormat { open, close_reason, aspects, reason_max_tokens: json.reason_max_tokens, bytes, from_ready: Vec::new() };
+        format.from_ready = (0..format.bytes.len() as u32)
+            .map(|id| format.bytes.get(id).and_then(|b| format.advance(StrState::READY, id, b)))
+            .collect();
+        Ok(format)
+    }
+
+    /// Most tokens an answer can take after the prompt (for fitting prompts into the context).
+    pub fn reserve(&self) -> usize {
+        let fixed: usize = self.aspects.iter().map(|(t, after)| t.paths.iter().map(Vec::len).max().unwrap_or(0) + after.len()).sum();
+        self.open.len() + self.reason_max_tokens + self.close_reason.len() + fixed + 1
+    }
+
+    /// Write the object after `prompt` (the tokens after `header`'s keys and values).
+    pub fn decode(&self, model: &Transformer, tokenizer: &Tokenizer, header: Option<&PrefixKv>, prompt: &[u32], decoding: Decoding, seed: u64) -> Result<JsonJudgment, JudgeError> {
+        let mut rng = SplitMix64(seed);
+        let mut text: Vec<u8> = self.bytes.concat(&self.open).expect("checked at construction");
+        let mut fed = prompt.to_vec();
+        fed.extend_from_slice(&self.open);
+        let (mut kv, mut logits) = model.extend(header, &fed)?;
+
+        // The reason.
+        let reason_start = text.len();
+        let mut state = StrState::READY;
+        let mut reason_tokens = 0;
+        let closing_tokens: Vec<u32> = loop {
+            let at_limit = reason_tokens >= self.reason_max_tokens;
+            if at_limit && state == StrState::READY {
+                break encode_exact(tokenizer, &self.bytes, std::str::from_utf8(&self.close_reason).expect("utf-8"))?;
+            }
+            let logits_host: Vec<f32> = logits.flatten_all()?.to_dtype(candle_core::DType::F32)?.to_vec1()?;
+            let choice = self.choose_reason_token(&logits_host, state, at_limit, decoding, &mut rng)?;
+            match choice {
+                Step::Continue(id, next) => {
+                    text.extend_from_slice(self.bytes.get(id).expect("allowed tokens have bytes"));
+                    state = next;
+                    reason_tokens += 1;
+                    (kv, logits) = model.extend(Some(&kv), &[id])?;
+                }
+                Step::Close(id, consumed) => {
+                    reason_tokens += 1;
+                    let rest = std::str::from_utf8(&self.close_reason[consumed..]).map_err(|_| JudgeError::Tokenizer("a closing token splits a character".into()))?;
+                    let mut tokens = vec![id];
+                    if !rest.is_empty() {
+                        tokens.extend(encode_exact(tokenizer, &self.bytes, rest)?);
+                    }
+                    break tokens;
+                }
+            }
+        };
+        let reason_bytes = text[reason_start..].to_vec();
+        text.extend_from_slice(&self.close_reason);
+        (kv, logits) = model.extend(Some(&kv), &closing_tokens)?;
+
+        // The integers.
+        let mut aspects = Vec::with_capacity(self.aspects.len());
+        for (i, (targets, after)) in self.aspects.iter().enumerate() {
+            let mut log_probs = vec![log_softmax_row(&logits)?];
+            for q in &targets.queries[1..] {
+                let (_, l) = model.extend(Some(&kv), &q.path)?;
+                log_probs.push(log_softmax_row(&l)?);
+            }
+            let (dist, off) = targets.distribution(&log_probs);
+            let mut score = AspectScore::from_distribution(&targets.scores, &dist, off);
+            let pick = if decoding.temperature > 0.0 {
+                let weights: Vec<f64> = dist.iter().map(|p| p.powf(1.0 / decoding.temperature)).collect();
+                rng.pick(&weights)
+            } else {
+                targets.scores.iter().position(|s| *s == score.score).expect("argmax is a valid score")
+            };
+            score.score = targets.scores[pick];
+            text.extend_from_slice(score.score.to_string().as_bytes());
+            text.extend_from_slice(after.as_bytes());
+            aspects.push(score);
+            if i + 1 < self.aspects.len() {
+                let mut tokens = targets.paths[pick].clone();
+                tokens.extend(encode_exact(tokenizer, &self.bytes, after)?);
+                (kv, logits) = model.extend(Some(&kv), &tokens)?;
+            }
+        }
+        text.extend_from_slice(b"\n}");
+        let text = String::from_utf8(text).map_err(|_| JudgeError::Tokenizer("the answer is not UTF-8 (a bug in the grammar)".into()))?;
+        let reason_json = format!("\"{}\"", String::from_utf8_lossy(&reason_bytes));
+        let reason: String = serde_json::from_str(&reason_json).map_err(|e| JudgeError::Tokenizer(format!("the reason is not a JSON string (a bug in the grammar): {e}")))?;
+        Ok(JsonJudgment { text, reason, aspects, reason_tokens })
+    }
+
+    /// The next reason token under the grammar: greedy or drawn among the allowed tokens.
+    fn choose_reason_token(&self, logits: &[f32], state: StrState, at_limit: bool, decoding: Decoding, rng: &mut SplitMix64) -> Result<Step, JudgeError> {
+        let mut allowed: Vec<(Step, f32)> = Vec::new();
+        let mut best: Option<(Step, f32)> = None;
+        for (id, &logit) in logits.iter().enumerate().take(self.bytes.len()) {
+            let step = if state == StrState::READY {
+                self.from_ready[id]
+            } else {
+                self.bytes.get(id as u32).and_then(|b| self.advance(state, id as u32, b))
+            };
+            let Some(step) = step else { continue };
+            // Past the limit only a token that finishes the current character (or escape) is allowed.
+            if at_limit && matches!(step, Step::Continue(_, s) if s != StrState::READY) {
+                continue;
+            }
+            if decoding.temperature > 0.0 {
+                allowed.push((step, logit));
+            } else if best.as_ref().is_none_or(|(_, l)| logit > *l) {
+                best = Some((step, logit));
+            }
+        }
+        if decoding.temperature > 0.0 {
+            let max = allowed.iter().map(|(_, l)| *l).fold(f32::NEG_INFINITY, f32::max);
+            let weights: Vec<f64> = allowed.iter().map(|(_, l)| (((*l - max) as f64) / decoding.temperature).exp()).collect();
+            if allowed.is_empty() {
+                return Err(JudgeError::Tokenizer("no vocabulary entry can continue the reason".into()));
+            }
+            return Ok(allowed.swap_remove(rng.pick(&weights)).0);
+        }
+        best.map(|(s, _)| s).ok_or_else(|| JudgeError::Tokenizer("no vocabulary entry can continue the reason".into()))
+    }
+
+    fn advance(&self, mut state: StrState, id: u32, bytes: &[u8]) -> Option<Step> {
+        for (i, &b) in bytes.iter().enumerate() {
+            match state.step(b)? {
+                Next::In(s) => state = s,
+                Next::Close => {
+                    let rest = &bytes[i..];
+                    return self.close_reason.starts_with(rest).then_some(Step::Close(id, rest.len()));
+                }
+            }
+        }
+        Some(Step::Continue(id, state))
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    /// The token stays inside the string, leaving it in this state.
+    Continue(u32, StrState),
+    /// The token ends the string and writes this many bytes of what follows it.
+    Close(u32, usize),
+}
+
+/// Inside a JSON string: how many UTF-8 continuation bytes are still due (and the range the
+/// next one must fall in), or an escape in progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StrState {
+    utf8_left: u8,
+    lo: u8,
+    hi: u8,
+    escape: bool,
+}
+
+enum Next {
+    In(StrState),
+    Close,
+}
+
+impl StrState {
+    const READY: StrState = StrState { utf8_left: 0, lo: 0x80, hi: 0xBF, escape: false };
+
+    fn step(self, b: u8) -> Option<Next> {
+        let cont = |left: u8, lo: u8, hi: u8| Some(Next::In(StrState { utf8_left: left, lo, hi, escape: false }));
+        if self.escape {
+            // \uXXXX is left out: a lone surrogate would make the object invalid for strict parsers.
+            return matches!(b, b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't').then_some(Next::In(Self::READY));
+        }
+        if self.utf8_left > 0 {
+            return (self.lo..=self.hi).contains(&b).then_some(Next::In(StrState { utf8_left: self.utf8_left - 1, lo: 0x80, hi: 0xBF, escape: false }));
+        }
+        match b {
+            b'"' => Some(Next::Close),
+            b'\\' => Some(Next::In(StrState { escape: true, ..Self::READY })),
+            0x00..=0x1F | 0x7F => None,
+            0x20..=0x7E => Some(Next::In(Self::READY)),
+            0xC2..=0xDF => cont(1, 0x80, 0xBF),
+            0xE0 => cont(2, 0xA0, 0xBF),
+            0xED => cont(2, 0x80, 0x9F),
+            0xE1..=0xEF => cont(2, 0x80, 0xBF),
+            0xF0 => cont(3, 0x90, 0xBF),
+            0xF1..=0xF3 => cont(3, 0x80, 0xBF),
+            0xF4 => cont(3, 0x80, 0x8F),
+            _ => None,
+        }
+    }
+}
+
+/// `text` as tokens whose bytes are exactly `text` (tokenizers that add a prefix space or
+/// normalise would change the object).
+fn encode_exact(tokenizer: &Tokenizer, bytes: &TokenBytes, text: &str) -> Result<Vec<u32>, JudgeError> {
+    let ids = tokenizer.encode(text, false).map_err(|e| JudgeError::Tokenizer(e.to_string()))?.get_ids().to_vec();
+    if bytes.concat(&ids).as_deref() != Some(text.as_bytes()) {
+        return Err(JudgeError::Tokenizer(format!("the tokenizer does not write {text:?} back as it is; json mode needs a byte-exact tokenizer")));
+    }
+    Ok(ids)
+}
+
+fn log_softmax_row(logits: &Tensor) -> Result<Vec<f32>, JudgeError> {
+    let l = candle_nn::ops::log_softmax(&logits.to_dtype(candle_core::DType::F32)?, candle_core::D::Minus1)?;
+    Ok(l.flatten_all()?.to_vec1()?)
+}
+
+/// A small, stable generator: the same seed gives the same draws on every platform and version.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_f64(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// An index drawn with probability proportional to `weights`.
+    fn pick(&mut self, weights: &[f64]) -> usize {
+        let total: f64 = weights.iter().sum();
+        let mut x = self.next_f64() * total;
+        for (i, w) in weights.iter().enumerate() {
+            if x < *w {
+                return i;
+            }
+            x -= w;
+        }
+        weights.iter().rposition(|w| *w > 0.0).unwrap_or(0)
+    }
+}
+
+/// A per-item seed, so that an item's draws do not depend on which others share its run.
+pub fn item_seed(seed: u64, judge: usize, item_id: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed.rotate_left(17) ^ (judge as u64).rotate_left(41);
+    for b in item_id.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01B3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accepts(s: &[u8]) -> bool {
+        let mut st = StrState::READY;
+        for &b in s {
+            match st.step(b) {
+                Some(Next::In(n)) => st = n,
+                _ => return false,
+            }
+        }
+        st == StrState::READY
+    }
+
+    #[test]
+    fn string_automaton_matches_serde_json() {
+        let cases: Vec<&[u8]> = vec![
+            "日本語の理由".as_bytes(),
+            b"a \\\"quoted\\\" \\n line",
+            b"tab\there",
+            b"\\u0041",
+            b"\\x",
+            &[0xE3, 0x81],
+            &[0xED, 0xA0, 0x80],
+            &[0xC0, 0x80],
+            b"plain ascii / slash",
+        ];
+        for c in cases {
+            let quoted = [b"\"".as_slice(), c, b"\""].concat();
+            let serde_ok = std::str::from_utf8(&quoted).ok().and_then(|s| serde_json::from_str::<String>(s).ok()).is_some();
+            let ours = accepts(c);
+            // Ours may be stricter (no \u escapes), never looser.
+            assert!(!ours || serde_ok, "{c:?} accepted but invalid JSON");
+            if c != b"\\u0041" {
+                assert_eq!(ours, serde_ok, "{c:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn draws_follow_the_weights() {
+        let mut r = SplitMix64(7);
+        let mut counts = [0usize; 3];
+        for _ in 0..30_000 {
+            counts[r.pick(&[1.0, 2.0, 0.0])] += 1;
+        }
+        assert_eq!(counts[2], 0);
+        let ratio = counts[1] as f64 / counts[0] as f64;
+        assert!((ratio - 2.0).abs() < 0.1, "{counts:?}");
+    }
+}
