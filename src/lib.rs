@@ -4,6 +4,7 @@
 //! data (items, JSONL, importers) → rubric (aspects, scales, templates) → prompt (rubric + item →
 //! messages, through the model's chat template) → … → report.
 
+pub mod bertscore;
 pub mod data;
 pub mod judge;
 pub mod model;

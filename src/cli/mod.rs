@@ -3,6 +3,7 @@
 //! failed or were skipped (listed on stderr and in the output).
 
 mod bench_cmd;
+mod bertscore_cmd;
 mod data_cmd;
 mod judge_cmd;
 mod rubrics_cmd;
@@ -44,6 +45,8 @@ pub enum Command {
     Rubrics(rubrics_cmd::Rubrics),
     /// Score items with LLM judges: valid integer scores and their distributions.
     Judge(judge_cmd::JudgeArgs),
+    /// BERTScore of responses against references or the last context turn (bert_score 0.3.13).
+    Bertscore(bertscore_cmd::BertScoreArgs),
     /// Measure prefill speed on real judge prompts (tokens/s, items/s).
     Bench(bench_cmd::BenchArgs),
 }
@@ -55,6 +58,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rubrics(cmd) => rubrics_cmd::run(cmd),
         Command::Judge(args) => judge_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(args),
+        Command::Bertscore(args) => bertscore_cmd::run(args),
     }
 }
 

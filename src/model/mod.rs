@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod config;
 pub mod device;
+pub mod encoder;
 mod layers;
 pub mod source;
 pub mod transformer;

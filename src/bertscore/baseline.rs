@@ -1,0 +1,96 @@
+//! Baseline files for rescaling, in bert_score's format (`rescale_baseline/LANG/MODEL.tsv`, comma
+//! separated despite the name): a header `LAYER,P,R,F`, then one row per layer, layer 0 being the
+//! embeddings. A baseline is the mean score of random sentence pairs, as bert_score's
+//! `get_rescale_baseline.py` computes it.
+
+use super::{BertScoreError, BertScorer, Prf};
+use std::path::Path;
+
+/// All rows of a baseline file, by layer.
+pub fn read(path: &Path) -> Result<Vec<(usize, Prf)>, BertScoreError> {
+    let err = |message: String| BertScoreError::Baseline { path: path.display().to_string(), message };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let (_, header) = lines.next().ok_or_else(|| err("empty file".into()))?;
+    let cols: Vec<&str> = header.split(',').map(str::trim).collect();
+    if cols != ["LAYER", "P", "R", "F"] {
+        return Err(err(format!("line 1: header {header:?}, expected LAYER,P,R,F")));
+    }
+    let mut rows = Vec::new();
+    for (i, line) in lines {
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        let bad = |what: &str| err(format!("line {}: {what}: {line:?}", i + 1));
+        if f.len() != 4 {
+            return Err(bad("expected 4 fields"));
+        }
+        let layer: usize = f[0].parse().map_err(|_| bad("LAYER is not an integer"))?;
+        let num = |k: usize, name: &str| f[k].parse::<f64>().map_err(|_| bad(&format!("{name} is not a number")));
+        rows.push((layer, Prf { p: num(1, "P")?, r: num(2, "R")?, f: num(3, "F")? }));
+    }
+    Ok(rows)
+}
+
+/// The baseline of one layer.
+pub fn read_layer(path: &Path, layer: usize) -> Result<Prf, BertScoreError> {
+    read(path)?
+        .into_iter()
+        .find(|(l, _)| *l == layer)
+        .map(|(_, b)| b)
+        .ok_or_else(|| BertScoreError::Baseline { path: path.display().to_string(), message: format!("no row for layer {layer}") })
+}
+
+pub fn write(path: &Path, rows: &[(usize, Prf)]) -> Result<(), BertScoreError> {
+    let mut text = String::from("LAYER,P,R,F\n");
+    for (l, b) in rows {
+        text.push_str(&format!("{l},{},{},{}\n", b.p, b.r, b.f));
+    }
+    std::fs::write(path, text).map_err(|e| BertScoreError::Baseline { path: path.display().to_string(), message: e.to_string() })
+}
+
+/// Mean P/R/F over the pairs at every layer from the embeddings (0) to the encoder's last,
+/// without idf.
+/// `group`: bert_score's batch_size, for its padding behaviour (see the module `bertscore`).
+pub fn compute(scorer: &BertScorer, candidates: &[&str], references: &[&str], batch_tokens: usize, group: Option<usize>, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<(usize, Prf)>, BertScoreError> {
+    let sentences = scorer.sentences(candidates.iter().chain(references).copied())?;
+    let total = sentences.len();
+    let emb = scorer.embed(&sentences, batch_tokens, true, &mut |d| progress(d, total))?;
+    let idf = scorer.idf(false, &[])?;
+    let pairs: Vec<(usize, usize)> = candidates.iter().zip(references).map(|(c, r)| (sentences.get(c), sentences.get(r))).collect();
+    let nested: Vec<Vec<&str>> = references.iter().map(|r| vec![*r]).collect();
+    let floors = scorer.pad_floors(candidates, &nested, group)?;
+    let per_layer = scorer.match_pairs(&sentences, &emb, &idf, &pairs, &floors, batch_tokens * 64)?;
+    let n = pairs.len().max(1) as f64;
+    Ok(per_layer
+        .iter()
+        .enumerate()
+        .map(|(l, prfs)| {
+            let mean = |g: fn(&Prf) -> f64| prfs.iter().map(g).sum::<f64>() / n;
+            (l, Prf { p: mean(|x| x.p), r: mean(|x| x.r), f: mean(|x| x.f) })
+        })
+        .collect())
+}
+
+/// `n` random pairs of distinct lines of `corpus` (seeded), as bert_score's script samples them.
+pub fn sample_pairs(corpus: &[String], n: usize, seed: u64) -> Vec<(usize, usize)> {
+    let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
+    let mut next = |m: usize| {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) % m as u64) as usize
+    };
+    let m = corpus.len();
+    (0..n)
+        .map(|_| {
+            let a = next(m);
+            let mut b = next(m);
+            if m > 1 {
+                while b == a {
+                    b = next(m);
+                }
+            }
+            (a, b)
+        })
+        .collect()
+}

@@ -1,0 +1,172 @@
+//! `hyoka bertscore` and `hyoka bertscore baseline`.
+
+use super::EXIT_PARTIAL;
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use hyoka::bertscore::run::{Against, BertScoreRun};
+use hyoka::bertscore::{baseline, BertScorer};
+use hyoka::data;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    long_about = "BERTScore of each item's response against its references (or, with --against \
+last-turn, against the last context turn), exactly as bert_score 0.3.13 computes it with a fast \
+tokenizer: P, R and F per item; several references give the max per column; --idf weights tokens \
+by the references' inverse document frequency; --baseline rescales (x − b) / (1 − b) with a \
+bert_score baseline file (see `hyoka bertscore baseline` to make one for Japanese).\n\n\
+Output lines: {\"id\", \"bertscore\": {\"P\", \"R\", \"F\"}, \"provenance\"}. A killed run restarted \
+with the same arguments continues after the last finished chunk of items."
+)]
+pub struct BertScoreArgs {
+    #[command(subcommand)]
+    pub command: Option<BertScoreCommand>,
+    #[command(flatten)]
+    pub encoder: EncoderArgs,
+    /// Items JSONL.
+    #[arg(long, short, required = true)]
+    pub input: Option<PathBuf>,
+    /// Output scores JSONL; an existing file of the same run is continued.
+    #[arg(long, short, required = true)]
+    pub output: Option<PathBuf>,
+    /// What the response is compared with.
+    #[arg(long, value_enum, default_value = "reference")]
+    pub against: Against,
+    /// Weight tokens by inverse document frequency over the references.
+    #[arg(long)]
+    pub idf: bool,
+    /// bert_score baseline file (LAYER,P,R,F rows) to rescale with, at the scoring layer.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+    /// bert_score matches pairs in batches of this many (its batch_size) and lets padding score
+    /// 0, which floors a token's best match at 0 in some pairs; reproduced for identical numbers.
+    /// 0 turns that off (each token's best match over real tokens only).
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub bert_score_batch: usize,
+    /// Skip invalid input lines (reported) instead of stopping.
+    #[arg(long)]
+    pub skip_invalid: bool,
+    /// Start the output afresh instead of continuing it.
+    #[arg(long)]
+    pub overwrite: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct EncoderArgs {
+    /// Encoder: a folder (config.json, model.safetensors, tokenizer.json) or a Hugging Face id
+    /// ORG/NAME[@REV]. BERT, RoBERTa/XLM-RoBERTa and DistilBERT.
+    #[arg(long, required = true)]
+    pub model: Option<String>,
+    /// Layer to read (default: bert_score's for the models it knows, e.g. 9 for
+    /// bert-base-multilingual-cased, 17 for xlm-roberta-large).
+    #[arg(long)]
+    pub layer: Option<usize>,
+    /// cpu, cuda, cuda:N or metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// f32, bf16 or f16 (default f32; bert_score's numbers are f32).
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Padded tokens per encoder batch.
+    #[arg(long, default_value_t = 16384)]
+    pub batch_tokens: usize,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BertScoreCommand {
+    /// Compute a rescaling baseline the way bert_score's get_rescale_baseline.py does: the mean
+    /// P/R/F of random sentence pairs at every layer, written in bert_score's format.
+    Baseline(BaselineArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BaselineArgs {
+    #[command(flatten)]
+    pub encoder: EncoderArgs,
+    /// Sentences, one per line (blank lines ignored).
+    #[arg(long)]
+    pub corpus: PathBuf,
+    /// Random pairs to average over.
+    #[arg(long, default_value_t = 100_000)]
+    pub pairs: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Output file (e.g. rescale_baseline/ja/MODEL.tsv).
+    #[arg(long, short)]
+    pub output: PathBuf,
+}
+
+fn load(args: &EncoderArgs, all_layers: bool) -> anyhow::Result<hyoka::bertscore::LoadedScorer> {
+    let device = hyoka::model::device::parse_device(&args.device)?;
+    let dtype = hyoka::model::device::parse_dtype(Some(&args.dtype), &device)?;
+    let name = args.model.as_deref().context("--model is required")?;
+    eprintln!("loading {name} ...");
+    // A baseline covers every layer; scoring stops at the one it reads.
+    let layer = if all_layers { Some(usize::MAX) } else { args.layer };
+    BertScorer::load(name, layer, dtype, &device).with_context(|| format!("loading encoder {name}"))
+}
+
+pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
+    if let Some(BertScoreCommand::Baseline(b)) = args.command {
+        return run_baseline(b);
+    }
+    let input = args.input.context("--input is required")?;
+    let output = args.output.context("--output is required")?;
+    let read = data::read_items(&input, args.skip_invalid)?;
+    for e in &read.skipped {
+        eprintln!("skipped: {e}");
+    }
+    let loaded = load(&args.encoder, false)?;
+    let baseline = match &args.baseline {
+        Some(p) => Some((p.clone(), baseline::read_layer(p, loaded.layer)?)),
+        None => None,
+    };
+    let job = BertScoreRun {
+        scorer: &loaded.scorer,
+        model: loaded.model.clone(),
+        layer: loaded.layer,
+        idf: args.idf,
+        baseline,
+        against: args.against,
+        batch_tokens: args.encoder.batch_tokens,
+        emulate_batch: Some(args.bert_score_batch).filter(|b| *b > 0),
+    };
+    let bar = super::progress_bar("bertscore");
+    let started = std::time::Instant::now();
+    let summary = job.run(&read.items, &output, args.overwrite, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })?;
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "scored {} items in {secs:.2}s ({:.1} pairs/s, layer {}); {} already in {}; {} failed",
+        summary.scored,
+        summary.scored as f64 / secs.max(1e-9),
+        loaded.layer,
+        summary.skipped_finished,
+        output.display(),
+        summary.failed.len()
+    );
+    for f in &summary.failed {
+        eprintln!("failed: {f}");
+    }
+    Ok(if summary.failed.is_empty() && read.skipped.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PARTIAL) })
+}
+
+fn run_baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&args.corpus).with_context(|| format!("reading {}", args.corpus.display()))?;
+    let corpus: Vec<String> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+    anyhow::ensure!(corpus.len() >= 2, "{}: needs at least 2 non-empty lines", args.corpus.display());
+    let loaded = load(&args.encoder, true)?;
+    let pairs = baseline::sample_pairs(&corpus, args.pairs, args.seed);
+    let cands: Vec<&str> = pairs.iter().map(|(a, _)| corpus[*a].as_str()).collect();
+    let refs: Vec<&str> = pairs.iter().map(|(_, b)| corpus[*b].as_str()).collect();
+    let rows = baseline::compute(&loaded.scorer, &cands, &refs, args.encoder.batch_tokens, Some(64), &mut |_, _| {})?;
+    baseline::write(&args.output, &rows)?;
+    eprintln!("wrote {} layers ({} pairs from {} sentences) to {}", rows.len(), pairs.len(), corpus.len(), args.output.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,283 @@
+//! The encoders BERTScore reads: BERT, RoBERTa / XLM-RoBERTa and DistilBERT (post-norm blocks,
+//! bidirectional attention over a padded batch). `load` keeps only the layers up to the one
+//! BERTScore reads, so nothing after it is computed.
+
+use super::ModelError;
+use candle_core::{DType, Device, Result, Tensor};
+use candle_nn::{Linear, Module, VarBuilder};
+use serde_json::Value;
+use std::path::Path;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EncoderKind {
+    Bert,
+    /// RoBERTa and XLM-RoBERTa: positions count real tokens from padding_idx + 1.
+    Roberta,
+    DistilBert,
+}
+
+#[derive(Clone, Debug)]
+pub struct EncoderConfig {
+    pub kind: EncoderKind,
+    pub model_type: String,
+    pub hidden: usize,
+    pub heads: usize,
+    pub layers: usize,
+    pub intermediate: usize,
+    pub eps: f64,
+    pub max_position: usize,
+    pub pad_token_id: u32,
+}
+
+impl EncoderConfig {
+    pub fn from_json(v: &Value, origin: &str) -> std::result::Result<Self, ModelError> {
+        let model_type = v["model_type"].as_str().unwrap_or_default().to_string();
+        let kind = match model_type.as_str() {
+            "bert" => EncoderKind::Bert,
+            "roberta" | "xlm-roberta" => EncoderKind::Roberta,
+            "distilbert" => EncoderKind::DistilBert,
+            other => return Err(ModelError::Unsupported { origin: origin.into(), what: format!("encoder model_type {other:?} (BERTScore supports bert, roberta, xlm-roberta, distilbert)") }),
+        };
+        let get = |keys: &[&str]| -> std::result::Result<usize, ModelError> {
+            keys.iter()
+                .find_map(|k| v[*k].as_u64())
+                .map(|n| n as usize)
+                .ok_or_else(|| ModelError::Config { origin: origin.into(), field: keys[0].into(), message: "missing".into() })
+        };
+        let (hidden, heads, layers, intermediate) = if kind == EncoderKind::DistilBert {
+            (get(&["dim"])?, get(&["n_heads"])?, get(&["n_layers"])?, get(&["hidden_dim"])?)
+        } else {
+            (get(&["hidden_size"])?, get(&["num_attention_heads"])?, get(&["num_hidden_layers"])?, get(&["intermediate_size"])?)
+        };
+        if let Some(act) = v["hidden_act"].as_str().or(v["activation"].as_str()) {
+            if act != "gelu" {
+                return Err(ModelError::Unsupported { origin: origin.into(), what: format!("activation {act:?}") });
+            }
+        }
+        if v["position_embedding_type"].as_str().is_some_and(|p| p != "absolute") {
+            return Err(ModelError::Unsupported { origin: origin.into(), what: "position_embedding_type other than absolute".into() });
+        }
+        Ok(EncoderConfig {
+            kind,
+            model_type,
+            hidden,
+            heads,
+            layers,
+            intermediate,
+            eps: v["layer_norm_eps"].as_f64().unwrap_or(1e-12),
+            max_position: get(&["max_position_embeddings"])?,
+            pad_token_id: v["pad_token_id"].as_u64().unwrap_or(if kind == EncoderKind::Roberta { 1 } else { 0 }) as u32,
+        })
+    }
+
+    /// Longest input the position table allows (RoBERTa spends padding_idx + 1 entries).
+    pub fn max_tokens(&self) -> usize {
+        match self.kind {
+            EncoderKind::Roberta => self.max_position - self.pad_token_id as usize - 1,
+            _ => self.max_position,
+        }
+    }
+}
+
+struct LayerNorm {
+    w: Tensor,
+    b: Tensor,
+    eps: f32,
+}
+
+impl LayerNorm {
+    fn load(vb: VarBuilder, size: usize, eps: f64) -> Result<Self> {
+        Ok(LayerNorm { w: vb.get(size, "weight")?, b: vb.get(size, "bias")?, eps: eps as f32 })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        candle_nn::ops::layer_norm(&x.contiguous()?, &self.w, &self.b, self.eps)
+    }
+}
+
+struct Block {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    attn_norm: LayerNorm,
+    up: Linear,
+    down: Linear,
+    out_norm: LayerNorm,
+}
+
+impl Block {
+    fn load(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
+        let (h, i, eps) = (cfg.hidden, cfg.intermediate, cfg.eps);
+        let lin = |vb: VarBuilder, a, b| candle_nn::linear(a, b, vb);
+        Ok(match cfg.kind {
+            EncoderKind::DistilBert => Block {
+                q: lin(vb.pp("attention.q_lin"), h, h)?,
+                k: lin(vb.pp("attention.k_lin"), h, h)?,
+                v: lin(vb.pp("attention.v_lin"), h, h)?,
+                o: lin(vb.pp("attention.out_lin"), h, h)?,
+                attn_norm: LayerNorm::load(vb.pp("sa_layer_norm"), h, eps)?,
+                up: lin(vb.pp("ffn.lin1"), h, i)?,
+                down: lin(vb.pp("ffn.lin2"), i, h)?,
+                out_norm: LayerNorm::load(vb.pp("output_layer_norm"), h, eps)?,
+            },
+            _ => Block {
+                q: lin(vb.pp("attention.self.query"), h, h)?,
+                k: lin(vb.pp("attention.self.key"), h, h)?,
+                v: lin(vb.pp("attention.self.value"), h, h)?,
+                o: lin(vb.pp("attention.output.dense"), h, h)?,
+                attn_norm: LayerNorm::load(vb.pp("attention.output.LayerNorm"), h, eps)?,
+                up: lin(vb.pp("intermediate.dense"), h, i)?,
+                down: lin(vb.pp("output.dense"), i, h)?,
+                out_norm: LayerNorm::load(vb.pp("output.LayerNorm"), h, eps)?,
+            },
+        })
+    }
+
+    /// `bias`: (batch, 1, 1, len) additive key mask.
+    fn forward(&self, x: &Tensor, bias: &Tensor, heads: usize) -> Result<Tensor> {
+        let (b, n, h) = x.dims3()?;
+        let d = h / heads;
+        let split = |t: Tensor| t.reshape((b, n, heads, d))?.transpose(1, 2)?.contiguous();
+        let q = (split(self.q.forward(x)?)? / (d as f64).sqrt())?;
+        let k = split(self.k.forward(x)?)?;
+        let v = split(self.v.forward(x)?)?;
+        let scores = q.matmul(&k.t()?)?.broadcast_add(bias)?;
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, n, h))?;
+        let x = self.attn_norm.forward(&(self.o.forward(&ctx)? + x)?)?;
+        let up = self.up.forward(&x)?.gelu_erf()?;
+        self.out_norm.forward(&(self.down.forward(&up)? + x)?)
+    }
+}
+
+pub struct Encoder {
+    pub cfg: EncoderConfig,
+    words: Tensor,
+    positions: Tensor,
+    token_type: Option<Tensor>,
+    emb_norm: LayerNorm,
+    blocks: Vec<Block>,
+    device: Device,
+}
+
+impl Encoder {
+    /// Load the embeddings and the first `layers` blocks (`layers` ≤ the model's).
+    pub fn load(vb: VarBuilder, cfg: EncoderConfig, layers: usize) -> Result<Self> {
+        // Checkpoints of *ForMaskedLM and friends nest the encoder under the model's name.
+        let vb = ["bert", "roberta", "distilbert"]
+            .iter()
+            .map(|p| vb.pp(*p))
+            .find(|v| v.contains_tensor("embeddings.word_embeddings.weight"))
+            .unwrap_or(vb);
+        let emb = vb.pp("embeddings");
+        let words = emb.get_unchecked("word_embeddings.weight")?;
+        let positions = emb.get_unchecked("position_embeddings.weight")?;
+        let token_type = match cfg.kind {
+            EncoderKind::DistilBert => None,
+            _ => Some(emb.get_unchecked("token_type_embeddings.weight")?.get(0)?),
+        };
+        let emb_norm = LayerNorm::load(emb.pp("LayerNorm"), cfg.hidden, cfg.eps)?;
+        let stack = match cfg.kind {
+            EncoderKind::DistilBert => vb.pp("transformer.layer"),
+            _ => vb.pp("encoder.layer"),
+        };
+        let blocks = (0..layers.min(cfg.layers)).map(|i| Block::load(stack.pp(i), &cfg)).collect::<Result<_>>()?;
+        Ok(Encoder { device: words.device().clone(), cfg, words, positions, token_type, emb_norm, blocks })
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.words.dtype()
+    }
+
+    pub fn layers(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Hidden states after every loaded layer (index 0: the embeddings), each (batch, len, hidden),
+    /// for right-padded `ids` of real lengths `lens`. With `all_layers` false only the last.
+    pub fn forward(&self, ids: &[Vec<u32>], all_layers: bool) -> Result<Vec<Tensor>> {
+        let b = ids.len();
+        let n = ids.iter().map(Vec::len).max().unwrap_or(0);
+        let mut flat = Vec::with_capacity(b * n);
+        let mut pos = Vec::with_capacity(b * n);
+        let mut bias = Vec::with_capacity(b * n);
+        for row in ids {
+            for j in 0..n {
+                let real = j < row.len();
+                flat.push(if real { row[j] } else { self.cfg.pad_token_id });
+                pos.push(match self.cfg.kind {
+                    EncoderKind::Roberta if real => self.cfg.pad_token_id + 1 + j as u32,
+                    EncoderKind::Roberta => self.cfg.pad_token_id,
+                    _ => j as u32,
+                });
+                bias.push(if real { 0f32 } else { f32::MIN });
+            }
+        }
+        let ids_t = Tensor::from_vec(flat, b * n, &self.device)?;
+        let pos_t = Tensor::from_vec(pos, b * n, &self.device)?;
+        let mut x = (self.words.index_select(&ids_t, 0)? + self.positions.index_select(&pos_t, 0)?)?;
+        if let Some(tt) = &self.token_type {
+            x = x.broadcast_add(tt)?;
+        }
+        let mut x = self.emb_norm.forward(&x.reshape((b, n, self.cfg.hidden))?)?;
+        let dtype = x.dtype();
+        let bias = Tensor::from_vec(bias, (b, 1, 1, n), &self.device)?.to_dtype(dtype)?;
+        let mut out = Vec::new();
+        if all_layers {
+            out.push(x.clone());
+        }
+        for block in &self.blocks {
+            x = block.forward(&x, &bias, self.cfg.heads)?;
+            if all_layers {
+                out.push(x.clone());
+            }
+        }
+        if !all_layers {
+            out.push(x);
+        }
+        Ok(out)
+    }
+}
+
+/// Load an encoder folder (config.json + model.safetensors) keeping `layers` layers
+/// (None: all of them).
+pub fn load_encoder_dir(dir: &Path, layers: Option<usize>, dtype: DType, device: &Device) -> std::result::Result<Encoder, ModelError> {
+    let config_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&config_path).map_err(|source| ModelError::Io { path: config_path.clone(), source })?;
+    let origin = config_path.display().to_string();
+    let v: Value = serde_json::from_str(&text).map_err(|e| ModelError::Config { origin: origin.clone(), field: "(file)".into(), message: e.to_string() })?;
+    let cfg = EncoderConfig::from_json(&v, &origin)?;
+    let keep = layers.unwrap_or(cfg.layers);
+    if keep > cfg.layers && keep != usize::MAX {
+        return Err(ModelError::Config { origin, field: "num_hidden_layers".into(), message: format!("layer {keep} requested, the model has {}", cfg.layers) });
+    }
+    let files = super::safetensors_files(dir)?;
+    // Safety: the files are memory-mapped read-only; hyoka never writes to them while loaded.
+    let vb = unsafe { VarBuilder::from_mmaped_safetensors(&files, dtype, device)? };
+    Ok(Encoder::load(vb, cfg, keep)?)
+}
+
+/// bert_score's default layer for the models it knows (its `model2layers` table), by the name
+/// after the organisation ("google-bert/bert-base-multilingual-cased" → 9).
+pub fn default_layer(model: &str) -> Option<usize> {
+    let name = model.rsplit('/').next().unwrap_or(model).split(['@', ':']).next().unwrap_or(model);
+    let layer = match name {
+        "bert-base-uncased" | "bert-base-cased-finetuned-mrpc" | "bert-base-multilingual-cased" => 9,
+        "bert-large-uncased" => 18,
+        "bert-base-chinese" => 8,
+        "roberta-base" => 10,
+        "roberta-large" => 17,
+        "roberta-large-mnli" => 19,
+        "distilroberta-base" | "distilbert-base-uncased" | "distilbert-base-multilingual-cased" => 5,
+        "distilbert-base-uncased-distilled-squad" => 4,
+        "xlm-roberta-base" => 9,
+        "xlm-roberta-large" => 17,
+        _ => return None,
+    };
+    Some(layer)
+}
