@@ -106,10 +106,16 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             return if matches!(e, DataError::Io { .. }) { EXIT_FAILURE } else { EXIT_INVALID_INPUT };
         }
         // `#[error(transparent)]` wrappers hide the inner error from the chain: look inside.
-        let results = cause.downcast_ref::<hyoka::results::ResultsError>().or(match cause.downcast_ref::<hyoka::judge::run::RunError>() {
-            Some(hyoka::judge::run::RunError::Results(e)) => Some(e),
-            _ => None,
-        });
+        let results = cause
+            .downcast_ref::<hyoka::results::ResultsError>()
+            .or(match cause.downcast_ref::<hyoka::judge::run::RunError>() {
+                Some(hyoka::judge::run::RunError::Results(e)) => Some(e),
+                _ => None,
+            })
+            .or(match cause.downcast_ref::<hyoka::bertscore::run::RunError>() {
+                Some(hyoka::bertscore::run::RunError::Results(e)) => Some(e),
+                _ => None,
+            });
         if let Some(hyoka::results::ResultsError::Mismatch { .. }) = results {
             return EXIT_INVALID_INPUT;
         }
