@@ -6,7 +6,7 @@
 mod common;
 
 use candle_core::{DType, Device};
-use hyoka::bertscore::{baseline, BertScorer, Prf};
+use hyoka::bertscore::{baseline, BertScorer, Depth, Prf};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -37,7 +37,7 @@ fn scores_match_bert_score() {
         let name = case["name"].as_str().unwrap();
         let Some(dir) = model_dir(case["model"].as_str().unwrap()) else { return };
         let layer = case["layer"].as_u64().unwrap() as usize;
-        let loaded = BertScorer::load(dir.to_str().unwrap(), Some(layer), DType::F32, &Device::Cpu).unwrap();
+        let loaded = BertScorer::load(dir.to_str().unwrap(), Depth::Layer(Some(layer)), DType::F32, &Device::Cpu).unwrap();
         assert_eq!(loaded.layer, layer);
         let cands = strings(&case["cands"]);
         let refs: Vec<Vec<String>> = case["refs"].as_array().unwrap().iter().map(strings).collect();
@@ -63,12 +63,12 @@ fn scores_match_bert_score() {
 fn baseline_means_match_bert_score_all_layers() {
     let fx = fixtures();
     let Some(dir) = model_dir("all-MiniLM-L6-v2") else { return };
-    let loaded = BertScorer::load(dir.to_str().unwrap(), Some(usize::MAX), DType::F32, &Device::Cpu).unwrap();
+    let loaded = BertScorer::load(dir.to_str().unwrap(), Depth::All, DType::F32, &Device::Cpu).unwrap();
     let cands = strings(&fx["baseline"]["cands"]);
     let refs = strings(&fx["baseline"]["refs"]);
     let c: Vec<&str> = cands.iter().map(String::as_str).collect();
     let r: Vec<&str> = refs.iter().map(String::as_str).collect();
-    let rows = baseline::compute(&loaded.scorer, &c, &r, 4096, Some(4), &mut |_, _| {}).unwrap();
+    let rows = baseline::compute(&loaded.scorer, &c, &r, 4096, Some(4)).unwrap();
     let expected = fx["baseline"]["layers"].as_array().unwrap();
     assert_eq!(rows.len(), expected.len(), "layers 0..=6");
     for ((l, got), e) in rows.iter().zip(expected) {
@@ -89,7 +89,7 @@ fn batching_and_order_do_not_change_scores() {
     let fx = fixtures();
     let case = &fx["cases"][2]; // MiniLM with idf
     let Some(dir) = model_dir(case["model"].as_str().unwrap()) else { return };
-    let loaded = BertScorer::load(dir.to_str().unwrap(), Some(4), DType::F32, &Device::Cpu).unwrap();
+    let loaded = BertScorer::load(dir.to_str().unwrap(), Depth::Layer(Some(4)), DType::F32, &Device::Cpu).unwrap();
     let cands = strings(&case["cands"]);
     let refs: Vec<String> = case["refs"].as_array().unwrap().iter().map(|r| r[0].as_str().unwrap().to_string()).collect();
     let c: Vec<&str> = cands.iter().map(String::as_str).collect();

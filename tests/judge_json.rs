@@ -130,12 +130,18 @@ fn check_schema(model_dir: &Path, decoding: Decoding, n: usize) -> Vec<Value> {
     lines
 }
 
-#[test]
-fn byte_level_vocabulary_always_gives_schema_valid_json() {
-    let Some(gguf) = common::test_model("smollm2-135m-instruct-q4_1.gguf") else { return };
+/// A random model over SmolLM2's byte-level vocabulary, with a ChatML template.
+fn smollm_vocabulary_model(seed: u64) -> Option<tempfile::TempDir> {
+    let gguf = common::test_model("smollm2-135m-instruct-q4_1.gguf")?;
     let tokenizer = hyoka::model::tokenizer::load_tokenizer(&gguf, None).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    random_model(dir.path(), &tokenizer, &serde_json::json!({ "chat_template": CHATML }).to_string(), 1);
+    random_model(dir.path(), &tokenizer, &serde_json::json!({ "chat_template": CHATML }).to_string(), seed);
+    Some(dir)
+}
+
+#[test]
+fn byte_level_vocabulary_always_gives_schema_valid_json() {
+    let Some(dir) = smollm_vocabulary_model(1) else { return };
     let sampled = check_schema(dir.path(), Decoding { temperature: 1.5, seed: 3 }, 100);
     // The reasons really are free text (not always empty), and Japanese or odd bytes pass.
     let nonempty = sampled.iter().filter(|l| !l["reason"].as_str().unwrap().is_empty()).count();
@@ -156,10 +162,7 @@ fn sentencepiece_vocabulary_always_gives_schema_valid_json() {
 
 #[test]
 fn the_seed_decides_the_draws_and_nothing_else_does() {
-    let Some(gguf) = common::test_model("smollm2-135m-instruct-q4_1.gguf") else { return };
-    let tokenizer = hyoka::model::tokenizer::load_tokenizer(&gguf, None).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    random_model(dir.path(), &tokenizer, &serde_json::json!({ "chat_template": CHATML }).to_string(), 5);
+    let Some(dir) = smollm_vocabulary_model(5) else { return };
     let answers = |seed| -> Vec<String> {
         check_schema(dir.path(), Decoding { temperature: 1.0, seed }, 6).iter().map(|l| l["answer"].as_str().unwrap().to_string()).collect()
     };

@@ -48,18 +48,16 @@ pub fn write(path: &Path, rows: &[(usize, Prf)]) -> Result<(), BertScoreError> {
 }
 
 /// Mean P/R/F over the pairs at every layer from the embeddings (0) to the encoder's last,
-/// without idf.
-/// `group`: bert_score's batch_size, for its padding behaviour (see the module `bertscore`).
-pub fn compute(scorer: &BertScorer, candidates: &[&str], references: &[&str], batch_tokens: usize, group: Option<usize>, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<(usize, Prf)>, BertScoreError> {
-    let sentences = scorer.sentences(candidates.iter().chain(references).copied())?;
-    let total = sentences.len();
-    let emb = scorer.embed(&sentences, batch_tokens, true, &mut |d| progress(d, total))?;
-    let idf = scorer.idf(false, &[])?;
-    let pairs: Vec<(usize, usize)> = candidates.iter().zip(references).map(|(c, r)| (sentences.get(c), sentences.get(r))).collect();
+/// without idf. `group`: bert_score's batch_size, for its padding behaviour (see `pad_floors`).
+pub fn compute(scorer: &BertScorer, candidates: &[&str], references: &[&str], batch_tokens: usize, group: Option<usize>) -> Result<Vec<(usize, Prf)>, BertScoreError> {
     let nested: Vec<Vec<&str>> = references.iter().map(|r| vec![*r]).collect();
-    let floors = scorer.pad_floors(candidates, &nested, group)?;
-    let per_layer = scorer.match_pairs(&sentences, &emb, &idf, &pairs, &floors, batch_tokens * 64)?;
-    let n = pairs.len().max(1) as f64;
+    let (sentences, pairs) = scorer.pairs(candidates, &nested)?;
+    let all: Vec<usize> = (0..sentences.len()).collect();
+    let emb = scorer.embed(&sentences, &all, batch_tokens, true)?;
+    let idf = scorer.idf(false, &sentences, &pairs.pairs);
+    let floors = super::pad_floors(&sentences, &pairs.pairs, group);
+    let per_layer = scorer.match_pairs(&sentences, &emb, &idf, &pairs.pairs, &floors, batch_tokens * 64)?;
+    let n = pairs.pairs.len().max(1) as f64;
     Ok(per_layer
         .iter()
         .enumerate()

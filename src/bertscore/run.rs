@@ -80,33 +80,20 @@ impl BertScoreRun<'_> {
         let provenance = self.provenance();
         let provenance_value = serde_json::to_value(&provenance).expect("provenance serialises");
         let mut file = ResultsFile::open(output, &provenance, overwrite)?;
-        // idf comes from every item's references, finished or not: a resumed run scores the
-        // rest exactly as an uninterrupted one would.
-        let all_refs: Vec<&str> = items.iter().filter_map(|i| self.references(i).ok()).flatten().collect();
-        let idf = self.scorer.idf(self.idf, &all_refs)?;
-        // Padding floors as bert_score would have them on the whole input, by item id.
-        let valid: Vec<(&Item, Vec<&str>)> = items.iter().filter_map(|i| self.references(i).ok().map(|r| (i, r))).collect();
-        let floors_flat = self.scorer.pad_floors(
-            &valid.iter().map(|(i, _)| i.response.text.as_str()).collect::<Vec<_>>(),
-            &valid.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>(),
-            self.emulate_batch,
-        )?;
-        let mut floors: std::collections::HashMap<&str, Vec<(bool, bool)>> = std::collections::HashMap::new();
-        let mut next = 0;
-        for (item, refs) in &valid {
-            floors.insert(item.id.as_str(), floors_flat[next..next + refs.len()].to_vec());
-            next += refs.len();
-        }
         let mut summary = RunSummary::default();
-        let mut todo: Vec<(&Item, Vec<&str>)> = Vec::new();
+        // Every item with references is tokenized and paired up front: idf and bert_score's
+        // padding floors come from all of them, finished or not, so a resumed run scores the
+        // rest exactly as an uninterrupted one would.
+        let mut valid: Vec<&Item> = Vec::new();
+        let mut references: Vec<Vec<&str>> = Vec::new();
         let mut lines = Vec::new();
         for item in items {
-            if file.finished.contains(&item.id) {
-                summary.skipped_finished += 1;
-                continue;
-            }
             match self.references(item) {
-                Ok(refs) => todo.push((item, refs)),
+                Ok(refs) => {
+                    valid.push(item);
+                    references.push(refs);
+                }
+                Err(_) if file.finished.contains(&item.id) => {}
                 Err(e) => {
                     summary.failed.push(format!("{}: {e}", item.id));
                     lines.push(json!({"id": item.id, "error": e, "provenance": provenance_value}).to_string());
@@ -114,22 +101,31 @@ impl BertScoreRun<'_> {
             }
         }
         file.append(&lines)?;
+        let candidates: Vec<&str> = valid.iter().map(|i| i.response.text.as_str()).collect();
+        let (sentences, pairs) = self.scorer.pairs(&candidates, &references)?;
+        let idf = self.scorer.idf(self.idf, &sentences, &pairs.pairs);
+        let floors = super::pad_floors(&sentences, &pairs.pairs, self.emulate_batch);
+        let todo: Vec<usize> = (0..valid.len()).filter(|&k| !file.finished.contains(&valid[k].id)).collect();
+        summary.skipped_finished = items.iter().filter(|i| file.finished.contains(&i.id)).count();
+
         // Chunks of items, each appended when done: a killed run loses at most one chunk.
-        let total = todo.len();
         let mut done = 0;
         for chunk in todo.chunks(CHUNK_ITEMS) {
-            let candidates: Vec<&str> = chunk.iter().map(|(i, _)| i.response.text.as_str()).collect();
-            let references: Vec<Vec<&str>> = chunk.iter().map(|(_, r)| r.clone()).collect();
-            let chunk_floors: Vec<(bool, bool)> = chunk.iter().flat_map(|(i, _)| floors[i.id.as_str()].clone()).collect();
-            let scores = self.scorer.score_with_idf(&candidates, &references, &idf, &chunk_floors, self.batch_tokens, &mut |_, _| {})?;
+            let ranges: Vec<std::ops::Range<usize>> = chunk.iter().map(|&k| pairs.items[k].clone()).collect();
+            let chunk_pairs: Vec<(usize, usize)> = ranges.iter().flat_map(|r| pairs.pairs[r.clone()].iter().copied()).collect();
+            let chunk_floors: Vec<(bool, bool)> = ranges.iter().flat_map(|r| floors[r.clone()].iter().copied()).collect();
+            let prfs = self.scorer.score_pairs(&sentences, &chunk_pairs, &idf, &chunk_floors, self.batch_tokens)?;
             let mut lines = Vec::with_capacity(chunk.len());
-            for ((item, _), s) in chunk.iter().zip(scores) {
+            let mut next = 0;
+            for (&k, r) in chunk.iter().zip(&ranges) {
+                let best = super::best_of(&prfs[next..next + r.len()]);
+                next += r.len();
                 let s = match &self.baseline {
-                    Some((_, b)) => s.rescale(b),
-                    None => s,
+                    Some((_, b)) => best.rescale(b),
+                    None => best,
                 };
                 let mut line = Map::new();
-                line.insert("id".into(), json!(item.id));
+                line.insert("id".into(), json!(valid[k].id));
                 line.insert("bertscore".into(), serde_json::to_value(s).expect("numbers serialise"));
                 line.insert("provenance".into(), provenance_value.clone());
                 lines.push(Value::Object(line).to_string());
@@ -137,7 +133,7 @@ impl BertScoreRun<'_> {
             }
             file.append(&lines)?;
             done += chunk.len();
-            progress(done, total);
+            progress(done, todo.len());
         }
         Ok(summary)
     }

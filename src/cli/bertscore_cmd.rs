@@ -1,10 +1,9 @@
 //! `hyoka bertscore` and `hyoka bertscore baseline`.
 
-use super::EXIT_PARTIAL;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use hyoka::bertscore::run::{Against, BertScoreRun};
-use hyoka::bertscore::{baseline, BertScorer};
+use hyoka::bertscore::{baseline, BertScorer, Depth};
 use hyoka::data;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -105,8 +104,8 @@ fn load(args: &EncoderArgs, all_layers: bool) -> anyhow::Result<hyoka::bertscore
     let name = args.model.as_deref().context("--model is required")?;
     eprintln!("loading {name} ...");
     // A baseline covers every layer; scoring stops at the one it reads.
-    let layer = if all_layers { Some(usize::MAX) } else { args.layer };
-    BertScorer::load(name, layer, dtype, &device).with_context(|| format!("loading encoder {name}"))
+    let depth = if all_layers { Depth::All } else { Depth::Layer(args.layer) };
+    BertScorer::load(name, depth, dtype, &device).with_context(|| format!("loading encoder {name}"))
 }
 
 pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
@@ -134,14 +133,8 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         batch_tokens: args.encoder.batch_tokens,
         emulate_batch: Some(args.bert_score_batch).filter(|b| *b > 0),
     };
-    let bar = super::progress_bar("bertscore");
-    let started = std::time::Instant::now();
-    let summary = job.run(&read.items, &output, args.overwrite, &mut |done, total| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-    })?;
-    bar.finish_and_clear();
-    let secs = started.elapsed().as_secs_f64();
+    let (summary, secs) = super::with_progress("bertscore", |progress| job.run(&read.items, &output, args.overwrite, progress));
+    let summary = summary?;
     eprintln!(
         "scored {} items in {secs:.2}s ({:.1} pairs/s, layer {}); {} already in {}; {} failed",
         summary.scored,
@@ -151,10 +144,7 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         output.display(),
         summary.failed.len()
     );
-    for f in &summary.failed {
-        eprintln!("failed: {f}");
-    }
-    Ok(if summary.failed.is_empty() && read.skipped.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PARTIAL) })
+    Ok(super::finish(&summary.failed, read.skipped.len()))
 }
 
 fn run_baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
@@ -165,7 +155,7 @@ fn run_baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
     let pairs = baseline::sample_pairs(&corpus, args.pairs, args.seed);
     let cands: Vec<&str> = pairs.iter().map(|(a, _)| corpus[*a].as_str()).collect();
     let refs: Vec<&str> = pairs.iter().map(|(_, b)| corpus[*b].as_str()).collect();
-    let rows = baseline::compute(&loaded.scorer, &cands, &refs, args.encoder.batch_tokens, Some(64), &mut |_, _| {})?;
+    let rows = baseline::compute(&loaded.scorer, &cands, &refs, args.encoder.batch_tokens, Some(64))?;
     baseline::write(&args.output, &rows)?;
     eprintln!("wrote {} layers ({} pairs from {} sentences) to {}", rows.len(), pairs.len(), corpus.len(), args.output.display());
     Ok(ExitCode::SUCCESS)

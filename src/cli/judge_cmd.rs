@@ -1,6 +1,5 @@
 //! `hyoka judge`.
 
-use super::EXIT_PARTIAL;
 use anyhow::Context;
 use clap::Args;
 use hyoka::data;
@@ -63,7 +62,7 @@ pub struct JudgeArgs {
     pub greedy_baseline: Option<usize>,
     /// json rubrics: sample the reason (and the written integers) at this temperature instead
     /// of greedy decoding (0).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = temperature)]
     pub temperature: f64,
     /// Seed of the sampling; each item's draws depend only on it, the judge and the item id.
     #[arg(long, default_value_t = 0)]
@@ -84,20 +83,15 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
         models.push(LoadedModel::load(name, args.runtime.tokenizer.as_deref(), dtype, &device, expect).with_context(|| format!("loading model {name}"))?);
     }
     let judge = Judge { models: &models, rubric: &rubric, rubric_source: &source };
-    let opts = RunOptions { batch_tokens: args.batch_tokens, max_prompt_tokens: args.max_prompt_tokens, overwrite: args.overwrite, greedy_baseline: args.greedy_baseline,
+    let opts = RunOptions {
+        batch_tokens: args.batch_tokens,
+        max_prompt_tokens: args.max_prompt_tokens,
+        overwrite: args.overwrite,
+        greedy_baseline: args.greedy_baseline,
         decoding: Decoding { temperature: args.temperature, seed: args.seed },
     };
-    if !(args.temperature >= 0.0 && args.temperature.is_finite()) {
-        anyhow::bail!("--temperature must be a finite number ≥ 0, got {}", args.temperature);
-    }
-    let bar = super::progress_bar("judging");
-    let started = std::time::Instant::now();
-    let summary = judge.run(&read.items, &args.output, &opts, &mut |done, total| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-    })?;
-    bar.finish_and_clear();
-    let secs = started.elapsed().as_secs_f64();
+    let (summary, secs) = super::with_progress("judging", |progress| judge.run(&read.items, &args.output, &opts, progress));
+    let summary = summary?;
     eprintln!(
         "scored {} items in {secs:.1}s ({:.2} items/s); {} already in {}; {} failed; {} truncated to fit",
         summary.scored,
@@ -115,8 +109,13 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
             summary.naive_tokens as f64 / summary.forward_tokens.max(1) as f64
         );
     }
-    for f in &summary.failed {
-        eprintln!("failed: {f}");
+    Ok(super::finish(&summary.failed, read.skipped.len()))
+}
+
+/// A finite temperature ≥ 0, checked before any model is loaded.
+fn temperature(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(t) if t >= 0.0 && t.is_finite() => Ok(t),
+        _ => Err(format!("must be a finite number ≥ 0, got {s:?}")),
     }
-    Ok(if summary.failed.is_empty() && read.skipped.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PARTIAL) })
 }

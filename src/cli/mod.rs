@@ -99,6 +99,30 @@ pub fn progress_bar(what: &str) -> indicatif::ProgressBar {
     bar
 }
 
+/// Run `work` with a progress bar over its (done, total) items; its result and its seconds.
+pub fn with_progress<T>(what: &str, work: impl FnOnce(&mut dyn FnMut(usize, usize)) -> T) -> (T, f64) {
+    let bar = progress_bar(what);
+    let started = std::time::Instant::now();
+    let out = work(&mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    });
+    bar.finish_and_clear();
+    (out, started.elapsed().as_secs_f64())
+}
+
+/// List the failed items; exit 4 when any item failed or input lines were skipped.
+pub fn finish(failed: &[String], skipped_input: usize) -> std::process::ExitCode {
+    for f in failed {
+        eprintln!("failed: {f}");
+    }
+    if failed.is_empty() && skipped_input == 0 {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(EXIT_PARTIAL)
+    }
+}
+
 /// Invalid input (exit 3) is any data or rubric error other than I/O; the rest is exit 1.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {

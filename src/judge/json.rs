@@ -32,18 +32,20 @@ pub struct JsonJudgment {
     pub reason: String,
     /// Per aspect; `score` is the integer written in the object.
     pub aspects: Vec<AspectScore>,
-    /// Tokens the model chose for the reason.
-    pub reason_tokens: usize,
 }
 
 /// The object's fixed parts as tokens, for one rubric and one tokenizer.
 pub struct JsonFormat {
     open: Vec<u32>,
-    /// After the reason: `",\n  "<first key>": ` (bytes, and tokens when fed whole).
+    /// After the reason: `",\n  "<first key>": `.
     close_reason: Vec<u8>,
+    /// `close_rest[k]`: the tokens of `close_reason[k..]`, fed after a token that closed the
+    /// reason writing its first k bytes; None where that rest cannot be written exactly (such a
+    /// closing token is not allowed).
+    close_rest: Vec<Option<Vec<u32>>>,
     /// Per aspect: its valid scores as token paths, and what follows the integer (empty after
     /// the last one, which ends the object textually: nothing after it is needed from the model).
-    aspects: Vec<(ScoreTargets, String)>,
+    aspects: Vec<(ScoreTargets, Segment)>,
     reason_max_tokens: usize,
     bytes: TokenBytes,
     /// Each token's step from the state between characters, where the reason spends most of
@@ -51,9 +53,15 @@ pub struct JsonFormat {
     from_ready: Vec<Option<Step>>,
 }
 
+/// Fixed text, and its tokens.
+struct Segment {
+    text: String,
+    tokens: Vec<u32>,
+}
+
 impl JsonFormat {
     pub fn new(rubric: &Rubric, tokenizer: &Tokenizer) -> Result<Self, JudgeError> {
-        let json = rubric.json.as_ref().ok_or_else(|| JudgeError::Tokenizer(format!("rubric {} has no [json] table", rubric.name)))?;
+        let json = rubric.json.as_ref().ok_or_else(|| JudgeError::Grammar(format!("rubric {} has no [json] table", rubric.name)))?;
         let bytes = TokenBytes::new(tokenizer);
         let key = |k: &str| serde_json::to_string(k).expect("strings serialise");
         let keys: Vec<String> = rubric.aspects.iter().map(|a| key(&a.name)).collect();
@@ -61,15 +69,27 @@ impl JsonFormat {
         for (i, a) in rubric.aspects.iter().enumerate() {
             let scores = a.scores();
             let seqs = scores.iter().map(|s| encode_exact(tokenizer, &bytes, &s.to_string())).collect::<Result<Vec<_>, _>>()?;
-            let after = match keys.get(i + 1) {
+            let text = match keys.get(i + 1) {
                 Some(next) => format!(",\n  {next}: "),
                 None => String::new(),
             };
-            aspects.push((ScoreTargets::new(scores, &seqs, 0), after));
+            let tokens = if text.is_empty() { Vec::new() } else { encode_exact(tokenizer, &bytes, &text)? };
+            aspects.push((ScoreTargets::new(scores, &seqs, 0), Segment { text, tokens }));
         }
         let open = encode_exact(tokenizer, &bytes, &format!("{{\n  {}: \"", key(&json.reason_key)))?;
-        let close_reason = format!("\",\n  {}: ", keys[0]).into_bytes();
-        let mut format = JsonFormat { open, close_reason, aspects, reason_max_tokens: json.reason_max_tokens, bytes, from_ready: Vec::new() };
+        let close = format!("\",\n  {}: ", keys[0]);
+        let close_rest: Vec<Option<Vec<u32>>> = (0..=close.len())
+            .map(|k| match close.get(k..) {
+                Some("") => Some(Vec::new()),
+                Some(rest) => encode_exact(tokenizer, &bytes, rest).ok(),
+                None => None,
+            })
+            .collect();
+        if close_rest[0].is_none() {
+            return Err(JudgeError::Grammar(format!("the tokenizer does not write {close:?} back as it is")));
+        }
+        let close_reason = close.into_bytes();
+        let mut format = JsonFormat { open, close_reason, close_rest, aspects, reason_max_tokens: json.reason_max_tokens, bytes, from_ready: Vec::new() };
         format.from_ready = (0..format.bytes.len() as u32)
             .map(|id| format.bytes.get(id).and_then(|b| format.advance(StrState::READY, id, b)))
             .collect();
@@ -78,12 +98,13 @@ impl JsonFormat {
 
     /// Most tokens an answer can take after the prompt (for fitting prompts into the context).
     pub fn reserve(&self) -> usize {
-        let fixed: usize = self.aspects.iter().map(|(t, after)| t.paths.iter().map(Vec::len).max().unwrap_or(0) + after.len()).sum();
-        self.open.len() + self.reason_max_tokens + self.close_reason.len() + fixed + 1
+        let fixed: usize = self.aspects.iter().map(|(t, after)| t.paths.iter().map(Vec::len).max().unwrap_or(0) + after.tokens.len()).sum();
+        let close = self.close_rest.iter().flatten().map(Vec::len).max().unwrap_or(0);
+        self.open.len() + self.reason_max_tokens + close + fixed
     }
 
     /// Write the object after `prompt` (the tokens after `header`'s keys and values).
-    pub fn decode(&self, model: &Transformer, tokenizer: &Tokenizer, header: Option<&PrefixKv>, prompt: &[u32], decoding: Decoding, seed: u64) -> Result<JsonJudgment, JudgeError> {
+    pub fn decode(&self, model: &Transformer, header: Option<&PrefixKv>, prompt: &[u32], decoding: Decoding, seed: u64) -> Result<JsonJudgment, JudgeError> {
         let mut rng = SplitMix64(seed);
         let mut text: Vec<u8> = self.bytes.concat(&self.open).expect("checked at construction");
         let mut fed = prompt.to_vec();
@@ -97,7 +118,7 @@ impl JsonFormat {
         let closing_tokens: Vec<u32> = loop {
             let at_limit = reason_tokens >= self.reason_max_tokens;
             if at_limit && state == StrState::READY {
-                break encode_exact(tokenizer, &self.bytes, std::str::from_utf8(&self.close_reason).expect("utf-8"))?;
+                break self.close_rest[0].clone().expect("checked at construction");
             }
             let logits_host: Vec<f32> = logits.flatten_all()?.to_dtype(candle_core::DType::F32)?.to_vec1()?;
             let choice = self.choose_reason_token(&logits_host, state, at_limit, decoding, &mut rng)?;
@@ -109,12 +130,8 @@ impl JsonFormat {
                     (kv, logits) = model.extend(Some(&kv), &[id])?;
                 }
                 Step::Close(id, consumed) => {
-                    reason_tokens += 1;
-                    let rest = std::str::from_utf8(&self.close_reason[consumed..]).map_err(|_| JudgeError::Tokenizer("a closing token splits a character".into()))?;
                     let mut tokens = vec![id];
-                    if !rest.is_empty() {
-                        tokens.extend(encode_exact(tokenizer, &self.bytes, rest)?);
-                    }
+                    tokens.extend_from_slice(self.close_rest[consumed].as_deref().expect("only writable rests are allowed"));
                     break tokens;
                 }
             }
@@ -141,19 +158,19 @@ impl JsonFormat {
             };
             score.score = targets.scores[pick];
             text.extend_from_slice(score.score.to_string().as_bytes());
-            text.extend_from_slice(after.as_bytes());
+            text.extend_from_slice(after.text.as_bytes());
             aspects.push(score);
             if i + 1 < self.aspects.len() {
                 let mut tokens = targets.paths[pick].clone();
-                tokens.extend(encode_exact(tokenizer, &self.bytes, after)?);
+                tokens.extend_from_slice(&after.tokens);
                 (kv, logits) = model.extend(Some(&kv), &tokens)?;
             }
         }
         text.extend_from_slice(b"\n}");
-        let text = String::from_utf8(text).map_err(|_| JudgeError::Tokenizer("the answer is not UTF-8 (a bug in the grammar)".into()))?;
+        let text = String::from_utf8(text).map_err(|_| JudgeError::Grammar("the answer is not UTF-8 (a bug in the grammar)".into()))?;
         let reason_json = format!("\"{}\"", String::from_utf8_lossy(&reason_bytes));
-        let reason: String = serde_json::from_str(&reason_json).map_err(|e| JudgeError::Tokenizer(format!("the reason is not a JSON string (a bug in the grammar): {e}")))?;
-        Ok(JsonJudgment { text, reason, aspects, reason_tokens })
+        let reason: String = serde_json::from_str(&reason_json).map_err(|e| JudgeError::Grammar(format!("the reason is not a JSON string (a bug in the grammar): {e}")))?;
+        Ok(JsonJudgment { text, reason, aspects })
     }
 
     /// The next reason token under the grammar: greedy or drawn among the allowed tokens.
@@ -181,11 +198,11 @@ impl JsonFormat {
             let max = allowed.iter().map(|(_, l)| *l).fold(f32::NEG_INFINITY, f32::max);
             let weights: Vec<f64> = allowed.iter().map(|(_, l)| (((*l - max) as f64) / decoding.temperature).exp()).collect();
             if allowed.is_empty() {
-                return Err(JudgeError::Tokenizer("no vocabulary entry can continue the reason".into()));
+                return Err(JudgeError::Grammar("no vocabulary entry can continue the reason".into()));
             }
             return Ok(allowed.swap_remove(rng.pick(&weights)).0);
         }
-        best.map(|(s, _)| s).ok_or_else(|| JudgeError::Tokenizer("no vocabulary entry can continue the reason".into()))
+        best.map(|(s, _)| s).ok_or_else(|| JudgeError::Grammar("no vocabulary entry can continue the reason".into()))
     }
 
     fn advance(&self, mut state: StrState, id: u32, bytes: &[u8]) -> Option<Step> {
@@ -194,7 +211,8 @@ impl JsonFormat {
                 Next::In(s) => state = s,
                 Next::Close => {
                     let rest = &bytes[i..];
-                    return self.close_reason.starts_with(rest).then_some(Step::Close(id, rest.len()));
+                    let writable = self.close_rest.get(rest.len()).is_some_and(Option::is_some);
+                    return (self.close_reason.starts_with(rest) && writable).then_some(Step::Close(id, rest.len()));
                 }
             }
         }
@@ -259,7 +277,7 @@ impl StrState {
 fn encode_exact(tokenizer: &Tokenizer, bytes: &TokenBytes, text: &str) -> Result<Vec<u32>, JudgeError> {
     let ids = tokenizer.encode(text, false).map_err(|e| JudgeError::Tokenizer(e.to_string()))?.get_ids().to_vec();
     if bytes.concat(&ids).as_deref() != Some(text.as_bytes()) {
-        return Err(JudgeError::Tokenizer(format!("the tokenizer does not write {text:?} back as it is; json mode needs a byte-exact tokenizer")));
+        return Err(JudgeError::Grammar(format!("the tokenizer does not write {text:?} back as it is; json mode needs a byte-exact tokenizer")));
     }
     Ok(ids)
 }

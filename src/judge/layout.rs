@@ -76,36 +76,18 @@ impl ItemLayout {
 /// while the longest sequence exceeds `max_tokens`.
 pub fn layout_item(builder: &PromptBuilder, template: &ChatTemplate, tokenizer: &Tokenizer, item: &Item, max_tokens: usize) -> Result<ItemLayout, JudgeError> {
     let rubric = builder.rubric();
-    let allowed = rubric.max_context_turns.unwrap_or(usize::MAX).min(item.context.len());
-    let mut keep = allowed;
-    loop {
-        let prompt = builder.render_keeping(item, keep)?;
+    fit_context(builder, item, max_tokens, |prompt| {
         let shared = template.render(&prompt.messages, true)?;
-        let encode = |text: &str| -> Result<Vec<u32>, JudgeError> {
-            tokenizer
-                .encode(text, false)
-                .map(|e| e.get_ids().to_vec())
-                .map_err(|e| JudgeError::Tokenizer(e.to_string()))
-        };
         let mut per_aspect: Vec<Vec<Vec<u32>>> = Vec::with_capacity(rubric.aspects.len());
-        let mut longest = 0;
         for (a, aspect) in rubric.aspects.iter().enumerate() {
             let answer = &prompt.answers[a.min(prompt.answers.len() - 1)];
-            let seqs = aspect
-                .scores()
-                .iter()
-                .map(|s| encode(&format!("{shared}{answer}{s}")))
-                .collect::<Result<Vec<_>, _>>()?;
-            longest = longest.max(seqs.iter().map(Vec::len).max().unwrap_or(0));
+            let seqs = aspect.scores().iter().map(|s| encode(tokenizer, &format!("{shared}{answer}{s}"))).collect::<Result<Vec<_>, _>>()?;
             per_aspect.push(seqs);
         }
-        if longest > max_tokens && keep > 0 {
-            keep -= 1;
-            continue;
-        }
-        if longest > max_tokens {
-            return Err(JudgeError::TooLong { item: item.id.clone(), tokens: longest, max: max_tokens });
-        }
+        let longest = per_aspect.iter().flatten().map(Vec::len).max().unwrap_or(0);
+        Ok((per_aspect, longest))
+    })
+    .map(|(per_aspect, dropped_turns, truncated)| {
         // The trunk: what every aspect's every score shares, less one token so that each
         // aspect has something of its own to read from.
         let all: Vec<&Vec<u32>> = per_aspect.iter().flatten().collect();
@@ -120,30 +102,42 @@ pub fn layout_item(builder: &PromptBuilder, template: &ChatTemplate, tokenizer: 
             .zip(&per_aspect)
             .map(|(aspect, seqs)| ScoreTargets::new(aspect.scores(), seqs, trunk_len))
             .collect();
-        return Ok(ItemLayout { trunk, aspects, dropped_turns: item.context.len() - keep, truncated: keep < allowed, naive_tokens });
-    }
+        ItemLayout { trunk, aspects, dropped_turns, truncated, naive_tokens }
+    })
 }
 
 /// json mode: the whole prompt (answer prefix included) as the trunk, dropping the oldest
 /// context turns while prompt + `reserve` answer tokens exceed `max_tokens`.
 pub fn layout_prompt(builder: &PromptBuilder, template: &ChatTemplate, tokenizer: &Tokenizer, item: &Item, max_tokens: usize, reserve: usize) -> Result<ItemLayout, JudgeError> {
+    let (trunk, dropped_turns, truncated) = fit_context(builder, item, max_tokens, |prompt| {
+        let trunk = encode(tokenizer, &format!("{}{}", template.render(&prompt.messages, true)?, prompt.answers[0]))?;
+        let needed = trunk.len() + reserve;
+        Ok((trunk, needed))
+    })?;
+    // One prompt for all aspects is what peers do in json mode too: nothing to compare.
+    Ok(ItemLayout { trunk, aspects: Vec::new(), dropped_turns, truncated, naive_tokens: 0 })
+}
+
+/// Render and tokenize with the most recent context turns the rubric allows, dropping the oldest
+/// while `build` says more than `max_tokens` are needed. Returns what `build` made, the context
+/// turns left out, and whether turns had to go for the prompt to fit.
+fn fit_context<T>(builder: &PromptBuilder, item: &Item, max_tokens: usize, mut build: impl FnMut(&crate::prompt::JudgePrompt) -> Result<(T, usize), JudgeError>) -> Result<(T, usize, bool), JudgeError> {
     let allowed = builder.rubric().max_context_turns.unwrap_or(usize::MAX).min(item.context.len());
     let mut keep = allowed;
     loop {
-        let prompt = builder.render_keeping(item, keep)?;
-        let text = format!("{}{}", template.render(&prompt.messages, true)?, prompt.answers[0]);
-        let trunk = tokenizer.encode(text, false).map_err(|e| JudgeError::Tokenizer(e.to_string()))?.get_ids().to_vec();
-        let needed = trunk.len() + reserve;
-        if needed > max_tokens && keep > 0 {
-            keep -= 1;
-            continue;
+        let (made, needed) = build(&builder.render_keeping(item, keep)?)?;
+        if needed <= max_tokens {
+            return Ok((made, item.context.len() - keep, keep < allowed));
         }
-        if needed > max_tokens {
+        if keep == 0 {
             return Err(JudgeError::TooLong { item: item.id.clone(), tokens: needed, max: max_tokens });
         }
-        // One prompt for all aspects is what peers do in json mode too: nothing to compare.
-        return Ok(ItemLayout { trunk, aspects: Vec::new(), dropped_turns: item.context.len() - keep, truncated: keep < allowed, naive_tokens: 0 });
+        keep -= 1;
     }
+}
+
+fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, JudgeError> {
+    tokenizer.encode(text, false).map(|e| e.get_ids().to_vec()).map_err(|e| JudgeError::Tokenizer(e.to_string()))
 }
 
 /// Leading tokens shared by every item's trunk (each trunk keeps at least one token).

@@ -22,6 +22,8 @@ pub enum JudgeError {
     Template(#[from] crate::prompt::TemplateError),
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    #[error("json output: {0}")]
+    Grammar(String),
     #[error("item {item}: the prompt needs {tokens} tokens even without context, more than the limit of {max}")]
     TooLong { item: String, tokens: usize, max: usize },
     #[error(transparent)]
@@ -126,8 +128,8 @@ impl<'m> Scorer<'m> {
 
 impl Scorer<'_> {
     /// json mode: the object this judge writes for one item (see `json`).
-    pub fn write_json(&self, format: &json::JsonFormat, tokenizer: &tokenizers::Tokenizer, layout: &ItemLayout, decoding: json::Decoding, seed: u64) -> Result<json::JsonJudgment, JudgeError> {
-        format.decode(self.model, tokenizer, self.header_kv.as_ref(), &layout.trunk[self.header..], decoding, seed)
+    pub fn write_json(&self, format: &json::JsonFormat, layout: &ItemLayout, decoding: json::Decoding, seed: u64) -> Result<json::JsonJudgment, JudgeError> {
+        format.decode(self.model, self.header_kv.as_ref(), &layout.trunk[self.header..], decoding, seed)
     }
 
     /// The peers' method, for comparison: greedy generation of up to `max_new` tokens after an

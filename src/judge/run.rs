@@ -33,11 +33,18 @@ pub struct RunOptions {
     pub decoding: Decoding,
 }
 
-/// One judge's result for one item: per-aspect scores, and in json mode the object it wrote.
+/// One judge's result for one item: per-aspect scores, and in json mode the reason and the
+/// object it wrote.
 #[derive(Clone, Debug)]
 struct Judgment {
     aspects: Vec<AspectScore>,
-    answer: Option<JsonJudgment>,
+    answer: Option<(String, String)>,
+}
+
+impl From<JsonJudgment> for Judgment {
+    fn from(j: JsonJudgment) -> Self {
+        Judgment { aspects: j.aspects, answer: Some((j.reason, j.text)) }
+    }
 }
 
 /// What a run did, for the closing summary.
@@ -161,8 +168,7 @@ impl Judge<'_> {
                         .iter()
                         .map(|(j, l)| {
                             let seed = item_seed(opts.decoding.seed, m, &items[chunk[*j]].id);
-                            let answer = scorer.write_json(format, &self.models[m].tokenizer, l, opts.decoding, seed)?;
-                            Ok(Judgment { aspects: answer.aspects.clone(), answer: Some(answer) })
+                            Ok(scorer.write_json(format, l, opts.decoding, seed)?.into())
                         })
                         .collect::<Result<_, JudgeError>>()?,
                     None if layouts.is_empty() => Vec::new(),
@@ -256,9 +262,9 @@ impl Judge<'_> {
 
 /// json mode: the reason and the whole object as the judge wrote it.
 fn add_answer(line: &mut Map<String, Value>, judgment: &Judgment) {
-    if let Some(a) = &judgment.answer {
-        line.insert("reason".into(), json!(a.reason));
-        line.insert("answer".into(), json!(a.text));
+    if let Some((reason, text)) = &judgment.answer {
+        line.insert("reason".into(), json!(reason));
+        line.insert("answer".into(), json!(text));
     }
 }
 

@@ -109,28 +109,30 @@ struct Block {
 impl Block {
     fn load(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
         let (h, i, eps) = (cfg.hidden, cfg.intermediate, cfg.eps);
-        let lin = |vb: VarBuilder, a, b| candle_nn::linear(a, b, vb);
-        Ok(match cfg.kind {
-            EncoderKind::DistilBert => Block {
-                q: lin(vb.pp("attention.q_lin"), h, h)?,
-                k: lin(vb.pp("attention.k_lin"), h, h)?,
-                v: lin(vb.pp("attention.v_lin"), h, h)?,
-                o: lin(vb.pp("attention.out_lin"), h, h)?,
-                attn_norm: LayerNorm::load(vb.pp("sa_layer_norm"), h, eps)?,
-                up: lin(vb.pp("ffn.lin1"), h, i)?,
-                down: lin(vb.pp("ffn.lin2"), i, h)?,
-                out_norm: LayerNorm::load(vb.pp("output_layer_norm"), h, eps)?,
-            },
-            _ => Block {
-                q: lin(vb.pp("attention.self.query"), h, h)?,
-                k: lin(vb.pp("attention.self.key"), h, h)?,
-                v: lin(vb.pp("attention.self.value"), h, h)?,
-                o: lin(vb.pp("attention.output.dense"), h, h)?,
-                attn_norm: LayerNorm::load(vb.pp("attention.output.LayerNorm"), h, eps)?,
-                up: lin(vb.pp("intermediate.dense"), h, i)?,
-                down: lin(vb.pp("output.dense"), i, h)?,
-                out_norm: LayerNorm::load(vb.pp("output.LayerNorm"), h, eps)?,
-            },
+        // The same block under two naming schemes: q, k, v, o, attention norm, up, down, out norm.
+        let names = match cfg.kind {
+            EncoderKind::DistilBert => ["attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin", "sa_layer_norm", "ffn.lin1", "ffn.lin2", "output_layer_norm"],
+            _ => [
+                "attention.self.query",
+                "attention.self.key",
+                "attention.self.value",
+                "attention.output.dense",
+                "attention.output.LayerNorm",
+                "intermediate.dense",
+                "output.dense",
+                "output.LayerNorm",
+            ],
+        };
+        let lin = |k: usize, a, b| candle_nn::linear(a, b, vb.pp(names[k]));
+        Ok(Block {
+            q: lin(0, h, h)?,
+            k: lin(1, h, h)?,
+            v: lin(2, h, h)?,
+            o: lin(3, h, h)?,
+            attn_norm: LayerNorm::load(vb.pp(names[4]), h, eps)?,
+            up: lin(5, h, i)?,
+            down: lin(6, i, h)?,
+            out_norm: LayerNorm::load(vb.pp(names[7]), h, eps)?,
         })
     }
 
@@ -253,7 +255,7 @@ pub fn load_encoder_dir(dir: &Path, layers: Option<usize>, dtype: DType, device:
     let v: Value = serde_json::from_str(&text).map_err(|e| ModelError::Config { origin: origin.clone(), field: "(file)".into(), message: e.to_string() })?;
     let cfg = EncoderConfig::from_json(&v, &origin)?;
     let keep = layers.unwrap_or(cfg.layers);
-    if keep > cfg.layers && keep != usize::MAX {
+    if keep > cfg.layers {
         return Err(ModelError::Config { origin, field: "num_hidden_layers".into(), message: format!("layer {keep} requested, the model has {}", cfg.layers) });
     }
     let files = super::safetensors_files(dir)?;

@@ -71,8 +71,7 @@ impl LoadedModel {
                 (load_gguf_content(&files.path, content, dtype, device)?, chat_template, tok, files.path.clone())
             }
             source::Format::Safetensors => {
-                let main = safetensors_files(&files.path)?;
-                let id_file = if main.len() == 1 { main[0].clone() } else { files.path.join("model.safetensors.index.json") };
+                let id_file = checkpoint_id_file(&files.path)?;
                 let chat_template = template_from(&|| crate::prompt::ChatTemplate::load(&files.path))?;
                 let tok = load_tokenizer(&files.path, tokenizer)?;
                 (load_safetensors_dir(&files.path, dtype, device)?, chat_template, tok, id_file)
@@ -104,6 +103,12 @@ pub fn load_safetensors_dir(dir: &Path, dtype: DType, device: &Device) -> Result
     let files = safetensors_files(dir)?;
     let weights = weights::Weights::safetensors(&files, dtype, device)?;
     Ok(Transformer::load(&weights, cfg)?)
+}
+
+/// The file whose sha256 identifies a checkpoint folder: model.safetensors, or the shard index.
+pub fn checkpoint_id_file(dir: &Path) -> Result<PathBuf, ModelError> {
+    let main = safetensors_files(dir)?;
+    Ok(if main.len() == 1 { main[0].clone() } else { dir.join("model.safetensors.index.json") })
 }
 
 /// The safetensors files of a checkpoint folder (single file or sharded).
