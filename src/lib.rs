@@ -7,9 +7,12 @@
 pub mod bertscore;
 pub mod data;
 pub mod judge;
+pub mod meta;
 pub mod model;
 pub mod prompt;
+pub mod report;
 pub mod results;
+pub mod rng;
 pub mod rubric;
 
 /// hyoka's version, recorded in every output.

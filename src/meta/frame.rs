@@ -1,0 +1,161 @@
+//! The items and every score column aligned with them, read from results files.
+
+use super::MetaError;
+use crate::data::Item;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+/// What a column holds (how the report groups and draws it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    JudgeArgmax,
+    JudgeExpected,
+    BertScore,
+    Combined,
+}
+
+/// One score per item (None: no score line, or an error line).
+#[derive(Clone, Debug)]
+pub struct Column {
+    pub label: String,
+    pub family: Family,
+    /// The rubric aspect a judge column scores; None for BERTScore.
+    pub aspect: Option<String>,
+    pub values: Vec<Option<f64>>,
+}
+
+/// Items, their human ratings, and the score columns read so far.
+pub struct Frame {
+    pub items: Vec<Item>,
+    /// Human aspect keys, in first-seen order.
+    pub human_keys: Vec<String>,
+    pub columns: Vec<Column>,
+    /// Provenance of each results file read, in order.
+    pub sources: Vec<Value>,
+    index: HashMap<String, usize>,
+}
+
+impl Frame {
+    pub fn new(items: Vec<Item>) -> Self {
+        let mut human_keys: Vec<String> = Vec::new();
+        for item in &items {
+            for key in item.human.keys() {
+                if !human_keys.contains(key) {
+                    human_keys.push(key.clone());
+                }
+            }
+        }
+        let index = items.iter().enumerate().map(|(i, it)| (it.id.clone(), i)).collect();
+        Frame { items, human_keys, columns: Vec::new(), sources: Vec::new(), index }
+    }
+
+    /// Mean human rating of `key` per item.
+    pub fn human(&self, key: &str) -> Vec<Option<f64>> {
+        self.items.iter().map(|i| i.human.get(key).map(|r| r.mean())).collect()
+    }
+
+    /// Whether `column` is compared with human aspect `key`: a judge aspect goes with the human
+    /// aspect of the same key when there is one, and with every human aspect otherwise.
+    pub fn pairs_with(&self, column: &Column, key: &str) -> bool {
+        match &column.aspect {
+            Some(a) if self.human_keys.contains(a) => a == key,
+            _ => true,
+        }
+    }
+
+    /// Read a `hyoka judge` or `hyoka bertscore` results file and add its columns. `name` tells
+    /// several judges apart in the labels (None: plain "judge").
+    pub fn add_results(&mut self, path: &Path, name: Option<&str>) -> Result<usize, MetaError> {
+        let io = |source| MetaError::Io { path: path.to_path_buf(), source };
+        let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
+        let mut task: Option<String> = None;
+        let mut judge_aspects: Vec<String> = Vec::new();
+        let mut values: HashMap<String, Vec<Option<f64>>> = HashMap::new();
+        let mut matched = 0;
+        for (i, line) in reader.lines().enumerate() {
+            let line = line.map_err(io)?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let invalid = |field: &str, message: String| MetaError::Invalid { path: path.to_path_buf(), line: i + 1, field: field.into(), message };
+            let v: Value = serde_json::from_str(&line).map_err(|e| invalid("", format!("not JSON: {e}")))?;
+            let id = v.get("id").and_then(Value::as_str).ok_or_else(|| invalid("id", "missing or not a string".into()))?;
+            let this_task = v.pointer("/provenance/task").and_then(Value::as_str).ok_or_else(|| invalid("provenance.task", "missing: not a hyoka results file".into()))?;
+            match &task {
+                None => {
+                    task = Some(this_task.to_string());
+                    self.sources.push(v["provenance"].clone());
+                }
+                Some(t) if t != this_task => return Err(invalid("provenance.task", format!("{this_task} after {t} lines: one run per file"))),
+                _ => {}
+            }
+            let Some(&row) = self.index.get(id) else { continue };
+            matched += 1;
+            if v.get("error").is_some() {
+                continue;
+            }
+            match this_task {
+                "judge" => {
+                    let scores = v.get("scores").and_then(Value::as_object).ok_or_else(|| invalid("scores", "missing".into()))?;
+                    for (aspect, s) in scores {
+                        if !judge_aspects.contains(aspect) {
+                            judge_aspects.push(aspect.clone());
+                        }
+                        for (what, field) in [("argmax", "score"), ("expected", "expected")] {
+                            let x = s.get(field).and_then(Value::as_f64).ok_or_else(|| invalid(&format!("scores.{aspect}.{field}"), "missing or not a number".into()))?;
+                            values.entry(format!("{what}\u{0}{aspect}")).or_insert_with(|| vec![None; self.items.len()])[row] = Some(x);
+                        }
+                    }
+                }
+                "bertscore" => {
+                    for key in ["P", "R", "F"] {
+                        let x = v.pointer(&format!("/bertscore/{key}")).and_then(Value::as_f64).ok_or_else(|| invalid(&format!("bertscore.{key}"), "missing or not a number".into()))?;
+                        values.entry(key.to_string()).or_insert_with(|| vec![None; self.items.len()])[row] = Some(x);
+                    }
+                }
+                other => return Err(invalid("provenance.task", format!("`{other}` results cannot be meta-evaluated"))),
+            }
+        }
+        let empty = || vec![None; self.items.len()];
+        match task.as_deref() {
+            Some("judge") => {
+                let prefix = name.map_or("judge".to_string(), |n| format!("judge[{n}]"));
+                for (what, family) in [("argmax", Family::JudgeArgmax), ("expected", Family::JudgeExpected)] {
+                    for aspect in &judge_aspects {
+                        let v = values.remove(&format!("{what}\u{0}{aspect}")).unwrap_or_else(empty);
+                        self.columns.push(Column { label: format!("{prefix} {what}"), family, aspect: Some(aspect.clone()), values: v });
+                    }
+                }
+            }
+            Some(_) => {
+                let suffix = name.map_or(String::new(), |n| format!("[{n}]"));
+                for key in ["P", "R", "F"] {
+                    let v = values.remove(key).unwrap_or_else(empty);
+                    self.columns.push(Column { label: format!("BERTScore{suffix} {key}"), family: Family::BertScore, aspect: None, values: v });
+                }
+            }
+            None => return Err(MetaError::Input(format!("{}: no results in this file", path.display()))),
+        }
+        Ok(matched)
+    }
+
+    /// The label shown for a column in tables: judge columns that pair with every human aspect
+    /// carry their aspect, as they are rows of their own.
+    pub fn row_label(&self, column: &Column) -> String {
+        match &column.aspect {
+            Some(a) if !self.human_keys.contains(a) => format!("{} · {a}", column.label),
+            _ => column.label.clone(),
+        }
+    }
+
+    /// A column's full name: its label and, for judge columns, the aspect.
+    pub fn column_title(&self, column: &Column) -> String {
+        match &column.aspect {
+            Some(a) => format!("{} · {a}", column.label),
+            None => column.label.clone(),
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! Stage 7 — meta-evaluation: how well score columns (judge argmax / expected score, BERTScore,
+//! their combination) agree with human ratings, at item, system and within-dialogue level, with
+//! p-values and seeded bootstrap intervals; rater agreement and the aspect-by-aspect matrix.
+
+mod agreement;
+mod combine;
+mod frame;
+mod levels;
+pub mod stats;
+mod summary;
+
+pub use agreement::{aspect_matrix, rater_agreement, AspectMatrix, HumanAspect, RaterBasis};
+pub use combine::{add_combined, fit_w, FitW, W_GRID};
+pub use frame::{Column, Family, Frame};
+pub use levels::{correlate, Bootstrap, Cell, Level, Stat};
+pub use summary::{MetaOptions, Summary};
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{}:{line}: {field}: {message}", path.display())]
+    Invalid { path: PathBuf, line: usize, field: String, message: String },
+    #[error(transparent)]
+    Data(#[from] crate::data::DataError),
+    #[error("{0}")]
+    Input(String),
+}

@@ -1,0 +1,245 @@
+//! Everything `hyoka meta` computes, as one serialisable summary, and its Markdown rendering in
+//! the paper's layout (rows = methods, columns = aspects, cells = Spearman/Pearson).
+
+use super::agreement::{aspect_matrix, rater_agreement, AspectMatrix, HumanAspect};
+use super::combine::{add_combined, fit_w, FitW};
+use super::frame::{Family, Frame};
+use super::levels::{correlate, Bootstrap, Cell, Level, Stat};
+use super::MetaError;
+use rayon::prelude::*;
+use serde_json::Value;
+use std::fmt::Write;
+
+#[derive(Clone, Debug)]
+pub struct MetaOptions {
+    /// w of the combination; None: no combined columns.
+    pub w: Option<f64>,
+    /// Which BERTScore value is combined: P, R or F.
+    pub combine_with: String,
+    pub fit_w: bool,
+    pub bootstrap: Bootstrap,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Row {
+    pub label: String,
+    pub family: Family,
+    pub aspect: Option<String>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Entry {
+    pub row: String,
+    pub human: String,
+    pub level: Level,
+    #[serde(flatten)]
+    pub cell: Cell,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Combination {
+    pub w: f64,
+    pub with: String,
+    pub mean_b: f64,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Summary {
+    pub hyoka: String,
+    pub items: usize,
+    pub sources: Vec<Value>,
+    pub bootstrap: Bootstrap,
+    pub combined: Option<Combination>,
+    pub rows: Vec<Row>,
+    pub human: Vec<HumanAspect>,
+    pub correlations: Vec<Entry>,
+    /// Table 3: the human aspects against each other, and the judge's expected scores.
+    pub human_matrix: AspectMatrix,
+    pub judge_matrix: Option<AspectMatrix>,
+    pub fit_w: Vec<FitW>,
+}
+
+impl Summary {
+    /// Compute everything over `frame` (combined columns are added to it).
+    pub fn compute(frame: &mut Frame, opts: &MetaOptions) -> Result<Summary, MetaError> {
+        if frame.human_keys.is_empty() {
+            return Err(MetaError::Input("no item has human ratings (`human` field): nothing to meta-evaluate against".into()));
+        }
+        let combined = match opts.w {
+            Some(w) if frame.columns.iter().any(|c| c.family == Family::BertScore) && frame.columns.iter().any(|c| c.family != Family::BertScore) => {
+                let mean_b = add_combined(frame, w, &opts.combine_with)?;
+                Some(Combination { w, with: opts.combine_with.clone(), mean_b })
+            }
+            _ => None,
+        };
+        let fitted = if opts.fit_w { fit_w(frame, &opts.combine_with, opts.bootstrap.seed)? } else { Vec::new() };
+        let mut rows: Vec<Row> = Vec::new();
+        for c in &frame.columns {
+            let label = frame.row_label(c);
+            if !rows.iter().any(|r| r.label == label) {
+                let aspect = c.aspect.clone().filter(|a| !frame.human_keys.contains(a));
+                rows.push(Row { label, family: c.family, aspect });
+            }
+        }
+        let humans: Vec<(String, Vec<Option<f64>>)> = frame.human_keys.iter().map(|k| (k.clone(), frame.human(k))).collect();
+        let mut tasks = Vec::new();
+        for c in &frame.columns {
+            for (key, h) in &humans {
+                if frame.pairs_with(c, key) {
+                    for level in Level::ALL {
+                        tasks.push((frame.row_label(c), c, key, h, level));
+                    }
+                }
+            }
+        }
+        let items = &frame.items;
+        let correlations: Vec<Entry> = tasks
+            .par_iter()
+            .filter_map(|(row, c, key, h, level)| {
+                let cell_key = format!("{row}\u{0}{key}\u{0}{}", level.name());
+                correlate(*level, items, &c.values, h, &opts.bootstrap, &cell_key).map(|cell| Entry { row: row.clone(), human: (*key).clone(), level: *level, cell })
+            })
+            .collect();
+        let human = frame.human_keys.iter().map(|k| rater_agreement(items, k)).collect();
+        let human_matrix = aspect_matrix(frame.human_keys.clone(), &humans.iter().map(|(_, h)| h.clone()).collect::<Vec<_>>());
+        let expected: Vec<_> = frame.columns.iter().filter(|c| c.family == Family::JudgeExpected && c.aspect.is_some()).collect();
+        let judge_matrix = (expected.len() > 1).then(|| {
+            aspect_matrix(expected.iter().map(|c| frame.row_label(c)).collect(), &expected.iter().map(|c| c.values.clone()).collect::<Vec<_>>())
+        });
+        Ok(Summary {
+            hyoka: crate::VERSION.to_string(),
+            items: items.len(),
+            sources: frame.sources.clone(),
+            bootstrap: opts.bootstrap,
+            combined,
+            rows,
+            human,
+            correlations,
+            human_matrix,
+            judge_matrix,
+            fit_w: fitted,
+        })
+    }
+
+    pub fn cell(&self, row: &str, human: &str, level: Level) -> Option<&Cell> {
+        self.correlations.iter().find(|e| e.row == row && e.human == human && e.level == level).map(|e| &e.cell)
+    }
+
+    pub fn human_keys(&self) -> Vec<&str> {
+        self.human.iter().map(|h| h.key.as_str()).collect()
+    }
+
+    /// The Markdown report.
+    pub fn markdown(&self) -> String {
+        let mut md = String::new();
+        let _ = writeln!(md, "# hyoka meta-evaluation\n");
+        let _ = writeln!(md, "{} items; hyoka {}.", self.items, self.hyoka);
+        for s in &self.sources {
+            let _ = writeln!(md, "- {}", describe_source(s));
+        }
+        if let Some(c) = &self.combined {
+            let _ = writeln!(md, "- combined = judge + {} × (BERTScore {} − {:.4}) (mean over the items)", c.w, c.with, c.mean_b);
+        }
+        let b = &self.bootstrap;
+        let _ = writeln!(md, "- intervals: {:.0}% percentile bootstrap, {} resamples, seed {}\n", b.confidence * 100.0, b.resamples, b.seed);
+        let keys = self.human_keys();
+        let _ = writeln!(md, "## Correlation with human ratings (Spearman / Pearson)\n");
+        for level in Level::ALL {
+            if !self.correlations.iter().any(|e| e.level == level) {
+                continue;
+            }
+            let _ = writeln!(md, "### {}\n", level.title());
+            let _ = writeln!(md, "| method | {} |", keys.join(" | "));
+            let _ = writeln!(md, "|---|{}", "---|".repeat(keys.len()));
+            for row in &self.rows {
+                let cells: Vec<String> = keys
+                    .iter()
+                    .map(|k| match self.cell(&row.label, k, level) {
+                        Some(c) => format!("{}/{}", fmt(c.spearman), fmt(c.pearson)),
+                        None => "".into(),
+                    })
+                    .collect();
+                let _ = writeln!(md, "| {} | {} |", row.label, cells.join(" | "));
+            }
+            let n: Vec<usize> = self.correlations.iter().filter(|e| e.level == level).map(|e| e.cell.n).collect();
+            let unit = match level {
+                Level::Item => "items",
+                Level::System => "systems",
+                Level::Dialogue => "dialogues with a defined correlation",
+            };
+            let _ = writeln!(md, "\nn = {}..{} {unit}; — = undefined (constant scores or too few units).\n", n.iter().min().unwrap_or(&0), n.iter().max().unwrap_or(&0));
+        }
+        let _ = writeln!(md, "## Item level in detail (coefficient [95% CI] p)\n");
+        let _ = writeln!(md, "| method | human | n | Spearman | Pearson | Kendall τ-b |");
+        let _ = writeln!(md, "|---|---|---|---|---|---|");
+        for e in self.correlations.iter().filter(|e| e.level == Level::Item) {
+            let c = &e.cell;
+            let _ = writeln!(md, "| {} | {} | {} | {} | {} | {} |", e.row, e.human, c.n, detail(c.spearman), detail(c.pearson), detail(c.kendall));
+        }
+        let _ = writeln!(md, "\n## Human ratings (each rater against the mean of the others)\n");
+        let _ = writeln!(md, "| aspect | items | mean | std | r_s | r_p | raters |");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+        for h in &self.human {
+            let basis = match h.basis {
+                Some(super::RaterBasis::Ids) => "by id",
+                Some(super::RaterBasis::Slots) => "by slot",
+                None => "no per-rater ratings",
+            };
+            let _ = writeln!(md, "| {} | {} | {:.3} | {:.3} | {} | {} | {} of {} ({basis}) |", h.key, h.items, h.mean, h.std, fmt(h.agreement_spearman.map(bare)), fmt(h.agreement_pearson.map(bare)), h.raters_used, h.raters_seen);
+        }
+        for (title, m) in [("human aspects", Some(&self.human_matrix)), ("judge expected scores", self.judge_matrix.as_ref())] {
+            let Some(m) = m else { continue };
+            if m.keys.len() < 2 {
+                continue;
+            }
+            let _ = writeln!(md, "\n## Spearman between {title}\n");
+            let _ = writeln!(md, "| | {} |", m.keys.join(" | "));
+            let _ = writeln!(md, "|---|{}", "---|".repeat(m.keys.len()));
+            for (k, row) in m.keys.iter().zip(&m.spearman) {
+                let cells: Vec<String> = row.iter().map(|v| fmt(v.map(bare))).collect();
+                let _ = writeln!(md, "| {k} | {} |", cells.join(" | "));
+            }
+        }
+        if !self.fit_w.is_empty() {
+            let _ = writeln!(md, "\n## w chosen on a development half of the dialogues (Spearman)\n");
+            let _ = writeln!(md, "| judge column | human | w | dev | held-out combined | held-out judge | held-out BERTScore | dev/test items |");
+            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+            for f in &self.fit_w {
+                let o = |v: Option<f64>| fmt(v.map(bare));
+                let _ = writeln!(md, "| {} | {} | {} | {:.3} | {} | {} | {} | {}/{} |", f.column, f.human, f.w, f.dev_spearman, o(f.test_combined), o(f.test_judge), o(f.test_bertscore), f.dev_items, f.test_items);
+            }
+        }
+        md
+    }
+}
+
+fn bare(r: f64) -> Stat {
+    Stat { r, p: None, ci: None }
+}
+
+fn fmt(s: Option<Stat>) -> String {
+    s.map_or("—".into(), |s| format!("{:.3}", s.r))
+}
+
+fn detail(s: Option<Stat>) -> String {
+    let Some(s) = s else { return "—".into() };
+    let mut out = format!("{:.3}", s.r);
+    if let Some([lo, hi]) = s.ci {
+        let _ = write!(out, " [{lo:.3}, {hi:.3}]");
+    }
+    if let Some(p) = s.p {
+        let _ = write!(out, " p={p:.2e}");
+    }
+    out
+}
+
+fn describe_source(s: &Value) -> String {
+    let task = s["task"].as_str().unwrap_or("?");
+    let models: Vec<String> = s["models"]
+        .as_array()
+        .map(|ms| ms.iter().map(|m| format!("{} (sha256 {:.12})", m["name"].as_str().unwrap_or("?"), m["sha256"].as_str().unwrap_or("?"))).collect())
+        .unwrap_or_default();
+    let rubric = s.pointer("/rubric/name").and_then(Value::as_str).map(|r| format!(", rubric {r}")).unwrap_or_default();
+    let settings = s.get("settings").filter(|v| v.as_object().is_some_and(|o| !o.is_empty())).map(|v| format!(", {v}")).unwrap_or_default();
+    format!("{task}: {}{rubric}, {} on {}{settings}", models.join(", "), s["dtype"].as_str().unwrap_or("?"), s["device"].as_str().unwrap_or("?"))
+}

@@ -1,0 +1,131 @@
+//! Stage 8 — report: the joined per-item scores file and the self-contained HTML report (one
+//! file, inline SVG and CSS, no scripts or network) built from a meta-evaluation summary.
+
+mod svg;
+
+use crate::meta::{Family, Frame, Level, Summary};
+use serde_json::{json, Map, Value};
+use std::fmt::Write;
+
+/// One line per item: its id, system, dialogue, human means and every score column (the
+/// combined columns included), keyed by row label.
+pub fn score_lines(frame: &Frame) -> Vec<String> {
+    frame
+        .items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let mut line = Map::new();
+            line.insert("id".into(), json!(item.id));
+            if let Some(s) = &item.system {
+                line.insert("system".into(), json!(s));
+            }
+            if let Some(d) = &item.dialogue {
+                line.insert("dialogue".into(), json!(d));
+            }
+            let human: Map<String, Value> = item.human.iter().map(|(k, r)| (k.clone(), json!(r.mean()))).collect();
+            line.insert("human".into(), Value::Object(human));
+            let mut scores = Map::new();
+            for c in &frame.columns {
+                scores.insert(frame.column_title(c), json!(c.values[i]));
+            }
+            line.insert("scores".into(), Value::Object(scores));
+            Value::Object(line).to_string()
+        })
+        .collect()
+}
+
+const STYLE: &str = "body{font-family:system-ui,-apple-system,'Noto Sans JP',sans-serif;margin:24px;color:#222;max-width:1200px}\
+table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;text-align:right}\
+th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}.grid{display:flex;flex-wrap:wrap;gap:12px}\
+figure{margin:0}figcaption{font-size:12px;color:#555;max-width:260px}.note{color:#666;font-size:13px}";
+
+/// The whole report as one HTML document.
+pub fn html(summary: &Summary, frame: &Frame) -> String {
+    let mut h = String::new();
+    let _ = write!(h, "<!DOCTYPE html><html lang=\"ja\"><head><meta charset=\"utf-8\"><title>hyoka report</title><style>{STYLE}</style></head><body>");
+    let _ = write!(h, "<h1>hyoka evaluation report</h1><p class=\"note\">{} items · hyoka {}</p><ul>", summary.items, svg::escape(&summary.hyoka));
+    for line in summary.markdown().lines().filter(|l| l.starts_with("- ")) {
+        let _ = write!(h, "<li>{}</li>", svg::escape(&line[2..]));
+    }
+    h.push_str("</ul>");
+    let keys: Vec<String> = summary.human_keys().into_iter().map(String::from).collect();
+    for level in Level::ALL {
+        if !summary.correlations.iter().any(|e| e.level == level) {
+            continue;
+        }
+        let _ = write!(h, "<h2>{} — Spearman / Pearson</h2><table><tr><th>method</th>", level.title());
+        for k in &keys {
+            let _ = write!(h, "<th>{}</th>", svg::escape(k));
+        }
+        h.push_str("</tr>");
+        for row in &summary.rows {
+            let _ = write!(h, "<tr><td>{}</td>", svg::escape(&row.label));
+            for k in &keys {
+                match summary.cell(&row.label, k, level) {
+                    Some(c) => {
+                        let s = c.spearman.map(|s| s.r);
+                        let f = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.3}"));
+                        let ci = c.spearman.and_then(|s| s.ci).map(|[lo, hi]| format!("95% CI of ρ: [{lo:.3}, {hi:.3}], n = {}", c.n)).unwrap_or_else(|| format!("n = {}", c.n));
+                        let _ = write!(h, "<td style=\"background:{}\" title=\"{ci}\">{}/{}</td>", svg::colour(s), f(s), f(c.pearson.map(|p| p.r)));
+                    }
+                    None => h.push_str("<td></td>"),
+                }
+            }
+            h.push_str("</tr>");
+        }
+        h.push_str("</table>");
+    }
+    // Heatmap of the item-level Spearman, and the aspect matrices.
+    let values: Vec<Vec<Option<f64>>> = summary
+        .rows
+        .iter()
+        .map(|r| keys.iter().map(|k| summary.cell(&r.label, k, Level::Item).and_then(|c| c.spearman.map(|s| s.r))).collect())
+        .collect();
+    let labels: Vec<String> = summary.rows.iter().map(|r| r.label.clone()).collect();
+    let _ = write!(h, "<h2>Item-level Spearman with human ratings</h2>{}", svg::heatmap("item-level Spearman", &labels, &keys, &values));
+    for (title, m) in [("Spearman between human aspects", Some(&summary.human_matrix)), ("Spearman between the judge's expected scores", summary.judge_matrix.as_ref())] {
+        if let Some(m) = m.filter(|m| m.keys.len() > 1) {
+            let _ = write!(h, "<h2>{title}</h2>{}", svg::heatmap(title, &m.keys, &m.keys, &m.spearman));
+        }
+    }
+    h.push_str("<h2>Human ratings</h2><table><tr><th>aspect</th><th>items</th><th>mean</th><th>std</th><th>r_s</th><th>r_p</th><th>raters</th></tr>");
+    for a in &summary.human {
+        let f = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.3}"));
+        let _ = write!(h, "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{} of {}</td></tr>", svg::escape(&a.key), a.items, a.mean, a.std, f(a.agreement_spearman), f(a.agreement_pearson), a.raters_used, a.raters_seen);
+    }
+    h.push_str("</table><h2>Score distributions</h2><div class=\"grid\">");
+    for c in &frame.columns {
+        let v: Vec<f64> = c.values.iter().flatten().copied().collect();
+        if v.is_empty() {
+            continue;
+        }
+        let title = frame.column_title(c);
+        let _ = write!(h, "<figure>{}<figcaption>{}</figcaption></figure>", svg::histogram(&title, &v), svg::escape(&title));
+    }
+    h.push_str("</div><h2>Scores against human means (items)</h2><div class=\"grid\">");
+    for c in frame.columns.iter().filter(|c| matches!(c.family, Family::JudgeExpected | Family::Combined | Family::BertScore)) {
+        if c.family == Family::Combined && c.label.contains("argmax") || c.family == Family::BertScore && !c.label.ends_with(" F") {
+            continue;
+        }
+        for k in keys.iter().filter(|k| frame.pairs_with(c, k)) {
+            let human = frame.human(k);
+            let points: Vec<(f64, f64)> = c.values.iter().zip(&human).filter_map(|(x, y)| Some(((*x)?, (*y)?))).collect();
+            let title = frame.column_title(c);
+            let rho = summary.cell(&frame.row_label(c), k, Level::Item).and_then(|cell| cell.spearman).map_or("—".into(), |s| format!("{:.3}", s.r));
+            let caption = format!("{title} vs human {k}: ρ = {rho}, n = {}", points.len());
+            let _ = write!(h, "<figure>{}<figcaption>{}</figcaption></figure>", svg::scatter(&caption, &title, &format!("human {k}"), &points), svg::escape(&caption));
+        }
+    }
+    h.push_str("</div>");
+    if !summary.fit_w.is_empty() {
+        h.push_str("<h2>w chosen on a development half</h2><table><tr><th>judge column</th><th>human</th><th>w</th><th>dev ρ</th><th>held-out combined</th><th>held-out judge</th><th>held-out BERTScore</th></tr>");
+        for f in &summary.fit_w {
+            let o = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.3}"));
+            let _ = write!(h, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td></tr>", svg::escape(&f.column), svg::escape(&f.human), f.w, f.dev_spearman, o(f.test_combined), o(f.test_judge), o(f.test_bertscore));
+        }
+        h.push_str("</table>");
+    }
+    h.push_str("<p class=\"note\">Undefined correlations (constant scores, fewer than 3 units) are shown as —. Generated offline by hyoka; this file loads nothing from the network.</p></body></html>\n");
+    h
+}
