@@ -35,6 +35,9 @@ pub struct MetaArgs {
     /// Write the Markdown here instead of printing it.
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
+    /// Also write the self-contained HTML report (charts inline, opens offline).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 /// Statistics options shared by `meta` and `eval`.
@@ -118,6 +121,9 @@ pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
     let mut frame = load_frame(&args.items, &args.scores)?;
     let summary = Summary::compute(&mut frame, &args.stats.options())?;
     write_outputs(&summary, args.json.as_deref(), args.markdown.as_deref())?;
+    if let Some(p) = &args.html {
+        std::fs::write(p, hyoka::report::html(&summary, &frame)).with_context(|| format!("{}", p.display()))?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

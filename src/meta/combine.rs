@@ -39,6 +39,7 @@ pub fn add_combined(frame: &mut Frame, w: f64, which: &str) -> Result<f64, MetaE
             label: format!("{what} (w={w})"),
             family: Family::Combined,
             aspect: c.aspect.clone(),
+            human: c.human.clone(),
             values: combine(&c.values, &b, mean_b, w),
         });
     }
@@ -61,15 +62,18 @@ pub struct FitW {
     pub test_items: usize,
 }
 
+/// Whether a dialogue is in the development half. The key is salted: `--sample-dialogues` ranks
+/// dialogues by the unsalted hash with the same seed, and a sample of the lowest hashes would
+/// otherwise fall entirely into one half.
+fn in_dev_half(seed: u64, dialogue: &str) -> bool {
+    keyed_hash(seed, &format!("fit-w\u{0}{dialogue}")) < u64::MAX / 2
+}
+
 /// Pick w from [`W_GRID`] by Spearman on a development half of the dialogues (a dialogue's half
 /// depends only on the seed and its id), and report the held-out half.
 pub fn fit_w(frame: &Frame, which: &str, seed: u64) -> Result<Vec<FitW>, MetaError> {
     let b = &bertscore_column(frame, which)?.values;
-    let dev: Vec<bool> = frame
-        .items
-        .iter()
-        .map(|i| keyed_hash(seed, i.dialogue.as_deref().unwrap_or(&i.id)) < u64::MAX / 2)
-        .collect();
+    let dev: Vec<bool> = frame.items.iter().map(|i| in_dev_half(seed, i.dialogue.as_deref().unwrap_or(&i.id))).collect();
     let mut out = Vec::new();
     for c in frame.columns.iter().filter(|c| matches!(c.family, Family::JudgeArgmax | Family::JudgeExpected)) {
         for key in frame.human_keys.iter().filter(|k| frame.pairs_with(c, k)) {
@@ -110,4 +114,18 @@ pub fn fit_w(frame: &Frame, which: &str, seed: u64) -> Result<Vec<FitW>, MetaErr
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_split_is_independent_of_a_dialogue_sample_with_the_same_seed() {
+        // The 30 dialogues `sample_dialogues` keeps with seed 0 are those of lowest unsalted hash.
+        let mut ids: Vec<(u64, String)> = (0..150).map(|d| format!("{}", 1_502_867_549u64 + d * 7919)).map(|d| (keyed_hash(0, &d), d)).collect();
+        ids.sort();
+        let dev = ids.iter().take(30).filter(|(_, d)| in_dev_half(0, d)).count();
+        assert!((8..=22).contains(&dev), "{dev} of 30 sampled dialogues in the development half");
+    }
 }

@@ -24,6 +24,8 @@ pub struct Column {
     pub family: Family,
     /// The rubric aspect a judge column scores; None for BERTScore.
     pub aspect: Option<String>,
+    /// Human keys the rubric says this aspect is compared with (its `human` field).
+    pub human: Vec<String>,
     pub values: Vec<Option<f64>>,
 }
 
@@ -58,16 +60,21 @@ impl Frame {
     }
 
     /// Whether `column` is compared with human aspect `key`: a judge aspect goes with the human
-    /// aspect of the same key when there is one, and with every human aspect otherwise.
+    /// aspect of the same key and those its rubric names (`human = [...]`) when the items have
+    /// any of them, and with every human aspect otherwise.
     pub fn pairs_with(&self, column: &Column, key: &str) -> bool {
         match &column.aspect {
-            Some(a) if self.human_keys.contains(a) => a == key,
-            _ => true,
+            Some(a) => {
+                let declared = |k: &str| k == a || column.human.iter().any(|h| h == k);
+                if self.human_keys.iter().any(|k| declared(k)) { declared(key) } else { true }
+            }
+            None => true,
         }
     }
 
     /// Read a `hyoka judge` or `hyoka bertscore` results file and add its columns. `name` tells
-    /// several judges apart in the labels (None: plain "judge").
+    /// several judges apart in the labels (None: plain "judge"). The judge's rubric (resolved
+    /// from the provenance when its hash still matches) says which human keys each aspect targets.
     pub fn add_results(&mut self, path: &Path, name: Option<&str>) -> Result<usize, MetaError> {
         let io = |source| MetaError::Io { path: path.to_path_buf(), source };
         let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
@@ -122,11 +129,13 @@ impl Frame {
         let empty = || vec![None; self.items.len()];
         match task.as_deref() {
             Some("judge") => {
+                let targets = rubric_targets(self.sources.last());
                 let prefix = name.map_or("judge".to_string(), |n| format!("judge[{n}]"));
                 for (what, family) in [("argmax", Family::JudgeArgmax), ("expected", Family::JudgeExpected)] {
                     for aspect in &judge_aspects {
                         let v = values.remove(&format!("{what}\u{0}{aspect}")).unwrap_or_else(empty);
-                        self.columns.push(Column { label: format!("{prefix} {what}"), family, aspect: Some(aspect.clone()), values: v });
+                        let human = targets.iter().find(|(k, _)| k == aspect).map(|(_, h)| h.clone()).unwrap_or_default();
+                        self.columns.push(Column { label: format!("{prefix} {what}"), family, aspect: Some(aspect.clone()), human, values: v });
                     }
                 }
             }
@@ -134,7 +143,7 @@ impl Frame {
                 let suffix = name.map_or(String::new(), |n| format!("[{n}]"));
                 for key in ["P", "R", "F"] {
                     let v = values.remove(key).unwrap_or_else(empty);
-                    self.columns.push(Column { label: format!("BERTScore{suffix} {key}"), family: Family::BertScore, aspect: None, values: v });
+                    self.columns.push(Column { label: format!("BERTScore{suffix} {key}"), family: Family::BertScore, aspect: None, human: Vec::new(), values: v });
                 }
             }
             None => return Err(MetaError::Input(format!("{}: no results in this file", path.display()))),
@@ -157,5 +166,58 @@ impl Frame {
             Some(a) => format!("{} · {a}", column.label),
             None => column.label.clone(),
         }
+    }
+}
+
+/// (aspect key, human keys) of the rubric a judge run used, when it can still be found with the
+/// same hash (a built-in, or a rubric file still at its path and unchanged).
+fn rubric_targets(provenance: Option<&Value>) -> Vec<(String, Vec<String>)> {
+    let Some(id) = provenance.and_then(|p| p.get("rubric")) else { return Vec::new() };
+    let (Some(source), Some(hash)) = (id["source"].as_str(), id["hash"].as_str()) else { return Vec::new() };
+    let name = source.strip_prefix("builtin:").unwrap_or(source);
+    match crate::rubric::Rubric::resolve(name) {
+        Ok((r, _)) if r.hash() == hash => r.aspects.iter().map(|a| (a.key.clone(), a.human.clone())).collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{HumanRating, Turn};
+
+    fn frame(keys: &[&str]) -> Frame {
+        let item = Item {
+            id: "a".into(),
+            context: vec![],
+            response: Turn { speaker: "S".into(), text: "x".into() },
+            reference: vec![],
+            setting: None,
+            system: None,
+            dialogue: None,
+            human: keys.iter().map(|k| (k.to_string(), HumanRating::Single(1.0))).collect(),
+            raters: vec![],
+            meta: None,
+        };
+        Frame::new(vec![item])
+    }
+
+    fn judge(aspect: &str, human: &[&str]) -> Column {
+        Column { label: "judge expected".into(), family: Family::JudgeExpected, aspect: Some(aspect.into()), human: human.iter().map(|h| h.to_string()).collect(), values: vec![Some(1.0)] }
+    }
+
+    #[test]
+    fn judge_aspects_pair_by_key_then_by_the_rubric_then_with_everything() {
+        let f = frame(&["breakdown", "ungrammatical", "naturalness"]);
+        // Same key.
+        assert!(f.pairs_with(&judge("naturalness", &[]), "naturalness"));
+        assert!(!f.pairs_with(&judge("naturalness", &[]), "breakdown"));
+        // The rubric's `human = ["breakdown"]`.
+        assert!(f.pairs_with(&judge("coherence", &["breakdown"]), "breakdown"));
+        assert!(!f.pairs_with(&judge("coherence", &["breakdown"]), "ungrammatical"));
+        // Nothing declared or matching: every human aspect (exploratory rows).
+        assert!(f.pairs_with(&judge("overall", &[]), "breakdown") && f.pairs_with(&judge("overall", &[]), "ungrammatical"));
+        // A declared key the items lack falls back to everything too.
+        assert!(f.pairs_with(&judge("overall", &["quality"]), "ungrammatical"));
     }
 }

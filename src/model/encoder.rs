@@ -148,7 +148,7 @@ impl Block {
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;
         let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, n, h))?;
         let x = self.attn_norm.forward(&(self.o.forward(&ctx)? + x)?)?;
-        let up = self.up.forward(&x)?.gelu_erf()?;
+        let up = super::gelu::gelu_erf(&self.up.forward(&x)?)?;
         self.out_norm.forward(&(self.down.forward(&up)? + x)?)
     }
 }
