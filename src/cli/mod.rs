@@ -36,26 +36,28 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+/// Commands with their own options say what they are with `about` only: a doc comment here would
+/// also replace the long `--help` text their option structs carry.
 pub enum Command {
     /// Convert a dataset into hyoka's items JSONL.
     #[command(subcommand)]
     Import(data_cmd::Import),
-    /// Check an items JSONL file strictly and print what it holds.
+    #[command(about = "Check an items JSONL file strictly and print what it holds")]
     Validate(data_cmd::Validate),
     /// List, show and check rubrics, and print the exact prompt a judge would see.
     #[command(subcommand)]
     Rubrics(rubrics_cmd::Rubrics),
-    /// Score items with LLM judges: valid integer scores and their distributions.
+    #[command(about = "Score items with LLM judges: valid integer scores and their distributions")]
     Judge(judge_cmd::JudgeArgs),
-    /// BERTScore of responses against references or the last context turn (bert_score 0.3.13).
+    #[command(about = "BERTScore of responses against references or the last context turn (bert_score 0.3.13)")]
     Bertscore(bertscore_cmd::BertScoreArgs),
-    /// Correlations of judge / BERTScore / combined scores with human ratings (the paper's tables).
+    #[command(about = "Correlations of judge / BERTScore / combined scores with human ratings (the paper's tables)")]
     Meta(meta_cmd::MetaArgs),
-    /// Evaluate end to end: judge + BERTScore + meta-evaluation + report in one folder.
+    #[command(about = "Evaluate end to end: judge + BERTScore + meta-evaluation + report in one folder")]
     Eval(eval_cmd::EvalArgs),
-    /// Join `hyoka eval --shard` folders and write their report.
+    #[command(about = "Join `hyoka eval --shard` folders and write their report")]
     Merge(eval_cmd::MergeArgs),
-    /// Measure prefill speed on real judge prompts (tokens/s, items/s).
+    #[command(about = "Measure prefill speed on real judge prompts (tokens/s, items/s)")]
     Bench(bench_cmd::BenchArgs),
 }
 
