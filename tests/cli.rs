@@ -123,3 +123,21 @@ fn a_bad_user_rubric_names_file_and_field() {
     assert_eq!(out.status.code(), Some(3));
     assert!(text(&out.stderr).contains("built-in: dialogue6-ja"));
 }
+
+#[test]
+fn every_command_help_explains_more_than_its_one_line_summary() {
+    // The long texts the option structs carry (a variant doc comment once replaced them).
+    for (cmd, phrase) in [
+        ("judge", "Nothing is generated or parsed"),
+        ("bertscore", "exactly as bert_score 0.3.13 computes it"),
+        ("meta", "scipy's p-values"),
+        ("eval", "report.html"),
+        ("merge", "every results line must come from the same run"),
+        ("validate", "Each line is one JSON object"),
+    ] {
+        let out = hyoka(&[cmd, "--help"]);
+        assert!(out.status.success());
+        let help = text(&out.stdout).replace('\n', " ").split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(help.contains(phrase), "`hyoka {cmd} --help` lacks {phrase:?}:\n{help}");
+    }
+}
