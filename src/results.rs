@@ -95,6 +95,19 @@ fn s<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }
 
+/// What every results line starts with: the item and the run that wrote it.
+#[derive(Deserialize)]
+pub struct LineHead {
+    pub id: String,
+    pub provenance: Provenance,
+}
+
+impl LineHead {
+    pub fn parse(line: &str) -> Result<LineHead, serde_json::Error> {
+        serde_json::from_str(line)
+    }
+}
+
 /// An open results file: the ids already finished, and a handle to append more.
 pub struct ResultsFile {
     path: PathBuf,
@@ -120,12 +133,7 @@ impl ResultsFile {
                     keep_bytes += line.len() as u64 + 1;
                     continue;
                 }
-                #[derive(Deserialize)]
-                struct Head {
-                    id: String,
-                    provenance: Provenance,
-                }
-                match serde_json::from_str::<Head>(&text) {
+                match LineHead::parse(&text) {
                     Ok(head) => {
                         if let Some((what, theirs, ours)) = head.provenance.difference(provenance) {
                             return Err(ResultsError::Mismatch { path: path.to_path_buf(), line: i + 1, what, theirs, ours });

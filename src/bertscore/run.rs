@@ -39,6 +39,11 @@ pub struct BertScoreRun<'a> {
     pub emulate_batch: Option<usize>,
 }
 
+/// Padded tokens per encoder batch by default (a speed setting: scores do not depend on it).
+pub const DEFAULT_BATCH_TOKENS: usize = 16384;
+/// bert_score's default batch size, whose padding floors hyoka reproduces by default.
+pub const BERT_SCORE_BATCH: usize = 64;
+
 #[derive(Debug, Default)]
 pub struct RunSummary {
     pub scored: usize,

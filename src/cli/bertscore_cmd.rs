@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use hyoka::bertscore::run::{Against, BertScoreRun};
+use hyoka::bertscore::run::{Against, BertScoreRun, BERT_SCORE_BATCH, DEFAULT_BATCH_TOKENS};
 use hyoka::bertscore::{baseline, BertScorer, Depth};
 use hyoka::data;
 use std::path::PathBuf;
@@ -43,7 +43,7 @@ pub struct BertScoreArgs {
     /// bert_score matches pairs in batches of this many (its batch_size) and lets padding score
     /// 0, which floors a token's best match at 0 in some pairs; reproduced for identical numbers.
     /// 0 turns that off (each token's best match over real tokens only).
-    #[arg(long, default_value_t = 64, value_name = "N")]
+    #[arg(long, default_value_t = BERT_SCORE_BATCH, value_name = "N")]
     pub bert_score_batch: usize,
     /// Skip invalid input lines (reported) instead of stopping.
     #[arg(long)]
@@ -70,7 +70,7 @@ pub struct EncoderArgs {
     #[arg(long, default_value = "f32")]
     pub dtype: String,
     /// Padded tokens per encoder batch.
-    #[arg(long, default_value_t = 16384)]
+    #[arg(long, default_value_t = DEFAULT_BATCH_TOKENS)]
     pub batch_tokens: usize,
 }
 
@@ -155,7 +155,7 @@ fn run_baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
     let pairs = baseline::sample_pairs(&corpus, args.pairs, args.seed);
     let cands: Vec<&str> = pairs.iter().map(|(a, _)| corpus[*a].as_str()).collect();
     let refs: Vec<&str> = pairs.iter().map(|(_, b)| corpus[*b].as_str()).collect();
-    let rows = baseline::compute(&loaded.scorer, &cands, &refs, args.encoder.batch_tokens, Some(64))?;
+    let rows = baseline::compute(&loaded.scorer, &cands, &refs, args.encoder.batch_tokens, Some(BERT_SCORE_BATCH))?;
     baseline::write(&args.output, &rows)?;
     eprintln!("wrote {} layers ({} pairs from {} sentences) to {}", rows.len(), pairs.len(), corpus.len(), args.output.display());
     Ok(ExitCode::SUCCESS)

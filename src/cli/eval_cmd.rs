@@ -4,15 +4,15 @@
 use super::meta_cmd::{load_frame, write_outputs, StatsArgs};
 use anyhow::Context;
 use clap::Args;
-use hyoka::bertscore::run::{Against, BertScoreRun};
+use hyoka::bertscore::run::{Against, BertScoreRun, BERT_SCORE_BATCH, DEFAULT_BATCH_TOKENS};
 use hyoka::bertscore::{BertScorer, Depth};
 use hyoka::data::select::{sample_dialogues, Shard};
 use hyoka::data::{self, dbdc3, Item};
 use hyoka::judge::json::Decoding;
-use hyoka::judge::run::{Judge, RunOptions};
+use hyoka::judge::run::Judge;
 use hyoka::meta::Summary;
 use hyoka::model::LoadedModel;
-use hyoka::results::Provenance;
+use hyoka::results::{LineHead, Provenance};
 use hyoka::rubric::Rubric;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -80,12 +80,8 @@ pub struct EvalArgs {
     pub output: PathBuf,
     #[command(flatten)]
     pub runtime: super::RuntimeArgs,
-    /// Padded tokens per judge forward pass.
-    #[arg(long, default_value_t = 4096)]
-    pub batch_tokens: usize,
-    /// Longest judge prompt in tokens (default: the model's context length).
-    #[arg(long)]
-    pub max_prompt_tokens: Option<usize>,
+    #[command(flatten)]
+    pub batching: super::judge_cmd::BatchArgs,
     #[command(flatten)]
     pub stats: StatsArgs,
     /// Start the folder's results afresh instead of continuing them.
@@ -167,13 +163,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         }).collect::<anyhow::Result<Vec<_>>>()?
     };
     let judge = Judge { models: &models, rubric: &rubric, rubric_source: &source };
-    let opts = RunOptions {
-        batch_tokens: args.batch_tokens,
-        max_prompt_tokens: args.max_prompt_tokens,
-        overwrite: args.overwrite,
-        greedy_baseline: None,
-        decoding: Decoding { temperature: 0.0, seed: 0 },
-    };
+    let opts = args.batching.run_options(args.overwrite, None, Decoding { temperature: 0.0, seed: 0 });
     let (summary, secs) = super::with_progress("judging", |p| judge.run(&items, &dir.join(JUDGE), &opts, p));
     let summary = summary?;
     eprintln!("judge: scored {} items in {secs:.1}s; {} already done; {} failed", summary.scored, summary.skipped_finished, summary.failed.len());
@@ -200,8 +190,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             idf: false,
             baseline: None,
             against,
-            batch_tokens: 16384,
-            emulate_batch: Some(64),
+            batch_tokens: DEFAULT_BATCH_TOKENS,
+            emulate_batch: Some(BERT_SCORE_BATCH),
         };
         let (summary, secs) = super::with_progress("bertscore", |p| job.run(&items, &dir.join(BERTSCORE), args.overwrite, p));
         let summary = summary?;
@@ -233,11 +223,9 @@ fn report(dir: &Path, results: &[PathBuf], stats: &StatsArgs) -> anyhow::Result<
     write_outputs(&summary, Some(&dir.join("summary.json")), Some(&dir.join("summary.md")))?;
     let html = dir.join("report.html");
     std::fs::write(&html, hyoka::report::html(&summary, &frame)).with_context(|| format!("{}", html.display()))?;
-    // The paper's table on stdout: the item-level section of summary.md.
-    let md = summary.markdown();
-    if let Some(start) = md.find("### Item level") {
-        let end = md[start..].find("### System").map_or(md.len(), |e| start + e);
-        println!("{}", md[start..end].trim_end());
+    // The paper's table on stdout, at item level.
+    if let Some(table) = summary.level_table(hyoka::meta::Level::Item) {
+        println!("### {}\n\n{}", hyoka::meta::Level::Item.title(), table.trim_end());
     }
     eprintln!("wrote scores.jsonl, summary.md, summary.json and report.html to {}", dir.display());
     Ok(())
@@ -285,11 +273,7 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
             let path = dir.join(name);
             let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
             for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-                #[derive(serde::Deserialize)]
-                struct Head {
-                    provenance: Provenance,
-                }
-                let head: Head = serde_json::from_str(line).map_err(|e| hyoka::results::ResultsError::Corrupt { path: path.clone(), line: i + 1, message: e.to_string() })?;
+                let head = LineHead::parse(line).map_err(|e| hyoka::results::ResultsError::Corrupt { path: path.clone(), line: i + 1, message: e.to_string() })?;
                 match &first {
                     None => first = Some(head.provenance),
                     Some(p) => p.ensure_same(&head.provenance, &path, i + 1)?,

@@ -40,13 +40,8 @@ pub struct JudgeArgs {
     pub output: PathBuf,
     #[command(flatten)]
     pub runtime: super::RuntimeArgs,
-    /// Padded tokens per forward pass (rows × longest row).
-    #[arg(long, default_value_t = 4096)]
-    pub batch_tokens: usize,
-    /// Longest prompt in tokens; longer ones lose their oldest context turns (default: the
-    /// model's context length).
-    #[arg(long)]
-    pub max_prompt_tokens: Option<usize>,
+    #[command(flatten)]
+    pub batching: BatchArgs,
     /// Expected sha256 of the (first) model's weights file; a mismatch is an error.
     #[arg(long, value_name = "HEX")]
     pub sha256: Option<String>,
@@ -69,6 +64,24 @@ pub struct JudgeArgs {
     pub seed: u64,
 }
 
+/// How judge prompts are batched and fitted: flags shared by `judge` and `eval`.
+#[derive(Args, Debug)]
+pub struct BatchArgs {
+    /// Padded tokens per forward pass (rows × longest row).
+    #[arg(long, default_value_t = 4096)]
+    pub batch_tokens: usize,
+    /// Longest prompt in tokens; longer ones lose their oldest context turns (default: the
+    /// model's context length).
+    #[arg(long)]
+    pub max_prompt_tokens: Option<usize>,
+}
+
+impl BatchArgs {
+    pub fn run_options(&self, overwrite: bool, greedy_baseline: Option<usize>, decoding: Decoding) -> RunOptions {
+        RunOptions { batch_tokens: self.batch_tokens, max_prompt_tokens: self.max_prompt_tokens, overwrite, greedy_baseline, decoding }
+    }
+}
+
 pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
     let (rubric, source) = Rubric::resolve(&args.rubric)?;
     let read = data::read_items(&args.input, args.skip_invalid)?;
@@ -83,13 +96,7 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
         models.push(LoadedModel::load(name, args.runtime.tokenizer.as_deref(), dtype, &device, expect).with_context(|| format!("loading model {name}"))?);
     }
     let judge = Judge { models: &models, rubric: &rubric, rubric_source: &source };
-    let opts = RunOptions {
-        batch_tokens: args.batch_tokens,
-        max_prompt_tokens: args.max_prompt_tokens,
-        overwrite: args.overwrite,
-        greedy_baseline: args.greedy_baseline,
-        decoding: Decoding { temperature: args.temperature, seed: args.seed },
-    };
+    let opts = args.batching.run_options(args.overwrite, args.greedy_baseline, Decoding { temperature: args.temperature, seed: args.seed });
     let (summary, secs) = super::with_progress("judging", |progress| judge.run(&read.items, &args.output, &opts, progress));
     let summary = summary?;
     eprintln!(

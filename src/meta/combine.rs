@@ -74,13 +74,13 @@ fn in_dev_half(seed: u64, dialogue: &str) -> bool {
 pub fn fit_w(frame: &Frame, which: &str, seed: u64) -> Result<Vec<FitW>, MetaError> {
     let b = &bertscore_column(frame, which)?.values;
     let dev: Vec<bool> = frame.items.iter().map(|i| in_dev_half(seed, i.dialogue.as_deref().unwrap_or(&i.id))).collect();
+    // mean(b) from the development half only: nothing of the test half leaks into w.
+    let dev_b: Vec<Option<f64>> = b.iter().zip(&dev).map(|(v, d)| if *d { *v } else { None }).collect();
+    let Some(mean_b) = mean_of(&dev_b) else { return Ok(Vec::new()) };
     let mut out = Vec::new();
     for c in frame.columns.iter().filter(|c| matches!(c.family, Family::JudgeArgmax | Family::JudgeExpected)) {
         for key in frame.human_keys.iter().filter(|k| frame.pairs_with(c, k)) {
             let h = frame.human(key);
-            // mean(b) from the development half only: nothing of the test half leaks into w.
-            let dev_b: Vec<Option<f64>> = b.iter().zip(&dev).map(|(v, d)| if *d { *v } else { None }).collect();
-            let Some(mean_b) = mean_of(&dev_b) else { continue };
             let half = |values: &[Option<f64>], want_dev: bool| -> (Vec<f64>, Vec<f64>) {
                 values.iter().zip(&h).zip(&dev).filter(|(_, d)| **d == want_dev).filter_map(|((v, h), _)| Some(((*v)?, (*h)?))).unzip()
             };

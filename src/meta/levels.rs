@@ -75,14 +75,17 @@ impl Cell {
     }
 }
 
-/// A unit of resampling and the items in it.
+/// The pairs (score, human) where both exist, the system of each, and how the level groups
+/// them for resampling: single items at item and system level (systems are recomputed from
+/// resampled items), whole dialogues at dialogue level.
 struct Units {
+    pairs: Vec<(f64, f64)>,
+    system_of: Vec<usize>,
     groups: Vec<Vec<usize>>,
 }
 
-/// The pairs (score, human) where both exist, grouped as the level resamples them: single items
-/// at item and system level (systems are recomputed from resampled items), dialogues otherwise.
-fn units(level: Level, items: &[Item], x: &[Option<f64>], y: &[Option<f64>]) -> (Vec<(f64, f64)>, Units) {
+/// None when the level does not apply (no system on some item, no dialogues) or nothing pairs.
+fn units(level: Level, items: &[Item], x: &[Option<f64>], y: &[Option<f64>]) -> Option<Units> {
     let mut pairs = Vec::new();
     let mut owners = Vec::new();
     for (i, (a, b)) in x.iter().zip(y).enumerate() {
@@ -91,7 +94,18 @@ fn units(level: Level, items: &[Item], x: &[Option<f64>], y: &[Option<f64>]) -> 
             owners.push(i);
         }
     }
-    let groups = match level {
+    if level == Level::System && owners.iter().any(|&i| items[i].system.is_none()) {
+        return None;
+    }
+    let mut system_ids: BTreeMap<&str, usize> = BTreeMap::new();
+    let system_of = owners
+        .iter()
+        .map(|&i| {
+            let next = system_ids.len();
+            *system_ids.entry(items[i].system.as_deref().unwrap_or("")).or_insert(next)
+        })
+        .collect();
+    let groups: Vec<Vec<usize>> = match level {
         Level::Item | Level::System => (0..pairs.len()).map(|k| vec![k]).collect(),
         Level::Dialogue => {
             let mut by: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
@@ -103,16 +117,13 @@ fn units(level: Level, items: &[Item], x: &[Option<f64>], y: &[Option<f64>]) -> 
             by.into_values().collect()
         }
     };
-    // Without a system on every item there is no system level.
-    if level == Level::System && owners.iter().any(|&i| items[i].system.is_none()) {
-        return (pairs, Units { groups: Vec::new() });
-    }
-    (pairs, Units { groups })
+    (!groups.is_empty()).then_some(Units { pairs, system_of, groups })
 }
 
 /// The level's coefficient from the pairs in `chosen` (indices into `pairs`, repeats allowed).
 /// Returns the number of units and, per method, the coefficient (and p-value where it has one).
-fn statistic(level: Level, pairs: &[(f64, f64)], system_of: &[usize], chosen: &[&[usize]], method: Method, with_p: bool) -> (usize, Option<Correlation>) {
+fn statistic(level: Level, units: &Units, chosen: &[&[usize]], method: Method, with_p: bool) -> (usize, Option<Correlation>) {
+    let (pairs, system_of) = (&units.pairs, &units.system_of);
     match level {
         Level::Item => {
             let (x, y): (Vec<f64>, Vec<f64>) = chosen.iter().flat_map(|g| g.iter().map(|&k| pairs[k])).unzip();
@@ -149,39 +160,20 @@ fn correlate_pairs(method: Method, x: &[f64], y: &[f64], with_p: bool) -> Option
     if with_p {
         return method.correlate(x, y);
     }
-    let r = match method {
-        Method::Pearson => super::stats::pearson_r(x, y),
-        Method::Spearman => super::stats::spearman_r(x, y),
-        Method::Kendall => super::stats::kendall_r(x, y),
-    }?;
-    Some(Correlation { r, p: f64::NAN })
+    Some(Correlation { r: method.coefficient(x, y)?, p: f64::NAN })
 }
 
 /// Correlate score column `x` with human column `y` over `items` at `level`. `key` names the
 /// cell so that its bootstrap draws depend only on the seed and the cell, not on the others.
 pub fn correlate(level: Level, items: &[Item], x: &[Option<f64>], y: &[Option<f64>], boot: &Bootstrap, key: &str) -> Option<Cell> {
-    let (pairs, units) = units(level, items, x, y);
-    if units.groups.is_empty() {
-        return None;
-    }
-    // System index per pair (only read at system level).
-    let mut system_ids: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut system_of = Vec::with_capacity(pairs.len());
-    for (i, (a, b)) in x.iter().zip(y).enumerate() {
-        if a.is_some() && b.is_some() {
-            let s = items[i].system.as_deref().unwrap_or("");
-            let next = system_ids.len();
-            system_of.push(*system_ids.entry(s).or_insert(next));
-        }
-    }
+    let units = units(level, items, x, y)?;
     let all: Vec<&[usize]> = units.groups.iter().map(Vec::as_slice).collect();
-    let mut n = 0;
     let mut cell = Cell { n: 0, pearson: None, spearman: None, kendall: None };
     for method in Method::ALL {
-        let (units_used, c) = statistic(level, &pairs, &system_of, &all, method, level != Level::Dialogue);
-        n = n.max(units_used);
+        let (units_used, c) = statistic(level, &units, &all, method, level != Level::Dialogue);
+        cell.n = cell.n.max(units_used);
         let Some(c) = c else { continue };
-        let ci = interval(level, &pairs, &system_of, &units.groups, method, boot, &format!("{key}\u{0}{}", method.name()));
+        let ci = interval(level, &units, method, boot, &format!("{key}\u{0}{}", method.name()));
         let stat = Stat { r: c.r, p: c.p.is_finite().then_some(c.p), ci };
         match method {
             Method::Pearson => cell.pearson = Some(stat),
@@ -189,14 +181,14 @@ pub fn correlate(level: Level, items: &[Item], x: &[Option<f64>], y: &[Option<f6
             Method::Kendall => cell.kendall = Some(stat),
         }
     }
-    cell.n = n;
     Some(cell)
 }
 
 /// Percentile interval over resamples of the level's units; None when turned off, or when the
 /// coefficient is undefined in more than half of the resamples.
-fn interval(level: Level, pairs: &[(f64, f64)], system_of: &[usize], groups: &[Vec<usize>], method: Method, boot: &Bootstrap, key: &str) -> Option<[f64; 2]> {
-    if boot.resamples == 0 || groups.is_empty() {
+fn interval(level: Level, units: &Units, method: Method, boot: &Bootstrap, key: &str) -> Option<[f64; 2]> {
+    let groups = &units.groups;
+    if boot.resamples == 0 {
         return None;
     }
     let mut rng = SplitMix64(keyed_hash(boot.seed, key));
@@ -207,7 +199,7 @@ fn interval(level: Level, pairs: &[(f64, f64)], system_of: &[usize], groups: &[V
         for _ in 0..groups.len() {
             chosen.push(&groups[rng.below(groups.len())]);
         }
-        if let (_, Some(c)) = statistic(level, pairs, system_of, &chosen, method, false) {
+        if let (_, Some(c)) = statistic(level, units, &chosen, method, false) {
             values.push(c.r);
         }
     }

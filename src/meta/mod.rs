@@ -13,7 +13,7 @@ pub use agreement::{aspect_matrix, rater_agreement, AspectMatrix, HumanAspect, R
 pub use combine::{add_combined, fit_w, FitW, W_GRID};
 pub use frame::{Column, Family, Frame};
 pub use levels::{correlate, Bootstrap, Cell, Level, Stat};
-pub use summary::{MetaOptions, Summary};
+pub use summary::{format_r, MetaOptions, Summary};
 
 use std::path::PathBuf;
 

@@ -29,6 +29,15 @@ impl Method {
         }
     }
 
+    /// The coefficient alone (bootstrap resamples need no p-value).
+    pub fn coefficient(self, x: &[f64], y: &[f64]) -> Option<f64> {
+        match self {
+            Method::Pearson => pearson_r(x, y),
+            Method::Spearman => spearman_r(x, y),
+            Method::Kendall => kendall_r(x, y),
+        }
+    }
+
     pub fn correlate(self, x: &[f64], y: &[f64]) -> Option<Correlation> {
         match self {
             Method::Pearson => pearson(x, y),
@@ -42,7 +51,6 @@ fn constant(x: &[f64]) -> bool {
     x.iter().all(|v| *v == x[0])
 }
 
-/// The coefficient alone (bootstrap resamples need no p-value).
 pub fn pearson_r(x: &[f64], y: &[f64]) -> Option<f64> {
     let n = x.len();
     if n < 3 || y.len() != n || constant(x) || constant(y) {
@@ -205,10 +213,20 @@ pub fn kendall_r(x: &[f64], y: &[f64]) -> Option<f64> {
     Some(tau_b(&c))
 }
 
+impl KendallCounts {
+    fn pairs(&self) -> u64 {
+        self.n * (self.n - 1) / 2
+    }
+
+    /// Concordant minus discordant pairs: all pairs = con + dis + x_ties + y_ties − joint_ties.
+    fn con_minus_dis(&self) -> f64 {
+        self.pairs() as f64 - self.x_ties as f64 - self.y_ties as f64 + self.joint_ties as f64 - 2.0 * self.discordant as f64
+    }
+}
+
 fn tau_b(c: &KendallCounts) -> f64 {
-    let tot = (c.n * (c.n - 1) / 2) as f64;
-    let con_minus_dis = tot - c.x_ties as f64 - c.y_ties as f64 + c.joint_ties as f64 - 2.0 * c.discordant as f64;
-    (con_minus_dis / (tot - c.x_ties as f64).sqrt() / (tot - c.y_ties as f64).sqrt()).clamp(-1.0, 1.0)
+    let tot = c.pairs() as f64;
+    (c.con_minus_dis() / (tot - c.x_ties as f64).sqrt() / (tot - c.y_ties as f64).sqrt()).clamp(-1.0, 1.0)
 }
 
 /// scipy.stats.kendalltau (variant b, method "auto"): the exact null distribution without ties
@@ -220,7 +238,7 @@ pub fn kendall_tau_b(x: &[f64], y: &[f64]) -> Option<Correlation> {
     let c = kendall_counts(x, y);
     let r = tau_b(&c);
     let n = c.n;
-    let tot = n * (n - 1) / 2;
+    let tot = c.pairs();
     let p = if c.x_ties == 0 && c.y_ties == 0 && (n <= 33 || c.discordant.min(tot - c.discordant) <= 1) {
         kendall_p_exact(n, tot - c.discordant)
     } else {
@@ -229,8 +247,7 @@ pub fn kendall_tau_b(x: &[f64], y: &[f64]) -> Option<Correlation> {
         let var = (m * (2.0 * nf + 5.0) - c.x1 - c.y1) / 18.0
             + (2.0 * c.x_ties as f64 * c.y_ties as f64) / m
             + c.x0 * c.y0 / (9.0 * m * (nf - 2.0));
-        let con_minus_dis = tot as f64 - c.x_ties as f64 - c.y_ties as f64 + c.joint_ties as f64 - 2.0 * c.discordant as f64;
-        let z = con_minus_dis / var.sqrt();
+        let z = c.con_minus_dis() / var.sqrt();
         erfc(z.abs() / std::f64::consts::SQRT_2)
     };
     Some(Correlation { r, p: p.clamp(0.0, 1.0) })
@@ -328,47 +345,48 @@ pub fn beta_inc(a: f64, b: f64, x: f64) -> f64 {
     }
 }
 
-fn beta_fraction(a: f64, b: f64, x: f64) -> f64 {
-    const TINY: f64 = 1e-300;
-    let (qab, qap, qam) = (a + b, a + 1.0, a - 1.0);
-    let mut c = 1.0;
-    let mut d = 1.0 - qab * x / qap;
-    if d.abs() < TINY {
-        d = TINY;
+/// Modified Lentz evaluation of a continued fraction, one term a_m / (b_m + …) at a time.
+struct Lentz {
+    c: f64,
+    d: f64,
+    h: f64,
+}
+
+const TINY: f64 = 1e-300;
+
+fn nonzero(v: f64) -> f64 {
+    if v.abs() < TINY { TINY } else { v }
+}
+
+impl Lentz {
+    fn new(c: f64, d: f64) -> Self {
+        let d = 1.0 / nonzero(d);
+        Lentz { c, d, h: d }
     }
-    d = 1.0 / d;
-    let mut h = d;
+
+    /// Fold in one term; the factor the value changed by (1 when converged).
+    fn step(&mut self, a: f64, b: f64) -> f64 {
+        self.d = 1.0 / nonzero(b + a * self.d);
+        self.c = nonzero(b + a / self.c);
+        let del = self.d * self.c;
+        self.h *= del;
+        del
+    }
+}
+
+fn beta_fraction(a: f64, b: f64, x: f64) -> f64 {
+    let (qab, qap, qam) = (a + b, a + 1.0, a - 1.0);
+    let mut f = Lentz::new(1.0, 1.0 - qab * x / qap);
     for m in 1..10_000 {
         let m = m as f64;
         let m2 = 2.0 * m;
-        let aa = m * (b - m) * x / ((qam + m2) * (a + m2));
-        d = 1.0 + aa * d;
-        if d.abs() < TINY {
-            d = TINY;
-        }
-        c = 1.0 + aa / c;
-        if c.abs() < TINY {
-            c = TINY;
-        }
-        d = 1.0 / d;
-        h *= d * c;
-        let aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2));
-        d = 1.0 + aa * d;
-        if d.abs() < TINY {
-            d = TINY;
-        }
-        c = 1.0 + aa / c;
-        if c.abs() < TINY {
-            c = TINY;
-        }
-        d = 1.0 / d;
-        let del = d * c;
-        h *= del;
+        f.step(m * (b - m) * x / ((qam + m2) * (a + m2)), 1.0);
+        let del = f.step(-(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)), 1.0);
         if (del - 1.0).abs() < 1e-16 {
             break;
         }
     }
-    h
+    f.h
 }
 
 /// The complementary error function, erfc(x) = Q(1/2, x²) for x ≥ 0 (regularised upper
@@ -394,30 +412,16 @@ pub fn erfc(x: f64) -> f64 {
         }
         1.0 - sum * ln_front.exp()
     } else {
-        const TINY: f64 = 1e-300;
         let mut b = z + 1.0 - a;
-        let mut c = 1.0 / TINY;
-        let mut d = 1.0 / b;
-        let mut h = d;
+        let mut f = Lentz::new(1.0 / TINY, b);
         for i in 1..10_000 {
-            let an = -(i as f64) * (i as f64 - a);
             b += 2.0;
-            d = an * d + b;
-            if d.abs() < TINY {
-                d = TINY;
-            }
-            c = b + an / c;
-            if c.abs() < TINY {
-                c = TINY;
-            }
-            d = 1.0 / d;
-            let del = d * c;
-            h *= del;
+            let del = f.step(-(i as f64) * (i as f64 - a), b);
             if (del - 1.0).abs() < 1e-16 {
                 break;
             }
         }
-        ln_front.exp() * h
+        ln_front.exp() * f.h
     }
 }
 

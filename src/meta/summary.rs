@@ -129,45 +129,60 @@ impl Summary {
         self.human.iter().map(|h| h.key.as_str()).collect()
     }
 
+    /// What the numbers come from: each results file's run, the combination, the intervals.
+    pub fn provenance_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self.sources.iter().map(describe_source).collect();
+        if let Some(c) = &self.combined {
+            lines.push(format!("combined = judge + {} × (BERTScore {} − {:.4}) (mean over the items)", c.w, c.with, c.mean_b));
+        }
+        let b = &self.bootstrap;
+        lines.push(format!("intervals: {:.0}% percentile bootstrap, {} resamples, seed {}", b.confidence * 100.0, b.resamples, b.seed));
+        lines
+    }
+
+    /// One level's table in the paper's layout (rows = methods, columns = human aspects, cells =
+    /// Spearman/Pearson) with its unit counts; None when the level has no cell.
+    pub fn level_table(&self, level: Level) -> Option<String> {
+        let n: Vec<usize> = self.correlations.iter().filter(|e| e.level == level).map(|e| e.cell.n).collect();
+        if n.is_empty() {
+            return None;
+        }
+        let keys = self.human_keys();
+        let mut md = String::new();
+        let _ = writeln!(md, "| method | {} |", keys.join(" | "));
+        let _ = writeln!(md, "|---|{}", "---|".repeat(keys.len()));
+        for row in &self.rows {
+            let cells: Vec<String> = keys
+                .iter()
+                .map(|k| match self.cell(&row.label, k, level) {
+                    Some(c) => format!("{}/{}", format_r(c.spearman.map(|s| s.r)), format_r(c.pearson.map(|s| s.r))),
+                    None => "".into(),
+                })
+                .collect();
+            let _ = writeln!(md, "| {} | {} |", row.label, cells.join(" | "));
+        }
+        let unit = match level {
+            Level::Item => "items",
+            Level::System => "systems",
+            Level::Dialogue => "dialogues with a defined correlation",
+        };
+        let _ = writeln!(md, "\nn = {}..{} {unit}; — = undefined (constant scores or too few units).", n.iter().min().unwrap_or(&0), n.iter().max().unwrap_or(&0));
+        Some(md)
+    }
+
     /// The Markdown report.
     pub fn markdown(&self) -> String {
         let mut md = String::new();
         let _ = writeln!(md, "# hyoka meta-evaluation\n");
         let _ = writeln!(md, "{} items; hyoka {}.", self.items, self.hyoka);
-        for s in &self.sources {
-            let _ = writeln!(md, "- {}", describe_source(s));
+        for line in self.provenance_lines() {
+            let _ = writeln!(md, "- {line}");
         }
-        if let Some(c) = &self.combined {
-            let _ = writeln!(md, "- combined = judge + {} × (BERTScore {} − {:.4}) (mean over the items)", c.w, c.with, c.mean_b);
-        }
-        let b = &self.bootstrap;
-        let _ = writeln!(md, "- intervals: {:.0}% percentile bootstrap, {} resamples, seed {}\n", b.confidence * 100.0, b.resamples, b.seed);
-        let keys = self.human_keys();
-        let _ = writeln!(md, "## Correlation with human ratings (Spearman / Pearson)\n");
+        let _ = writeln!(md, "\n## Correlation with human ratings (Spearman / Pearson)\n");
         for level in Level::ALL {
-            if !self.correlations.iter().any(|e| e.level == level) {
-                continue;
+            if let Some(table) = self.level_table(level) {
+                let _ = writeln!(md, "### {}\n\n{table}", level.title());
             }
-            let _ = writeln!(md, "### {}\n", level.title());
-            let _ = writeln!(md, "| method | {} |", keys.join(" | "));
-            let _ = writeln!(md, "|---|{}", "---|".repeat(keys.len()));
-            for row in &self.rows {
-                let cells: Vec<String> = keys
-                    .iter()
-                    .map(|k| match self.cell(&row.label, k, level) {
-                        Some(c) => format!("{}/{}", fmt(c.spearman), fmt(c.pearson)),
-                        None => "".into(),
-                    })
-                    .collect();
-                let _ = writeln!(md, "| {} | {} |", row.label, cells.join(" | "));
-            }
-            let n: Vec<usize> = self.correlations.iter().filter(|e| e.level == level).map(|e| e.cell.n).collect();
-            let unit = match level {
-                Level::Item => "items",
-                Level::System => "systems",
-                Level::Dialogue => "dialogues with a defined correlation",
-            };
-            let _ = writeln!(md, "\nn = {}..{} {unit}; — = undefined (constant scores or too few units).\n", n.iter().min().unwrap_or(&0), n.iter().max().unwrap_or(&0));
         }
         let _ = writeln!(md, "## Item level in detail (coefficient [95% CI] p)\n");
         let _ = writeln!(md, "| method | human | n | Spearman | Pearson | Kendall τ-b |");
@@ -185,7 +200,7 @@ impl Summary {
                 Some(super::RaterBasis::Slots) => "by slot",
                 None => "no per-rater ratings",
             };
-            let _ = writeln!(md, "| {} | {} | {:.3} | {:.3} | {} | {} | {} of {} ({basis}) |", h.key, h.items, h.mean, h.std, fmt(h.agreement_spearman.map(bare)), fmt(h.agreement_pearson.map(bare)), h.raters_used, h.raters_seen);
+            let _ = writeln!(md, "| {} | {} | {:.3} | {:.3} | {} | {} | {} of {} ({basis}) |", h.key, h.items, h.mean, h.std, format_r(h.agreement_spearman), format_r(h.agreement_pearson), h.raters_used, h.raters_seen);
         }
         for (title, m) in [("human aspects", Some(&self.human_matrix)), ("judge expected scores", self.judge_matrix.as_ref())] {
             let Some(m) = m else { continue };
@@ -196,7 +211,7 @@ impl Summary {
             let _ = writeln!(md, "| | {} |", m.keys.join(" | "));
             let _ = writeln!(md, "|---|{}", "---|".repeat(m.keys.len()));
             for (k, row) in m.keys.iter().zip(&m.spearman) {
-                let cells: Vec<String> = row.iter().map(|v| fmt(v.map(bare))).collect();
+                let cells: Vec<String> = row.iter().map(|v| format_r(*v)).collect();
                 let _ = writeln!(md, "| {k} | {} |", cells.join(" | "));
             }
         }
@@ -205,20 +220,16 @@ impl Summary {
             let _ = writeln!(md, "| judge column | human | w | dev | held-out combined | held-out judge | held-out BERTScore | dev/test items |");
             let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
             for f in &self.fit_w {
-                let o = |v: Option<f64>| fmt(v.map(bare));
-                let _ = writeln!(md, "| {} | {} | {} | {:.3} | {} | {} | {} | {}/{} |", f.column, f.human, f.w, f.dev_spearman, o(f.test_combined), o(f.test_judge), o(f.test_bertscore), f.dev_items, f.test_items);
+                let _ = writeln!(md, "| {} | {} | {} | {:.3} | {} | {} | {} | {}/{} |", f.column, f.human, f.w, f.dev_spearman, format_r(f.test_combined), format_r(f.test_judge), format_r(f.test_bertscore), f.dev_items, f.test_items);
             }
         }
         md
     }
 }
 
-fn bare(r: f64) -> Stat {
-    Stat { r, p: None, ci: None }
-}
-
-fn fmt(s: Option<Stat>) -> String {
-    s.map_or("—".into(), |s| format!("{:.3}", s.r))
+/// A coefficient to 3 decimals, — when undefined.
+pub fn format_r(r: Option<f64>) -> String {
+    r.map_or("—".into(), |r| format!("{r:.3}"))
 }
 
 fn detail(s: Option<Stat>) -> String {

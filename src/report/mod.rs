@@ -3,7 +3,7 @@
 
 mod svg;
 
-use crate::meta::{Family, Frame, Level, Summary};
+use crate::meta::{format_r, Family, Frame, Level, Summary};
 use serde_json::{json, Map, Value};
 use std::fmt::Write;
 
@@ -45,8 +45,8 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
     let mut h = String::new();
     let _ = write!(h, "<!DOCTYPE html><html lang=\"ja\"><head><meta charset=\"utf-8\"><title>hyoka report</title><style>{STYLE}</style></head><body>");
     let _ = write!(h, "<h1>hyoka evaluation report</h1><p class=\"note\">{} items · hyoka {}</p><ul>", summary.items, svg::escape(&summary.hyoka));
-    for line in summary.markdown().lines().filter(|l| l.starts_with("- ")) {
-        let _ = write!(h, "<li>{}</li>", svg::escape(&line[2..]));
+    for line in summary.provenance_lines() {
+        let _ = write!(h, "<li>{}</li>", svg::escape(&line));
     }
     h.push_str("</ul>");
     let keys: Vec<String> = summary.human_keys().into_iter().map(String::from).collect();
@@ -65,9 +65,8 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
                 match summary.cell(&row.label, k, level) {
                     Some(c) => {
                         let s = c.spearman.map(|s| s.r);
-                        let f = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.3}"));
                         let ci = c.spearman.and_then(|s| s.ci).map(|[lo, hi]| format!("95% CI of ρ: [{lo:.3}, {hi:.3}], n = {}", c.n)).unwrap_or_else(|| format!("n = {}", c.n));
-                        let _ = write!(h, "<td style=\"background:{}\" title=\"{ci}\">{}/{}</td>", svg::colour(s), f(s), f(c.pearson.map(|p| p.r)));
+                        let _ = write!(h, "<td style=\"background:{}\" title=\"{ci}\">{}/{}</td>", svg::colour(s), format_r(s), format_r(c.pearson.map(|p| p.r)));
                     }
                     None => h.push_str("<td></td>"),
                 }
@@ -91,8 +90,7 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
     }
     h.push_str("<h2>Human ratings</h2><table><tr><th>aspect</th><th>items</th><th>mean</th><th>std</th><th>r_s</th><th>r_p</th><th>raters</th></tr>");
     for a in &summary.human {
-        let f = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.3}"));
-        let _ = write!(h, "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{} of {}</td></tr>", svg::escape(&a.key), a.items, a.mean, a.std, f(a.agreement_spearman), f(a.agreement_pearson), a.raters_used, a.raters_seen);
+        let _ = write!(h, "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{} of {}</td></tr>", svg::escape(&a.key), a.items, a.mean, a.std, format_r(a.agreement_spearman), format_r(a.agreement_pearson), a.raters_used, a.raters_seen);
     }
     h.push_str("</table><h2>Score distributions</h2><div class=\"grid\">");
     for c in &frame.columns {
@@ -112,7 +110,7 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
             let human = frame.human(k);
             let points: Vec<(f64, f64)> = c.values.iter().zip(&human).filter_map(|(x, y)| Some(((*x)?, (*y)?))).collect();
             let title = frame.column_title(c);
-            let rho = summary.cell(&frame.row_label(c), k, Level::Item).and_then(|cell| cell.spearman).map_or("—".into(), |s| format!("{:.3}", s.r));
+            let rho = format_r(summary.cell(&frame.row_label(c), k, Level::Item).and_then(|cell| cell.spearman).map(|s| s.r));
             let caption = format!("{title} vs human {k}: ρ = {rho}, n = {}", points.len());
             let _ = write!(h, "<figure>{}<figcaption>{}</figcaption></figure>", svg::scatter(&caption, &title, &format!("human {k}"), &points), svg::escape(&caption));
         }
@@ -121,8 +119,7 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
     if !summary.fit_w.is_empty() {
         h.push_str("<h2>w chosen on a development half</h2><table><tr><th>judge column</th><th>human</th><th>w</th><th>dev ρ</th><th>held-out combined</th><th>held-out judge</th><th>held-out BERTScore</th></tr>");
         for f in &summary.fit_w {
-            let o = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.3}"));
-            let _ = write!(h, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td></tr>", svg::escape(&f.column), svg::escape(&f.human), f.w, f.dev_spearman, o(f.test_combined), o(f.test_judge), o(f.test_bertscore));
+            let _ = write!(h, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td></tr>", svg::escape(&f.column), svg::escape(&f.human), f.w, f.dev_spearman, format_r(f.test_combined), format_r(f.test_judge), format_r(f.test_bertscore));
         }
         h.push_str("</table>");
     }
