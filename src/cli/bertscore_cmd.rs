@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use hyoka::bertscore::run::{Against, BertScoreRun, BERT_SCORE_BATCH, DEFAULT_BATCH_TOKENS};
+use hyoka::bertscore::run::{default_batch_tokens, Against, BertScoreRun, BERT_SCORE_BATCH};
 use hyoka::bertscore::{baseline, BertScorer, Depth};
 use hyoka::data;
 use std::path::PathBuf;
@@ -69,9 +69,10 @@ pub struct EncoderArgs {
     /// f32, bf16 or f16 (default f32; bert_score's numbers are f32).
     #[arg(long, default_value = "f32")]
     pub dtype: String,
-    /// Padded tokens per encoder batch.
-    #[arg(long, default_value_t = DEFAULT_BATCH_TOKENS)]
-    pub batch_tokens: usize,
+    /// Padded tokens per encoder batch; a speed setting, scores do not depend on it
+    /// [default: 2048 on CPU, 16384 on a GPU].
+    #[arg(long)]
+    pub batch_tokens: Option<usize>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -130,7 +131,7 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         idf: args.idf,
         baseline,
         against: args.against,
-        batch_tokens: args.encoder.batch_tokens,
+        batch_tokens: args.encoder.batch_tokens.unwrap_or_else(|| default_batch_tokens(loaded.scorer.encoder.device())),
         emulate_batch: Some(args.bert_score_batch).filter(|b| *b > 0),
     };
     let (summary, secs) = super::with_progress("bertscore", |progress| job.run(&read.items, &output, args.overwrite, progress));
@@ -155,7 +156,7 @@ fn run_baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
     let pairs = baseline::sample_pairs(&corpus, args.pairs, args.seed);
     let cands: Vec<&str> = pairs.iter().map(|(a, _)| corpus[*a].as_str()).collect();
     let refs: Vec<&str> = pairs.iter().map(|(_, b)| corpus[*b].as_str()).collect();
-    let rows = baseline::compute(&loaded.scorer, &cands, &refs, args.encoder.batch_tokens, Some(BERT_SCORE_BATCH))?;
+    let rows = baseline::compute(&loaded.scorer, &cands, &refs, args.encoder.batch_tokens.unwrap_or_else(|| default_batch_tokens(loaded.scorer.encoder.device())), Some(BERT_SCORE_BATCH))?;
     baseline::write(&args.output, &rows)?;
     eprintln!("wrote {} layers ({} pairs from {} sentences) to {}", rows.len(), pairs.len(), corpus.len(), args.output.display());
     Ok(ExitCode::SUCCESS)

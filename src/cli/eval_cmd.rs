@@ -4,7 +4,7 @@
 use super::meta_cmd::{load_frame, write_outputs, StatsArgs};
 use anyhow::Context;
 use clap::Args;
-use hyoka::bertscore::run::{Against, BertScoreRun, BERT_SCORE_BATCH, DEFAULT_BATCH_TOKENS};
+use hyoka::bertscore::run::{default_batch_tokens, Against, BertScoreRun, BERT_SCORE_BATCH};
 use hyoka::bertscore::{BertScorer, Depth};
 use hyoka::data::select::{sample_dialogues, Shard};
 use hyoka::data::{self, dbdc3, Item};
@@ -190,7 +190,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             idf: false,
             baseline: None,
             against,
-            batch_tokens: DEFAULT_BATCH_TOKENS,
+            batch_tokens: default_batch_tokens(loaded.scorer.encoder.device()),
             emulate_batch: Some(BERT_SCORE_BATCH),
         };
         let (summary, secs) = super::with_progress("bertscore", |p| job.run(&items, &dir.join(BERTSCORE), args.overwrite, p));

@@ -4,7 +4,8 @@
 
 use super::ModelError;
 use candle_core::{DType, Device, Result, Tensor};
-use candle_nn::{Linear, Module, VarBuilder};
+use super::fused::{self, Dense, Epilogue, LayerNorm, PaddingMask};
+use candle_nn::VarBuilder;
 use serde_json::Value;
 use std::path::Path;
 
@@ -79,30 +80,13 @@ impl EncoderConfig {
     }
 }
 
-struct LayerNorm {
-    w: Tensor,
-    b: Tensor,
-    eps: f32,
-}
-
-impl LayerNorm {
-    fn load(vb: VarBuilder, size: usize, eps: f64) -> Result<Self> {
-        Ok(LayerNorm { w: vb.get(size, "weight")?, b: vb.get(size, "bias")?, eps: eps as f32 })
-    }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        candle_nn::ops::layer_norm(&x.contiguous()?, &self.w, &self.b, self.eps)
-    }
-}
-
 struct Block {
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
+    /// Query, key and value projections as one layer.
+    qkv: Dense,
+    o: Dense,
     attn_norm: LayerNorm,
-    up: Linear,
-    down: Linear,
+    up: Dense,
+    down: Dense,
     out_norm: LayerNorm,
 }
 
@@ -123,33 +107,22 @@ impl Block {
                 "output.LayerNorm",
             ],
         };
-        let lin = |k: usize, a, b| candle_nn::linear(a, b, vb.pp(names[k]));
+        let dense = |k: usize, a, b| Dense::load(vb.pp(names[k]), a, b);
         Ok(Block {
-            q: lin(0, h, h)?,
-            k: lin(1, h, h)?,
-            v: lin(2, h, h)?,
-            o: lin(3, h, h)?,
+            qkv: Dense::concat(&[dense(0, h, h)?, dense(1, h, h)?, dense(2, h, h)?])?,
+            o: dense(3, h, h)?,
             attn_norm: LayerNorm::load(vb.pp(names[4]), h, eps)?,
-            up: lin(5, h, i)?,
-            down: lin(6, i, h)?,
+            up: dense(5, h, i)?,
+            down: dense(6, i, h)?,
             out_norm: LayerNorm::load(vb.pp(names[7]), h, eps)?,
         })
     }
 
-    /// `bias`: (batch, 1, 1, len) additive key mask.
-    fn forward(&self, x: &Tensor, bias: &Tensor, heads: usize) -> Result<Tensor> {
-        let (b, n, h) = x.dims3()?;
-        let d = h / heads;
-        let split = |t: Tensor| t.reshape((b, n, heads, d))?.transpose(1, 2)?.contiguous();
-        let q = (split(self.q.forward(x)?)? / (d as f64).sqrt())?;
-        let k = split(self.k.forward(x)?)?;
-        let v = split(self.v.forward(x)?)?;
-        let scores = q.matmul(&k.t()?)?.broadcast_add(bias)?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-        let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, n, h))?;
-        let x = self.attn_norm.forward(&(self.o.forward(&ctx)? + x)?)?;
-        let up = super::gelu::gelu_erf(&self.up.forward(&x)?)?;
-        self.out_norm.forward(&(self.down.forward(&up)? + x)?)
+    fn forward(&self, x: &Tensor, mask: &PaddingMask, heads: usize) -> Result<Tensor> {
+        let ctx = fused::attention(&self.qkv.forward(x, Epilogue::None)?, mask, heads)?;
+        let x = self.o.forward(&ctx, Epilogue::AddNorm(x, &self.attn_norm))?;
+        let up = self.up.forward(&x, Epilogue::Gelu)?;
+        self.down.forward(&up, Epilogue::AddNorm(&x, &self.out_norm))
     }
 }
 
@@ -207,7 +180,6 @@ impl Encoder {
         let n = ids.iter().map(Vec::len).max().unwrap_or(0);
         let mut flat = Vec::with_capacity(b * n);
         let mut pos = Vec::with_capacity(b * n);
-        let mut bias = Vec::with_capacity(b * n);
         for row in ids {
             for j in 0..n {
                 let real = j < row.len();
@@ -217,7 +189,6 @@ impl Encoder {
                     EncoderKind::Roberta => self.cfg.pad_token_id,
                     _ => j as u32,
                 });
-                bias.push(if real { 0f32 } else { f32::MIN });
             }
         }
         let ids_t = Tensor::from_vec(flat, b * n, &self.device)?;
@@ -228,13 +199,13 @@ impl Encoder {
         }
         let mut x = self.emb_norm.forward(&x.reshape((b, n, self.cfg.hidden))?)?;
         let dtype = x.dtype();
-        let bias = Tensor::from_vec(bias, (b, 1, 1, n), &self.device)?.to_dtype(dtype)?;
+        let mask = PaddingMask::new(ids.iter().map(Vec::len).collect(), n, dtype, &self.device)?;
         let mut out = Vec::new();
         if all_layers {
             out.push(x.clone());
         }
         for block in &self.blocks {
-            x = block.forward(&x, &bias, self.cfg.heads)?;
+            x = block.forward(&x, &mask, self.cfg.heads)?;
             if all_layers {
                 out.push(x.clone());
             }

@@ -5,7 +5,7 @@ pub mod batch;
 pub mod config;
 pub mod device;
 pub mod encoder;
-mod gelu;
+pub mod fused;
 mod layers;
 pub mod source;
 pub mod transformer;
