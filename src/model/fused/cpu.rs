@@ -1,15 +1,16 @@
-//! hyoka's CPU kernels for the fused blocks (f32, contiguous). GEMMs are the `gemm` crate's (the
-//! one candle's CPU matmul calls) with the bias, and the residual, preloaded into the
-//! destination so that the product accumulates onto them; epilogues run in place over row
-//! chunks in parallel; attention runs one sequence per task over its real tokens only, its two
-//! products per head as single-threaded GEMMs on strided views of the packed q|k|v rows.
+//! hyoka's CPU kernels for the fused blocks (f32, contiguous). Dense layers are one GEMM of the
+//! `gemm` crate (the one behind candle's CPU matmul) writing straight into the output, then one
+//! pass per row adding bias and residual and applying GELU or LayerNorm while the row is in
+//! cache. Attention runs one sequence per task over its real tokens only, its two products per
+//! head as single-threaded GEMMs on strided views of the packed q|k|v rows (plain loops,
+//! even 8-wide, were 2× slower).
 
 use super::{math, Dense, Epilogue, LayerNorm};
-use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Storage, StorageRef, Tensor};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-/// Rows handed to one task by the row-wise passes (bias fill, GELU, LayerNorm).
+/// Rows handed to one task by the row-wise pass after a dense layer's GEMM.
 const ROWS_PER_TASK: usize = 64;
 
 pub fn applies(x: &Tensor) -> bool {
@@ -22,13 +23,51 @@ fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> 
     Ok(&data[start..end])
 }
 
-/// Runs `f` on a CPU f32 tensor's data (a weight the op holds).
-fn with_data<R>(t: &Tensor, op: &str, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
-    let (storage, layout) = t.storage_and_layout();
-    match &*storage {
-        Storage::Cpu(s) => Ok(f(contiguous(s, layout, op)?)),
-        _ => bail!("{op}: a weight is not on the CPU"),
+/// A CPU f32 tensor's contiguous data (a weight the op holds), borrowed for the op's duration.
+struct Data<'a> {
+    storage: StorageRef<'a>,
+    range: std::ops::Range<usize>,
+}
+
+impl<'a> Data<'a> {
+    fn of(t: &'a Tensor, op: &str) -> Result<Self> {
+        let (storage, layout) = t.storage_and_layout();
+        let Some((start, end)) = layout.contiguous_offsets() else { bail!("{op}: a weight is not contiguous") };
+        if !matches!(&*storage, Storage::Cpu(CpuStorage::F32(_))) {
+            bail!("{op}: a weight is not f32 on the CPU");
+        }
+        Ok(Data { storage, range: start..end })
     }
+
+    fn slice(&self) -> &[f32] {
+        match &*self.storage {
+            Storage::Cpu(CpuStorage::F32(v)) => &v[self.range.clone()],
+            _ => unreachable!("checked by Data::of"),
+        }
+    }
+}
+
+/// Defines `$name` as `$body` compiled twice, for AVX2 + FMA (taken when the CPU has them) and
+/// for the baseline. The crate targets baseline x86-64 (SSE2) so that one binary runs
+/// everywhere; `gemm` dispatches at run time, and these row loops get 8-wide vectors the same way.
+macro_rules! multiversion {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) = $body:ident) => {
+        $(#[$doc])*
+        fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                    // Safety: the CPU has the features `avx2` is compiled for.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            $body($($arg),*)
+        }
+    };
 }
 
 fn threads() -> Parallelism {
@@ -57,46 +96,33 @@ impl DenseOp<'_> {
     fn run(&self, x: &[f32], shape: &Shape, residual: Option<&[f32]>) -> Result<(CpuStorage, Shape)> {
         let (outs, ins) = self.dense.weight.dims2()?;
         let dims = shape.dims();
-        if dims.last() != Some(&ins) {
+        if dims.last() != Some(&ins) || ins == 0 {
             bail!("{}: input {shape:?}, weight ({outs}, {ins})", Self::NAME);
         }
         let rows = x.len() / ins;
         if residual.is_some_and(|r| r.len() != rows * outs) {
             bail!("{}: residual of {} values for {rows} × {outs}", Self::NAME, residual.map_or(0, <[f32]>::len));
         }
-        let mut out = vec![0f32; rows * outs];
-        with_data(&self.dense.bias, Self::NAME, |bias| {
-            out.par_chunks_mut(outs * ROWS_PER_TASK).enumerate().for_each(|(chunk, dst)| {
-                for (r, row) in dst.chunks_exact_mut(outs).enumerate() {
-                    match residual {
-                        Some(res) => {
-                            let at = (chunk * ROWS_PER_TASK + r) * outs;
-                            for ((o, b), x) in row.iter_mut().zip(bias).zip(&res[at..at + outs]) {
-                                *o = b + x;
-                            }
-                        }
-                        None => row.copy_from_slice(bias),
-                    }
-                }
-            })
-        })?;
-        with_data(&self.dense.weight, Self::NAME, |w| {
-            // Safety: out is rows × outs (row stride outs), x rows × ins (row stride ins), and w
-            // (outs, ins) read as its transpose: element (k, n) at n·ins + k. Nothing aliases.
-            unsafe {
-                gemm::gemm(rows, outs, ins, out.as_mut_ptr(), 1, outs as isize, true, x.as_ptr(), 1, ins as isize, w.as_ptr(), ins as isize, 1, 1.0, 1.0, false, false, false, threads());
-            }
-        })?;
-        if self.gelu {
-            out.par_chunks_mut(outs * ROWS_PER_TASK).for_each(|c| c.iter_mut().for_each(|v| *v = math::gelu_f32(*v)));
+        let (weight, bias) = (Data::of(&self.dense.weight, Self::NAME)?, Data::of(&self.dense.bias, Self::NAME)?);
+        let norm = match self.norm {
+            Some(n) => Some((Data::of(&n.weight, Self::NAME)?, Data::of(&n.bias, Self::NAME)?, n.eps)),
+            None => None,
+        };
+        let mut out: Vec<f32> = Vec::with_capacity(rows * outs);
+        // Safety: out has room for rows × outs (row stride outs), x is rows × ins (row stride
+        // ins), w (outs, ins) is read as its transpose: element (k, n) at n·ins + k. Without
+        // read_dst gemm writes every element of out and reads none, so out is initialised
+        // when its length is set. Nothing aliases.
+        unsafe {
+            gemm::gemm(rows, outs, ins, out.as_mut_ptr(), 1, outs as isize, false, x.as_ptr(), 1, ins as isize, weight.slice().as_ptr(), ins as isize, 1, 0.0, 1.0, false, false, false, threads());
+            out.set_len(rows * outs);
         }
-        if let Some(norm) = self.norm {
-            with_data(&norm.weight, Self::NAME, |w| {
-                with_data(&norm.bias, Self::NAME, |b| {
-                    out.par_chunks_mut(outs * ROWS_PER_TASK).for_each(|c| c.chunks_exact_mut(outs).for_each(|row| layer_norm_row(row, w, b, norm.eps)))
-                })
-            })??;
-        }
+        // Bias, residual and the epilogue in one pass per row, while the row is in cache.
+        let epilogue = RowEpilogue { bias: bias.slice(), gelu: self.gelu, norm: norm.as_ref().map(|(w, b, eps)| (w.slice(), b.slice(), *eps)) };
+        out.par_chunks_mut(outs * ROWS_PER_TASK).enumerate().for_each(|(chunk, dst)| {
+            let residual = residual.map(|r| &r[chunk * ROWS_PER_TASK * outs..chunk * ROWS_PER_TASK * outs + dst.len()]);
+            finish_rows(dst, residual, &epilogue);
+        });
         let mut out_dims = dims.to_vec();
         *out_dims.last_mut().expect("checked above") = outs;
         Ok((CpuStorage::F32(out), Shape::from(out_dims)))
@@ -123,7 +149,39 @@ impl CustomOp2 for DenseOp<'_> {
     }
 }
 
+/// What a dense layer's rows get after the GEMM.
+struct RowEpilogue<'a> {
+    bias: &'a [f32],
+    gelu: bool,
+    /// LayerNorm weight, bias and epsilon.
+    norm: Option<(&'a [f32], &'a [f32], f32)>,
+}
+
+multiversion!(
+    /// Rows of a dense layer's output (`dst`, of the bias's width): + bias (+ residual), then
+    /// GELU or LayerNorm.
+    fn finish_rows(dst: &mut [f32], residual: Option<&[f32]>, e: &RowEpilogue) = finish_rows_body
+);
+
+#[inline(always)]
+fn finish_rows_body(dst: &mut [f32], residual: Option<&[f32]>, e: &RowEpilogue) {
+    let width = e.bias.len();
+    for (r, row) in dst.chunks_exact_mut(width).enumerate() {
+        row.iter_mut().zip(e.bias).for_each(|(o, b)| *o += b);
+        if let Some(res) = residual {
+            row.iter_mut().zip(&res[r * width..(r + 1) * width]).for_each(|(o, x)| *o += x);
+        }
+        if e.gelu {
+            row.iter_mut().for_each(|v| *v = math::gelu_f32(*v));
+        }
+        if let Some((w, b, eps)) = e.norm {
+            layer_norm_row(row, w, b, eps);
+        }
+    }
+}
+
 /// Sum with eight independent accumulators, so that the loop vectorises.
+#[inline(always)]
 fn sum(xs: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let chunks = xs.chunks_exact(8);
@@ -136,20 +194,27 @@ fn sum(xs: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// Dot product with eight independent accumulators.
+#[inline(always)]
+fn dot(xs: &[f32], ys: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (cx, cy) = (xs.chunks_exact(8), ys.chunks_exact(8));
+    let tail: f32 = cx.remainder().iter().zip(cy.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in cx.zip(cy) {
+        for ((a, x), y) in acc.iter_mut().zip(x).zip(y) {
+            *a += x * y;
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
 /// LayerNorm of one row in place (two passes: mean, then the centred variance).
+#[inline(always)]
 fn layer_norm_row(row: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     let n = row.len() as f32;
     let mean = sum(row) / n;
     row.iter_mut().for_each(|x| *x -= mean);
-    let mut acc = [0f32; 8];
-    let chunks = row.chunks_exact(8);
-    let tail: f32 = chunks.remainder().iter().map(|x| x * x).sum();
-    for c in chunks {
-        for (a, x) in acc.iter_mut().zip(c) {
-            *a += x * x;
-        }
-    }
-    let var = (acc.iter().sum::<f32>() + tail) / n;
+    let var = dot(row, row) / n;
     let inv = 1.0 / (var + eps).sqrt();
     for ((x, w), b) in row.iter_mut().zip(w).zip(b) {
         *x = *x * inv * w + b;
@@ -157,6 +222,7 @@ fn layer_norm_row(row: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
 }
 
 /// Softmax of one row in place.
+#[inline(always)]
 fn softmax_row(row: &mut [f32]) {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     row.iter_mut().for_each(|x| *x = math::exp_f32(*x - max));
@@ -166,6 +232,36 @@ fn softmax_row(row: &mut [f32]) {
 
 pub fn attention(qkv: &Tensor, lens: &[usize], heads: usize) -> Result<Tensor> {
     qkv.contiguous()?.apply_op1_no_bwd(&AttentionOp { lens, heads })
+}
+
+multiversion!(
+    /// One sequence's attention with `heads` heads of width `h`: `seq` its packed q|k|v rows
+    /// (3h each), `ctx` its context rows (h each; rows ≥ len are left at 0).
+    fn attend(ctx: &mut [f32], seq: &[f32], len: usize, heads: usize, h: usize) = attend_body
+);
+
+#[inline(always)]
+fn attend_body(ctx: &mut [f32], seq: &[f32], len: usize, heads: usize, h: usize) {
+    if len == 0 {
+        return;
+    }
+    let (d, h3) = (h / heads, 3 * h);
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut scores = vec![0f32; len * len];
+    for head in 0..heads {
+        let (q, k, v) = (&seq[head * d..], &seq[h + head * d..], &seq[2 * h + head * d..]);
+        // Safety: rows i < len of q, k, v are at i·h3 (+ column < d) inside `seq`; scores is
+        // len × len; ctx rows i < len at i·h + head·d (+ column < d).
+        unsafe {
+            // scores = scale · Q Kᵀ: Kᵀ element (c, j) is k[j·h3 + c].
+            gemm::gemm(len, len, d, scores.as_mut_ptr(), 1, len as isize, false, q.as_ptr(), 1, h3 as isize, k.as_ptr(), h3 as isize, 1, 0.0, scale, false, false, false, Parallelism::None);
+        }
+        scores.chunks_exact_mut(len).for_each(softmax_row);
+        unsafe {
+            // ctx = P V.
+            gemm::gemm(len, d, len, ctx[head * d..].as_mut_ptr(), 1, h as isize, false, scores.as_ptr(), 1, len as isize, v.as_ptr(), 1, h3 as isize, 0.0, 1.0, false, false, false, Parallelism::None);
+        }
+    }
 }
 
 struct AttentionOp<'a> {
@@ -186,28 +282,8 @@ impl CustomOp1 for AttentionOp<'_> {
         if self.lens.len() != b || self.lens.iter().any(|&len| len > n) || d * self.heads * 3 != h3 {
             bail!("{}: qkv {:?} does not fit {} heads and lengths {:?}", self.name(), l.shape(), self.heads, self.lens);
         }
-        let scale = 1.0 / (d as f32).sqrt();
         let mut out = vec![0f32; b * n * h];
-        out.par_chunks_mut(n * h).zip(qkv.par_chunks(n * h3)).zip(self.lens.par_iter()).for_each(|((ctx, seq), &len)| {
-            if len == 0 {
-                return;
-            }
-            let mut scores = vec![0f32; len * len];
-            for head in 0..self.heads {
-                let (q, k, v) = (&seq[head * d..], &seq[h + head * d..], &seq[2 * h + head * d..]);
-                // Safety: rows i < len of q, k, v are at i·h3 (+ column < d) inside `seq`;
-                // scores is len × len; ctx rows i < len at i·h + head·d (+ column < d).
-                unsafe {
-                    // scores = scale · Q Kᵀ: Kᵀ element (c, j) is k[j·h3 + c].
-                    gemm::gemm(len, len, d, scores.as_mut_ptr(), 1, len as isize, false, q.as_ptr(), 1, h3 as isize, k.as_ptr(), h3 as isize, 1, 0.0, scale, false, false, false, Parallelism::None);
-                }
-                scores.chunks_exact_mut(len).for_each(softmax_row);
-                unsafe {
-                    // ctx = P V.
-                    gemm::gemm(len, d, len, ctx[head * d..].as_mut_ptr(), 1, h as isize, false, scores.as_ptr(), 1, len as isize, v.as_ptr(), 1, h3 as isize, 0.0, 1.0, false, false, false, Parallelism::None);
-                }
-            }
-        });
+        out.par_chunks_mut(n * h).zip(qkv.par_chunks(n * h3)).zip(self.lens.par_iter()).for_each(|((ctx, seq), &len)| attend(ctx, seq, len, self.heads, h));
         Ok((CpuStorage::F32(out), Shape::from((b, n, h))))
     }
 }
