@@ -31,8 +31,11 @@ impl BertScorer {
             let hidden = self.encoder.forward(&ids, all_layers)?;
             for (l, h) in hidden.into_iter().enumerate() {
                 let h = normalise(&h.to_dtype(DType::F32)?)?;
-                for (row, &i) in batch.iter().enumerate() {
-                    parts[l].push((i, h.get(row)?.narrow(0, 0, sentences.ids[i].len())?));
+                let mut at = 0;
+                for &i in &batch {
+                    let len = sentences.ids[i].len();
+                    parts[l].push((i, h.narrow(0, at, len)?));
+                    at += len;
                 }
             }
             start += rows;

@@ -4,7 +4,7 @@
 
 use super::ModelError;
 use candle_core::{DType, Device, Result, Tensor};
-use super::fused::{self, Dense, Epilogue, LayerNorm, PaddingMask};
+use super::fused::{self, Dense, Epilogue, LayerNorm, TokenLayout};
 use candle_nn::VarBuilder;
 use serde_json::Value;
 use std::path::Path;
@@ -118,8 +118,8 @@ impl Block {
         })
     }
 
-    fn forward(&self, x: &Tensor, mask: &PaddingMask, heads: usize) -> Result<Tensor> {
-        let ctx = fused::attention(&self.qkv.forward(x, Epilogue::None)?, mask, heads)?;
+    fn forward(&self, x: &Tensor, layout: &TokenLayout, heads: usize) -> Result<Tensor> {
+        let ctx = fused::attention(&self.qkv.forward(x, Epilogue::None)?, layout, heads)?;
         let x = self.o.forward(&ctx, Epilogue::AddNorm(x, &self.attn_norm))?;
         let up = self.up.forward(&x, Epilogue::Gelu)?;
         self.down.forward(&up, Epilogue::AddNorm(&x, &self.out_norm))
@@ -173,15 +173,16 @@ impl Encoder {
         self.blocks.len()
     }
 
-    /// Hidden states after every loaded layer (index 0: the embeddings), each (batch, len, hidden),
-    /// for right-padded `ids` of real lengths `lens`. With `all_layers` false only the last.
+    /// Hidden states after every loaded layer (index 0: the embeddings) for the sequences
+    /// `ids`, each (tokens, hidden) with every sequence's rows back to back in order. With
+    /// `all_layers` false only the last.
     pub fn forward(&self, ids: &[Vec<u32>], all_layers: bool) -> Result<Vec<Tensor>> {
-        let b = ids.len();
-        let n = ids.iter().map(Vec::len).max().unwrap_or(0);
-        let mut flat = Vec::with_capacity(b * n);
-        let mut pos = Vec::with_capacity(b * n);
-        for row in ids {
-            for j in 0..n {
+        let layout = TokenLayout::new(ids.iter().map(Vec::len).collect(), self.dtype(), &self.device)?;
+        let shape = layout.shape(self.cfg.hidden);
+        let rows: usize = shape[..shape.len() - 1].iter().product();
+        let (mut flat, mut pos) = (Vec::with_capacity(rows), Vec::with_capacity(rows));
+        for (s, row) in ids.iter().enumerate() {
+            for j in 0..layout.width(s) {
                 let real = j < row.len();
                 flat.push(if real { row[j] } else { self.cfg.pad_token_id });
                 pos.push(match self.cfg.kind {
@@ -191,27 +192,25 @@ impl Encoder {
                 });
             }
         }
-        let ids_t = Tensor::from_vec(flat, b * n, &self.device)?;
-        let pos_t = Tensor::from_vec(pos, b * n, &self.device)?;
+        let ids_t = Tensor::from_vec(flat, rows, &self.device)?;
+        let pos_t = Tensor::from_vec(pos, rows, &self.device)?;
         let mut x = (self.words.index_select(&ids_t, 0)? + self.positions.index_select(&pos_t, 0)?)?;
         if let Some(tt) = &self.token_type {
             x = x.broadcast_add(tt)?;
         }
-        let mut x = self.emb_norm.forward(&x.reshape((b, n, self.cfg.hidden))?)?;
-        let dtype = x.dtype();
-        let mask = PaddingMask::new(ids.iter().map(Vec::len).collect(), n, dtype, &self.device)?;
+        let mut x = self.emb_norm.forward(&x.reshape(shape)?)?;
         let mut out = Vec::new();
         if all_layers {
-            out.push(x.clone());
+            out.push(layout.pack(&x)?);
         }
         for block in &self.blocks {
-            x = block.forward(&x, &mask, self.cfg.heads)?;
+            x = block.forward(&x, &layout, self.cfg.heads)?;
             if all_layers {
-                out.push(x.clone());
+                out.push(layout.pack(&x)?);
             }
         }
         if !all_layers {
-            out.push(x);
+            out.push(layout.pack(&x)?);
         }
         Ok(out)
     }

@@ -13,8 +13,9 @@ use rayon::prelude::*;
 /// Rows handed to one task by the row-wise pass after a dense layer's GEMM.
 const ROWS_PER_TASK: usize = 64;
 
-pub fn applies(x: &Tensor) -> bool {
-    x.device().is_cpu() && x.dtype() == DType::F32
+/// Whether these kernels run for tensors of `dtype` on `device`.
+pub fn runs(device: &candle_core::Device, dtype: DType) -> bool {
+    device.is_cpu() && dtype == DType::F32
 }
 
 fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
@@ -235,8 +236,8 @@ pub fn attention(qkv: &Tensor, lens: &[usize], heads: usize) -> Result<Tensor> {
 }
 
 multiversion!(
-    /// One sequence's attention with `heads` heads of width `h`: `seq` its packed q|k|v rows
-    /// (3h each), `ctx` its context rows (h each; rows ≥ len are left at 0).
+    /// One sequence's attention with `heads` heads of width `h`: `seq` its len q|k|v rows
+    /// (3h each), `ctx` its len context rows (h each).
     fn attend(ctx: &mut [f32], seq: &[f32], len: usize, heads: usize, h: usize) = attend_body
 );
 
@@ -276,14 +277,22 @@ impl CustomOp1 for AttentionOp<'_> {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let qkv = contiguous(s, l, self.name())?;
-        let (b, n, h3) = l.shape().dims3()?;
+        let (tokens, h3) = l.shape().dims2()?;
         let h = h3 / 3;
-        let d = h / self.heads;
-        if self.lens.len() != b || self.lens.iter().any(|&len| len > n) || d * self.heads * 3 != h3 {
-            bail!("{}: qkv {:?} does not fit {} heads and lengths {:?}", self.name(), l.shape(), self.heads, self.lens);
+        if self.lens.iter().sum::<usize>() != tokens || h % self.heads != 0 || 3 * h != h3 {
+            bail!("{}: packed qkv {:?} does not fit {} heads and lengths {:?}", self.name(), l.shape(), self.heads, self.lens);
         }
-        let mut out = vec![0f32; b * n * h];
-        out.par_chunks_mut(n * h).zip(qkv.par_chunks(n * h3)).zip(self.lens.par_iter()).for_each(|((ctx, seq), &len)| attend(ctx, seq, len, self.heads, h));
-        Ok((CpuStorage::F32(out), Shape::from((b, n, h))))
+        let mut out = vec![0f32; tokens * h];
+        // Each sequence's rows of the output and of qkv, as disjoint slices for the tasks.
+        let mut tasks = Vec::with_capacity(self.lens.len());
+        let (mut rest, mut seqs) = (&mut out[..], qkv);
+        for &len in self.lens {
+            let (ctx, tail) = std::mem::take(&mut rest).split_at_mut(len * h);
+            let (seq, more) = seqs.split_at(len * h3);
+            tasks.push((ctx, seq, len));
+            (rest, seqs) = (tail, more);
+        }
+        tasks.into_par_iter().for_each(|(ctx, seq, len)| attend(ctx, seq, len, self.heads, h));
+        Ok((CpuStorage::F32(out), Shape::from((tokens, h))))
     }
 }

@@ -1,9 +1,10 @@
 //! The encoder's building blocks with their epilogues fused: a dense layer that adds its bias
-//! (and a residual) inside the GEMM and applies GELU or LayerNorm in place, and attention over
-//! each sequence's real tokens only. On CPU in f32 these run as hyoka's own kernels (`cpu`):
-//! candle's op-per-tensor path allocated and swept a fresh batch-sized tensor for every bias,
-//! residual, transpose and activation, and ran the per-head attention products one thread at a
-//! time. Other devices and dtypes get the same arithmetic from candle's ops.
+//! and a residual and applies GELU or LayerNorm in the same pass, and attention over each
+//! sequence's real tokens only. On CPU in f32 these run as hyoka's own kernels (`cpu`) on
+//! packed token rows — no padding row is ever computed: candle's op-per-tensor path allocated
+//! and swept a fresh batch-sized tensor for every bias, residual, transpose and activation,
+//! and ran the per-head attention products one thread at a time. Other devices and dtypes get
+//! the same arithmetic from candle's ops on right-padded rows.
 
 mod cpu;
 pub mod math;
@@ -56,7 +57,7 @@ impl Dense {
 
     /// x (…, in) → (…, out) with the epilogue applied.
     pub fn forward(&self, x: &Tensor, epilogue: Epilogue) -> Result<Tensor> {
-        if cpu::applies(x) {
+        if cpu::runs(x.device(), x.dtype()) {
             return cpu::dense(self, x, epilogue);
         }
         let dims = x.dims();
@@ -72,44 +73,94 @@ impl Dense {
     }
 }
 
-/// Which tokens of a right-padded batch are real.
-pub struct PaddingMask {
-    /// Real length of every row.
-    pub lens: Vec<usize>,
-    /// (batch, 1, 1, len) additive key mask (0 or the dtype's minimum), for candle's path.
-    bias: Tensor,
+/// How a batch's token rows are laid out.
+pub enum TokenLayout {
+    /// Every sequence's rows back to back, (tokens, hidden): hyoka's CPU kernels, which so never
+    /// compute a padding row.
+    Packed { lens: Vec<usize> },
+    /// Right-padded (batch, width, hidden), with an additive key mask (batch, 1, 1, width) of
+    /// 0 or the dtype's minimum: candle's ops.
+    Padded { lens: Vec<usize>, width: usize, bias: Tensor },
 }
 
-impl PaddingMask {
-    pub fn new(lens: Vec<usize>, width: usize, dtype: DType, device: &candle_core::Device) -> Result<Self> {
+impl TokenLayout {
+    /// Packed where hyoka's CPU kernels run (f32 on the CPU), padded elsewhere.
+    pub fn new(lens: Vec<usize>, dtype: DType, device: &candle_core::Device) -> Result<Self> {
+        if cpu::runs(device, dtype) {
+            return Ok(TokenLayout::Packed { lens });
+        }
+        Self::padded(lens, dtype, device)
+    }
+
+    pub fn padded(lens: Vec<usize>, dtype: DType, device: &candle_core::Device) -> Result<Self> {
+        let width = lens.iter().copied().max().unwrap_or(0);
         let bias: Vec<f32> = lens.iter().flat_map(|&l| (0..width).map(move |j| if j < l { 0.0 } else { f32::MIN })).collect();
         let bias = Tensor::from_vec(bias, (lens.len(), 1, 1, width), device)?.to_dtype(dtype)?;
-        Ok(PaddingMask { lens, bias })
+        Ok(TokenLayout::Padded { lens, width, bias })
+    }
+
+    pub fn lens(&self) -> &[usize] {
+        match self {
+            TokenLayout::Packed { lens } | TokenLayout::Padded { lens, .. } => lens,
+        }
+    }
+
+    /// Rows per sequence in this layout (padding included).
+    pub fn width(&self, seq: usize) -> usize {
+        match self {
+            TokenLayout::Packed { lens } => lens[seq],
+            TokenLayout::Padded { width, .. } => *width,
+        }
+    }
+
+    /// The shape of (rows of `hidden`) in this layout.
+    pub fn shape(&self, hidden: usize) -> Vec<usize> {
+        match self {
+            TokenLayout::Packed { lens } => vec![lens.iter().sum(), hidden],
+            TokenLayout::Padded { lens, width, .. } => vec![lens.len(), *width, hidden],
+        }
+    }
+
+    /// `x` in this layout → the real tokens' rows back to back, (tokens, hidden).
+    pub fn pack(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            TokenLayout::Packed { .. } => Ok(x.clone()),
+            TokenLayout::Padded { lens, width, .. } => {
+                let rows: Vec<u32> = lens.iter().enumerate().flat_map(|(i, &l)| (0..l).map(move |j| (i * width + j) as u32)).collect();
+                let hidden = x.dim(D::Minus1)?;
+                let n = rows.len();
+                x.reshape((lens.len() * width, hidden))?.index_select(&Tensor::from_vec(rows, n, x.device())?, 0)
+            }
+        }
     }
 }
 
-/// Bidirectional multi-head attention: `qkv` (batch, len, 3·hidden) holds queries, keys and
-/// values side by side; returns the context (batch, len, hidden). Padded keys get no weight;
-/// padded query rows are left undefined (zeros on CPU) and never read by real rows.
-pub fn attention(qkv: &Tensor, mask: &PaddingMask, heads: usize) -> Result<Tensor> {
-    if cpu::applies(qkv) {
-        return cpu::attention(qkv, &mask.lens, heads);
-    }
+/// Bidirectional multi-head attention: `qkv` (rows in `layout`, 3·hidden) holds queries, keys
+/// and values side by side; returns the context (rows in `layout`, hidden). Padded keys get no
+/// weight; padded query rows are left undefined and never read by real rows.
+pub fn attention(qkv: &Tensor, layout: &TokenLayout, heads: usize) -> Result<Tensor> {
+    let (lens, width, bias) = match layout {
+        TokenLayout::Packed { lens } => return cpu::attention(qkv, lens, heads),
+        TokenLayout::Padded { lens, width, bias } => (lens, *width, bias),
+    };
     let (b, n, h3) = qkv.dims3()?;
+    if b != lens.len() || n != width {
+        candle_core::bail!("attention: qkv {:?} for {} sequences of width {width}", qkv.shape(), lens.len());
+    }
     let h = h3 / 3;
     let d = h / heads;
     let part = |k: usize| qkv.narrow(D::Minus1, k * h, h)?.reshape((b, n, heads, d))?.transpose(1, 2)?.contiguous();
     let q = (part(0)? / (d as f64).sqrt())?;
     let (k, v) = (part(1)?, part(2)?);
-    let scores = q.matmul(&k.t()?)?.broadcast_add(&mask.bias)?;
+    let scores = q.matmul(&k.t()?)?.broadcast_add(bias)?;
     let probs = candle_nn::ops::softmax_last_dim(&scores)?;
     probs.matmul(&v)?.transpose(1, 2)?.reshape((b, n, h))
 }
 
 #[cfg(test)]
 mod tests {
-    //! The CPU kernels (f32) against candle's own ops on the same numbers in f64 — the path
-    //! GPUs take — on a batch with padding, on all real rows.
+    //! The CPU kernels (f32, packed rows) against candle's own ops on the same numbers in f64
+    //! (padded rows) — the path GPUs take — on every real row.
     use super::*;
     use candle_core::Device;
 
@@ -124,19 +175,12 @@ mod tests {
         t.to_dtype(DType::F64).expect("cpu cast")
     }
 
-    /// Largest |a − b| over the first lens[i] rows of every sequence.
-    fn max_diff_real_rows(a: &Tensor, b: &Tensor, lens: &[usize]) -> f64 {
-        let a: Vec<Vec<Vec<f64>>> = f64s(a).to_vec3().expect("3d");
-        let b: Vec<Vec<Vec<f64>>> = f64s(b).to_vec3().expect("3d");
-        let mut worst = 0f64;
-        for (s, &len) in lens.iter().enumerate() {
-            for i in 0..len {
-                for (x, y) in a[s][i].iter().zip(&b[s][i]) {
-                    worst = worst.max((x - y).abs());
-                }
-            }
-        }
-        worst
+    /// Largest |a − b| between packed f32 rows and padded f64 rows, over the real tokens.
+    fn max_diff(packed: &Tensor, padded: &Tensor, layout: &TokenLayout) -> f64 {
+        let a: Vec<Vec<f64>> = f64s(packed).to_vec2().expect("2d");
+        let b: Vec<Vec<f64>> = layout.pack(padded).expect("pack").to_vec2().expect("2d");
+        assert_eq!(a.len(), b.len());
+        a.iter().zip(&b).flat_map(|(x, y)| x.iter().zip(y).map(|(x, y)| (x - y).abs())).fold(0.0, f64::max)
     }
 
     #[test]
@@ -148,33 +192,34 @@ mod tests {
         let dense = |i: usize, o, seed| Dense { weight: (random(&[o, i], seed) * (3.0 / i as f64).sqrt()).expect("scale"), bias: random(&[o], seed + 1) };
         let as64 = |d: &Dense| Dense { weight: f64s(&d.weight), bias: f64s(&d.bias) };
         let norm = LayerNorm { weight: (random(&[hidden], 7) + 1.0)?, bias: random(&[hidden], 8), eps: 1e-12 };
-        let norm64 = LayerNorm { weight: f64s(&norm.weight), bias: f64s(&norm.bias), eps: norm.eps };
         let (qkv, up) = (Dense::concat(&[dense(hidden, hidden, 10), dense(hidden, hidden, 12), dense(hidden, hidden, 14)])?, dense(hidden, inter, 16));
         let (qkv64, up64) = (as64(&qkv), as64(&up));
-        let mask = PaddingMask::new(lens.clone(), n, DType::F32, &Device::Cpu)?;
-        let mask64 = PaddingMask::new(lens.clone(), n, DType::F64, &Device::Cpu)?;
+        let packed = TokenLayout::new(lens.clone(), DType::F32, &Device::Cpu)?;
+        let padded = TokenLayout::new(lens.clone(), DType::F64, &Device::Cpu)?;
+        // The test would pass vacuously if both sides took the same path.
+        assert!(matches!(packed, TokenLayout::Packed { .. }) && matches!(padded, TokenLayout::Padded { .. }));
+        let (x32, x64) = (TokenLayout::padded(lens.clone(), DType::F32, &Device::Cpu)?.pack(&x)?, f64s(&x));
+        assert_eq!(x32.dims(), packed.shape(hidden).as_slice());
 
-        let q32 = qkv.forward(&x, Epilogue::None)?;
-        let q64 = qkv64.forward(&f64s(&x), Epilogue::None)?;
-        assert!(max_diff_real_rows(&q32, &q64, &lens) < 1e-5);
-        let ctx32 = attention(&q32, &mask, heads)?;
-        let ctx64 = attention(&q64, &mask64, heads)?;
-        let attn = max_diff_real_rows(&ctx32, &ctx64, &lens);
+        let q32 = qkv.forward(&x32, Epilogue::None)?;
+        let q64 = qkv64.forward(&x64, Epilogue::None)?;
+        assert!(max_diff(&q32, &q64, &padded) < 1e-5);
+        let ctx32 = attention(&q32, &packed, heads)?;
+        let ctx64 = attention(&q64, &padded, heads)?;
+        let attn = max_diff(&ctx32, &ctx64, &padded);
         assert!(attn < 1e-5, "attention differs by {attn}");
-        let g32 = up.forward(&x, Epilogue::Gelu)?;
-        let g64 = up64.forward(&f64s(&x), Epilogue::Gelu)?;
-        assert!(max_diff_real_rows(&g32, &g64, &lens) < 1e-5);
+        let g32 = up.forward(&x32, Epilogue::Gelu)?;
+        let g64 = up64.forward(&x64, Epilogue::Gelu)?;
+        assert!(max_diff(&g32, &g64, &padded) < 1e-5);
         let o = dense(hidden, hidden, 20);
-        let n32 = o.forward(&ctx32, Epilogue::AddNorm(&x, &norm))?;
+        let n32 = o.forward(&ctx32, Epilogue::AddNorm(&x32, &norm))?;
         // candle's fused layer_norm has no f64 kernel: the definition, spelled out.
-        let y = (as64(&o).forward(&ctx64, Epilogue::None)? + f64s(&x))?;
+        let y = (as64(&o).forward(&ctx64, Epilogue::None)? + &x64)?;
         let centred = y.broadcast_sub(&y.mean_keepdim(D::Minus1)?)?;
         let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
-        let n64 = centred.broadcast_div(&(var + norm.eps as f64)?.sqrt()?)?.broadcast_mul(&norm64.weight)?.broadcast_add(&norm64.bias)?;
-        let normed = max_diff_real_rows(&n32, &n64, &lens);
+        let n64 = centred.broadcast_div(&(var + norm.eps as f64)?.sqrt()?)?.broadcast_mul(&f64s(&norm.weight))?.broadcast_add(&f64s(&norm.bias))?;
+        let normed = max_diff(&n32, &n64, &padded);
         assert!(normed < 1e-5, "dense + residual + norm differs by {normed}");
-        // The test would pass vacuously if both sides took the same path.
-        assert!(cpu::applies(&x) && !cpu::applies(&f64s(&x)));
         Ok(())
     }
 }
