@@ -225,7 +225,16 @@ fn layer_norm_row(row: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
 /// Softmax of one row in place.
 #[inline(always)]
 fn softmax_row(row: &mut [f32]) {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    // f32::max's NaN rules keep a fold scalar; eight lanes of plain comparisons vectorise.
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let chunks = row.chunks_exact(8);
+    let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    for c in chunks {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            *m = if x > *m { x } else { *m };
+        }
+    }
+    let max = lanes.iter().fold(tail, |m, &x| if x > m { x } else { m });
     row.iter_mut().for_each(|x| *x = math::exp_f32(*x - max));
     let inv = 1.0 / sum(row);
     row.iter_mut().for_each(|x| *x *= inv);
@@ -265,6 +274,16 @@ fn attend_body(ctx: &mut [f32], seq: &[f32], len: usize, heads: usize, h: usize)
     }
 }
 
+/// One sequence's attention: AVX2 register tiles where the CPU and head width allow.
+fn attend_sequence(ctx: &mut [f32], seq: &[f32], len: usize, heads: usize, h: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if super::avx2::available(h / heads) {
+        // Safety: `available` holds; the slices are one sequence's len rows (cpu_fwd).
+        return unsafe { super::avx2::attend(ctx, seq, len, heads, h, softmax_row) };
+    }
+    attend(ctx, seq, len, heads, h)
+}
+
 struct AttentionOp<'a> {
     lens: &'a [usize],
     heads: usize,
@@ -292,7 +311,33 @@ impl CustomOp1 for AttentionOp<'_> {
             tasks.push((ctx, seq, len));
             (rest, seqs) = (tail, more);
         }
-        tasks.into_par_iter().for_each(|(ctx, seq, len)| attend(ctx, seq, len, self.heads, h));
+        tasks.into_par_iter().for_each(|(ctx, seq, len)| attend_sequence(ctx, seq, len, self.heads, h));
         Ok((CpuStorage::F32(out), Shape::from((tokens, h))))
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn avx2_attention_matches_the_gemm_path_for_every_tile_remainder() {
+        let mut rng = crate::rng::SplitMix64(5);
+        for (heads, d) in [(2, 8), (3, 16), (2, 32)] {
+            if !super::super::avx2::available(d) {
+                eprintln!("no AVX2/FMA on this CPU: only the GEMM path is tested");
+                return;
+            }
+            let h = heads * d;
+            for len in 1..=13 {
+                let seq: Vec<f32> = (0..len * 3 * h).map(|_| (rng.next_f64() * 4.0 - 2.0) as f32).collect();
+                let (mut tiles, mut gemms) = (vec![0f32; len * h], vec![0f32; len * h]);
+                // Safety: available(d) holds; seq is len·3h, tiles len·h.
+                unsafe { super::super::avx2::attend(&mut tiles, &seq, len, heads, h, softmax_row) };
+                attend(&mut gemms, &seq, len, heads, h);
+                let worst = tiles.iter().zip(&gemms).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(worst < 1e-5, "{heads} heads of {d}, len {len}: differs by {worst}");
+            }
+        }
     }
 }
