@@ -41,7 +41,8 @@ pub struct BertScoreRun<'a> {
 
 /// Padded tokens per encoder batch by default (a speed setting: scores do not depend on it).
 /// On CPU a batch's activations stay in the last-level cache at 2,048 tokens (MiniLM's
-/// intermediate layer: 12 MB), 1.3× faster than 16,384 there; a GPU wants large batches.
+/// intermediate layer: 12 MB; medians of 3 runs 90.0 vs 83.5 pairs/s at 16,384, with an
+/// eighth of the memory); a GPU wants large batches.
 pub fn default_batch_tokens(device: &candle_core::Device) -> usize {
     if device.is_cpu() {
         2048
