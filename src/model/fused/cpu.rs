@@ -71,8 +71,13 @@ macro_rules! multiversion {
     };
 }
 
+/// Every core on one GEMM, unless the caller already runs on the thread pool (batches side by
+/// side, one per core): then each GEMM stays on its thread.
 fn threads() -> Parallelism {
-    Parallelism::Rayon(rayon::current_num_threads())
+    match rayon::current_thread_index() {
+        Some(_) => Parallelism::None,
+        None => Parallelism::Rayon(rayon::current_num_threads()),
+    }
 }
 
 pub fn dense(dense: &Dense, x: &Tensor, epilogue: Epilogue) -> Result<Tensor> {
