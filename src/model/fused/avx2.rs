@@ -24,25 +24,30 @@ pub unsafe fn attend(ctx: &mut [f32], seq: &[f32], len: usize, heads: usize, h: 
     // softmax reads only the first len columns.
     let width = len.div_ceil(8) * 8;
     let mut keys_t = vec![0f32; d * width];
+    // This head's queries and values copied to contiguous rows (d apart): with the keys and
+    // the scores, everything a head's tiles read then sits in L1.
+    let (mut queries, mut values) = (vec![0f32; len * d], vec![0f32; len * d]);
     let mut scores = vec![0f32; len * width];
-    let g = Geometry { len, width, d, h, stride: 3 * h, scale: 1.0 / (d as f32).sqrt() };
+    let g = Geometry { len, width, d, scale: 1.0 / (d as f32).sqrt() };
     for head in 0..heads {
-        let (q, k, v) = (head * d, h + head * d, 2 * h + head * d);
         for j in 0..len {
-            for (c, &key) in seq[j * g.stride + k..][..d].iter().enumerate() {
+            let row = &seq[j * 3 * h + head * d..];
+            queries[j * d..(j + 1) * d].copy_from_slice(&row[..d]);
+            values[j * d..(j + 1) * d].copy_from_slice(&row[2 * h..2 * h + d]);
+            for (c, &key) in row[h..h + d].iter().enumerate() {
                 // Safety: c < d and j < len ≤ width index inside keys_t (d × width).
                 unsafe { *keys_t.get_unchecked_mut(c * width + j) = key };
             }
         }
         let mut i = 0;
         while i < len {
-            // Safety (both tiles): rows i..i+R < len of seq, scores and ctx, columns within
-            // width / d, as asserted above.
+            // Safety (both tiles): rows i..i+R < len of queries, values, scores and ctx,
+            // columns within width / d, as the buffers are sized above.
             if i + 4 <= len {
-                unsafe { scores_tile::<4>(&mut scores, &keys_t, seq, i, q, &g) };
+                unsafe { scores_tile::<4>(&mut scores, &keys_t, &queries, i, &g) };
                 i += 4;
             } else {
-                unsafe { scores_tile::<1>(&mut scores, &keys_t, seq, i, q, &g) };
+                unsafe { scores_tile::<1>(&mut scores, &keys_t, &queries, i, &g) };
                 i += 1;
             }
         }
@@ -51,11 +56,12 @@ pub unsafe fn attend(ctx: &mut [f32], seq: &[f32], len: usize, heads: usize, h: 
         }
         let mut i = 0;
         while i < len {
+            let out = &mut ctx[i * h + head * d..];
             if i + 4 <= len {
-                unsafe { context_tile::<4>(ctx, &scores, seq, i, v, head * d, &g) };
+                unsafe { context_tile::<4>(out, h, &scores, &values, i, &g) };
                 i += 4;
             } else {
-                unsafe { context_tile::<1>(ctx, &scores, seq, i, v, head * d, &g) };
+                unsafe { context_tile::<1>(out, h, &scores, &values, i, &g) };
                 i += 1;
             }
         }
@@ -67,24 +73,21 @@ struct Geometry {
     /// Score row stride (len rounded up to 8).
     width: usize,
     d: usize,
-    h: usize,
-    /// q|k|v row stride (3h).
-    stride: usize,
     scale: f32,
 }
 
-/// scores[i..i+R][..] = scale · q_i · k_j, for the query columns starting at `q`.
+/// scores[i..i+R][..] = scale · q_i · k_j.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn scores_tile<const R: usize>(scores: &mut [f32], keys_t: &[f32], seq: &[f32], i: usize, q: usize, g: &Geometry) {
+unsafe fn scores_tile<const R: usize>(scores: &mut [f32], keys_t: &[f32], queries: &[f32], i: usize, g: &Geometry) {
     let scale = _mm256_set1_ps(g.scale);
     for j in (0..g.width).step_by(8) {
         let mut acc = [_mm256_setzero_ps(); R];
         for c in 0..g.d {
             let k = unsafe { _mm256_loadu_ps(keys_t.as_ptr().add(c * g.width + j)) };
             for (r, a) in acc.iter_mut().enumerate() {
-                let qv = _mm256_set1_ps(unsafe { *seq.get_unchecked((i + r) * g.stride + q + c) });
-                *a = _mm256_fmadd_ps(qv, k, *a);
+                let q = _mm256_set1_ps(unsafe { *queries.get_unchecked((i + r) * g.d + c) });
+                *a = _mm256_fmadd_ps(q, k, *a);
             }
         }
         for (r, a) in acc.iter().enumerate() {
@@ -93,21 +96,21 @@ unsafe fn scores_tile<const R: usize>(scores: &mut [f32], keys_t: &[f32], seq: &
     }
 }
 
-/// ctx[i..i+R][out..out+d] = Σ_j p_ij v_j, for the value columns starting at `v`.
+/// Rows i..i+R of the head's context, Σ_j p_ij v_j, into `out` (row r at r·stride).
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn context_tile<const R: usize>(ctx: &mut [f32], scores: &[f32], seq: &[f32], i: usize, v: usize, out: usize, g: &Geometry) {
+unsafe fn context_tile<const R: usize>(out: &mut [f32], stride: usize, scores: &[f32], values: &[f32], i: usize, g: &Geometry) {
     for c in (0..g.d).step_by(8) {
         let mut acc = [_mm256_setzero_ps(); R];
         for j in 0..g.len {
-            let vv = unsafe { _mm256_loadu_ps(seq.as_ptr().add(j * g.stride + v + c)) };
+            let v = unsafe { _mm256_loadu_ps(values.as_ptr().add(j * g.d + c)) };
             for (r, a) in acc.iter_mut().enumerate() {
                 let p = _mm256_set1_ps(unsafe { *scores.get_unchecked((i + r) * g.width + j) });
-                *a = _mm256_fmadd_ps(p, vv, *a);
+                *a = _mm256_fmadd_ps(p, v, *a);
             }
         }
         for (r, a) in acc.iter().enumerate() {
-            unsafe { _mm256_storeu_ps(ctx.as_mut_ptr().add((i + r) * g.h + out + c), *a) };
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(r * stride + c), *a) };
         }
     }
 }
