@@ -99,6 +99,13 @@ pub struct BaselineArgs {
     pub output: PathBuf,
 }
 
+impl EncoderArgs {
+    /// `--batch-tokens`, else the default for the device the encoder was loaded on.
+    fn batch_tokens(&self, scorer: &BertScorer) -> usize {
+        self.batch_tokens.unwrap_or_else(|| default_batch_tokens(scorer.encoder.device()))
+    }
+}
+
 fn load(args: &EncoderArgs, all_layers: bool) -> anyhow::Result<hyoka::bertscore::LoadedScorer> {
     let device = hyoka::model::device::parse_device(&args.device)?;
     let dtype = hyoka::model::device::parse_dtype(Some(&args.dtype), &device)?;
@@ -131,7 +138,7 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         idf: args.idf,
         baseline,
         against: args.against,
-        batch_tokens: args.encoder.batch_tokens.unwrap_or_else(|| default_batch_tokens(loaded.scorer.encoder.device())),
+        batch_tokens: args.encoder.batch_tokens(&loaded.scorer),
         emulate_batch: Some(args.bert_score_batch).filter(|b| *b > 0),
     };
     let (summary, secs) = super::with_progress("bertscore", |progress| job.run(&read.items, &output, args.overwrite, progress));
@@ -156,7 +163,7 @@ fn run_baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
     let pairs = baseline::sample_pairs(&corpus, args.pairs, args.seed);
     let cands: Vec<&str> = pairs.iter().map(|(a, _)| corpus[*a].as_str()).collect();
     let refs: Vec<&str> = pairs.iter().map(|(_, b)| corpus[*b].as_str()).collect();
-    let rows = baseline::compute(&loaded.scorer, &cands, &refs, args.encoder.batch_tokens.unwrap_or_else(|| default_batch_tokens(loaded.scorer.encoder.device())), Some(BERT_SCORE_BATCH))?;
+    let rows = baseline::compute(&loaded.scorer, &cands, &refs, args.encoder.batch_tokens(&loaded.scorer), Some(BERT_SCORE_BATCH))?;
     baseline::write(&args.output, &rows)?;
     eprintln!("wrote {} layers ({} pairs from {} sentences) to {}", rows.len(), pairs.len(), corpus.len(), args.output.display());
     Ok(ExitCode::SUCCESS)

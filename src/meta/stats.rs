@@ -135,22 +135,18 @@ struct KendallCounts {
     y1: f64,
 }
 
+/// Lengths of the runs of equal values in `sorted`.
+fn tie_runs<T: PartialEq>(sorted: &[T]) -> impl Iterator<Item = u64> + '_ {
+    sorted.chunk_by(|a, b| a == b).map(|run| run.len() as u64)
+}
+
 fn tie_sums(sorted: &[f64]) -> (u64, f64, f64) {
     let (mut pairs, mut s0, mut s1) = (0u64, 0.0, 0.0);
-    let mut i = 0;
-    while i < sorted.len() {
-        let mut j = i + 1;
-        while j < sorted.len() && sorted[j] == sorted[i] {
-            j += 1;
-        }
-        let t = (j - i) as u64;
-        if t > 1 {
-            let tf = t as f64;
-            pairs += t * (t - 1) / 2;
-            s0 += tf * (tf - 1.0) * (tf - 2.0);
-            s1 += tf * (tf - 1.0) * (2.0 * tf + 5.0);
-        }
-        i = j;
+    for t in tie_runs(sorted).filter(|&t| t > 1) {
+        let tf = t as f64;
+        pairs += t * (t - 1) / 2;
+        s0 += tf * (tf - 1.0) * (tf - 2.0);
+        s1 += tf * (tf - 1.0) * (2.0 * tf + 5.0);
     }
     (pairs, s0, s1)
 }
@@ -185,17 +181,7 @@ fn kendall_counts(x: &[f64], y: &[f64]) -> KendallCounts {
     let mut pairs: Vec<(f64, f64)> = x.iter().copied().zip(y.iter().copied()).collect();
     // Sorted by x then y, the discordant pairs are exactly the inversions of y.
     pairs.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
-    let mut joint_ties = 0u64;
-    let mut i = 0;
-    while i < pairs.len() {
-        let mut j = i + 1;
-        while j < pairs.len() && pairs[j] == pairs[i] {
-            j += 1;
-        }
-        let t = (j - i) as u64;
-        joint_ties += t * (t - 1) / 2;
-        i = j;
-    }
+    let joint_ties: u64 = tie_runs(&pairs).map(|t| t * (t - 1) / 2).sum();
     let xs: Vec<f64> = pairs.iter().map(|p| p.0).collect();
     let (x_ties, x0, x1) = tie_sums(&xs);
     let mut ys: Vec<f64> = pairs.iter().map(|p| p.1).collect();

@@ -1,9 +1,9 @@
 //! hyoka's CPU kernels for the fused blocks (f32, contiguous). Dense layers are one GEMM of the
 //! `gemm` crate (the one behind candle's CPU matmul) writing straight into the output, then one
 //! pass per row adding bias and residual and applying GELU or LayerNorm while the row is in
-//! cache. Attention runs one sequence per task over its real tokens only, its two products per
-//! head as single-threaded GEMMs on strided views of the packed q|k|v rows (plain loops,
-//! even 8-wide, were 2× slower).
+//! cache. Attention runs one sequence per task over its real tokens only: in AVX2 register
+//! tiles (`avx2`) where the CPU and head width allow, else its two products per head as
+//! single-threaded GEMMs on strided views of the packed q|k|v rows.
 
 use super::{math, Dense, Epilogue, LayerNorm};
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Storage, StorageRef, Tensor};

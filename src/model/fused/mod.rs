@@ -81,8 +81,9 @@ pub enum TokenLayout {
     /// compute a padding row.
     Packed { lens: Vec<usize> },
     /// Right-padded (batch, width, hidden), with an additive key mask (batch, 1, 1, width) of
-    /// 0 or the dtype's minimum: candle's ops.
-    Padded { lens: Vec<usize>, width: usize, bias: Tensor },
+    /// 0 or the dtype's minimum: candle's ops. `real`: the indices of the real rows among the
+    /// batch × width, to pack the outputs.
+    Padded { lens: Vec<usize>, width: usize, bias: Tensor, real: Tensor },
 }
 
 impl TokenLayout {
@@ -98,13 +99,9 @@ impl TokenLayout {
         let width = lens.iter().copied().max().unwrap_or(0);
         let bias: Vec<f32> = lens.iter().flat_map(|&l| (0..width).map(move |j| if j < l { 0.0 } else { f32::MIN })).collect();
         let bias = Tensor::from_vec(bias, (lens.len(), 1, 1, width), device)?.to_dtype(dtype)?;
-        Ok(TokenLayout::Padded { lens, width, bias })
-    }
-
-    pub fn lens(&self) -> &[usize] {
-        match self {
-            TokenLayout::Packed { lens } | TokenLayout::Padded { lens, .. } => lens,
-        }
+        let real: Vec<u32> = lens.iter().enumerate().flat_map(|(i, &l)| (0..l).map(move |j| (i * width + j) as u32)).collect();
+        let real = Tensor::from_vec(real, lens.iter().sum::<usize>(), device)?;
+        Ok(TokenLayout::Padded { lens, width, bias, real })
     }
 
     /// Rows per sequence in this layout (padding included).
@@ -127,12 +124,7 @@ impl TokenLayout {
     pub fn pack(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             TokenLayout::Packed { .. } => Ok(x.clone()),
-            TokenLayout::Padded { lens, width, .. } => {
-                let rows: Vec<u32> = lens.iter().enumerate().flat_map(|(i, &l)| (0..l).map(move |j| (i * width + j) as u32)).collect();
-                let hidden = x.dim(D::Minus1)?;
-                let n = rows.len();
-                x.reshape((lens.len() * width, hidden))?.index_select(&Tensor::from_vec(rows, n, x.device())?, 0)
-            }
+            TokenLayout::Padded { lens, width, real, .. } => x.reshape((lens.len() * width, x.dim(D::Minus1)?))?.index_select(real, 0),
         }
     }
 }
@@ -143,7 +135,7 @@ impl TokenLayout {
 pub fn attention(qkv: &Tensor, layout: &TokenLayout, heads: usize) -> Result<Tensor> {
     let (lens, width, bias) = match layout {
         TokenLayout::Packed { lens } => return cpu::attention(qkv, lens, heads),
-        TokenLayout::Padded { lens, width, bias } => (lens, *width, bias),
+        TokenLayout::Padded { lens, width, bias, .. } => (lens, *width, bias),
     };
     let (b, n, h3) = qkv.dims3()?;
     if b != lens.len() || n != width {
