@@ -11,13 +11,32 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{}:{line}: {message}", path.display())]
-    Corrupt { path: PathBuf, line: usize, message: String },
+    Corrupt {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
     #[error("{}:{line}: written by a different run ({what} differs: {theirs} vs now {ours}); use another output file or --overwrite", path.display())]
-    Mismatch { path: PathBuf, line: usize, what: String, theirs: String, ours: String },
+    Mismatch {
+        path: PathBuf,
+        line: usize,
+        what: String,
+        theirs: String,
+        ours: String,
+    },
     #[error("{}:{line}: cannot be merged with the first input: another run ({what} differs: {theirs} vs {ours})", path.display())]
-    Incompatible { path: PathBuf, line: usize, what: String, theirs: String, ours: String },
+    Incompatible {
+        path: PathBuf,
+        line: usize,
+        what: String,
+        theirs: String,
+        ours: String,
+    },
 }
 
 /// What identifies a run's results: lines of one file must agree on all of it.
@@ -83,9 +102,20 @@ impl Provenance {
 
 impl Provenance {
     /// An error naming `path:line` when `other` (read there) comes from an incomparable run.
-    pub fn ensure_same(&self, other: &Provenance, path: &Path, line: usize) -> Result<(), ResultsError> {
+    pub fn ensure_same(
+        &self,
+        other: &Provenance,
+        path: &Path,
+        line: usize,
+    ) -> Result<(), ResultsError> {
         match other.difference(self) {
-            Some((what, theirs, ours)) => Err(ResultsError::Incompatible { path: path.to_path_buf(), line, what, theirs, ours }),
+            Some((what, theirs, ours)) => Err(ResultsError::Incompatible {
+                path: path.to_path_buf(),
+                line,
+                what,
+                theirs,
+                ours,
+            }),
             None => Ok(()),
         }
     }
@@ -118,8 +148,15 @@ pub struct ResultsFile {
 impl ResultsFile {
     /// Open `path` for `provenance`: existing lines of the same run count as finished; a
     /// truncated last line (a killed write) is dropped; `overwrite` starts afresh.
-    pub fn open(path: &Path, provenance: &Provenance, overwrite: bool) -> Result<Self, ResultsError> {
-        let io = |source| ResultsError::Io { path: path.to_path_buf(), source };
+    pub fn open(
+        path: &Path,
+        provenance: &Provenance,
+        overwrite: bool,
+    ) -> Result<Self, ResultsError> {
+        let io = |source| ResultsError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let mut finished = HashSet::new();
         let mut keep_bytes = 0u64;
         if path.exists() && !overwrite {
@@ -136,19 +173,36 @@ impl ResultsFile {
                 match LineHead::parse(&text) {
                     Ok(head) => {
                         if let Some((what, theirs, ours)) = head.provenance.difference(provenance) {
-                            return Err(ResultsError::Mismatch { path: path.to_path_buf(), line: i + 1, what, theirs, ours });
+                            return Err(ResultsError::Mismatch {
+                                path: path.to_path_buf(),
+                                line: i + 1,
+                                what,
+                                theirs,
+                                ours,
+                            });
                         }
                         finished.insert(head.id);
                         keep_bytes += line.len() as u64 + 1;
                     }
                     // A line cut short by a kill: drop it, its item is scored again.
                     Err(_) if last => break,
-                    Err(e) => return Err(ResultsError::Corrupt { path: path.to_path_buf(), line: i + 1, message: e.to_string() }),
+                    Err(e) => {
+                        return Err(ResultsError::Corrupt {
+                            path: path.to_path_buf(),
+                            line: i + 1,
+                            message: e.to_string(),
+                        });
+                    }
                 }
             }
         }
         // Keep the finished lines (none with `overwrite`), append after them.
-        let mut out = std::fs::OpenOptions::new().create(true).write(true).truncate(false).open(path).map_err(io)?;
+        let mut out = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io)?;
         let len = out.metadata().map_err(io)?.len();
         out.set_len(keep_bytes.min(len)).map_err(io)?;
         use std::io::Seek;
@@ -157,12 +211,19 @@ impl ResultsFile {
             // The last finished line had no newline.
             out.write_all(b"\n").map_err(io)?;
         }
-        Ok(ResultsFile { path: path.to_path_buf(), out, finished })
+        Ok(ResultsFile {
+            path: path.to_path_buf(),
+            out,
+            finished,
+        })
     }
 
     /// Append lines and flush them to disk before returning.
     pub fn append(&mut self, lines: &[String]) -> Result<(), ResultsError> {
-        let io = |source| ResultsError::Io { path: self.path.clone(), source };
+        let io = |source| ResultsError::Io {
+            path: self.path.clone(),
+            source,
+        };
         let mut text = String::new();
         for l in lines {
             text.push_str(l);

@@ -6,7 +6,7 @@
 mod common;
 
 use candle_core::{DType, Device};
-use hyoka::bertscore::{baseline, BertScorer, Depth, Prf};
+use hyoka::bertscore::{BertScorer, Depth, Prf, baseline};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -26,7 +26,11 @@ fn model_dir(name: &str) -> Option<PathBuf> {
 }
 
 fn strings(v: &Value) -> Vec<String> {
-    v.as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
@@ -35,24 +39,58 @@ fn scores_match_bert_score() {
     let mut worst: f64 = 0.0;
     for case in fx["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
-        let Some(dir) = model_dir(case["model"].as_str().unwrap()) else { return };
+        let Some(dir) = model_dir(case["model"].as_str().unwrap()) else {
+            return;
+        };
         let layer = case["layer"].as_u64().unwrap() as usize;
-        let loaded = BertScorer::load(dir.to_str().unwrap(), Depth::Layer(Some(layer)), DType::F32, &Device::Cpu).unwrap();
+        let loaded = BertScorer::load(
+            dir.to_str().unwrap(),
+            Depth::Layer(Some(layer)),
+            DType::F32,
+            &Device::Cpu,
+        )
+        .unwrap();
         assert_eq!(loaded.layer, layer);
         let cands = strings(&case["cands"]);
-        let refs: Vec<Vec<String>> = case["refs"].as_array().unwrap().iter().map(strings).collect();
+        let refs: Vec<Vec<String>> = case["refs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(strings)
+            .collect();
         let cand_refs: Vec<&str> = cands.iter().map(String::as_str).collect();
-        let ref_refs: Vec<Vec<&str>> = refs.iter().map(|r| r.iter().map(String::as_str).collect()).collect();
-        let mut got = loaded.scorer.score(&cand_refs, &ref_refs, case["idf"].as_bool().unwrap(), 4096, Some(4)).unwrap();
+        let ref_refs: Vec<Vec<&str>> = refs
+            .iter()
+            .map(|r| r.iter().map(String::as_str).collect())
+            .collect();
+        let mut got = loaded
+            .scorer
+            .score(
+                &cand_refs,
+                &ref_refs,
+                case["idf"].as_bool().unwrap(),
+                4096,
+                Some(4),
+            )
+            .unwrap();
         if let Some(b) = case["baseline"].as_str() {
-            let base = baseline::read_layer(&common::fixtures().join("bert").join(b), layer).unwrap();
+            let base =
+                baseline::read_layer(&common::fixtures().join("bert").join(b), layer).unwrap();
             got = got.iter().map(|s| s.rescale(&base)).collect();
         }
-        for (col, pick) in [("P", (|s: &Prf| s.p) as fn(&Prf) -> f64), ("R", |s| s.r), ("F", |s| s.f)] {
+        for (col, pick) in [
+            ("P", (|s: &Prf| s.p) as fn(&Prf) -> f64),
+            ("R", |s| s.r),
+            ("F", |s| s.f),
+        ] {
             for (i, (g, e)) in got.iter().zip(case[col].as_array().unwrap()).enumerate() {
                 let d = (pick(g) - e.as_f64().unwrap()).abs();
                 worst = worst.max(d);
-                assert!(d <= TOL, "{name} {col}[{i}]: {} vs bert_score {e} (Δ {d:.2e})", pick(g));
+                assert!(
+                    d <= TOL,
+                    "{name} {col}[{i}]: {} vs bert_score {e} (Δ {d:.2e})",
+                    pick(g)
+                );
             }
         }
     }
@@ -62,8 +100,11 @@ fn scores_match_bert_score() {
 #[test]
 fn baseline_means_match_bert_score_all_layers() {
     let fx = fixtures();
-    let Some(dir) = model_dir("all-MiniLM-L6-v2") else { return };
-    let loaded = BertScorer::load(dir.to_str().unwrap(), Depth::All, DType::F32, &Device::Cpu).unwrap();
+    let Some(dir) = model_dir("all-MiniLM-L6-v2") else {
+        return;
+    };
+    let loaded =
+        BertScorer::load(dir.to_str().unwrap(), Depth::All, DType::F32, &Device::Cpu).unwrap();
     let cands = strings(&fx["baseline"]["cands"]);
     let refs = strings(&fx["baseline"]["refs"]);
     let c: Vec<&str> = cands.iter().map(String::as_str).collect();
@@ -72,7 +113,12 @@ fn baseline_means_match_bert_score_all_layers() {
     let expected = fx["baseline"]["layers"].as_array().unwrap();
     assert_eq!(rows.len(), expected.len(), "layers 0..=6");
     for ((l, got), e) in rows.iter().zip(expected) {
-        let e: Vec<f64> = e.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        let e: Vec<f64> = e
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
         for (g, x) in [got.p, got.r, got.f].iter().zip(&e) {
             assert!((g - x).abs() <= TOL, "layer {l}: {g} vs {x}");
         }
@@ -88,10 +134,23 @@ fn baseline_means_match_bert_score_all_layers() {
 fn batching_and_order_do_not_change_scores() {
     let fx = fixtures();
     let case = &fx["cases"][2]; // MiniLM with idf
-    let Some(dir) = model_dir(case["model"].as_str().unwrap()) else { return };
-    let loaded = BertScorer::load(dir.to_str().unwrap(), Depth::Layer(Some(4)), DType::F32, &Device::Cpu).unwrap();
+    let Some(dir) = model_dir(case["model"].as_str().unwrap()) else {
+        return;
+    };
+    let loaded = BertScorer::load(
+        dir.to_str().unwrap(),
+        Depth::Layer(Some(4)),
+        DType::F32,
+        &Device::Cpu,
+    )
+    .unwrap();
     let cands = strings(&case["cands"]);
-    let refs: Vec<String> = case["refs"].as_array().unwrap().iter().map(|r| r[0].as_str().unwrap().to_string()).collect();
+    let refs: Vec<String> = case["refs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[0].as_str().unwrap().to_string())
+        .collect();
     let c: Vec<&str> = cands.iter().map(String::as_str).collect();
     let r: Vec<Vec<&str>> = refs.iter().map(|s| vec![s.as_str()]).collect();
     let base = loaded.scorer.score(&c, &r, true, 100_000, Some(4)).unwrap();
@@ -103,7 +162,14 @@ fn batching_and_order_do_not_change_scores() {
     rev.reverse();
     let base_np = loaded.scorer.score(&c, &r, true, 100_000, None).unwrap();
     for (((a, b), d), e) in base.iter().zip(&one).zip(&rev).zip(&base_np) {
-        for (x, y) in [(a.p, b.p), (a.r, b.r), (a.f, b.f), (e.f, d.f), (e.p, d.p), (e.r, d.r)] {
+        for (x, y) in [
+            (a.p, b.p),
+            (a.r, b.r),
+            (a.f, b.f),
+            (e.f, d.f),
+            (e.p, d.p),
+            (e.r, d.r),
+        ] {
             assert!((x - y).abs() <= 1e-6, "{x} vs {y}");
         }
     }

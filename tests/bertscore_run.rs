@@ -8,42 +8,91 @@ use serde_json::Value;
 use std::process::Command;
 
 fn hyoka(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_hyoka")).args(args).output().expect("hyoka runs")
+    Command::new(env!("CARGO_BIN_EXE_hyoka"))
+        .args(args)
+        .output()
+        .expect("hyoka runs")
 }
 
 fn lines(path: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[test]
 fn last_turn_pairs_match_bert_score_and_resume() {
-    let Some(minilm) = common::test_model("all-MiniLM-L6-v2") else { return };
-    let fx: Value = serde_json::from_str(&std::fs::read_to_string(common::fixtures().join("bert/expected.json")).unwrap()).unwrap();
-    let case = fx["cases"].as_array().unwrap().iter().find(|c| c["name"] == "minilm-idf").unwrap();
+    let Some(minilm) = common::test_model("all-MiniLM-L6-v2") else {
+        return;
+    };
+    let fx: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::fixtures().join("bert/expected.json")).unwrap(),
+    )
+    .unwrap();
+    let case = fx["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "minilm-idf")
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let items = dir.path().join("items.jsonl");
     let mut text = String::new();
-    for (i, (c, r)) in case["cands"].as_array().unwrap().iter().zip(case["refs"].as_array().unwrap()).enumerate() {
+    for (i, (c, r)) in case["cands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(case["refs"].as_array().unwrap())
+        .enumerate()
+    {
         let item = serde_json::json!({"id": format!("p{i}"), "context": [{"speaker": "B", "text": r[0]}], "response": {"speaker": "A", "text": c}});
         text.push_str(&format!("{item}\n"));
     }
     std::fs::write(&items, text).unwrap();
     let out = dir.path().join("scores.jsonl");
-    let args = ["bertscore", "--model", minilm.to_str().unwrap(), "--layer", "4", "--idf", "--bert-score-batch", "4", "--against", "last-turn", "-i", items.to_str().unwrap(), "-o", out.to_str().unwrap()];
+    let args = [
+        "bertscore",
+        "--model",
+        minilm.to_str().unwrap(),
+        "--layer",
+        "4",
+        "--idf",
+        "--bert-score-batch",
+        "4",
+        "--against",
+        "last-turn",
+        "-i",
+        items.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
     // --idf with last-turn pairs: the idf comes from the last turns, as bert_score's from its refs.
     let r = hyoka(&args);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let first = lines(&out);
     assert_eq!(first.len(), case["F"].as_array().unwrap().len());
     for (l, f) in first.iter().zip(case["F"].as_array().unwrap()) {
-        assert!((l["bertscore"]["F"].as_f64().unwrap() - f.as_f64().unwrap()).abs() < 1e-5, "{l}");
+        assert!(
+            (l["bertscore"]["F"].as_f64().unwrap() - f.as_f64().unwrap()).abs() < 1e-5,
+            "{l}"
+        );
         assert_eq!(l["provenance"]["task"], "bertscore");
         assert_eq!(l["provenance"]["settings"]["layer"], 4);
     }
     // A run cut short after 3 lines (and half a fourth) continues with the same numbers.
     let content = std::fs::read_to_string(&out).unwrap();
     let keep: Vec<&str> = content.lines().take(3).collect();
-    std::fs::write(&out, format!("{}\n{}", keep.join("\n"), &content.lines().nth(3).unwrap()[..20])).unwrap();
+    std::fs::write(
+        &out,
+        format!(
+            "{}\n{}",
+            keep.join("\n"),
+            &content.lines().nth(3).unwrap()[..20]
+        ),
+    )
+    .unwrap();
     let r = hyoka(&args);
     assert!(r.status.success());
     assert!(String::from_utf8_lossy(&r.stderr).contains("3 already in"));
@@ -56,19 +105,44 @@ fn last_turn_pairs_match_bert_score_and_resume() {
 
 #[test]
 fn items_without_a_reference_are_reported_not_fatal() {
-    let Some(minilm) = common::test_model("all-MiniLM-L6-v2") else { return };
+    let Some(minilm) = common::test_model("all-MiniLM-L6-v2") else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("s.jsonl");
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/items.jsonl");
-    let r = hyoka(&["bertscore", "--model", minilm.to_str().unwrap(), "--layer", "6", "-i", examples.to_str().unwrap(), "-o", out.to_str().unwrap()]);
-    assert_eq!(r.status.code(), Some(4), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = hyoka(&[
+        "bertscore",
+        "--model",
+        minilm.to_str().unwrap(),
+        "--layer",
+        "6",
+        "-i",
+        examples.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        r.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
     let stderr = String::from_utf8_lossy(&r.stderr);
     assert!(stderr.contains("exercise-1: no `reference`"), "{stderr}");
     let l = lines(&out);
     assert_eq!(l.len(), 4);
     assert_eq!(l.iter().filter(|x| x.get("error").is_some()).count(), 2);
     // No default layer for a model bert_score does not know: a clear error.
-    let r = hyoka(&["bertscore", "--model", minilm.to_str().unwrap(), "-i", examples.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    let r = hyoka(&[
+        "bertscore",
+        "--model",
+        minilm.to_str().unwrap(),
+        "-i",
+        examples.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(r.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&r.stderr).contains("pass --layer N"));
 }

@@ -8,7 +8,9 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 fn fixture(name: &str) -> Value {
-    let path = common::fixtures().join("chat_templates").join(format!("{name}.json"));
+    let path = common::fixtures()
+        .join("chat_templates")
+        .join(format!("{name}.json"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
@@ -22,8 +24,16 @@ fn check_cases(template: &ChatTemplate, fx: &Value) {
             .iter()
             .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
             .collect();
-        let got = template.render(&messages, case["add_generation_prompt"].as_bool().unwrap()).unwrap();
-        assert_eq!(got, case["expected"].as_str().unwrap(), "{}: case {}", template.origin, case["name"]);
+        let got = template
+            .render(&messages, case["add_generation_prompt"].as_bool().unwrap())
+            .unwrap();
+        assert_eq!(
+            got,
+            case["expected"].as_str().unwrap(),
+            "{}: case {}",
+            template.origin,
+            case["name"]
+        );
     }
 }
 
@@ -35,7 +45,10 @@ fn from_fixture(name: &str) -> (ChatTemplate, Value) {
         .iter()
         .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
         .collect();
-    (ChatTemplate::new(fx["template"].as_str().unwrap(), special, name).unwrap(), fx)
+    (
+        ChatTemplate::new(fx["template"].as_str().unwrap(), special, name).unwrap(),
+        fx,
+    )
 }
 
 #[test]
@@ -64,10 +77,16 @@ fn templates_loaded_from_model_files_match_transformers() {
         ("smollm2", "smollm2-135m-instruct-q4_1.gguf"),
         ("gemma3", "gemma-3-tokenizer"),
     ] {
-        let Some(path) = common::test_model(file) else { return };
+        let Some(path) = common::test_model(file) else {
+            return;
+        };
         let t = ChatTemplate::load(&path).unwrap();
         let fx = fixture(name);
-        assert_eq!(t.source(), fx["template"].as_str().unwrap(), "{name}: template source");
+        assert_eq!(
+            t.source(),
+            fx["template"].as_str().unwrap(),
+            "{name}: template source"
+        );
         check_cases(&t, &fx);
     }
 }

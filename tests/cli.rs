@@ -6,7 +6,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn hyoka(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hyoka")).args(args).output().expect("hyoka runs")
+    Command::new(env!("CARGO_BIN_EXE_hyoka"))
+        .args(args)
+        .output()
+        .expect("hyoka runs")
 }
 
 fn text(out: &[u8]) -> String {
@@ -17,7 +20,13 @@ fn text(out: &[u8]) -> String {
 fn import_dbdc3_writes_1650_items_with_30_raters() {
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("x.jsonl");
-    let out = hyoka(&["import", "dbdc3", common::dbdc3_dir().to_str().unwrap(), "-o", out_path.to_str().unwrap()]);
+    let out = hyoka(&[
+        "import",
+        "dbdc3",
+        common::dbdc3_dir().to_str().unwrap(),
+        "-o",
+        out_path.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let content = std::fs::read_to_string(&out_path).unwrap();
     let lines: Vec<&str> = content.lines().collect();
@@ -31,7 +40,10 @@ fn import_dbdc3_writes_1650_items_with_30_raters() {
     assert!(out.status.success());
     let stdout = text(&out.stdout);
     assert!(stdout.contains("1650 items"), "{stdout}");
-    assert!(stdout.contains("human.breakdown: 1650 items, 30 rater(s) each"), "{stdout}");
+    assert!(
+        stdout.contains("human.breakdown: 1650 items, 30 rater(s) each"),
+        "{stdout}"
+    );
 }
 
 fn write(dir: &Path, name: &str, content: &str) -> String {
@@ -44,12 +56,23 @@ fn write(dir: &Path, name: &str, content: &str) -> String {
 fn validate_names_file_line_and_field_and_exits_3() {
     let dir = tempfile::tempdir().unwrap();
     let good = r#"{"id": 1, "context": [{"speaker": "U", "text": "やあ"}], "response": {"speaker": "S", "text": "こんにちは"}}"#;
-    let bad = r#"{"id": 3, "context": [{"speaker": "U"}], "response": {"speaker": "S", "text": "x"}}"#;
-    let file = write(dir.path(), "items.jsonl", &format!("{good}\n{}\n{bad}\n", good.replace("\"id\": 1", "\"id\": 2")));
+    let bad =
+        r#"{"id": 3, "context": [{"speaker": "U"}], "response": {"speaker": "S", "text": "x"}}"#;
+    let file = write(
+        dir.path(),
+        "items.jsonl",
+        &format!(
+            "{good}\n{}\n{bad}\n",
+            good.replace("\"id\": 1", "\"id\": 2")
+        ),
+    );
     let out = hyoka(&["validate", &file]);
     assert_eq!(out.status.code(), Some(3));
     let err = text(&out.stderr);
-    assert!(err.contains(&format!("{file}:3: context[0].text: missing")), "{err}");
+    assert!(
+        err.contains(&format!("{file}:3: context[0].text: missing")),
+        "{err}"
+    );
 
     let out = hyoka(&["validate", "--skip-invalid", &file]);
     assert_eq!(out.status.code(), Some(3));
@@ -57,7 +80,10 @@ fn validate_names_file_line_and_field_and_exits_3() {
     assert!(stdout.contains("2 items"), "{stdout}");
     assert!(stdout.contains("skipped 1 invalid line(s)"), "{stdout}");
 
-    let out = hyoka(&["validate", &dir.path().join("missing.jsonl").to_string_lossy()]);
+    let out = hyoka(&[
+        "validate",
+        &dir.path().join("missing.jsonl").to_string_lossy(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let out = hyoka(&["validate"]);
     assert_eq!(out.status.code(), Some(2));
@@ -68,15 +94,25 @@ fn rubrics_list_shows_the_four_builtins() {
     let out = hyoka(&["rubrics", "list"]);
     assert!(out.status.success());
     let stdout = text(&out.stdout);
-    for name in ["dialogue6-ja", "dialogue6-en", "roleplay8-ja", "emotion-fit"] {
-        assert!(stdout.lines().any(|l| l == name), "{name} missing from:\n{stdout}");
+    for name in [
+        "dialogue6-ja",
+        "dialogue6-en",
+        "roleplay8-ja",
+        "emotion-fit",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == name),
+            "{name} missing from:\n{stdout}"
+        );
     }
     assert!(stdout.contains("文脈的整合性 0..1"), "{stdout}");
 }
 
 #[test]
 fn rubrics_show_renders_an_item_through_the_model_template() {
-    let Some(gguf) = common::test_model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf") else { return };
+    let Some(gguf) = common::test_model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf") else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let items = write(
         dir.path(),
@@ -84,16 +120,35 @@ fn rubrics_show_renders_an_item_through_the_model_template() {
         "{\"id\": \"x\", \"context\": [{\"speaker\": \"U\", \"text\": \"ラーメンが好きです\"}], \"response\": {\"speaker\": \"S\", \"text\": \"醤油味ですか？\"}}\n",
     );
     let out = hyoka(&[
-        "rubrics", "show", "dialogue6-ja", "--item", &format!("{items}:1"),
-        "--chat-template", gguf.to_str().unwrap(), "--aspect", "coherence",
+        "rubrics",
+        "show",
+        "dialogue6-ja",
+        "--item",
+        &format!("{items}:1"),
+        "--chat-template",
+        gguf.to_str().unwrap(),
+        "--aspect",
+        "coherence",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.starts_with("<|im_start|>system\n"), "{stdout}");
-    assert!(stdout.contains("Aさん「ラーメンが好きです」\nBさんの応答 (評価対象) 「醤油味ですか？」"), "{stdout}");
-    assert!(stdout.ends_with("<|im_end|>\n<|im_start|>assistant\n文脈的整合性: 「"), "{stdout}");
+    assert!(
+        stdout.contains("Aさん「ラーメンが好きです」\nBさんの応答 (評価対象) 「醤油味ですか？」"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.ends_with("<|im_end|>\n<|im_start|>assistant\n文脈的整合性: 「"),
+        "{stdout}"
+    );
 
-    let out = hyoka(&["rubrics", "show", "dialogue6-ja", "--item", &format!("{items}:2")]);
+    let out = hyoka(&[
+        "rubrics",
+        "show",
+        "dialogue6-ja",
+        "--item",
+        &format!("{items}:2"),
+    ]);
     assert_eq!(out.status.code(), Some(3));
     assert!(text(&out.stderr).contains(&format!("{items}:2")));
 }
@@ -101,23 +156,46 @@ fn rubrics_show_renders_an_item_through_the_model_template() {
 #[test]
 fn a_bad_user_rubric_names_file_and_field() {
     let dir = tempfile::tempdir().unwrap();
-    let rubric = |aspect_max: i64, user: &str| format!(
-        "name = \"mine\"\ndescription = \"d\"\noutput = \"score\"\n[prompt]\nuser = \"{user}\"\nanswer = \"{{{{ aspect.name }}}}: \"\n\
-         [[aspects]]\nkey = \"q\"\nname = \"Quality\"\nmin = 1\nmax = {aspect_max}\ndefinition = \"how good\"\n");
-    let good = write(dir.path(), "good.toml", &rubric(5, "Rate: {{ response.text }}"));
+    let rubric = |aspect_max: i64, user: &str| {
+        format!(
+            "name = \"mine\"\ndescription = \"d\"\noutput = \"score\"\n[prompt]\nuser = \"{user}\"\nanswer = \"{{{{ aspect.name }}}}: \"\n\
+         [[aspects]]\nkey = \"q\"\nname = \"Quality\"\nmin = 1\nmax = {aspect_max}\ndefinition = \"how good\"\n"
+        )
+    };
+    let good = write(
+        dir.path(),
+        "good.toml",
+        &rubric(5, "Rate: {{ response.text }}"),
+    );
     let out = hyoka(&["rubrics", "show", &good]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("answer prefix for q (1..5): \"Quality: \""));
 
-    let scale = write(dir.path(), "scale.toml", &rubric(1, "Rate: {{ response.text }}"));
+    let scale = write(
+        dir.path(),
+        "scale.toml",
+        &rubric(1, "Rate: {{ response.text }}"),
+    );
     let out = hyoka(&["rubrics", "show", &scale]);
     assert_eq!(out.status.code(), Some(3));
-    assert!(text(&out.stderr).contains(&format!("{scale}: aspects[0].max:")), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!("{scale}: aspects[0].max:")),
+        "{}",
+        text(&out.stderr)
+    );
 
-    let typo = write(dir.path(), "typo.toml", &rubric(5, "Rate: {{ respnse.text }}"));
+    let typo = write(
+        dir.path(),
+        "typo.toml",
+        &rubric(5, "Rate: {{ respnse.text }}"),
+    );
     let out = hyoka(&["rubrics", "show", &typo]);
     assert_eq!(out.status.code(), Some(3));
-    assert!(text(&out.stderr).contains(&format!("{typo}: prompt.user:")), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!("{typo}: prompt.user:")),
+        "{}",
+        text(&out.stderr)
+    );
 
     let out = hyoka(&["rubrics", "show", "no-such-rubric"]);
     assert_eq!(out.status.code(), Some(3));
@@ -137,7 +215,14 @@ fn every_command_help_explains_more_than_its_one_line_summary() {
     ] {
         let out = hyoka(&[cmd, "--help"]);
         assert!(out.status.success());
-        let help = text(&out.stdout).replace('\n', " ").split_whitespace().collect::<Vec<_>>().join(" ");
-        assert!(help.contains(phrase), "`hyoka {cmd} --help` lacks {phrase:?}:\n{help}");
+        let help = text(&out.stdout)
+            .replace('\n', " ")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(
+            help.contains(phrase),
+            "`hyoka {cmd} --help` lacks {phrase:?}:\n{help}"
+        );
     }
 }

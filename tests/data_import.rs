@@ -3,7 +3,7 @@
 
 mod common;
 
-use hyoka::data::{self, dbdc3, HumanRating};
+use hyoka::data::{self, HumanRating, dbdc3};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -12,15 +12,25 @@ fn raw_labels() -> HashMap<String, (Vec<String>, Vec<String>, Vec<String>)> {
     let mut out = HashMap::new();
     for system in ["DCM", "DIT", "IRS"] {
         for entry in std::fs::read_dir(common::dbdc3_dir().join(system)).unwrap() {
-            let doc: Value = serde_json::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap()).unwrap();
+            let doc: Value =
+                serde_json::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap())
+                    .unwrap();
             let did = doc["dialogue-id"].as_str().unwrap().to_string();
             for t in doc["turns"].as_array().unwrap() {
                 if t["speaker"] == "S" {
                     let anns = t["annotations"].as_array().unwrap();
-                    let get = |k: &str| anns.iter().map(|a| a[k].as_str().unwrap().to_string()).collect::<Vec<_>>();
+                    let get = |k: &str| {
+                        anns.iter()
+                            .map(|a| a[k].as_str().unwrap().to_string())
+                            .collect::<Vec<_>>()
+                    };
                     out.insert(
                         format!("{system}/{did}/{}", t["turn-index"]),
-                        (get("breakdown"), get("ungrammatical-sentence"), get("annotator-id")),
+                        (
+                            get("breakdown"),
+                            get("ungrammatical-sentence"),
+                            get("annotator-id"),
+                        ),
                     );
                 }
             }
@@ -36,11 +46,34 @@ fn dbdc3_import_keeps_every_rater() {
     assert_eq!(items.len(), 1650);
     assert_eq!(raw.len(), 1650);
     for item in &items {
-        let (breakdown, ungrammatical, ids) = raw.get(&item.id).unwrap_or_else(|| panic!("unexpected id {}", item.id));
-        let expect_b: Vec<f64> = breakdown.iter().map(|l| match l.as_str() { "O" => 1.0, "T" => 0.5, "X" => 0.0, _ => panic!() }).collect();
-        let expect_u: Vec<f64> = ungrammatical.iter().map(|l| if l == "X" { 1.0 } else { 0.0 }).collect();
-        assert_eq!(item.human["breakdown"], HumanRating::PerRater(expect_b), "{}", item.id);
-        assert_eq!(item.human["ungrammatical"], HumanRating::PerRater(expect_u), "{}", item.id);
+        let (breakdown, ungrammatical, ids) = raw
+            .get(&item.id)
+            .unwrap_or_else(|| panic!("unexpected id {}", item.id));
+        let expect_b: Vec<f64> = breakdown
+            .iter()
+            .map(|l| match l.as_str() {
+                "O" => 1.0,
+                "T" => 0.5,
+                "X" => 0.0,
+                _ => panic!(),
+            })
+            .collect();
+        let expect_u: Vec<f64> = ungrammatical
+            .iter()
+            .map(|l| if l == "X" { 1.0 } else { 0.0 })
+            .collect();
+        assert_eq!(
+            item.human["breakdown"],
+            HumanRating::PerRater(expect_b),
+            "{}",
+            item.id
+        );
+        assert_eq!(
+            item.human["ungrammatical"],
+            HumanRating::PerRater(expect_u),
+            "{}",
+            item.id
+        );
         assert_eq!(&item.raters, ids);
         assert_eq!(item.response.speaker, "S");
         assert_eq!(item.human["breakdown"].rater_count(), 30);
@@ -55,7 +88,13 @@ fn dbdc3_context_is_everything_said_before() {
     let items = dbdc3::import_dir(&common::dbdc3_dir(), &Default::default()).unwrap();
     let item = items.iter().find(|i| i.id == "DCM/1502867549/2").unwrap();
     let texts: Vec<&str> = item.context.iter().map(|t| t.text.as_str()).collect();
-    assert_eq!(texts, ["こんにちは。熱中症に気をつけて。", "今日は涼しいから大丈夫だよ"]);
+    assert_eq!(
+        texts,
+        [
+            "こんにちは。熱中症に気をつけて。",
+            "今日は涼しいから大丈夫だよ"
+        ]
+    );
     assert_eq!(item.context[1].speaker, "U");
     assert_eq!(item.response.text, "いいですねえ");
     assert_eq!(item.dialogue.as_deref(), Some("1502867549"));
@@ -63,7 +102,13 @@ fn dbdc3_context_is_everything_said_before() {
     let first = items.iter().find(|i| i.id == "DCM/1502867549/0").unwrap();
     assert!(first.context.is_empty());
     // --max-context keeps the most recent turns.
-    let short = dbdc3::import_dir(&common::dbdc3_dir(), &dbdc3::Dbdc3Options { max_context: Some(1) }).unwrap();
+    let short = dbdc3::import_dir(
+        &common::dbdc3_dir(),
+        &dbdc3::Dbdc3Options {
+            max_context: Some(1),
+        },
+    )
+    .unwrap();
     let item = short.iter().find(|i| i.id == "DCM/1502867549/2").unwrap();
     assert_eq!(item.context.len(), 1);
     assert_eq!(item.context[0].text, "今日は涼しいから大丈夫だよ");
@@ -89,14 +134,46 @@ fn reader_names_the_field_that_is_wrong() {
     let ok = r#"{"id": "a", "context": [{"speaker": "U", "text": "こんにちは"}], "response": {"speaker": "S", "text": "どうも"}}"#;
     assert!(data::parse_item(ok).is_ok());
     let cases = [
-        (r#"{"id": "a", "context": [], "response": {"speaker": "S"}}"#, "response.text", "missing"),
-        (r#"{"id": "a", "context": [{"speaker": "U", "text": 42}], "response": {"speaker": "S", "text": "x"}}"#, "context[0].text", "expected a string, found number 42"),
-        (r#"{"context": [], "response": {"speaker": "S", "text": "x"}}"#, "id", "missing"),
-        (r#"{"id": "a", "response": {"speaker": "S", "text": "x"}, "refrence": "y"}"#, "refrence", "unknown field"),
-        (r#"{"id": "a", "response": {"speaker": "S", "text": "x"}, "human": {"q": [1, "2"]}}"#, "human.q[1]", "expected a number"),
-        (r#"{"id": "a", "response": {"speaker": "S", "text": "x"}, "human": {"q": [1, 2]}, "raters": ["r1"]}"#, "human.q", "2 values but 1 raters"),
-        (r#"{"id": "a", "response": "just text"}"#, "response", "expected an object"),
-        (r#"{"id": "a", "response": {"speaker": "S", "text": "x"}, "reference": []}"#, "reference", "empty list"),
+        (
+            r#"{"id": "a", "context": [], "response": {"speaker": "S"}}"#,
+            "response.text",
+            "missing",
+        ),
+        (
+            r#"{"id": "a", "context": [{"speaker": "U", "text": 42}], "response": {"speaker": "S", "text": "x"}}"#,
+            "context[0].text",
+            "expected a string, found number 42",
+        ),
+        (
+            r#"{"context": [], "response": {"speaker": "S", "text": "x"}}"#,
+            "id",
+            "missing",
+        ),
+        (
+            r#"{"id": "a", "response": {"speaker": "S", "text": "x"}, "refrence": "y"}"#,
+            "refrence",
+            "unknown field",
+        ),
+        (
+            r#"{"id": "a", "response": {"speaker": "S", "text": "x"}, "human": {"q": [1, "2"]}}"#,
+            "human.q[1]",
+            "expected a number",
+        ),
+        (
+            r#"{"id": "a", "response": {"speaker": "S", "text": "x"}, "human": {"q": [1, 2]}, "raters": ["r1"]}"#,
+            "human.q",
+            "2 values but 1 raters",
+        ),
+        (
+            r#"{"id": "a", "response": "just text"}"#,
+            "response",
+            "expected an object",
+        ),
+        (
+            r#"{"id": "a", "response": {"speaker": "S", "text": "x"}, "reference": []}"#,
+            "reference",
+            "empty list",
+        ),
         (r#"[1, 2]"#, "", "expected a JSON object"),
         (r#"{"id": "a", "#, "", "not valid JSON"),
     ];
@@ -111,13 +188,24 @@ fn reader_names_the_field_that_is_wrong() {
 fn duplicate_ids_and_skip_invalid() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.jsonl");
-    let good = |id: &str| format!(r#"{{"id": "{id}", "response": {{"speaker": "S", "text": "x"}}}}"#);
-    std::fs::write(&path, format!("{}\n\n{}\n{{bad\n{}\n", good("a"), good("b"), good("a"))).unwrap();
+    let good =
+        |id: &str| format!(r#"{{"id": "{id}", "response": {{"speaker": "S", "text": "x"}}}}"#);
+    std::fs::write(
+        &path,
+        format!("{}\n\n{}\n{{bad\n{}\n", good("a"), good("b"), good("a")),
+    )
+    .unwrap();
     let err = data::read_items(&path, false).unwrap_err().to_string();
     assert!(err.contains("x.jsonl:4: not valid JSON"), "{err}");
     let read = data::read_items(&path, true).unwrap();
     assert_eq!(read.items.len(), 2);
     assert_eq!(read.lines, vec![1, 3]);
     assert_eq!(read.skipped.len(), 2);
-    assert!(read.skipped[1].to_string().contains("x.jsonl:5: id: duplicate id \"a\" (first on line 1)"), "{}", read.skipped[1]);
+    assert!(
+        read.skipped[1]
+            .to_string()
+            .contains("x.jsonl:5: id: duplicate id \"a\" (first on line 1)"),
+        "{}",
+        read.skipped[1]
+    );
 }

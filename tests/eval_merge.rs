@@ -9,7 +9,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn hyoka(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hyoka")).args(args).output().expect("hyoka runs")
+    Command::new(env!("CARGO_BIN_EXE_hyoka"))
+        .args(args)
+        .output()
+        .expect("hyoka runs")
 }
 
 fn meta_fixture(name: &str) -> std::path::PathBuf {
@@ -18,8 +21,16 @@ fn meta_fixture(name: &str) -> std::path::PathBuf {
 
 /// Split the meta fixture into shard folders the way `hyoka eval --shard K/N` does.
 fn make_shards(root: &Path, count: usize) -> Vec<String> {
-    let items = read_items(&meta_fixture("items.jsonl"), false).expect("fixture items").items;
-    let lines = |name: &str| -> Vec<String> { std::fs::read_to_string(meta_fixture(name)).expect("fixture").lines().map(String::from).collect() };
+    let items = read_items(&meta_fixture("items.jsonl"), false)
+        .expect("fixture items")
+        .items;
+    let lines = |name: &str| -> Vec<String> {
+        std::fs::read_to_string(meta_fixture(name))
+            .expect("fixture")
+            .lines()
+            .map(String::from)
+            .collect()
+    };
     let (judge, bert) = (lines("judge.jsonl"), lines("bertscore.jsonl"));
     let mut dirs = Vec::new();
     for k in 1..=count {
@@ -31,9 +42,18 @@ fn make_shards(root: &Path, count: usize) -> Vec<String> {
         for (name, all) in [("judge.jsonl", &judge), ("bertscore.jsonl", &bert)] {
             let mine: Vec<&String> = all
                 .iter()
-                .filter(|l| serde_json::from_str::<Value>(l).ok().and_then(|v| v["id"].as_str().map(|id| ids.contains(&id))).unwrap_or(false))
+                .filter(|l| {
+                    serde_json::from_str::<Value>(l)
+                        .ok()
+                        .and_then(|v| v["id"].as_str().map(|id| ids.contains(&id)))
+                        .unwrap_or(false)
+                })
                 .collect();
-            std::fs::write(dir.join(name), mine.iter().map(|l| format!("{l}\n")).collect::<String>()).expect("write");
+            std::fs::write(
+                dir.join(name),
+                mine.iter().map(|l| format!("{l}\n")).collect::<String>(),
+            )
+            .expect("write");
         }
         dirs.push(dir.to_string_lossy().into_owned());
     }
@@ -58,15 +78,35 @@ fn merged_shards_give_the_same_summary_as_the_whole() {
     // The whole, through `hyoka meta` on the unsplit fixture.
     let whole = tmp.path().join("whole.json");
     let o = hyoka(&[
-        "meta", "-i", &meta_fixture("items.jsonl").to_string_lossy(), "-s", &meta_fixture("judge.jsonl").to_string_lossy(),
-        "-s", &meta_fixture("bertscore.jsonl").to_string_lossy(), "--json", &whole.to_string_lossy(), "--bootstrap", "100",
-        "--markdown", &tmp.path().join("whole.md").to_string_lossy(),
+        "meta",
+        "-i",
+        &meta_fixture("items.jsonl").to_string_lossy(),
+        "-s",
+        &meta_fixture("judge.jsonl").to_string_lossy(),
+        "-s",
+        &meta_fixture("bertscore.jsonl").to_string_lossy(),
+        "--json",
+        &whole.to_string_lossy(),
+        "--bootstrap",
+        "100",
+        "--markdown",
+        &tmp.path().join("whole.md").to_string_lossy(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (merged, whole) = (json(&out.join("summary.json")), json(&whole));
     // Items come back in shard order, so compare cells by key, not position.
     let cells = |s: &Value| -> std::collections::BTreeMap<String, Value> {
-        s["correlations"].as_array().expect("list").iter().map(|e| (format!("{}|{}|{}", e["row"], e["human"], e["level"]), e.clone())).collect()
+        s["correlations"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .map(|e| {
+                (
+                    format!("{}|{}|{}", e["row"], e["human"], e["level"]),
+                    e.clone(),
+                )
+            })
+            .collect()
     };
     let (m, w) = (cells(&merged), cells(&whole));
     assert_eq!(m.len(), w.len());
@@ -83,11 +123,26 @@ fn merged_shards_give_the_same_summary_as_the_whole() {
     let scores = std::fs::read_to_string(out.join("scores.jsonl")).expect("scores.jsonl");
     assert_eq!(scores.lines().count(), 73);
     let first: Value = serde_json::from_str(scores.lines().next().expect("a line")).expect("JSON");
-    assert!(first["scores"]["combined expected (w=10) · overall"].is_number() || first["scores"]["combined expected (w=10) · overall"].is_null());
+    assert!(
+        first["scores"]["combined expected (w=10) · overall"].is_number()
+            || first["scores"]["combined expected (w=10) · overall"].is_null()
+    );
     let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
-    assert!(html.starts_with("<!DOCTYPE html>") && html.matches("<svg").count() > 10, "charts inline");
-    for external in ["<script", "src=\"http", "href=\"http", "url(http", "@import"] {
-        assert!(!html.contains(external), "report.html must not load anything: found {external}");
+    assert!(
+        html.starts_with("<!DOCTYPE html>") && html.matches("<svg").count() > 10,
+        "charts inline"
+    );
+    for external in [
+        "<script",
+        "src=\"http",
+        "href=\"http",
+        "url(http",
+        "@import",
+    ] {
+        assert!(
+            !html.contains(external),
+            "report.html must not load anything: found {external}"
+        );
     }
     let md = std::fs::read_to_string(out.join("summary.md")).expect("summary.md");
     assert!(md.contains("| method | coherence | overall |"), "{md}");
@@ -99,19 +154,44 @@ fn merge_refuses_another_run_and_repeated_items() {
     let dirs = make_shards(tmp.path(), 2);
     // Shard 2's judge lines from another model.
     let judge = Path::new(&dirs[1]).join("judge.jsonl");
-    let text = std::fs::read_to_string(&judge).expect("judge").replace("fixture-judge", "other-judge");
+    let text = std::fs::read_to_string(&judge)
+        .expect("judge")
+        .replace("fixture-judge", "other-judge");
     std::fs::write(&judge, text).expect("write");
     let out = tmp.path().join("merged");
     let o = hyoka(&["merge", &dirs[0], &dirs[1], "-o", &out.to_string_lossy()]);
-    assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("judge.jsonl:1") && err.contains("model differs") && err.contains("other-judge"), "{err}");
-    assert!(!out.join("summary.json").exists(), "nothing written on a refused merge");
+    assert!(
+        err.contains("judge.jsonl:1")
+            && err.contains("model differs")
+            && err.contains("other-judge"),
+        "{err}"
+    );
+    assert!(
+        !out.join("summary.json").exists(),
+        "nothing written on a refused merge"
+    );
 
     let tmp = tempfile::tempdir().expect("tmp");
     let dirs = make_shards(tmp.path(), 2);
-    let o = hyoka(&["merge", &dirs[0], &dirs[0], "-o", &tmp.path().join("m").to_string_lossy()]);
-    assert_eq!(o.status.code(), Some(3), "a shard given twice repeats its items");
+    let o = hyoka(&[
+        "merge",
+        &dirs[0],
+        &dirs[0],
+        "-o",
+        &tmp.path().join("m").to_string_lossy(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "a shard given twice repeats its items"
+    );
     assert!(String::from_utf8_lossy(&o.stderr).contains("items.jsonl"));
 }
 
@@ -119,12 +199,27 @@ fn merge_refuses_another_run_and_repeated_items() {
 /// give the same scores, and a second run resumes instead of rescoring.
 #[test]
 fn eval_end_to_end_on_real_models_with_shards() {
-    let (Some(judge), Some(encoder)) = (common::test_model("smollm2-135m-instruct-q4_1.gguf"), common::test_model("all-MiniLM-L6-v2")) else { return };
+    let (Some(judge), Some(encoder)) = (
+        common::test_model("smollm2-135m-instruct-q4_1.gguf"),
+        common::test_model("all-MiniLM-L6-v2"),
+    ) else {
+        return;
+    };
     let tmp = tempfile::tempdir().expect("tmp");
     let dbdc3 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/dbdc3-ja");
     let items = tmp.path().join("items.jsonl");
     if dbdc3.exists() {
-        let o = hyoka(&["import", "dbdc3", &dbdc3.to_string_lossy(), "--sample-dialogues", "2", "--seed", "1", "-o", &items.to_string_lossy()]);
+        let o = hyoka(&[
+            "import",
+            "dbdc3",
+            &dbdc3.to_string_lossy(),
+            "--sample-dialogues",
+            "2",
+            "--seed",
+            "1",
+            "-o",
+            &items.to_string_lossy(),
+        ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     } else {
         std::fs::copy(meta_fixture("items.jsonl"), &items).expect("copy");
@@ -133,26 +228,68 @@ fn eval_end_to_end_on_real_models_with_shards() {
     let mut short = read_items(&items, false).expect("items").items;
     short.retain(|i| i.context.len() <= 4);
     write_items(&items, &short).expect("write");
-    let rubric = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/breakdown-ja.toml").to_string_lossy().into_owned();
-    let (judge, encoder) = (judge.to_string_lossy().into_owned(), encoder.to_string_lossy().into_owned());
+    let rubric = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/breakdown-ja.toml")
+        .to_string_lossy()
+        .into_owned();
+    let (judge, encoder) = (
+        judge.to_string_lossy().into_owned(),
+        encoder.to_string_lossy().into_owned(),
+    );
     let common_args = |out: &str| -> Vec<String> {
-        ["eval", "-i", &items.to_string_lossy(), "--rubric", &rubric, "--model", &judge, "--bertscore-model", &encoder, "--layer", "6", "--bootstrap", "50", "-o", out]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
+        [
+            "eval",
+            "-i",
+            &items.to_string_lossy(),
+            "--rubric",
+            &rubric,
+            "--model",
+            &judge,
+            "--bertscore-model",
+            &encoder,
+            "--layer",
+            "6",
+            "--bootstrap",
+            "50",
+            "-o",
+            out,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
     };
     let whole = tmp.path().join("whole").to_string_lossy().into_owned();
     let args = common_args(&whole);
-    let o = Command::new(env!("CARGO_BIN_EXE_hyoka")).args(&args).output().expect("runs");
+    let o = Command::new(env!("CARGO_BIN_EXE_hyoka"))
+        .args(&args)
+        .output()
+        .expect("runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("| method |"), "the table is printed");
-    for f in ["items.jsonl", "judge.jsonl", "bertscore.jsonl", "scores.jsonl", "summary.md", "summary.json", "report.html"] {
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("| method |"),
+        "the table is printed"
+    );
+    for f in [
+        "items.jsonl",
+        "judge.jsonl",
+        "bertscore.jsonl",
+        "scores.jsonl",
+        "summary.md",
+        "summary.json",
+        "report.html",
+    ] {
         assert!(Path::new(&whole).join(f).exists(), "{f} written");
     }
     // Resuming scores nothing again.
-    let o = Command::new(env!("CARGO_BIN_EXE_hyoka")).args(&args).output().expect("runs");
+    let o = Command::new(env!("CARGO_BIN_EXE_hyoka"))
+        .args(&args)
+        .output()
+        .expect("runs");
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success() && err.contains("judge: scored 0 items"), "{err}");
+    assert!(
+        o.status.success() && err.contains("judge: scored 0 items"),
+        "{err}"
+    );
     // Two shards through SLURM's variables, then merged.
     let sharded = tmp.path().join("sharded").to_string_lossy().into_owned();
     for task in ["0", "1"] {
@@ -166,15 +303,31 @@ fn eval_end_to_end_on_real_models_with_shards() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
     let merged = tmp.path().join("merged").to_string_lossy().into_owned();
-    let shard_dirs = [format!("{sharded}/shard-1-of-2"), format!("{sharded}/shard-2-of-2")];
-    let o = hyoka(&["merge", &shard_dirs[0], &shard_dirs[1], "-o", &merged, "--bootstrap", "50"]);
+    let shard_dirs = [
+        format!("{sharded}/shard-1-of-2"),
+        format!("{sharded}/shard-2-of-2"),
+    ];
+    let o = hyoka(&[
+        "merge",
+        &shard_dirs[0],
+        &shard_dirs[1],
+        "-o",
+        &merged,
+        "--bootstrap",
+        "50",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let by_id = |dir: &str| -> std::collections::BTreeMap<String, Value> {
         std::fs::read_to_string(Path::new(dir).join("scores.jsonl"))
             .expect("scores")
             .lines()
             .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
-            .map(|v| (v["id"].as_str().expect("id").to_string(), v["scores"].clone()))
+            .map(|v| {
+                (
+                    v["id"].as_str().expect("id").to_string(),
+                    v["scores"].clone(),
+                )
+            })
             .collect()
     };
     let (a, b) = (by_id(&whole), by_id(&merged));
@@ -185,7 +338,10 @@ fn eval_end_to_end_on_real_models_with_shards() {
                 continue; // mean(b) is over all items in both, but summed in another order
             }
             match (v.as_f64(), b[id][k].as_f64()) {
-                (Some(x), Some(y)) => assert!((x - y).abs() < 1e-5, "{id} {k}: {x} vs {y} (batching must not change scores)"),
+                (Some(x), Some(y)) => assert!(
+                    (x - y).abs() < 1e-5,
+                    "{id} {k}: {x} vs {y} (batching must not change scores)"
+                ),
                 (x, y) => assert_eq!(x, y, "{id} {k}"),
             }
         }

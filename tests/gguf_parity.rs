@@ -5,7 +5,7 @@
 mod common;
 
 use candle_core::{DType, Device};
-use hyoka::model::{load_gguf, load_tokenizer, Batch, Transformer};
+use hyoka::model::{Batch, Transformer, load_gguf, load_tokenizer};
 use serde_json::Value;
 
 /// Both sides dequantize the same blocks to f32; what differs is the order of float sums
@@ -18,7 +18,11 @@ fn fixture(name: &str) -> Value {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 /// Greedy continuation reusing the prompt's keys and values; stops at the model's eos.
@@ -38,31 +42,82 @@ fn greedy(model: &Transformer, prompt: &[u32], steps: usize, eos: &[u32]) -> Vec
 
 fn check(name: &str, eos: &[u32]) {
     let fx = fixture(name);
-    let Some(path) = common::test_model(fx["model"].as_str().unwrap()) else { return };
-    let Some(tok_path) = common::test_model(fx["tokenizer"].as_str().unwrap()) else { return };
+    let Some(path) = common::test_model(fx["model"].as_str().unwrap()) else {
+        return;
+    };
+    let Some(tok_path) = common::test_model(fx["tokenizer"].as_str().unwrap()) else {
+        return;
+    };
     let model = load_gguf(&path, DType::F32, &Device::Cpu).unwrap();
-    let tokenizer = load_tokenizer(&tok_path, if tok_path.is_dir() { Some(&tok_path) } else { None }).unwrap();
+    let tokenizer = load_tokenizer(
+        &tok_path,
+        if tok_path.is_dir() {
+            Some(&tok_path)
+        } else {
+            None
+        },
+    )
+    .unwrap();
     for (n, case) in fx["cases"].as_array().unwrap().iter().enumerate() {
         let expect_ids = ids(&case["ids"]);
         // Chat-templated prompts carry their special tokens as text; raw text gets the BOS.
         let add_special = !case["text"].as_str().unwrap().contains("<|im_start|>");
-        let enc = tokenizer.encode(case["text"].as_str().unwrap(), add_special).unwrap();
-        assert_eq!(enc.get_ids(), expect_ids.as_slice(), "{name} case {n}: token ids");
+        let enc = tokenizer
+            .encode(case["text"].as_str().unwrap(), add_special)
+            .unwrap();
+        assert_eq!(
+            enc.get_ids(),
+            expect_ids.as_slice(),
+            "{name} case {n}: token ids"
+        );
 
-        let b = Batch::new(&[expect_ids.clone()], 0, &model.windows(), model.dtype(), model.device()).unwrap();
+        let b = Batch::new(
+            &[expect_ids.clone()],
+            0,
+            &model.windows(),
+            model.dtype(),
+            model.device(),
+        )
+        .unwrap();
         let (h, _) = model.forward(&b, None).unwrap();
-        let logits = model.logits_at(&h, &[(0, expect_ids.len() - 1)], None).unwrap().to_vec2::<f32>().unwrap().remove(0);
+        let logits = model
+            .logits_at(&h, &[(0, expect_ids.len() - 1)], None)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap()
+            .remove(0);
         let mut worst = 0f64;
-        for (id, want) in ids(&case["top_ids"]).iter().zip(case["top_logits"].as_array().unwrap()) {
+        for (id, want) in ids(&case["top_ids"])
+            .iter()
+            .zip(case["top_logits"].as_array().unwrap())
+        {
             worst = worst.max((logits[*id as usize] as f64 - want.as_f64().unwrap()).abs());
         }
         let max = logits.iter().fold(f32::MIN, |a, &b| a.max(b)) as f64;
-        let lse = max + logits.iter().map(|&l| (l as f64 - max).exp()).sum::<f64>().ln();
-        eprintln!("{name} case {n}: max |Δlogit| over top-64 = {worst:.2e}, Δlogsumexp = {:.2e}", (lse - case["logsumexp"].as_f64().unwrap()).abs());
-        assert!(worst <= LOGIT_TOL, "{name} case {n}: top-64 logits differ by {worst}");
-        assert!((lse - case["logsumexp"].as_f64().unwrap()).abs() <= LOGIT_TOL, "{name} case {n}: logsumexp");
+        let lse = max
+            + logits
+                .iter()
+                .map(|&l| (l as f64 - max).exp())
+                .sum::<f64>()
+                .ln();
+        eprintln!(
+            "{name} case {n}: max |Δlogit| over top-64 = {worst:.2e}, Δlogsumexp = {:.2e}",
+            (lse - case["logsumexp"].as_f64().unwrap()).abs()
+        );
+        assert!(
+            worst <= LOGIT_TOL,
+            "{name} case {n}: top-64 logits differ by {worst}"
+        );
+        assert!(
+            (lse - case["logsumexp"].as_f64().unwrap()).abs() <= LOGIT_TOL,
+            "{name} case {n}: logsumexp"
+        );
         let want = ids(&case["greedy"]);
-        assert_eq!(greedy(&model, &expect_ids, want.len(), eos), want, "{name} case {n}: greedy continuation");
+        assert_eq!(
+            greedy(&model, &expect_ids, want.len(), eos),
+            want,
+            "{name} case {n}: greedy continuation"
+        );
     }
 }
 

@@ -46,8 +46,14 @@ fn random_model(dir: &Path, tokenizer: &tokenizers::Tokenizer, tokenizer_config:
     };
     let mut t: HashMap<String, Tensor> = HashMap::new();
     // Large embeddings: peaked, varied next-token distributions.
-    t.insert("model.embed_tokens.weight".into(), randn(1.0, (vocab, hidden)));
-    t.insert("model.norm.weight".into(), Tensor::ones(hidden, DType::F32, &dev).unwrap());
+    t.insert(
+        "model.embed_tokens.weight".into(),
+        randn(1.0, (vocab, hidden)),
+    );
+    t.insert(
+        "model.norm.weight".into(),
+        Tensor::ones(hidden, DType::F32, &dev).unwrap(),
+    );
     for l in 0..layers {
         let p = format!("model.layers.{l}");
         for (name, shape) in [
@@ -61,8 +67,14 @@ fn random_model(dir: &Path, tokenizer: &tokenizers::Tokenizer, tokenizer_config:
         ] {
             t.insert(format!("{p}.{name}.weight"), randn(0.3, shape));
         }
-        t.insert(format!("{p}.input_layernorm.weight"), Tensor::ones(hidden, DType::F32, &dev).unwrap());
-        t.insert(format!("{p}.post_attention_layernorm.weight"), Tensor::ones(hidden, DType::F32, &dev).unwrap());
+        t.insert(
+            format!("{p}.input_layernorm.weight"),
+            Tensor::ones(hidden, DType::F32, &dev).unwrap(),
+        );
+        t.insert(
+            format!("{p}.post_attention_layernorm.weight"),
+            Tensor::ones(hidden, DType::F32, &dev).unwrap(),
+        );
     }
     candle_core::safetensors::save(&t, dir.join("model.safetensors")).unwrap();
     tokenizer.save(dir.join("tokenizer.json"), false).unwrap();
@@ -70,7 +82,12 @@ fn random_model(dir: &Path, tokenizer: &tokenizers::Tokenizer, tokenizer_config:
 }
 
 fn items(n: usize) -> Vec<Item> {
-    let lines = ["こんにちは！今日は何をしていましたか？", "昨日は雨で、家で本を読んでいました。", "\"Quotes\" and \\backslashes\\ are fine.", "猫が好きです😺"];
+    let lines = [
+        "こんにちは！今日は何をしていましたか？",
+        "昨日は雨で、家で本を読んでいました。",
+        "\"Quotes\" and \\backslashes\\ are fine.",
+        "猫が好きです😺",
+    ];
     (0..n)
         .map(|i| {
             let context: Vec<Value> = (0..1 + i % 3)
@@ -89,14 +106,31 @@ fn items(n: usize) -> Vec<Item> {
 
 /// Run the roleplay judge and check every line's object against the schema.
 fn check_schema(model_dir: &Path, decoding: Decoding, n: usize) -> Vec<Value> {
-    let model = LoadedModel::load(model_dir.to_str().unwrap(), None, DType::F32, &Device::Cpu, None).unwrap();
+    let model = LoadedModel::load(
+        model_dir.to_str().unwrap(),
+        None,
+        DType::F32,
+        &Device::Cpu,
+        None,
+    )
+    .unwrap();
     let (mut rubric, source) = Rubric::resolve("roleplay8-ja").unwrap();
     rubric.json.as_mut().unwrap().reason_max_tokens = 24;
     let models = [model];
-    let judge = Judge { models: &models, rubric: &rubric, rubric_source: &source };
+    let judge = Judge {
+        models: &models,
+        rubric: &rubric,
+        rubric_source: &source,
+    };
     let out = tempfile::tempdir().unwrap();
     let path = out.path().join("scores.jsonl");
-    let opts = RunOptions { batch_tokens: 4096, max_prompt_tokens: None, overwrite: false, greedy_baseline: None, decoding };
+    let opts = RunOptions {
+        batch_tokens: 4096,
+        max_prompt_tokens: None,
+        overwrite: false,
+        greedy_baseline: None,
+        decoding,
+    };
     let summary = judge.run(&items(n), &path, &opts, &mut |_, _| {}).unwrap();
     assert_eq!(summary.scored, n);
     let reason_key = &rubric.json.as_ref().unwrap().reason_key;
@@ -104,18 +138,29 @@ fn check_schema(model_dir: &Path, decoding: Decoding, n: usize) -> Vec<Value> {
     for line in std::fs::read_to_string(&path).unwrap().lines() {
         let line: Value = serde_json::from_str(line).unwrap();
         let answer = line["answer"].as_str().unwrap();
-        let object: serde_json::Map<String, Value> = serde_json::from_str(answer).unwrap_or_else(|e| panic!("{e}: {answer}"));
+        let object: serde_json::Map<String, Value> =
+            serde_json::from_str(answer).unwrap_or_else(|e| panic!("{e}: {answer}"));
         let keys: Vec<&str> = object.keys().map(String::as_str).collect();
         let mut expected = vec![reason_key.as_str()];
         expected.extend(rubric.aspects.iter().map(|a| a.name.as_str()));
         assert_eq!(keys, expected, "{answer}");
-        assert_eq!(object[reason_key].as_str().unwrap(), line["reason"].as_str().unwrap());
+        assert_eq!(
+            object[reason_key].as_str().unwrap(),
+            line["reason"].as_str().unwrap()
+        );
         for a in &rubric.aspects {
-            let written = object[&a.name].as_i64().unwrap_or_else(|| panic!("{} not an integer: {answer}", a.name));
+            let written = object[&a.name]
+                .as_i64()
+                .unwrap_or_else(|| panic!("{} not an integer: {answer}", a.name));
             assert!((a.min..=a.max).contains(&written), "{answer}");
             let s = &line["scores"][&a.key];
             assert_eq!(s["score"].as_i64().unwrap(), written);
-            let dist: Vec<f64> = s["distribution"].as_object().unwrap().values().map(|v| v.as_f64().unwrap()).collect();
+            let dist: Vec<f64> = s["distribution"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
             assert_eq!(dist.len(), (a.max - a.min + 1) as usize);
             assert!((dist.iter().sum::<f64>() - 1.0).abs() < 1e-9);
             if decoding.temperature == 0.0 {
@@ -135,36 +180,81 @@ fn smollm_vocabulary_model(seed: u64) -> Option<tempfile::TempDir> {
     let gguf = common::test_model("smollm2-135m-instruct-q4_1.gguf")?;
     let tokenizer = hyoka::model::tokenizer::load_tokenizer(&gguf, None).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    random_model(dir.path(), &tokenizer, &serde_json::json!({ "chat_template": CHATML }).to_string(), seed);
+    random_model(
+        dir.path(),
+        &tokenizer,
+        &serde_json::json!({ "chat_template": CHATML }).to_string(),
+        seed,
+    );
     Some(dir)
 }
 
 #[test]
 fn byte_level_vocabulary_always_gives_schema_valid_json() {
-    let Some(dir) = smollm_vocabulary_model(1) else { return };
-    let sampled = check_schema(dir.path(), Decoding { temperature: 1.5, seed: 3 }, 100);
+    let Some(dir) = smollm_vocabulary_model(1) else {
+        return;
+    };
+    let sampled = check_schema(
+        dir.path(),
+        Decoding {
+            temperature: 1.5,
+            seed: 3,
+        },
+        100,
+    );
     // The reasons really are free text (not always empty), and Japanese or odd bytes pass.
-    let nonempty = sampled.iter().filter(|l| !l["reason"].as_str().unwrap().is_empty()).count();
+    let nonempty = sampled
+        .iter()
+        .filter(|l| !l["reason"].as_str().unwrap().is_empty())
+        .count();
     assert!(nonempty > 50, "only {nonempty} non-empty reasons");
-    check_schema(dir.path(), Decoding { temperature: 0.0, seed: 0 }, 20);
+    check_schema(
+        dir.path(),
+        Decoding {
+            temperature: 0.0,
+            seed: 0,
+        },
+        20,
+    );
 }
 
 #[test]
 fn sentencepiece_vocabulary_always_gives_schema_valid_json() {
-    let Some(tok_dir) = common::test_model("gemma-3-tokenizer") else { return };
+    let Some(tok_dir) = common::test_model("gemma-3-tokenizer") else {
+        return;
+    };
     let tokenizer = tokenizers::Tokenizer::from_file(tok_dir.join("tokenizer.json")).unwrap();
     let config = std::fs::read_to_string(tok_dir.join("tokenizer_config.json")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     random_model(dir.path(), &tokenizer, &config, 2);
     // Fewer items than above: 262k-entry vocabulary, every step scans it.
-    check_schema(dir.path(), Decoding { temperature: 1.0, seed: 11 }, 40);
+    check_schema(
+        dir.path(),
+        Decoding {
+            temperature: 1.0,
+            seed: 11,
+        },
+        40,
+    );
 }
 
 #[test]
 fn the_seed_decides_the_draws_and_nothing_else_does() {
-    let Some(dir) = smollm_vocabulary_model(5) else { return };
+    let Some(dir) = smollm_vocabulary_model(5) else {
+        return;
+    };
     let answers = |seed| -> Vec<String> {
-        check_schema(dir.path(), Decoding { temperature: 1.0, seed }, 6).iter().map(|l| l["answer"].as_str().unwrap().to_string()).collect()
+        check_schema(
+            dir.path(),
+            Decoding {
+                temperature: 1.0,
+                seed,
+            },
+            6,
+        )
+        .iter()
+        .map(|l| l["answer"].as_str().unwrap().to_string())
+        .collect()
     };
     let a = answers(1);
     assert_eq!(a, answers(1), "same seed, same answers");

@@ -6,8 +6,8 @@ mod common;
 
 use candle_core::{DType, Device};
 use hyoka::data::{Item, Turn};
-use hyoka::judge::layout::{common_header, layout_item, ItemLayout};
-use hyoka::judge::{plan_batches, AspectScore, Scorer};
+use hyoka::judge::layout::{ItemLayout, common_header, layout_item};
+use hyoka::judge::{AspectScore, Scorer, plan_batches};
 use hyoka::model::LoadedModel;
 use hyoka::prompt::PromptBuilder;
 use hyoka::rubric::Rubric;
@@ -44,7 +44,10 @@ fn item(id: &str, text: &str) -> Item {
     Item {
         id: id.into(),
         context: vec![],
-        response: Turn { speaker: "A".into(), text: text.into() },
+        response: Turn {
+            speaker: "A".into(),
+            text: text.into(),
+        },
         reference: vec![],
         setting: None,
         system: None,
@@ -59,29 +62,68 @@ fn check(fx: &Value, got: &[Vec<AspectScore>], what: &str) {
     for (case, scores) in fx["cases"].as_array().unwrap().iter().zip(got) {
         for (name, s) in ["Naturalness", "Coherence", "Overall"].iter().zip(scores) {
             let want = &case["aspects"][name];
-            let dist: Vec<f64> = want["distribution"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            let dist: Vec<f64> = want["distribution"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
             let got_p = s.probabilities();
             let sum: f64 = got_p.iter().sum();
-            assert!((sum - 1.0).abs() < 1e-9, "{what}: distribution sums to {sum}");
+            assert!(
+                (sum - 1.0).abs() < 1e-9,
+                "{what}: distribution sums to {sum}"
+            );
             for (g, w) in got_p.iter().zip(&dist) {
-                assert!((g - w).abs() <= 1e-4, "{what}: {} {name}: {got_p:?} vs {dist:?}", case["id"]);
+                assert!(
+                    (g - w).abs() <= 1e-4,
+                    "{what}: {} {name}: {got_p:?} vs {dist:?}",
+                    case["id"]
+                );
             }
-            assert!((s.expected - want["expected"].as_f64().unwrap()).abs() <= 1e-3, "{what}: {} {name} expected", case["id"]);
-            assert!((s.off_scale - want["off_scale"].as_f64().unwrap()).abs() <= 1e-4, "{what}: {} {name} off_scale", case["id"]);
+            assert!(
+                (s.expected - want["expected"].as_f64().unwrap()).abs() <= 1e-3,
+                "{what}: {} {name} expected",
+                case["id"]
+            );
+            assert!(
+                (s.off_scale - want["off_scale"].as_f64().unwrap()).abs() <= 1e-4,
+                "{what}: {} {name} off_scale",
+                case["id"]
+            );
         }
     }
 }
 
 #[test]
 fn distributions_match_transformers_in_any_batching() {
-    let fx: Value = serde_json::from_str(&std::fs::read_to_string(common::fixtures().join("judge/smollm2.json")).unwrap()).unwrap();
-    let Some(path) = common::test_model(fx["model"].as_str().unwrap()) else { return };
-    let model = LoadedModel::load(path.to_str().unwrap(), None, DType::F32, &Device::Cpu, None).unwrap();
+    let fx: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::fixtures().join("judge/smollm2.json")).unwrap(),
+    )
+    .unwrap();
+    let Some(path) = common::test_model(fx["model"].as_str().unwrap()) else {
+        return;
+    };
+    let model =
+        LoadedModel::load(path.to_str().unwrap(), None, DType::F32, &Device::Cpu, None).unwrap();
     let rubric = Rubric::from_toml(RUBRIC, "test").unwrap();
     let builder = PromptBuilder::new(&rubric).unwrap();
-    let items: Vec<Item> = fx["cases"].as_array().unwrap().iter().map(|c| item(c["id"].as_str().unwrap(), c["text"].as_str().unwrap())).collect();
-    let layouts: Vec<ItemLayout> = items.iter().map(|it| layout_item(&builder, &model.chat_template, &model.tokenizer, it, 8192).unwrap()).collect();
-    assert!(layouts.iter().all(|l| l.aspects[2].paths.iter().any(|p| p.len() > 1)), "\"10\" should take two tokens");
+    let items: Vec<Item> = fx["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| item(c["id"].as_str().unwrap(), c["text"].as_str().unwrap()))
+        .collect();
+    let layouts: Vec<ItemLayout> = items
+        .iter()
+        .map(|it| layout_item(&builder, &model.chat_template, &model.tokenizer, it, 8192).unwrap())
+        .collect();
+    assert!(
+        layouts
+            .iter()
+            .all(|l| l.aspects[2].paths.iter().any(|p| p.len() > 1)),
+        "\"10\" should take two tokens"
+    );
     let refs: Vec<&ItemLayout> = layouts.iter().collect();
 
     // All items in one batch, continuing the header they share.
@@ -89,13 +131,19 @@ fn distributions_match_transformers_in_any_batching() {
     for l in &refs {
         assert_eq!(l.row_tokens(header), l.row(header).len());
     }
-    assert!(header > 10, "the chat template's system prompt is shared: {header}");
+    assert!(
+        header > 10,
+        "the chat template's system prompt is shared: {header}"
+    );
     let scorer = Scorer::new(&model.transformer, &layouts[0].trunk[..header]).unwrap();
     check(&fx, &scorer.score(&refs).unwrap(), "one batch");
 
     // One item at a time, no header.
     let plain = Scorer::new(&model.transformer, &[]).unwrap();
-    let alone: Vec<Vec<AspectScore>> = refs.iter().map(|l| plain.score(&[l]).unwrap().remove(0)).collect();
+    let alone: Vec<Vec<AspectScore>> = refs
+        .iter()
+        .map(|l| plain.score(&[l]).unwrap().remove(0))
+        .collect();
     check(&fx, &alone, "alone");
 }
 

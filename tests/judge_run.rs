@@ -46,10 +46,16 @@ impl Setup {
         std::fs::write(dir.path().join("rubric.toml"), RUBRIC).unwrap();
         let mut items = String::new();
         for (i, (ctx, resp)) in [
-            ("I'm getting hungry. Anything you'd like to eat?", "I'd like sushi."),
+            (
+                "I'm getting hungry. Anything you'd like to eat?",
+                "I'd like sushi.",
+            ),
             ("What did you do at the weekend?", "Yes, I like cats."),
             ("Do you exercise?", "I run twice a week."),
-            ("How was the trip to Hokkaido?", "The crab was wonderful, and it snowed every day."),
+            (
+                "How was the trip to Hokkaido?",
+                "The crab was wonderful, and it snowed every day.",
+            ),
         ]
         .iter()
         .enumerate()
@@ -71,23 +77,41 @@ impl Setup {
 
     fn judge(&self, out: &str, extra: &[&str]) -> Output {
         let mut args = vec![
-            "judge".to_string(), "--rubric".into(), self.path("rubric.toml"), "--model".into(),
-            self.model.to_str().unwrap().into(), "-i".into(), self.path("items.jsonl"), "-o".into(), self.path(out),
+            "judge".to_string(),
+            "--rubric".into(),
+            self.path("rubric.toml"),
+            "--model".into(),
+            self.model.to_str().unwrap().into(),
+            "-i".into(),
+            self.path("items.jsonl"),
+            "-o".into(),
+            self.path(out),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        Command::new(env!("CARGO_BIN_EXE_hyoka")).args(&args).output().unwrap()
+        Command::new(env!("CARGO_BIN_EXE_hyoka"))
+            .args(&args)
+            .output()
+            .unwrap()
     }
 }
 
 fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[test]
 fn every_item_gets_valid_scores_with_provenance() {
     let Some(s) = Setup::new() else { return };
     let out = s.judge("scores.jsonl", &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let rows = lines(Path::new(&s.path("scores.jsonl")));
     assert_eq!(rows.len(), 4);
     for row in &rows {
@@ -98,14 +122,20 @@ fn every_item_gets_valid_scores_with_provenance() {
             let sum: f64 = dist.values().map(|v| v.as_f64().unwrap()).sum();
             assert!((sum - 1.0).abs() < 1e-9);
             assert!(range.contains(&a["score"].as_i64().unwrap()));
-            let expected: f64 = dist.iter().map(|(k, v)| k.parse::<f64>().unwrap() * v.as_f64().unwrap()).sum();
+            let expected: f64 = dist
+                .iter()
+                .map(|(k, v)| k.parse::<f64>().unwrap() * v.as_f64().unwrap())
+                .sum();
             assert!((expected - a["expected"].as_f64().unwrap()).abs() < 1e-9);
             let off = a["off_scale"].as_f64().unwrap();
             assert!((0.0..=1.0).contains(&off));
         }
         let p = &row["provenance"];
         assert_eq!(p["task"], "judge");
-        assert_eq!(p["models"][0]["sha256"], "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53");
+        assert_eq!(
+            p["models"][0]["sha256"],
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+        );
         assert_eq!(p["rubric"]["name"], "short");
         assert_eq!(p["dtype"], "f32");
         assert_eq!(p["device"], "cpu");
@@ -124,14 +154,33 @@ fn a_killed_run_resumes_without_rescoring_or_losing_items() {
     let partial = format!("{}\n{}\n{}", all[0], all[1], &all[2][..all[2].len() / 2]);
     std::fs::write(&path, &partial).unwrap();
     let out = s.judge("scores.jsonl", &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("scored 2 items") && err.contains("2 already in"), "{err}");
+    assert!(
+        err.contains("scored 2 items") && err.contains("2 already in"),
+        "{err}"
+    );
     let after = std::fs::read_to_string(&path).unwrap();
     let after: Vec<&str> = after.lines().collect();
     assert_eq!(after.len(), 4);
-    assert_eq!(&after[..2], &all[..2], "finished lines are kept as they were");
-    let mut ids: Vec<String> = after.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(
+        &after[..2],
+        &all[..2],
+        "finished lines are kept as they were"
+    );
+    let mut ids: Vec<String> = after
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
     ids.sort();
     assert_eq!(ids, ["item-0", "item-1", "item-2", "item-3"]);
     // Nothing left to do: a third run scores nothing.
@@ -143,23 +192,43 @@ fn a_killed_run_resumes_without_rescoring_or_losing_items() {
 fn another_runs_output_is_refused() {
     let Some(s) = Setup::new() else { return };
     assert!(s.judge("scores.jsonl", &[]).status.success());
-    std::fs::write(s.path("rubric.toml"), RUBRIC.replace("fits the context", "fits the context well")).unwrap();
+    std::fs::write(
+        s.path("rubric.toml"),
+        RUBRIC.replace("fits the context", "fits the context well"),
+    )
+    .unwrap();
     let out = s.judge("scores.jsonl", &[]);
     assert_eq!(out.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("written by a different run (rubric differs"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("written by a different run (rubric differs")
+    );
     assert!(s.judge("scores.jsonl", &["--overwrite"]).status.success());
 }
 
 #[test]
 fn same_scores_whatever_the_batch_size() {
     let Some(s) = Setup::new() else { return };
-    assert!(s.judge("big.jsonl", &["--batch-tokens", "100000"]).status.success());
-    assert!(s.judge("small.jsonl", &["--batch-tokens", "1"]).status.success());
-    let (big, small) = (lines(Path::new(&s.path("big.jsonl"))), lines(Path::new(&s.path("small.jsonl"))));
+    assert!(
+        s.judge("big.jsonl", &["--batch-tokens", "100000"])
+            .status
+            .success()
+    );
+    assert!(
+        s.judge("small.jsonl", &["--batch-tokens", "1"])
+            .status
+            .success()
+    );
+    let (big, small) = (
+        lines(Path::new(&s.path("big.jsonl"))),
+        lines(Path::new(&s.path("small.jsonl"))),
+    );
     for b in &big {
         let m = small.iter().find(|x| x["id"] == b["id"]).unwrap();
         for key in ["fit", "quality"] {
-            let (x, y) = (b["scores"][key]["expected"].as_f64().unwrap(), m["scores"][key]["expected"].as_f64().unwrap());
+            let (x, y) = (
+                b["scores"][key]["expected"].as_f64().unwrap(),
+                m["scores"][key]["expected"].as_f64().unwrap(),
+            );
             assert!((x - y).abs() < 1e-5, "{}: {key}: {x} vs {y}", b["id"]);
             assert_eq!(b["scores"][key]["score"], m["scores"][key]["score"]);
         }
@@ -174,13 +243,26 @@ fn long_prompts_lose_old_turns_and_hopeless_ones_fail_alone() {
     let out = s.judge("t.jsonl", &["--max-prompt-tokens", "60"]);
     let rows = lines(Path::new(&s.path("t.jsonl")));
     assert_eq!(rows.len(), 4, "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(rows.iter().all(|r| r.get("error").is_none()), "{rows:?}");
-    assert!(rows.iter().any(|r| r["truncated"] == true && r["dropped_turns"].as_u64().unwrap() > 0), "{rows:?}");
+    assert!(
+        rows.iter()
+            .any(|r| r["truncated"] == true && r["dropped_turns"].as_u64().unwrap() > 0),
+        "{rows:?}"
+    );
     // Too small for any prompt: every item fails, the run still finishes (exit 4).
     let out = s.judge("f.jsonl", &["--max-prompt-tokens", "5"]);
     assert_eq!(out.status.code(), Some(4));
     let rows = lines(Path::new(&s.path("f.jsonl")));
     assert_eq!(rows.len(), 4);
-    assert!(rows.iter().all(|r| r["error"].as_str().unwrap().contains("more than the limit of 5")));
+    assert!(rows.iter().all(|r| {
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("more than the limit of 5")
+    }));
 }

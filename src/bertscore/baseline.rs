@@ -8,13 +8,21 @@ use std::path::Path;
 
 /// All rows of a baseline file, by layer.
 pub fn read(path: &Path) -> Result<Vec<(usize, Prf)>, BertScoreError> {
-    let err = |message: String| BertScoreError::Baseline { path: path.display().to_string(), message };
+    let err = |message: String| BertScoreError::Baseline {
+        path: path.display().to_string(),
+        message,
+    };
     let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
     let (_, header) = lines.next().ok_or_else(|| err("empty file".into()))?;
     let cols: Vec<&str> = header.split(',').map(str::trim).collect();
     if cols != ["LAYER", "P", "R", "F"] {
-        return Err(err(format!("line 1: header {header:?}, expected LAYER,P,R,F")));
+        return Err(err(format!(
+            "line 1: header {header:?}, expected LAYER,P,R,F"
+        )));
     }
     let mut rows = Vec::new();
     for (i, line) in lines {
@@ -24,8 +32,18 @@ pub fn read(path: &Path) -> Result<Vec<(usize, Prf)>, BertScoreError> {
             return Err(bad("expected 4 fields"));
         }
         let layer: usize = f[0].parse().map_err(|_| bad("LAYER is not an integer"))?;
-        let num = |k: usize, name: &str| f[k].parse::<f64>().map_err(|_| bad(&format!("{name} is not a number")));
-        rows.push((layer, Prf { p: num(1, "P")?, r: num(2, "R")?, f: num(3, "F")? }));
+        let num = |k: usize, name: &str| {
+            f[k].parse::<f64>()
+                .map_err(|_| bad(&format!("{name} is not a number")))
+        };
+        rows.push((
+            layer,
+            Prf {
+                p: num(1, "P")?,
+                r: num(2, "R")?,
+                f: num(3, "F")?,
+            },
+        ));
     }
     Ok(rows)
 }
@@ -36,7 +54,10 @@ pub fn read_layer(path: &Path, layer: usize) -> Result<Prf, BertScoreError> {
         .into_iter()
         .find(|(l, _)| *l == layer)
         .map(|(_, b)| b)
-        .ok_or_else(|| BertScoreError::Baseline { path: path.display().to_string(), message: format!("no row for layer {layer}") })
+        .ok_or_else(|| BertScoreError::Baseline {
+            path: path.display().to_string(),
+            message: format!("no row for layer {layer}"),
+        })
 }
 
 pub fn write(path: &Path, rows: &[(usize, Prf)]) -> Result<(), BertScoreError> {
@@ -44,26 +65,49 @@ pub fn write(path: &Path, rows: &[(usize, Prf)]) -> Result<(), BertScoreError> {
     for (l, b) in rows {
         text.push_str(&format!("{l},{},{},{}\n", b.p, b.r, b.f));
     }
-    std::fs::write(path, text).map_err(|e| BertScoreError::Baseline { path: path.display().to_string(), message: e.to_string() })
+    std::fs::write(path, text).map_err(|e| BertScoreError::Baseline {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
 }
 
 /// Mean P/R/F over the pairs at every layer from the embeddings (0) to the encoder's last,
 /// without idf. `group`: bert_score's batch_size, for its padding behaviour (see `pad_floors`).
-pub fn compute(scorer: &BertScorer, candidates: &[&str], references: &[&str], batch_tokens: usize, group: Option<usize>) -> Result<Vec<(usize, Prf)>, BertScoreError> {
+pub fn compute(
+    scorer: &BertScorer,
+    candidates: &[&str],
+    references: &[&str],
+    batch_tokens: usize,
+    group: Option<usize>,
+) -> Result<Vec<(usize, Prf)>, BertScoreError> {
     let nested: Vec<Vec<&str>> = references.iter().map(|r| vec![*r]).collect();
     let (sentences, pairs) = scorer.pairs(candidates, &nested)?;
     let all: Vec<usize> = (0..sentences.len()).collect();
     let emb = scorer.embed(&sentences, &all, batch_tokens, true)?;
     let idf = scorer.idf(false, &sentences, &pairs.pairs);
     let floors = super::pad_floors(&sentences, &pairs.pairs, group);
-    let per_layer = scorer.match_pairs(&sentences, &emb, &idf, &pairs.pairs, &floors, batch_tokens * 64)?;
+    let per_layer = scorer.match_pairs(
+        &sentences,
+        &emb,
+        &idf,
+        &pairs.pairs,
+        &floors,
+        batch_tokens * 64,
+    )?;
     let n = pairs.pairs.len().max(1) as f64;
     Ok(per_layer
         .iter()
         .enumerate()
         .map(|(l, prfs)| {
             let mean = |g: fn(&Prf) -> f64| prfs.iter().map(g).sum::<f64>() / n;
-            (l, Prf { p: mean(|x| x.p), r: mean(|x| x.r), f: mean(|x| x.f) })
+            (
+                l,
+                Prf {
+                    p: mean(|x| x.p),
+                    r: mean(|x| x.r),
+                    f: mean(|x| x.f),
+                },
+            )
         })
         .collect())
 }

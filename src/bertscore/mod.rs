@@ -19,7 +19,7 @@ pub mod baseline;
 mod matching;
 pub mod run;
 
-pub use matching::{pad_floors, Embeddings};
+pub use matching::{Embeddings, pad_floors};
 
 use crate::model::encoder::Encoder;
 use candle_core::DType;
@@ -53,16 +53,28 @@ impl Prf {
     fn from_pr(p: f32, r: f32) -> Self {
         // In f32 like bert_score; 0/0 (an empty side) is 0.
         let f = 2.0 * p * r / (p + r);
-        Prf { p: p as f64, r: r as f64, f: if f.is_nan() { 0.0 } else { f as f64 } }
+        Prf {
+            p: p as f64,
+            r: r as f64,
+            f: if f.is_nan() { 0.0 } else { f as f64 },
+        }
     }
 
     fn max(self, o: Prf) -> Prf {
-        Prf { p: self.p.max(o.p), r: self.r.max(o.r), f: self.f.max(o.f) }
+        Prf {
+            p: self.p.max(o.p),
+            r: self.r.max(o.r),
+            f: self.f.max(o.f),
+        }
     }
 
     /// (x − b) / (1 − b) per column.
     pub fn rescale(self, b: &Prf) -> Prf {
-        Prf { p: (self.p - b.p) / (1.0 - b.p), r: (self.r - b.r) / (1.0 - b.r), f: (self.f - b.f) / (1.0 - b.f) }
+        Prf {
+            p: (self.p - b.p) / (1.0 - b.p),
+            r: (self.r - b.r) / (1.0 - b.r),
+            f: (self.f - b.f) / (1.0 - b.f),
+        }
     }
 }
 
@@ -129,19 +141,33 @@ pub enum Depth {
 
 impl BertScorer {
     /// Load `name` (folder or hub id) for BERTScore.
-    pub fn load(name: &str, depth: Depth, dtype: DType, device: &candle_core::Device) -> Result<LoadedScorer, BertScoreError> {
-        use crate::model::{encoder, source, ModelError};
+    pub fn load(
+        name: &str,
+        depth: Depth,
+        dtype: DType,
+        device: &candle_core::Device,
+    ) -> Result<LoadedScorer, BertScoreError> {
+        use crate::model::{ModelError, encoder, source};
         let files = source::resolve(name)?;
         if files.format != source::Format::Safetensors {
-            return Err(ModelError::Unsupported { origin: name.into(), what: "GGUF encoders (BERTScore needs a safetensors folder)".into() }.into());
+            return Err(ModelError::Unsupported {
+                origin: name.into(),
+                what: "GGUF encoders (BERTScore needs a safetensors folder)".into(),
+            }
+            .into());
         }
         let keep = match depth {
             Depth::All => None,
-            Depth::Layer(layer) => Some(layer.or_else(|| encoder::default_layer(name)).ok_or_else(|| ModelError::Config {
-                origin: name.into(),
-                field: "layer".into(),
-                message: "bert_score has no default layer for this model: pass --layer N".into(),
-            })?),
+            Depth::Layer(layer) => Some(
+                layer
+                    .or_else(|| encoder::default_layer(name))
+                    .ok_or_else(|| ModelError::Config {
+                        origin: name.into(),
+                        field: "layer".into(),
+                        message: "bert_score has no default layer for this model: pass --layer N"
+                            .into(),
+                    })?,
+            ),
         };
         let enc = encoder::load_encoder_dir(&files.path, keep, dtype, device)?;
         let tokenizer = crate::model::load_tokenizer(&files.path, None)?;
@@ -152,30 +178,66 @@ impl BertScorer {
             .filter(|n| *n >= 1.0 && *n < 1e9)
             .map(|n| n as usize);
         let sha256 = source::sha256_file(&crate::model::checkpoint_id_file(&files.path)?)?;
-        let model = crate::results::ModelId { name: files.name.clone(), revision: files.revision.clone(), sha256, arch: enc.cfg.model_type.clone(), chat_template: None };
+        let model = crate::results::ModelId {
+            name: files.name.clone(),
+            revision: files.revision.clone(),
+            sha256,
+            arch: enc.cfg.model_type.clone(),
+            chat_template: None,
+        };
         let layer = enc.layers();
-        Ok(LoadedScorer { scorer: BertScorer::new(enc, tokenizer, max_len)?, model, layer })
+        Ok(LoadedScorer {
+            scorer: BertScorer::new(enc, tokenizer, max_len)?,
+            model,
+            layer,
+        })
     }
 
-    pub fn new(encoder: Encoder, mut tokenizer: Tokenizer, model_max_length: Option<usize>) -> Result<Self, BertScoreError> {
-        let max_length = model_max_length.unwrap_or(usize::MAX).min(encoder.cfg.max_tokens());
+    pub fn new(
+        encoder: Encoder,
+        mut tokenizer: Tokenizer,
+        model_max_length: Option<usize>,
+    ) -> Result<Self, BertScoreError> {
+        let max_length = model_max_length
+            .unwrap_or(usize::MAX)
+            .min(encoder.cfg.max_tokens());
         tokenizer
-            .with_truncation(Some(tokenizers::TruncationParams { max_length, ..Default::default() }))
+            .with_truncation(Some(tokenizers::TruncationParams {
+                max_length,
+                ..Default::default()
+            }))
             .map_err(|e| BertScoreError::Tokenizer(e.to_string()))?;
         tokenizer.with_padding(None);
-        let special = ["[CLS]", "[SEP]", "<s>", "</s>"].iter().filter_map(|t| tokenizer.token_to_id(t)).collect();
-        Ok(BertScorer { encoder, tokenizer, special })
+        let special = ["[CLS]", "[SEP]", "<s>", "</s>"]
+            .iter()
+            .filter_map(|t| tokenizer.token_to_id(t))
+            .collect();
+        Ok(BertScorer {
+            encoder,
+            tokenizer,
+            special,
+        })
     }
 
     /// bert_score's `sent_encode`: stripped, with special tokens, truncated.
     pub fn encode(&self, sentence: &str) -> Result<Vec<u32>, BertScoreError> {
-        let enc = self.tokenizer.encode(sentence.trim(), true).map_err(|e| BertScoreError::Tokenizer(e.to_string()))?;
+        let enc = self
+            .tokenizer
+            .encode(sentence.trim(), true)
+            .map_err(|e| BertScoreError::Tokenizer(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
     }
 
     /// Tokenize every distinct sentence of the items once, and pair them up.
-    pub fn pairs(&self, candidates: &[&str], references: &[Vec<&str>]) -> Result<(Sentences, Pairs), BertScoreError> {
-        let mut s = Sentences { ids: Vec::new(), index: HashMap::new() };
+    pub fn pairs(
+        &self,
+        candidates: &[&str],
+        references: &[Vec<&str>],
+    ) -> Result<(Sentences, Pairs), BertScoreError> {
+        let mut s = Sentences {
+            ids: Vec::new(),
+            index: HashMap::new(),
+        };
         let mut add = |t: &str| -> Result<usize, BertScoreError> {
             if let Some(&i) = s.index.get(t) {
                 return Ok(i);
@@ -184,7 +246,10 @@ impl BertScorer {
             s.ids.push(self.encode(t)?);
             Ok(s.ids.len() - 1)
         };
-        let mut pairs = Pairs { pairs: Vec::new(), items: Vec::with_capacity(candidates.len()) };
+        let mut pairs = Pairs {
+            pairs: Vec::new(),
+            items: Vec::with_capacity(candidates.len()),
+        };
         for (c, refs) in candidates.iter().zip(references) {
             let ci = add(c)?;
             let start = pairs.pairs.len();
@@ -200,7 +265,10 @@ impl BertScorer {
     /// document (bert_score flattens several references per item the same way).
     pub fn idf(&self, use_idf: bool, sentences: &Sentences, pairs: &[(usize, usize)]) -> Idf {
         if !use_idf {
-            return Idf { weights: self.special.iter().map(|&t| (t, 0.0)).collect(), unseen: 1.0 };
+            return Idf {
+                weights: self.special.iter().map(|&t| (t, 0.0)).collect(),
+                unseen: 1.0,
+            };
         }
         let mut df: HashMap<u32, usize> = HashMap::new();
         for &(_, r) in pairs {
@@ -212,32 +280,62 @@ impl BertScorer {
             }
         }
         let m = pairs.len() as f64 + 1.0;
-        Idf { weights: df.into_iter().map(|(t, n)| (t, (m / (n as f64 + 1.0)).ln() as f32)).collect(), unseen: m.ln() as f32 }
+        Idf {
+            weights: df
+                .into_iter()
+                .map(|(t, n)| (t, (m / (n as f64 + 1.0)).ln() as f32))
+                .collect(),
+            unseen: m.ln() as f32,
+        }
     }
 
     /// P/R/F of these pairs at the scoring layer: embeds the sentences they use, then matches.
     /// `floors`: per pair, from `pad_floors`.
-    pub fn score_pairs(&self, sentences: &Sentences, pairs: &[(usize, usize)], idf: &Idf, floors: &[(bool, bool)], batch_tokens: usize) -> Result<Vec<Prf>, BertScoreError> {
+    pub fn score_pairs(
+        &self,
+        sentences: &Sentences,
+        pairs: &[(usize, usize)],
+        idf: &Idf,
+        floors: &[(bool, bool)],
+        batch_tokens: usize,
+    ) -> Result<Vec<Prf>, BertScoreError> {
         let mut used: Vec<usize> = pairs.iter().flat_map(|&(c, r)| [c, r]).collect();
         used.sort_unstable();
         used.dedup();
         let emb = self.embed(sentences, &used, batch_tokens, false)?;
-        Ok(self.match_pairs(sentences, &emb, idf, pairs, floors, batch_tokens * 64)?.remove(0))
+        Ok(self
+            .match_pairs(sentences, &emb, idf, pairs, floors, batch_tokens * 64)?
+            .remove(0))
     }
 
     /// BERTScore of each candidate against its references (max per column over them), at the
     /// scoring layer; `use_idf`: idf from all references. `group`: bert_score's batch_size (64
     /// by default) for its padding behaviour, None for none.
-    pub fn score(&self, candidates: &[&str], references: &[Vec<&str>], use_idf: bool, batch_tokens: usize, group: Option<usize>) -> Result<Vec<Prf>, BertScoreError> {
+    pub fn score(
+        &self,
+        candidates: &[&str],
+        references: &[Vec<&str>],
+        use_idf: bool,
+        batch_tokens: usize,
+        group: Option<usize>,
+    ) -> Result<Vec<Prf>, BertScoreError> {
         let (sentences, pairs) = self.pairs(candidates, references)?;
         let idf = self.idf(use_idf, &sentences, &pairs.pairs);
         let floors = pad_floors(&sentences, &pairs.pairs, group);
         let prfs = self.score_pairs(&sentences, &pairs.pairs, &idf, &floors, batch_tokens)?;
-        Ok(pairs.items.iter().map(|r| best_of(&prfs[r.clone()])).collect())
+        Ok(pairs
+            .items
+            .iter()
+            .map(|r| best_of(&prfs[r.clone()]))
+            .collect())
     }
 }
 
 /// The max per column over an item's references (0 when it has none).
 pub fn best_of(prfs: &[Prf]) -> Prf {
-    prfs.iter().copied().reduce(Prf::max).unwrap_or(Prf { p: 0.0, r: 0.0, f: 0.0 })
+    prfs.iter().copied().reduce(Prf::max).unwrap_or(Prf {
+        p: 0.0,
+        r: 0.0,
+        f: 0.0,
+    })
 }

@@ -3,7 +3,7 @@
 use super::{BertScoreError, BertScorer, Prf};
 use crate::data::Item;
 use crate::results::{ModelId, Provenance, ResultsError, ResultsFile};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
 
 /// Items per chunk: large enough to batch well on a GPU, small enough to lose little to a kill.
@@ -44,11 +44,7 @@ pub struct BertScoreRun<'a> {
 /// intermediate layer: 12 MB; medians of 3 runs 90.0 vs 83.5 pairs/s at 16,384, with an
 /// eighth of the memory); a GPU wants large batches.
 pub fn default_batch_tokens(device: &candle_core::Device) -> usize {
-    if device.is_cpu() {
-        2048
-    } else {
-        16384
-    }
+    if device.is_cpu() { 2048 } else { 16384 }
 }
 /// bert_score's default batch size, whose padding floors hyoka reproduces by default.
 pub const BERT_SCORE_BATCH: usize = 64;
@@ -68,9 +64,18 @@ impl BertScoreRun<'_> {
         settings.insert("layer".into(), json!(self.layer));
         settings.insert("idf".into(), json!(self.idf));
         settings.insert("bert_score_batch".into(), json!(self.emulate_batch));
-        settings.insert("against".into(), json!(match self.against { Against::Reference => "reference", Against::LastTurn => "last-turn" }));
+        settings.insert(
+            "against".into(),
+            json!(match self.against {
+                Against::Reference => "reference",
+                Against::LastTurn => "last-turn",
+            }),
+        );
         if let Some((path, b)) = &self.baseline {
-            settings.insert("baseline".into(), json!({"file": path.display().to_string(), "P": b.p, "R": b.r, "F": b.f}));
+            settings.insert(
+                "baseline".into(),
+                json!({"file": path.display().to_string(), "P": b.p, "R": b.r, "F": b.f}),
+            );
         }
         Provenance {
             hyoka: crate::VERSION.into(),
@@ -86,13 +91,26 @@ impl BertScoreRun<'_> {
     /// The references of an item, or why it has none.
     fn references<'i>(&self, item: &'i Item) -> Result<Vec<&'i str>, String> {
         match self.against {
-            Against::Reference if item.reference.is_empty() => Err("no `reference` (use --against last-turn to compare with the last context turn)".into()),
+            Against::Reference if item.reference.is_empty() => Err(
+                "no `reference` (use --against last-turn to compare with the last context turn)"
+                    .into(),
+            ),
             Against::Reference => Ok(item.reference.iter().map(String::as_str).collect()),
-            Against::LastTurn => item.context.last().map(|t| vec![t.text.as_str()]).ok_or_else(|| "no context turn to compare with".into()),
+            Against::LastTurn => item
+                .context
+                .last()
+                .map(|t| vec![t.text.as_str()])
+                .ok_or_else(|| "no context turn to compare with".into()),
         }
     }
 
-    pub fn run(&self, items: &[Item], output: &Path, overwrite: bool, progress: &mut dyn FnMut(usize, usize)) -> Result<RunSummary, RunError> {
+    pub fn run(
+        &self,
+        items: &[Item],
+        output: &Path,
+        overwrite: bool,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<RunSummary, RunError> {
         let provenance = self.provenance();
         let provenance_value = serde_json::to_value(&provenance).expect("provenance serialises");
         let mut file = ResultsFile::open(output, &provenance, overwrite)?;
@@ -112,7 +130,10 @@ impl BertScoreRun<'_> {
                 Err(_) if file.finished.contains(&item.id) => {}
                 Err(e) => {
                     summary.unpaired.push(format!("{}: {e}", item.id));
-                    lines.push(json!({"id": item.id, "error": e, "provenance": provenance_value}).to_string());
+                    lines.push(
+                        json!({"id": item.id, "error": e, "provenance": provenance_value})
+                            .to_string(),
+                    );
                 }
             }
         }
@@ -121,16 +142,34 @@ impl BertScoreRun<'_> {
         let (sentences, pairs) = self.scorer.pairs(&candidates, &references)?;
         let idf = self.scorer.idf(self.idf, &sentences, &pairs.pairs);
         let floors = super::pad_floors(&sentences, &pairs.pairs, self.emulate_batch);
-        let todo: Vec<usize> = (0..valid.len()).filter(|&k| !file.finished.contains(&valid[k].id)).collect();
-        summary.skipped_finished = items.iter().filter(|i| file.finished.contains(&i.id)).count();
+        let todo: Vec<usize> = (0..valid.len())
+            .filter(|&k| !file.finished.contains(&valid[k].id))
+            .collect();
+        summary.skipped_finished = items
+            .iter()
+            .filter(|i| file.finished.contains(&i.id))
+            .count();
 
         // Chunks of items, each appended when done: a killed run loses at most one chunk.
         let mut done = 0;
         for chunk in todo.chunks(CHUNK_ITEMS) {
-            let ranges: Vec<std::ops::Range<usize>> = chunk.iter().map(|&k| pairs.items[k].clone()).collect();
-            let chunk_pairs: Vec<(usize, usize)> = ranges.iter().flat_map(|r| pairs.pairs[r.clone()].iter().copied()).collect();
-            let chunk_floors: Vec<(bool, bool)> = ranges.iter().flat_map(|r| floors[r.clone()].iter().copied()).collect();
-            let prfs = self.scorer.score_pairs(&sentences, &chunk_pairs, &idf, &chunk_floors, self.batch_tokens)?;
+            let ranges: Vec<std::ops::Range<usize>> =
+                chunk.iter().map(|&k| pairs.items[k].clone()).collect();
+            let chunk_pairs: Vec<(usize, usize)> = ranges
+                .iter()
+                .flat_map(|r| pairs.pairs[r.clone()].iter().copied())
+                .collect();
+            let chunk_floors: Vec<(bool, bool)> = ranges
+                .iter()
+                .flat_map(|r| floors[r.clone()].iter().copied())
+                .collect();
+            let prfs = self.scorer.score_pairs(
+                &sentences,
+                &chunk_pairs,
+                &idf,
+                &chunk_floors,
+                self.batch_tokens,
+            )?;
             let mut lines = Vec::with_capacity(chunk.len());
             let mut next = 0;
             for (&k, r) in chunk.iter().zip(&ranges) {
@@ -142,7 +181,10 @@ impl BertScoreRun<'_> {
                 };
                 let mut line = Map::new();
                 line.insert("id".into(), json!(valid[k].id));
-                line.insert("bertscore".into(), serde_json::to_value(s).expect("numbers serialise"));
+                line.insert(
+                    "bertscore".into(),
+                    serde_json::to_value(s).expect("numbers serialise"),
+                );
                 line.insert("provenance".into(), provenance_value.clone());
                 lines.push(Value::Object(line).to_string());
                 summary.scored += 1;

@@ -3,8 +3,8 @@
 use anyhow::Context;
 use clap::Args;
 use hyoka::data;
-use hyoka::judge::layout::{common_header, layout_item, ItemLayout};
-use hyoka::judge::{plan_batches, Scorer};
+use hyoka::judge::layout::{ItemLayout, common_header, layout_item};
+use hyoka::judge::{Scorer, plan_batches};
 use hyoka::model::device::{device_name, dtype_name};
 use hyoka::model::{Batch, LoadedModel};
 use hyoka::prompt::PromptBuilder;
@@ -48,12 +48,26 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let items = data::read_items(&args.input, false)?.items;
     let items = &items[..args.n.min(items.len())];
     let (device, dtype) = args.runtime.device_and_dtype()?;
-    let model = LoadedModel::load(&args.model, args.runtime.tokenizer.as_deref(), dtype, &device, None)?;
+    let model = LoadedModel::load(
+        &args.model,
+        args.runtime.tokenizer.as_deref(),
+        dtype,
+        &device,
+        None,
+    )?;
     let t = &model.transformer;
     let builder = PromptBuilder::new(&rubric).map_err(|(f, m)| anyhow::anyhow!("{f}: {m}"))?;
     let layouts: Vec<ItemLayout> = items
         .iter()
-        .map(|it| layout_item(&builder, &model.chat_template, &model.tokenizer, it, t.cfg.max_position))
+        .map(|it| {
+            layout_item(
+                &builder,
+                &model.chat_template,
+                &model.tokenizer,
+                it,
+                t.cfg.max_position,
+            )
+        })
         .collect::<Result<_, _>>()?;
     // (1)/(2): one full prompt per item, the first aspect's (prompt + answer prefix).
     let prompts: Vec<Vec<u32>> = layouts
@@ -66,7 +80,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     if let Some(path) = &args.dump_tokens {
-        std::fs::write(path, json!({"prompts": prompts}).to_string()).with_context(|| path.display().to_string())?;
+        std::fs::write(path, json!({"prompts": prompts}).to_string())
+            .with_context(|| path.display().to_string())?;
     }
     let tokens: usize = prompts.iter().map(Vec::len).sum();
     let windows = t.windows();
@@ -93,7 +108,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         let rows: Vec<Vec<u32>> = batch.iter().map(|&i| prompts[i].clone()).collect();
         let b = Batch::new(&rows, 0, &windows, t.dtype(), t.device())?;
         let (h, _) = t.forward(&b, None)?;
-        let at: Vec<(usize, usize)> = rows.iter().enumerate().map(|(r, p)| (r, p.len() - 1)).collect();
+        let at: Vec<(usize, usize)> = rows
+            .iter()
+            .enumerate()
+            .map(|(r, p)| (r, p.len() - 1))
+            .collect();
         t.logits_at(&h, &at, None)?;
     }
     sync()?;

@@ -2,8 +2,8 @@
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use hyoka::bertscore::run::{default_batch_tokens, Against, BertScoreRun, BERT_SCORE_BATCH};
-use hyoka::bertscore::{baseline, BertScorer, Depth};
+use hyoka::bertscore::run::{Against, BERT_SCORE_BATCH, BertScoreRun, default_batch_tokens};
+use hyoka::bertscore::{BertScorer, Depth, baseline};
 use hyoka::data;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -102,7 +102,8 @@ pub struct BaselineArgs {
 impl EncoderArgs {
     /// `--batch-tokens`, else the default for the device the encoder was loaded on.
     fn batch_tokens(&self, scorer: &BertScorer) -> usize {
-        self.batch_tokens.unwrap_or_else(|| default_batch_tokens(scorer.encoder.device()))
+        self.batch_tokens
+            .unwrap_or_else(|| default_batch_tokens(scorer.encoder.device()))
     }
 }
 
@@ -112,7 +113,11 @@ fn load(args: &EncoderArgs, all_layers: bool) -> anyhow::Result<hyoka::bertscore
     let name = args.model.as_deref().context("--model is required")?;
     eprintln!("loading {name} ...");
     // A baseline covers every layer; scoring stops at the one it reads.
-    let depth = if all_layers { Depth::All } else { Depth::Layer(args.layer) };
+    let depth = if all_layers {
+        Depth::All
+    } else {
+        Depth::Layer(args.layer)
+    };
     BertScorer::load(name, depth, dtype, &device).with_context(|| format!("loading encoder {name}"))
 }
 
@@ -141,7 +146,9 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         batch_tokens: args.encoder.batch_tokens(&loaded.scorer),
         emulate_batch: Some(args.bert_score_batch).filter(|b| *b > 0),
     };
-    let (summary, secs) = super::with_progress("bertscore", |progress| job.run(&read.items, &output, args.overwrite, progress));
+    let (summary, secs) = super::with_progress("bertscore", |progress| {
+        job.run(&read.items, &output, args.overwrite, progress)
+    });
     let summary = summary?;
     eprintln!(
         "scored {} items in {secs:.2}s ({:.1} pairs/s, layer {}); {} already in {}; {} failed",
@@ -152,19 +159,44 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         output.display(),
         summary.failed.len() + summary.unpaired.len()
     );
-    Ok(super::finish(&[summary.failed, summary.unpaired].concat(), read.skipped.len()))
+    Ok(super::finish(
+        &[summary.failed, summary.unpaired].concat(),
+        read.skipped.len(),
+    ))
 }
 
 fn run_baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&args.corpus).with_context(|| format!("reading {}", args.corpus.display()))?;
-    let corpus: Vec<String> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
-    anyhow::ensure!(corpus.len() >= 2, "{}: needs at least 2 non-empty lines", args.corpus.display());
+    let text = std::fs::read_to_string(&args.corpus)
+        .with_context(|| format!("reading {}", args.corpus.display()))?;
+    let corpus: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect();
+    anyhow::ensure!(
+        corpus.len() >= 2,
+        "{}: needs at least 2 non-empty lines",
+        args.corpus.display()
+    );
     let loaded = load(&args.encoder, true)?;
     let pairs = baseline::sample_pairs(&corpus, args.pairs, args.seed);
     let cands: Vec<&str> = pairs.iter().map(|(a, _)| corpus[*a].as_str()).collect();
     let refs: Vec<&str> = pairs.iter().map(|(_, b)| corpus[*b].as_str()).collect();
-    let rows = baseline::compute(&loaded.scorer, &cands, &refs, args.encoder.batch_tokens(&loaded.scorer), Some(BERT_SCORE_BATCH))?;
+    let rows = baseline::compute(
+        &loaded.scorer,
+        &cands,
+        &refs,
+        args.encoder.batch_tokens(&loaded.scorer),
+        Some(BERT_SCORE_BATCH),
+    )?;
     baseline::write(&args.output, &rows)?;
-    eprintln!("wrote {} layers ({} pairs from {} sentences) to {}", rows.len(), pairs.len(), corpus.len(), args.output.display());
+    eprintln!(
+        "wrote {} layers ({} pairs from {} sentences) to {}",
+        rows.len(),
+        pairs.len(),
+        corpus.len(),
+        args.output.display()
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -60,7 +60,13 @@ pub struct Validate {
 
 pub fn import(cmd: Import) -> anyhow::Result<ExitCode> {
     match cmd {
-        Import::Dbdc3 { dir, output, max_context, sample_dialogues, seed } => {
+        Import::Dbdc3 {
+            dir,
+            output,
+            max_context,
+            sample_dialogues,
+            seed,
+        } => {
             let mut items = dbdc3::import_dir(&dir, &dbdc3::Dbdc3Options { max_context })?;
             if let Some(n) = sample_dialogues {
                 items = data::select::sample_dialogues(items, n, seed);
@@ -71,7 +77,11 @@ pub fn import(cmd: Import) -> anyhow::Result<ExitCode> {
                 "wrote {} items from {} dialogues ({}) to {}",
                 s.items,
                 s.dialogues,
-                s.systems.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", "),
+                s.systems
+                    .iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 output.display()
             );
             Ok(ExitCode::SUCCESS)
@@ -88,7 +98,10 @@ pub fn validate(cmd: Validate) -> anyhow::Result<ExitCode> {
             "summary": summary,
             "skipped": read.skipped.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&out).context("summary as JSON")?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).context("summary as JSON")?
+        );
     } else {
         print_summary(&cmd.file, &summary);
         if !read.skipped.is_empty() {
@@ -98,7 +111,11 @@ pub fn validate(cmd: Validate) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    Ok(if read.skipped.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_INVALID_INPUT) })
+    Ok(if read.skipped.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_INVALID_INPUT)
+    })
 }
 
 fn print_summary(file: &std::path::Path, s: &data::Summary) {
@@ -114,7 +131,10 @@ fn print_summary(file: &std::path::Path, s: &data::Summary) {
         s.context_turns as f64 / s.items as f64
     );
     let counts = |m: &std::collections::BTreeMap<String, usize>| {
-        m.iter().map(|(k, v)| format!("{k} ({v})")).collect::<Vec<_>>().join(", ")
+        m.iter()
+            .map(|(k, v)| format!("{k} ({v})"))
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     println!("  response speakers: {}", counts(&s.response_speakers));
     if !s.systems.is_empty() {
@@ -123,7 +143,10 @@ fn print_summary(file: &std::path::Path, s: &data::Summary) {
     if s.dialogues > 0 {
         println!("  dialogues: {}", s.dialogues);
     }
-    println!("  with reference: {}, with setting: {}", s.with_reference, s.with_setting);
+    println!(
+        "  with reference: {}, with setting: {}",
+        s.with_reference, s.with_setting
+    );
     if s.rated.is_empty() {
         println!("  human ratings: none");
     }
@@ -133,6 +156,9 @@ fn print_summary(file: &std::path::Path, s: &data::Summary) {
         } else {
             format!("{}..{} raters", r.min_raters, r.max_raters)
         };
-        println!("  human.{aspect}: {} items, {raters}, mean {:.3}", r.items, r.mean);
+        println!(
+            "  human.{aspect}: {} items, {raters}, mean {:.3}",
+            r.items, r.mean
+        );
     }
 }

@@ -1,13 +1,13 @@
 //! `hyoka eval` (items → judge + BERTScore → meta-evaluation → report, in one output folder) and
 //! `hyoka merge` (shards' folders → one folder and its report).
 
-use super::meta_cmd::{load_frame, write_outputs, StatsArgs};
+use super::meta_cmd::{StatsArgs, load_frame, write_outputs};
 use anyhow::Context;
 use clap::Args;
-use hyoka::bertscore::run::{default_batch_tokens, Against, BertScoreRun, BERT_SCORE_BATCH};
+use hyoka::bertscore::run::{Against, BERT_SCORE_BATCH, BertScoreRun, default_batch_tokens};
 use hyoka::bertscore::{BertScorer, Depth};
-use hyoka::data::select::{sample_dialogues, Shard};
-use hyoka::data::{self, dbdc3, Item};
+use hyoka::data::select::{Shard, sample_dialogues};
+use hyoka::data::{self, Item, dbdc3};
 use hyoka::judge::json::Decoding;
 use hyoka::judge::run::Judge;
 use hyoka::meta::Summary;
@@ -19,8 +19,12 @@ use std::process::ExitCode;
 
 /// The default judge and encoder: small models a CPU runs, fetched from the Hub, or — where the
 /// Hub is unreachable — the copies the package registries carry (scripts/fetch_test_models.py).
-const DEFAULT_JUDGE: (&str, &str) = ("Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
-const DEFAULT_ENCODER: (&str, &str) = ("sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2");
+const DEFAULT_JUDGE: (&str, &str) = (
+    "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+);
+const DEFAULT_ENCODER: (&str, &str) =
+    ("sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2");
 /// MiniLM-L6 is not in bert_score's layer table; its last layer is what sentence-transformers uses.
 const DEFAULT_ENCODER_LAYER: usize = 6;
 
@@ -29,7 +33,8 @@ const JUDGE: &str = "judge.jsonl";
 const BERTSCORE: &str = "bertscore.jsonl";
 
 #[derive(Args, Debug)]
-#[command(long_about = "Evaluate end to end into one folder: the items, the judge's scores \
+#[command(
+    long_about = "Evaluate end to end into one folder: the items, the judge's scores \
 (judge.jsonl), BERTScore (bertscore.jsonl), every item's scores with the paper's combination \
 c + w (b − mean b) (scores.jsonl), the meta-evaluation against the items' human ratings \
 (summary.md in the paper's layout, summary.json) and report.html (distributions, scatter plots \
@@ -40,10 +45,16 @@ reached, from the registry-packaged copies that `python3 scripts/fetch_test_mode
 ~/.cache/hyoka/test-models.\n\n\
 A killed run restarted with the same arguments continues where it stopped. --shard K/N (or a \
 SLURM array job) scores whole dialogues 1 in N into OUT/shard-K-of-N; `hyoka merge` joins the \
-shards' folders and writes the report.")]
+shards' folders and writes the report."
+)]
 pub struct EvalArgs {
     /// Items JSONL (see `hyoka validate --help`).
-    #[arg(long, short, required_unless_present = "import", conflicts_with = "import")]
+    #[arg(
+        long,
+        short,
+        required_unless_present = "import",
+        conflicts_with = "import"
+    )]
     pub input: Option<PathBuf>,
     /// Import a dataset instead of reading items: `--import dbdc3 DIR`.
     #[arg(long, num_args = 2, value_names = ["FORMAT", "DIR"])]
@@ -96,7 +107,9 @@ fn read_or_import(args: &EvalArgs) -> anyhow::Result<Vec<Item>> {
             read.items
         }
         (None, Some(spec)) => match spec.as_slice() {
-            [format, dir] if format == "dbdc3" => dbdc3::import_dir(Path::new(dir), &dbdc3::Dbdc3Options::default())?,
+            [format, dir] if format == "dbdc3" => {
+                dbdc3::import_dir(Path::new(dir), &dbdc3::Dbdc3Options::default())?
+            }
             [format, _] => anyhow::bail!("--import {format}: unknown format (known: dbdc3)"),
             _ => anyhow::bail!("--import takes FORMAT DIR"),
         },
@@ -118,7 +131,10 @@ fn registry_copy(file: &str) -> Option<PathBuf> {
 }
 
 /// Load a default model from the Hub, falling back on its registry copy.
-fn with_fallback<T>(default: (&str, &str), load: impl Fn(&str) -> anyhow::Result<T>) -> anyhow::Result<T> {
+fn with_fallback<T>(
+    default: (&str, &str),
+    load: impl Fn(&str) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     eprintln!("loading {} ...", default.0);
     match load(default.0) {
         Ok(m) => Ok(m),
@@ -144,29 +160,65 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     }
     anyhow::ensure!(!items.is_empty(), "no items to evaluate");
     let dir = match shard {
-        Some(s) => args.output.join(format!("shard-{}-of-{}", s.index, s.count)),
+        Some(s) => args
+            .output
+            .join(format!("shard-{}-of-{}", s.index, s.count)),
         None => args.output.clone(),
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     data::write_items(&dir.join(ITEMS), &items)?;
-    eprintln!("{} items{} → {}", items.len(), shard.map(|s| format!(" (shard {s})")).unwrap_or_default(), dir.display());
+    eprintln!(
+        "{} items{} → {}",
+        items.len(),
+        shard.map(|s| format!(" (shard {s})")).unwrap_or_default(),
+        dir.display()
+    );
 
     // The judge.
     let (device, dtype) = args.runtime.device_and_dtype()?;
-    let load_judge = |name: &str| LoadedModel::load(name, args.runtime.tokenizer.as_deref(), dtype, &device, None).with_context(|| format!("loading model {name}"));
+    let load_judge = |name: &str| {
+        LoadedModel::load(
+            name,
+            args.runtime.tokenizer.as_deref(),
+            dtype,
+            &device,
+            None,
+        )
+        .with_context(|| format!("loading model {name}"))
+    };
     let models = if args.model.is_empty() {
         vec![with_fallback(DEFAULT_JUDGE, load_judge)?]
     } else {
-        args.model.iter().map(|m| {
-            eprintln!("loading {m} ...");
-            load_judge(m)
-        }).collect::<anyhow::Result<Vec<_>>>()?
+        args.model
+            .iter()
+            .map(|m| {
+                eprintln!("loading {m} ...");
+                load_judge(m)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?
     };
-    let judge = Judge { models: &models, rubric: &rubric, rubric_source: &source };
-    let opts = args.batching.run_options(args.overwrite, None, Decoding { temperature: 0.0, seed: 0 });
-    let (summary, secs) = super::with_progress("judging", |p| judge.run(&items, &dir.join(JUDGE), &opts, p));
+    let judge = Judge {
+        models: &models,
+        rubric: &rubric,
+        rubric_source: &source,
+    };
+    let opts = args.batching.run_options(
+        args.overwrite,
+        None,
+        Decoding {
+            temperature: 0.0,
+            seed: 0,
+        },
+    );
+    let (summary, secs) =
+        super::with_progress("judging", |p| judge.run(&items, &dir.join(JUDGE), &opts, p));
     let summary = summary?;
-    eprintln!("judge: scored {} items in {secs:.1}s; {} already done; {} failed", summary.scored, summary.skipped_finished, summary.failed.len());
+    eprintln!(
+        "judge: scored {} items in {secs:.1}s; {} already done; {} failed",
+        summary.scored,
+        summary.skipped_finished,
+        summary.failed.len()
+    );
     let mut failed = summary.failed;
     drop(models);
 
@@ -174,15 +226,26 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let mut results = vec![dir.join(JUDGE)];
     if !args.no_bertscore {
         let encoder_dtype = hyoka::model::device::parse_dtype(Some("f32"), &device)?;
-        let load_encoder = |name: &str, layer: Option<usize>| BertScorer::load(name, Depth::Layer(layer), encoder_dtype, &device).with_context(|| format!("loading encoder {name}"));
+        let load_encoder = |name: &str, layer: Option<usize>| {
+            BertScorer::load(name, Depth::Layer(layer), encoder_dtype, &device)
+                .with_context(|| format!("loading encoder {name}"))
+        };
         let loaded = match &args.bertscore_model {
             Some(name) => {
                 eprintln!("loading {name} ...");
                 load_encoder(name, args.layer)?
             }
-            None => with_fallback(DEFAULT_ENCODER, |n| load_encoder(n, Some(args.layer.unwrap_or(DEFAULT_ENCODER_LAYER))))?,
+            None => with_fallback(DEFAULT_ENCODER, |n| {
+                load_encoder(n, Some(args.layer.unwrap_or(DEFAULT_ENCODER_LAYER)))
+            })?,
         };
-        let against = args.against.unwrap_or(if items.iter().all(|i| !i.reference.is_empty()) { Against::Reference } else { Against::LastTurn });
+        let against = args
+            .against
+            .unwrap_or(if items.iter().all(|i| !i.reference.is_empty()) {
+                Against::Reference
+            } else {
+                Against::LastTurn
+            });
         let job = BertScoreRun {
             scorer: &loaded.scorer,
             model: loaded.model.clone(),
@@ -193,18 +256,35 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             batch_tokens: default_batch_tokens(loaded.scorer.encoder.device()),
             emulate_batch: Some(BERT_SCORE_BATCH),
         };
-        let (summary, secs) = super::with_progress("bertscore", |p| job.run(&items, &dir.join(BERTSCORE), args.overwrite, p));
+        let (summary, secs) = super::with_progress("bertscore", |p| {
+            job.run(&items, &dir.join(BERTSCORE), args.overwrite, p)
+        });
         let summary = summary?;
-        eprintln!("bertscore: scored {} items in {secs:.1}s (layer {}); {} already done; {} failed", summary.scored, loaded.layer, summary.skipped_finished, summary.failed.len());
+        eprintln!(
+            "bertscore: scored {} items in {secs:.1}s (layer {}); {} already done; {} failed",
+            summary.scored,
+            loaded.layer,
+            summary.skipped_finished,
+            summary.failed.len()
+        );
         failed.extend(summary.failed);
         if !summary.unpaired.is_empty() {
             // Opening utterances have no previous turn: no BERTScore, by definition, not a failure.
-            eprintln!("bertscore: {} items have nothing to compare with (e.g. {})", summary.unpaired.len(), summary.unpaired[0]);
+            eprintln!(
+                "bertscore: {} items have nothing to compare with (e.g. {})",
+                summary.unpaired.len(),
+                summary.unpaired[0]
+            );
         }
         results.push(dir.join(BERTSCORE));
     }
     match shard {
-        Some(s) => eprintln!("shard {s} done; join the shards with `hyoka merge {}/shard-*-of-{} -o {}`", args.output.display(), s.count, args.output.display()),
+        Some(s) => eprintln!(
+            "shard {s} done; join the shards with `hyoka merge {}/shard-*-of-{} -o {}`",
+            args.output.display(),
+            s.count,
+            args.output.display()
+        ),
         None => report(&dir, &results, &args.stats)?,
     }
     Ok(super::finish(&failed, 0))
@@ -219,15 +299,30 @@ fn report(dir: &Path, results: &[PathBuf], stats: &StatsArgs) -> anyhow::Result<
         return write_lines(&dir.join("scores.jsonl"), &lines);
     }
     let summary = Summary::compute(&mut frame, &stats.options())?;
-    write_lines(&dir.join("scores.jsonl"), &hyoka::report::score_lines(&frame))?;
-    write_outputs(&summary, Some(&dir.join("summary.json")), Some(&dir.join("summary.md")))?;
+    write_lines(
+        &dir.join("scores.jsonl"),
+        &hyoka::report::score_lines(&frame),
+    )?;
+    write_outputs(
+        &summary,
+        Some(&dir.join("summary.json")),
+        Some(&dir.join("summary.md")),
+    )?;
     let html = dir.join("report.html");
-    std::fs::write(&html, hyoka::report::html(&summary, &frame)).with_context(|| format!("{}", html.display()))?;
+    std::fs::write(&html, hyoka::report::html(&summary, &frame))
+        .with_context(|| format!("{}", html.display()))?;
     // The paper's table on stdout, at item level.
     if let Some(table) = summary.level_table(hyoka::meta::Level::Item) {
-        println!("### {}\n\n{}", hyoka::meta::Level::Item.title(), table.trim_end());
+        println!(
+            "### {}\n\n{}",
+            hyoka::meta::Level::Item.title(),
+            table.trim_end()
+        );
     }
-    eprintln!("wrote scores.jsonl, summary.md, summary.json and report.html to {}", dir.display());
+    eprintln!(
+        "wrote scores.jsonl, summary.md, summary.json and report.html to {}",
+        dir.display()
+    );
     Ok(())
 }
 
@@ -238,10 +333,12 @@ fn write_lines(path: &Path, lines: &[String]) -> anyhow::Result<()> {
 }
 
 #[derive(Args, Debug)]
-#[command(long_about = "Join the folders of `hyoka eval --shard K/N` runs into one folder and write \
+#[command(
+    long_about = "Join the folders of `hyoka eval --shard K/N` runs into one folder and write \
 its report. Items must not repeat across shards, and every results line must come from the same \
 run (model, rubric, dtype, settings, hyoka version) as the first shard's; otherwise nothing is \
-written (exit 3).")]
+written (exit 3)."
+)]
 pub struct MergeArgs {
     /// Shard folders (OUT/shard-K-of-N).
     #[arg(required = true)]
@@ -262,18 +359,35 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
     let mut results = Vec::new();
     let mut merged: Vec<(&str, Vec<String>)> = Vec::new();
     for name in [JUDGE, BERTSCORE] {
-        let present: Vec<&PathBuf> = args.shards.iter().filter(|d| d.join(name).exists()).collect();
+        let present: Vec<&PathBuf> = args
+            .shards
+            .iter()
+            .filter(|d| d.join(name).exists())
+            .collect();
         if present.is_empty() {
             continue;
         }
-        anyhow::ensure!(present.len() == args.shards.len(), "{name} is in some shard folders but not in all");
+        anyhow::ensure!(
+            present.len() == args.shards.len(),
+            "{name} is in some shard folders but not in all"
+        );
         let mut first: Option<Provenance> = None;
         let mut lines = Vec::new();
         for dir in present {
             let path = dir.join(name);
-            let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
-            for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-                let head = LineHead::parse(line).map_err(|e| hyoka::results::ResultsError::Corrupt { path: path.clone(), line: i + 1, message: e.to_string() })?;
+            let text =
+                std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+            for (i, line) in text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+            {
+                let head =
+                    LineHead::parse(line).map_err(|e| hyoka::results::ResultsError::Corrupt {
+                        path: path.clone(),
+                        line: i + 1,
+                        message: e.to_string(),
+                    })?;
                 match &first {
                     None => first = Some(head.provenance),
                     Some(p) => p.ensure_same(&head.provenance, &path, i + 1)?,
@@ -283,7 +397,8 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
         }
         merged.push((name, lines));
     }
-    std::fs::create_dir_all(&args.output).with_context(|| format!("creating {}", args.output.display()))?;
+    std::fs::create_dir_all(&args.output)
+        .with_context(|| format!("creating {}", args.output.display()))?;
     let items_path = args.output.join(ITEMS);
     data::write_items(&items_path, &items)?;
     data::read_items(&items_path, false).context("the shards' items do not merge")?;
@@ -291,7 +406,12 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
         write_lines(&args.output.join(name), &lines)?;
         results.push(args.output.join(name));
     }
-    eprintln!("merged {} shards: {} items → {}", args.shards.len(), items.len(), args.output.display());
+    eprintln!(
+        "merged {} shards: {} items → {}",
+        args.shards.len(),
+        items.len(),
+        args.output.display()
+    );
     report(&args.output, &results, &args.stats)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
-#[command(long_about = "Score items with LLM judges, one integer per rubric aspect.\n\n\
+#[command(
+    long_about = "Score items with LLM judges, one integer per rubric aspect.\n\n\
 Nothing is generated or parsed: for each aspect the judge model's next-token distribution after \
 the aspect's answer prefix is restricted to the aspect's valid scores, so every item gets a valid \
 score. Each line of the output holds, per aspect: score (most probable), expected (expected \
@@ -23,7 +24,8 @@ order. A grammar allows nothing else, so the object always parses and matches th
 integers are read as above (distribution, expected) and the line also holds \"reason\" and \
 \"answer\" (the object as written). The reason is greedy unless --temperature is given.\n\n\
 All aspects of an item share one prefill, and the rubric header shared by all items is computed \
-once. A killed run restarted with the same arguments continues after the last finished item.")]
+once. A killed run restarted with the same arguments continues after the last finished item."
+)]
 pub struct JudgeArgs {
     /// Built-in rubric name (see `hyoka rubrics list`) or rubric file.
     #[arg(long)]
@@ -77,8 +79,19 @@ pub struct BatchArgs {
 }
 
 impl BatchArgs {
-    pub fn run_options(&self, overwrite: bool, greedy_baseline: Option<usize>, decoding: Decoding) -> RunOptions {
-        RunOptions { batch_tokens: self.batch_tokens, max_prompt_tokens: self.max_prompt_tokens, overwrite, greedy_baseline, decoding }
+    pub fn run_options(
+        &self,
+        overwrite: bool,
+        greedy_baseline: Option<usize>,
+        decoding: Decoding,
+    ) -> RunOptions {
+        RunOptions {
+            batch_tokens: self.batch_tokens,
+            max_prompt_tokens: self.max_prompt_tokens,
+            overwrite,
+            greedy_baseline,
+            decoding,
+        }
     }
 }
 
@@ -93,11 +106,33 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
     for (i, name) in args.model.iter().enumerate() {
         eprintln!("loading {name} ...");
         let expect = if i == 0 { args.sha256.as_deref() } else { None };
-        models.push(LoadedModel::load(name, args.runtime.tokenizer.as_deref(), dtype, &device, expect).with_context(|| format!("loading model {name}"))?);
+        models.push(
+            LoadedModel::load(
+                name,
+                args.runtime.tokenizer.as_deref(),
+                dtype,
+                &device,
+                expect,
+            )
+            .with_context(|| format!("loading model {name}"))?,
+        );
     }
-    let judge = Judge { models: &models, rubric: &rubric, rubric_source: &source };
-    let opts = args.batching.run_options(args.overwrite, args.greedy_baseline, Decoding { temperature: args.temperature, seed: args.seed });
-    let (summary, secs) = super::with_progress("judging", |progress| judge.run(&read.items, &args.output, &opts, progress));
+    let judge = Judge {
+        models: &models,
+        rubric: &rubric,
+        rubric_source: &source,
+    };
+    let opts = args.batching.run_options(
+        args.overwrite,
+        args.greedy_baseline,
+        Decoding {
+            temperature: args.temperature,
+            seed: args.seed,
+        },
+    );
+    let (summary, secs) = super::with_progress("judging", |progress| {
+        judge.run(&read.items, &args.output, &opts, progress)
+    });
     let summary = summary?;
     eprintln!(
         "scored {} items in {secs:.1}s ({:.2} items/s); {} already in {}; {} failed; {} truncated to fit",

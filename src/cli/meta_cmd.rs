@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
-#[command(long_about = "Meta-evaluation: how well score columns agree with the items' human ratings.\n\n\
+#[command(
+    long_about = "Meta-evaluation: how well score columns agree with the items' human ratings.\n\n\
 Columns come from `hyoka judge` outputs (each aspect's argmax score and expected score) and \
 `hyoka bertscore` outputs (P, R, F); with both, the paper's combination c + w (b − mean b) is \
 added for every judge column. A judge aspect is compared with the human aspect of the same key \
@@ -19,7 +20,8 @@ per `system`) and within dialogue (per `dialogue`, averaged). Also: each human a
 spread and rater agreement (each rater against the mean of the others, by rater id when items \
 carry `raters`, by position otherwise), and the aspect-by-aspect Spearman matrix.\n\n\
 Undefined correlations (constant columns, fewer than 3 pairs) are shown as — and written as \
-null, never as 0. Prints Markdown; --json writes everything.")]
+null, never as 0. Prints Markdown; --json writes everything."
+)]
 pub struct MetaArgs {
     /// Items JSONL with `human` ratings (and `system` / `dialogue` for those levels).
     #[arg(long, short)]
@@ -80,7 +82,11 @@ impl StatsArgs {
             w: (!self.no_combine).then_some(self.w),
             combine_with: self.combine_with.clone(),
             fit_w: self.fit_w,
-            bootstrap: Bootstrap { resamples: self.bootstrap, seed: self.seed, confidence: self.confidence },
+            bootstrap: Bootstrap {
+                resamples: self.bootstrap,
+                seed: self.seed,
+                confidence: self.confidence,
+            },
         }
     }
 }
@@ -105,13 +111,25 @@ fn results_task(path: &Path) -> anyhow::Result<String> {
 pub fn load_frame(items: &Path, scores: &[PathBuf]) -> anyhow::Result<Frame> {
     let read = data::read_items(items, false)?;
     let mut frame = Frame::new(read.items);
-    let tasks: Vec<String> = scores.iter().map(|p| results_task(p)).collect::<anyhow::Result<_>>()?;
+    let tasks: Vec<String> = scores
+        .iter()
+        .map(|p| results_task(p))
+        .collect::<anyhow::Result<_>>()?;
     for (path, task) in scores.iter().zip(&tasks) {
         let several = tasks.iter().filter(|t| *t == task).count() > 1;
-        let name = several.then(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+        let name = several.then(|| {
+            path.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
         let matched = frame.add_results(path, name.as_deref())?;
         if matched < frame.items.len() {
-            eprintln!("{}: {} of {} items have a line", path.display(), matched, frame.items.len());
+            eprintln!(
+                "{}: {} of {} items have a line",
+                path.display(),
+                matched,
+                frame.items.len()
+            );
         }
     }
     Ok(frame)
@@ -122,12 +140,17 @@ pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
     let summary = Summary::compute(&mut frame, &args.stats.options())?;
     write_outputs(&summary, args.json.as_deref(), args.markdown.as_deref())?;
     if let Some(p) = &args.html {
-        std::fs::write(p, hyoka::report::html(&summary, &frame)).with_context(|| format!("{}", p.display()))?;
+        std::fs::write(p, hyoka::report::html(&summary, &frame))
+            .with_context(|| format!("{}", p.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn write_outputs(summary: &Summary, json: Option<&Path>, markdown: Option<&Path>) -> anyhow::Result<()> {
+pub fn write_outputs(
+    summary: &Summary,
+    json: Option<&Path>,
+    markdown: Option<&Path>,
+) -> anyhow::Result<()> {
     let md = summary.markdown();
     match markdown {
         Some(p) => std::fs::write(p, &md).with_context(|| format!("{}", p.display()))?,

@@ -49,11 +49,17 @@ pub enum Command {
     Rubrics(rubrics_cmd::Rubrics),
     #[command(about = "Score items with LLM judges: valid integer scores and their distributions")]
     Judge(judge_cmd::JudgeArgs),
-    #[command(about = "BERTScore of responses against references or the last context turn (bert_score 0.3.13)")]
+    #[command(
+        about = "BERTScore of responses against references or the last context turn (bert_score 0.3.13)"
+    )]
     Bertscore(bertscore_cmd::BertScoreArgs),
-    #[command(about = "Correlations of judge / BERTScore / combined scores with human ratings (the paper's tables)")]
+    #[command(
+        about = "Correlations of judge / BERTScore / combined scores with human ratings (the paper's tables)"
+    )]
     Meta(meta_cmd::MetaArgs),
-    #[command(about = "Evaluate end to end: judge + BERTScore + meta-evaluation + report in one folder")]
+    #[command(
+        about = "Evaluate end to end: judge + BERTScore + meta-evaluation + report in one folder"
+    )]
     Eval(eval_cmd::EvalArgs),
     #[command(about = "Join `hyoka eval --shard` folders and write their report")]
     Merge(eval_cmd::MergeArgs),
@@ -105,15 +111,20 @@ pub fn progress_bar(what: &str) -> indicatif::ProgressBar {
     }
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} items ({per_sec}, eta {eta})")
-            .expect("the template is valid"),
+        indicatif::ProgressStyle::with_template(
+            "{msg} {bar:40} {pos}/{len} items ({per_sec}, eta {eta})",
+        )
+        .expect("the template is valid"),
     );
     bar.set_message(what.to_string());
     bar
 }
 
 /// Run `work` with a progress bar over its (done, total) items; its result and its seconds.
-pub fn with_progress<T>(what: &str, work: impl FnOnce(&mut dyn FnMut(usize, usize)) -> T) -> (T, f64) {
+pub fn with_progress<T>(
+    what: &str,
+    work: impl FnOnce(&mut dyn FnMut(usize, usize)) -> T,
+) -> (T, f64) {
     let bar = progress_bar(what);
     let started = std::time::Instant::now();
     let out = work(&mut |done, total| {
@@ -140,7 +151,11 @@ pub fn finish(failed: &[String], skipped_input: usize) -> std::process::ExitCode
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {
         if let Some(e) = cause.downcast_ref::<DataError>() {
-            return if matches!(e, DataError::Io { .. }) { EXIT_FAILURE } else { EXIT_INVALID_INPUT };
+            return if matches!(e, DataError::Io { .. }) {
+                EXIT_FAILURE
+            } else {
+                EXIT_INVALID_INPUT
+            };
         }
         // `#[error(transparent)]` wrappers hide the inner error from the chain: look inside.
         let results = cause
@@ -149,22 +164,34 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
                 Some(hyoka::judge::run::RunError::Results(e)) => Some(e),
                 _ => None,
             })
-            .or(match cause.downcast_ref::<hyoka::bertscore::run::RunError>() {
-                Some(hyoka::bertscore::run::RunError::Results(e)) => Some(e),
-                _ => None,
-            });
-        if let Some(hyoka::results::ResultsError::Mismatch { .. } | hyoka::results::ResultsError::Incompatible { .. }) = results {
+            .or(
+                match cause.downcast_ref::<hyoka::bertscore::run::RunError>() {
+                    Some(hyoka::bertscore::run::RunError::Results(e)) => Some(e),
+                    _ => None,
+                },
+            );
+        if let Some(
+            hyoka::results::ResultsError::Mismatch { .. }
+            | hyoka::results::ResultsError::Incompatible { .. },
+        ) = results
+        {
             return EXIT_INVALID_INPUT;
         }
         if let Some(e) = cause.downcast_ref::<hyoka::meta::MetaError>() {
             return match e {
                 hyoka::meta::MetaError::Io { .. } => EXIT_FAILURE,
-                hyoka::meta::MetaError::Data(d) if matches!(d, DataError::Io { .. }) => EXIT_FAILURE,
+                hyoka::meta::MetaError::Data(d) if matches!(d, DataError::Io { .. }) => {
+                    EXIT_FAILURE
+                }
                 _ => EXIT_INVALID_INPUT,
             };
         }
         if let Some(e) = cause.downcast_ref::<RubricError>() {
-            return if matches!(e, RubricError::Io { .. }) { EXIT_FAILURE } else { EXIT_INVALID_INPUT };
+            return if matches!(e, RubricError::Io { .. }) {
+                EXIT_FAILURE
+            } else {
+                EXIT_INVALID_INPUT
+            };
         }
     }
     EXIT_FAILURE

@@ -1,10 +1,10 @@
 //! `hyoka rubrics list|show`.
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use clap::Subcommand;
 use hyoka::data;
-use hyoka::prompt::{sample_item, ChatTemplate, PromptBuilder};
-use hyoka::rubric::{OutputMode, Rubric, BUILTIN};
+use hyoka::prompt::{ChatTemplate, PromptBuilder, sample_item};
+use hyoka::rubric::{BUILTIN, OutputMode, Rubric};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -42,15 +42,28 @@ pub fn run(cmd: Rubrics) -> anyhow::Result<ExitCode> {
         Rubrics::List => {
             for (name, _) in BUILTIN {
                 let (r, _) = Rubric::resolve(name)?;
-                let aspects: Vec<String> =
-                    r.aspects.iter().map(|a| format!("{} {}..{}", a.name, a.min, a.max)).collect();
+                let aspects: Vec<String> = r
+                    .aspects
+                    .iter()
+                    .map(|a| format!("{} {}..{}", a.name, a.min, a.max))
+                    .collect();
                 println!("{name}");
                 println!("  {}", r.description);
-                println!("  output: {}, aspects: {}", mode(r.output), aspects.join(", "));
+                println!(
+                    "  output: {}, aspects: {}",
+                    mode(r.output),
+                    aspects.join(", ")
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
-        Rubrics::Show { rubric, item, chat_template, aspect, toml } => {
+        Rubrics::Show {
+            rubric,
+            item,
+            chat_template,
+            aspect,
+            toml,
+        } => {
             let (r, source) = Rubric::resolve(&rubric)?;
             if toml {
                 print!("{}", ::toml::to_string(&r).context("rubric as TOML")?);
@@ -63,13 +76,24 @@ pub fn run(cmd: Rubrics) -> anyhow::Result<ExitCode> {
                 }
                 None => sample_item(),
             };
-            let builder = PromptBuilder::new(&r).map_err(|(f, m)| anyhow::anyhow!("{source}: {f}: {m}"))?;
+            let builder =
+                PromptBuilder::new(&r).map_err(|(f, m)| anyhow::anyhow!("{source}: {f}: {m}"))?;
             let prompt = builder.render(&item)?;
-            let template = chat_template.as_deref().map(ChatTemplate::load).transpose()?;
+            let template = chat_template
+                .as_deref()
+                .map(ChatTemplate::load)
+                .transpose()?;
             if let Some(key) = aspect {
                 let Some(pos) = r.aspects.iter().position(|a| a.key == key) else {
-                    bail!("rubric {} has no aspect {key:?} (aspects: {})", r.name,
-                        r.aspects.iter().map(|a| a.key.as_str()).collect::<Vec<_>>().join(", "));
+                    bail!(
+                        "rubric {} has no aspect {key:?} (aspects: {})",
+                        r.name,
+                        r.aspects
+                            .iter()
+                            .map(|a| a.key.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
                 };
                 let answer = &prompt.answers[pos.min(prompt.answers.len() - 1)];
                 match &template {
@@ -84,10 +108,16 @@ pub fn run(cmd: Rubrics) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             print_rubric(&r, &source);
-            println!("\n=== prompt for item {} ({} context turn(s) left out) ===", item.id, prompt.dropped_turns);
+            println!(
+                "\n=== prompt for item {} ({} context turn(s) left out) ===",
+                item.id, prompt.dropped_turns
+            );
             match &template {
                 Some(t) => {
-                    println!("--- shared by all aspects (chat template: {}) ---", t.origin);
+                    println!(
+                        "--- shared by all aspects (chat template: {}) ---",
+                        t.origin
+                    );
                     print!("{}", t.render(&prompt.messages, true)?);
                     println!("\n--- end of shared text ---");
                 }
@@ -101,10 +131,16 @@ pub fn run(cmd: Rubrics) -> anyhow::Result<ExitCode> {
             match r.output {
                 OutputMode::Score => {
                     for (a, answer) in r.aspects.iter().zip(&prompt.answers) {
-                        println!("answer prefix for {} ({}..{}): {answer:?}", a.key, a.min, a.max);
+                        println!(
+                            "answer prefix for {} ({}..{}): {answer:?}",
+                            a.key, a.min, a.max
+                        );
                     }
                 }
-                OutputMode::Json => println!("answer prefix, then the JSON object: {:?}", prompt.answers[0]),
+                OutputMode::Json => println!(
+                    "answer prefix, then the JSON object: {:?}",
+                    prompt.answers[0]
+                ),
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -120,7 +156,9 @@ fn mode(m: OutputMode) -> &'static str {
 
 fn parse_file_line(spec: &str) -> anyhow::Result<(PathBuf, usize)> {
     let (file, line) = spec.rsplit_once(':').context("--item takes FILE:LINE")?;
-    let line: usize = line.parse().with_context(|| format!("--item {spec}: LINE must be a positive number"))?;
+    let line: usize = line
+        .parse()
+        .with_context(|| format!("--item {spec}: LINE must be a positive number"))?;
     if line == 0 {
         bail!("--item {spec}: lines are numbered from 1");
     }
@@ -135,13 +173,20 @@ fn print_rubric(r: &Rubric, source: &str) {
         println!("  context: the {n} most recent turns");
     }
     if let Some(j) = &r.json {
-        println!("  json: reason key {:?} (at most {} tokens), then one integer per aspect", j.reason_key, j.reason_max_tokens);
+        println!(
+            "  json: reason key {:?} (at most {} tokens), then one integer per aspect",
+            j.reason_key, j.reason_max_tokens
+        );
     }
     for a in &r.aspects {
         println!("\n  [{}] {} ({}..{})", a.key, a.name, a.min, a.max);
         println!("    {}", a.definition.replace('\n', "\n    "));
         for l in &a.levels {
-            let label = l.label.as_deref().map(|s| format!(" ({s})")).unwrap_or_default();
+            let label = l
+                .label
+                .as_deref()
+                .map(|s| format!(" ({s})"))
+                .unwrap_or_default();
             println!("    {}{label}: {}", l.score, l.description);
         }
         if !a.human.is_empty() {

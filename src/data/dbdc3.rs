@@ -7,8 +7,8 @@
 //! - `human.ungrammatical`: the `ungrammatical-sentence` label, X (ungrammatical) = 1, O = 0
 //! - `raters`: the annotator ids, in the file's order.
 
-use super::item::{HumanRating, Item, Turn};
 use super::DataError;
+use super::item::{HumanRating, Item, Turn};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -52,14 +52,19 @@ fn collect_logs(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DataError> {
 }
 
 /// Import one dialogue file. The system name is the folder holding it (DCM, DIT, IRS).
-pub fn import_file(root: &Path, file: &Path, options: &Dbdc3Options) -> Result<Vec<Item>, DataError> {
+pub fn import_file(
+    root: &Path,
+    file: &Path,
+    options: &Dbdc3Options,
+) -> Result<Vec<Item>, DataError> {
     let fail = |field: &str, message: String| DataError::Field {
         file: file.to_path_buf(),
         field: field.to_string(),
         message,
     };
     let text = std::fs::read_to_string(file).map_err(|e| DataError::io(file, e))?;
-    let doc: Value = serde_json::from_str(&text).map_err(|e| fail("", format!("not valid JSON: {e}")))?;
+    let doc: Value =
+        serde_json::from_str(&text).map_err(|e| fail("", format!("not valid JSON: {e}")))?;
     let dialogue_id = match doc.get("dialogue-id") {
         Some(Value::String(s)) => s.clone(),
         _ => return Err(fail("dialogue-id", "missing or not a string".into())),
@@ -86,11 +91,19 @@ pub fn import_file(root: &Path, file: &Path, options: &Dbdc3Options) -> Result<V
             Some(Value::Number(n)) => n.to_string(),
             _ => return Err(fail(&field("turn-index"), "missing or not a number".into())),
         };
-        let this = Turn { speaker: speaker.clone(), text: utterance };
+        let this = Turn {
+            speaker: speaker.clone(),
+            text: utterance,
+        };
         if speaker == "S" {
             let (human, raters) = annotations(turn, &|name, msg| fail(&field(name), msg))?;
-            let start = options.max_context.map_or(0, |n| history.len().saturating_sub(n));
-            let id_prefix = system.as_deref().map(|s| format!("{s}/")).unwrap_or_default();
+            let start = options
+                .max_context
+                .map_or(0, |n| history.len().saturating_sub(n));
+            let id_prefix = system
+                .as_deref()
+                .map(|s| format!("{s}/"))
+                .unwrap_or_default();
             items.push(Item {
                 id: format!("{id_prefix}{dialogue_id}/{index}"),
                 context: history[start..].to_vec(),
@@ -111,12 +124,18 @@ pub fn import_file(root: &Path, file: &Path, options: &Dbdc3Options) -> Result<V
 
 type Annotations = (BTreeMap<String, HumanRating>, Vec<String>);
 
-fn annotations(turn: &Value, fail: &dyn Fn(&str, String) -> DataError) -> Result<Annotations, DataError> {
+fn annotations(
+    turn: &Value,
+    fail: &dyn Fn(&str, String) -> DataError,
+) -> Result<Annotations, DataError> {
     let Some(Value::Array(list)) = turn.get("annotations") else {
         return Err(fail("annotations", "missing or not a list".into()));
     };
     if list.is_empty() {
-        return Err(fail("annotations", "a system utterance without annotations".into()));
+        return Err(fail(
+            "annotations",
+            "a system utterance without annotations".into(),
+        ));
     }
     let mut breakdown = Vec::with_capacity(list.len());
     let mut ungrammatical = Vec::with_capacity(list.len());
@@ -124,23 +143,39 @@ fn annotations(turn: &Value, fail: &dyn Fn(&str, String) -> DataError) -> Result
     for (j, a) in list.iter().enumerate() {
         let label = |name: &str| match a.get(name) {
             Some(Value::String(s)) => Ok(s.as_str()),
-            _ => Err(fail(&format!("annotations[{j}].{name}"), "missing or not a string".into())),
+            _ => Err(fail(
+                &format!("annotations[{j}].{name}"),
+                "missing or not a string".into(),
+            )),
         };
         breakdown.push(match label("breakdown")? {
             "O" => 1.0,
             "T" => 0.5,
             "X" => 0.0,
-            other => return Err(fail(&format!("annotations[{j}].breakdown"), format!("expected O, T or X, found {other:?}"))),
+            other => {
+                return Err(fail(
+                    &format!("annotations[{j}].breakdown"),
+                    format!("expected O, T or X, found {other:?}"),
+                ));
+            }
         });
         ungrammatical.push(match label("ungrammatical-sentence")? {
             "O" => 0.0,
             "X" => 1.0,
-            other => return Err(fail(&format!("annotations[{j}].ungrammatical-sentence"), format!("expected O or X, found {other:?}"))),
+            other => {
+                return Err(fail(
+                    &format!("annotations[{j}].ungrammatical-sentence"),
+                    format!("expected O or X, found {other:?}"),
+                ));
+            }
         });
         raters.push(label("annotator-id")?.to_string());
     }
     let mut human = BTreeMap::new();
     human.insert("breakdown".to_string(), HumanRating::PerRater(breakdown));
-    human.insert("ungrammatical".to_string(), HumanRating::PerRater(ungrammatical));
+    human.insert(
+        "ungrammatical".to_string(),
+        HumanRating::PerRater(ungrammatical),
+    );
     Ok((human, raters))
 }

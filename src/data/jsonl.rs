@@ -5,8 +5,8 @@
 //! dropped silently: either the whole read fails on the first bad line, or (with
 //! `skip_invalid`) every skipped line is returned with its reason.
 
-use super::item::{HumanRating, Item, Turn};
 use super::DataError;
+use super::item::{HumanRating, Item, Turn};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
@@ -22,7 +22,15 @@ pub struct ReadItems {
 }
 
 const FIELDS: &[&str] = &[
-    "id", "context", "response", "reference", "setting", "system", "dialogue", "human", "raters",
+    "id",
+    "context",
+    "response",
+    "reference",
+    "setting",
+    "system",
+    "dialogue",
+    "human",
+    "raters",
     "meta",
 ];
 
@@ -39,7 +47,10 @@ pub fn read_items(path: &Path, skip_invalid: bool) -> Result<ReadItems, DataErro
             continue;
         }
         let parsed = parse_item(text).and_then(|item| match seen.get(&item.id) {
-            Some(first) => Err(("id".to_string(), format!("duplicate id {:?} (first on line {first})", item.id))),
+            Some(first) => Err((
+                "id".to_string(),
+                format!("duplicate id {:?} (first on line {first})", item.id),
+            )),
             None => Ok(item),
         });
         match parsed {
@@ -49,7 +60,12 @@ pub fn read_items(path: &Path, skip_invalid: bool) -> Result<ReadItems, DataErro
                 out.lines.push(lineno);
             }
             Err((field, message)) => {
-                let err = DataError::Invalid { file: path.to_path_buf(), line: lineno, field, message };
+                let err = DataError::Invalid {
+                    file: path.to_path_buf(),
+                    line: lineno,
+                    field,
+                    message,
+                };
                 if !skip_invalid {
                     return Err(err);
                 }
@@ -79,22 +95,33 @@ pub fn read_item_at(path: &Path, line: usize) -> Result<Item, DataError> {
 
 /// Parse one line; the error is (field path, message).
 pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| (String::new(), format!("not valid JSON: {e}")))?;
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| (String::new(), format!("not valid JSON: {e}")))?;
     let Value::Object(obj) = value else {
-        return Err((String::new(), format!("expected a JSON object, found {}", kind(&value))));
+        return Err((
+            String::new(),
+            format!("expected a JSON object, found {}", kind(&value)),
+        ));
     };
     if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err((
             unknown.clone(),
-            format!("unknown field (expected one of: {}; put extra data under \"meta\")", FIELDS.join(", ")),
+            format!(
+                "unknown field (expected one of: {}; put extra data under \"meta\")",
+                FIELDS.join(", ")
+            ),
         ));
     }
     let id = match obj.get("id") {
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
         Some(Value::Number(n)) => n.to_string(),
         Some(Value::String(_)) => return Err(("id".into(), "must not be empty".into())),
-        Some(v) => return Err(("id".into(), format!("expected a string or number, found {}", kind(v)))),
+        Some(v) => {
+            return Err((
+                "id".into(),
+                format!("expected a string or number, found {}", kind(v)),
+            ));
+        }
         None => return Err(("id".into(), "missing".into())),
     };
     let context = match obj.get("context") {
@@ -104,7 +131,12 @@ pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
             .enumerate()
             .map(|(i, t)| parse_turn(t, &format!("context[{i}]")))
             .collect::<Result<_, _>>()?,
-        Some(v) => return Err(("context".into(), format!("expected a list of turns, found {}", kind(v)))),
+        Some(v) => {
+            return Err((
+                "context".into(),
+                format!("expected a list of turns, found {}", kind(v)),
+            ));
+        }
     };
     let response = match obj.get("response") {
         Some(v) => parse_turn(v, "response")?,
@@ -118,16 +150,29 @@ pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
             .enumerate()
             .map(|(i, r)| match r {
                 Value::String(s) => Ok(s.clone()),
-                v => Err((format!("reference[{i}]"), format!("expected a string, found {}", kind(v)))),
+                v => Err((
+                    format!("reference[{i}]"),
+                    format!("expected a string, found {}", kind(v)),
+                )),
             })
             .collect::<Result<_, _>>()?,
         Some(Value::Array(_)) => return Err(("reference".into(), "empty list".into())),
-        Some(v) => return Err(("reference".into(), format!("expected a string or a list of strings, found {}", kind(v)))),
+        Some(v) => {
+            return Err((
+                "reference".into(),
+                format!("expected a string or a list of strings, found {}", kind(v)),
+            ));
+        }
     };
     let human = match obj.get("human") {
         None | Some(Value::Null) => BTreeMap::new(),
         Some(Value::Object(m)) => parse_human(m)?,
-        Some(v) => return Err(("human".into(), format!("expected an object of aspect ratings, found {}", kind(v)))),
+        Some(v) => {
+            return Err((
+                "human".into(),
+                format!("expected an object of aspect ratings, found {}", kind(v)),
+            ));
+        }
     };
     let raters = match obj.get("raters") {
         None | Some(Value::Null) => Vec::new(),
@@ -137,10 +182,18 @@ pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
             .map(|(i, r)| match r {
                 Value::String(s) => Ok(s.clone()),
                 Value::Number(n) => Ok(n.to_string()),
-                v => Err((format!("raters[{i}]"), format!("expected a rater id, found {}", kind(v)))),
+                v => Err((
+                    format!("raters[{i}]"),
+                    format!("expected a rater id, found {}", kind(v)),
+                )),
             })
             .collect::<Result<_, _>>()?,
-        Some(v) => return Err(("raters".into(), format!("expected a list of rater ids, found {}", kind(v)))),
+        Some(v) => {
+            return Err((
+                "raters".into(),
+                format!("expected a list of rater ids, found {}", kind(v)),
+            ));
+        }
     };
     if !raters.is_empty() {
         for (aspect, rating) in &human {
@@ -148,7 +201,11 @@ pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
                 if vs.len() != raters.len() {
                     return Err((
                         format!("human.{aspect}"),
-                        format!("{} values but {} raters listed in \"raters\"", vs.len(), raters.len()),
+                        format!(
+                            "{} values but {} raters listed in \"raters\"",
+                            vs.len(),
+                            raters.len()
+                        ),
                     ));
                 }
             }
@@ -170,17 +227,32 @@ pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
 
 fn parse_turn(v: &Value, field: &str) -> Result<Turn, (String, String)> {
     let Value::Object(m) = v else {
-        return Err((field.into(), format!("expected an object with \"speaker\" and \"text\", found {}", kind(v))));
+        return Err((
+            field.into(),
+            format!(
+                "expected an object with \"speaker\" and \"text\", found {}",
+                kind(v)
+            ),
+        ));
     };
     if let Some(unknown) = m.keys().find(|k| *k != "speaker" && *k != "text") {
-        return Err((format!("{field}.{unknown}"), "unknown field (a turn has \"speaker\" and \"text\")".into()));
+        return Err((
+            format!("{field}.{unknown}"),
+            "unknown field (a turn has \"speaker\" and \"text\")".into(),
+        ));
     }
     let get = |name: &str| match m.get(name) {
         Some(Value::String(s)) => Ok(s.clone()),
-        Some(v) => Err((format!("{field}.{name}"), format!("expected a string, found {}", kind(v)))),
+        Some(v) => Err((
+            format!("{field}.{name}"),
+            format!("expected a string, found {}", kind(v)),
+        )),
         None => Err((format!("{field}.{name}"), "missing".into())),
     };
-    Ok(Turn { speaker: get("speaker")?, text: get("text")? })
+    Ok(Turn {
+        speaker: get("speaker")?,
+        text: get("text")?,
+    })
 }
 
 fn parse_human(m: &Map<String, Value>) -> Result<BTreeMap<String, HumanRating>, (String, String)> {
@@ -194,12 +266,23 @@ fn parse_human(m: &Map<String, Value>) -> Result<BTreeMap<String, HumanRating>, 
                     .enumerate()
                     .map(|(i, x)| match x {
                         Value::Number(n) => finite(n, &format!("{field}[{i}]")),
-                        other => Err((format!("{field}[{i}]"), format!("expected a number, found {}", kind(other)))),
+                        other => Err((
+                            format!("{field}[{i}]"),
+                            format!("expected a number, found {}", kind(other)),
+                        )),
                     })
                     .collect::<Result<_, _>>()?,
             ),
             Value::Array(_) => return Err((field, "empty list of ratings".into())),
-            other => return Err((field, format!("expected a number or a list of numbers, found {}", kind(other)))),
+            other => {
+                return Err((
+                    field,
+                    format!(
+                        "expected a number or a list of numbers, found {}",
+                        kind(other)
+                    ),
+                ));
+            }
         };
         out.insert(aspect.clone(), rating);
     }
@@ -212,7 +295,10 @@ fn finite(n: &serde_json::Number, field: &str) -> Result<f64, (String, String)> 
         .ok_or_else(|| (field.to_string(), format!("not a finite number: {n}")))
 }
 
-fn optional_string(obj: &Map<String, Value>, name: &str) -> Result<Option<String>, (String, String)> {
+fn optional_string(
+    obj: &Map<String, Value>,
+    name: &str,
+) -> Result<Option<String>, (String, String)> {
     match obj.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),

@@ -6,7 +6,7 @@ pub mod jsonl;
 pub mod select;
 
 pub use item::{HumanRating, Item, Turn};
-pub use jsonl::{parse_item, read_item_at, read_items, write_items, ReadItems};
+pub use jsonl::{ReadItems, parse_item, read_item_at, read_items, write_items};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,24 +15,43 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     #[error("{}: {source}", file.display())]
-    Io { file: PathBuf, source: std::io::Error },
+    Io {
+        file: PathBuf,
+        source: std::io::Error,
+    },
     /// A bad line of a JSONL file.
     #[error("{}:{line}: {}{message}", file.display(), field_prefix(field))]
-    Invalid { file: PathBuf, line: usize, field: String, message: String },
+    Invalid {
+        file: PathBuf,
+        line: usize,
+        field: String,
+        message: String,
+    },
     /// A bad field of a whole-file format (e.g. a DBDC3 dialogue).
     #[error("{}: {}{message}", file.display(), field_prefix(field))]
-    Field { file: PathBuf, field: String, message: String },
+    Field {
+        file: PathBuf,
+        field: String,
+        message: String,
+    },
     #[error("{}: {message}", file.display())]
     Format { file: PathBuf, message: String },
 }
 
 fn field_prefix(field: &str) -> String {
-    if field.is_empty() { String::new() } else { format!("{field}: ") }
+    if field.is_empty() {
+        String::new()
+    } else {
+        format!("{field}: ")
+    }
 }
 
 impl DataError {
     pub fn io(file: &Path, source: std::io::Error) -> Self {
-        DataError::Io { file: file.to_path_buf(), source }
+        DataError::Io {
+            file: file.to_path_buf(),
+            source,
+        }
     }
 }
 
@@ -61,7 +80,11 @@ pub struct RatedAspect {
 }
 
 pub fn summarize(items: &[Item]) -> Summary {
-    let mut s = Summary { items: items.len(), min_context: usize::MAX, ..Default::default() };
+    let mut s = Summary {
+        items: items.len(),
+        min_context: usize::MAX,
+        ..Default::default()
+    };
     let mut dialogues = std::collections::BTreeSet::new();
     for item in items {
         let n = item.context.len();
@@ -76,9 +99,14 @@ pub fn summarize(items: &[Item]) -> Summary {
         if let Some(sys) = &item.system {
             *s.systems.entry(sys.clone()).or_default() += 1;
         }
-        *s.response_speakers.entry(item.response.speaker.clone()).or_default() += 1;
+        *s.response_speakers
+            .entry(item.response.speaker.clone())
+            .or_default() += 1;
         for (aspect, rating) in &item.human {
-            let r = s.rated.entry(aspect.clone()).or_insert(RatedAspect { min_raters: usize::MAX, ..Default::default() });
+            let r = s.rated.entry(aspect.clone()).or_insert(RatedAspect {
+                min_raters: usize::MAX,
+                ..Default::default()
+            });
             r.items += 1;
             r.min_raters = r.min_raters.min(rating.rater_count());
             r.max_raters = r.max_raters.max(rating.rater_count());

@@ -17,10 +17,20 @@ pub fn sample_dialogues(items: Vec<Item>, n: usize, seed: u64) -> Vec<Item> {
     if dialogues.len() <= n {
         return items;
     }
-    let mut ranked: Vec<(u64, &str)> = dialogues.into_iter().map(|d| (keyed_hash(seed, d), d)).collect();
+    let mut ranked: Vec<(u64, &str)> = dialogues
+        .into_iter()
+        .map(|d| (keyed_hash(seed, d), d))
+        .collect();
     ranked.sort();
-    let keep: BTreeSet<String> = ranked.into_iter().take(n).map(|(_, d)| d.to_string()).collect();
-    items.into_iter().filter(|i| keep.contains(dialogue_key(i))).collect()
+    let keep: BTreeSet<String> = ranked
+        .into_iter()
+        .take(n)
+        .map(|(_, d)| d.to_string())
+        .collect();
+    items
+        .into_iter()
+        .filter(|i| keep.contains(dialogue_key(i)))
+        .collect()
 }
 
 /// One shard of `count`, numbered from 1 as on the command line.
@@ -33,9 +43,17 @@ pub struct Shard {
 impl Shard {
     /// `K/N` with 1 ≤ K ≤ N.
     pub fn parse(text: &str) -> Result<Shard, String> {
-        let (k, n) = text.split_once('/').ok_or_else(|| format!("shard `{text}` is not K/N (e.g. 2/4)"))?;
-        let index: usize = k.trim().parse().map_err(|_| format!("shard `{text}`: K is not a number"))?;
-        let count: usize = n.trim().parse().map_err(|_| format!("shard `{text}`: N is not a number"))?;
+        let (k, n) = text
+            .split_once('/')
+            .ok_or_else(|| format!("shard `{text}` is not K/N (e.g. 2/4)"))?;
+        let index: usize = k
+            .trim()
+            .parse()
+            .map_err(|_| format!("shard `{text}`: K is not a number"))?;
+        let count: usize = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("shard `{text}`: N is not a number"))?;
         if count == 0 || index == 0 || index > count {
             return Err(format!("shard `{text}`: need 1 ≤ K ≤ N"));
         }
@@ -45,19 +63,29 @@ impl Shard {
     /// From SLURM job arrays: SLURM_ARRAY_TASK_ID (as numbered by `--array`, from
     /// SLURM_ARRAY_TASK_MIN) and SLURM_ARRAY_TASK_COUNT; `None` outside an array job.
     pub fn from_slurm(env: impl Fn(&str) -> Option<String>) -> Result<Option<Shard>, String> {
-        let (Some(id), Some(count)) = (env("SLURM_ARRAY_TASK_ID"), env("SLURM_ARRAY_TASK_COUNT")) else {
+        let (Some(id), Some(count)) = (env("SLURM_ARRAY_TASK_ID"), env("SLURM_ARRAY_TASK_COUNT"))
+        else {
             return Ok(None);
         };
-        let num = |name: &str, v: &str| v.trim().parse::<usize>().map_err(|_| format!("{name}={v} is not a number"));
+        let num = |name: &str, v: &str| {
+            v.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("{name}={v} is not a number"))
+        };
         let id = num("SLURM_ARRAY_TASK_ID", &id)?;
         let count = num("SLURM_ARRAY_TASK_COUNT", &count)?;
         let min = match env("SLURM_ARRAY_TASK_MIN") {
             Some(m) => num("SLURM_ARRAY_TASK_MIN", &m)?,
             None => 0,
         };
-        let index = id.checked_sub(min).map(|i| i + 1).ok_or_else(|| format!("SLURM_ARRAY_TASK_ID={id} below SLURM_ARRAY_TASK_MIN={min}"))?;
+        let index = id
+            .checked_sub(min)
+            .map(|i| i + 1)
+            .ok_or_else(|| format!("SLURM_ARRAY_TASK_ID={id} below SLURM_ARRAY_TASK_MIN={min}"))?;
         if count == 0 || index > count {
-            return Err(format!("SLURM array task {id} (min {min}) is outside its {count} tasks (use --shard K/N with --array ranges that are contiguous)"));
+            return Err(format!(
+                "SLURM array task {id} (min {min}) is outside its {count} tasks (use --shard K/N with --array ranges that are contiguous)"
+            ));
         }
         Ok(Some(Shard { index, count }))
     }
@@ -71,7 +99,10 @@ impl Shard {
             let next = order.len();
             order.entry(dialogue_key(item).to_string()).or_insert(next);
         }
-        items.into_iter().filter(|i| order[dialogue_key(i)] % self.count == self.index - 1).collect()
+        items
+            .into_iter()
+            .filter(|i| order[dialogue_key(i)] % self.count == self.index - 1)
+            .collect()
     }
 }
 
@@ -90,7 +121,10 @@ mod tests {
         Item {
             id: id.into(),
             context: vec![],
-            response: Turn { speaker: "S".into(), text: "x".into() },
+            response: Turn {
+                speaker: "S".into(),
+                text: "x".into(),
+            },
             reference: vec![],
             setting: None,
             system: None,
@@ -102,7 +136,9 @@ mod tests {
     }
 
     fn items() -> Vec<Item> {
-        (0..40).flat_map(|d| (0..3).map(move |t| item(&format!("{d}/{t}"), &d.to_string()))).collect()
+        (0..40)
+            .flat_map(|d| (0..3).map(move |t| item(&format!("{d}/{t}"), &d.to_string())))
+            .collect()
     }
 
     #[test]
@@ -111,7 +147,11 @@ mod tests {
         let mut seen = Vec::new();
         for k in 1..=3 {
             let part = Shard { index: k, count: 3 }.select(all.clone());
-            assert!(part.len() >= 39 && part.len() <= 42, "balanced: {}", part.len());
+            assert!(
+                part.len() >= 39 && part.len() <= 42,
+                "balanced: {}",
+                part.len()
+            );
             assert_eq!(part.len() % 3, 0, "whole dialogues");
             seen.extend(part.into_iter().map(|i| i.id));
         }
@@ -124,18 +164,42 @@ mod tests {
     #[test]
     fn shard_parsing_and_slurm() {
         assert_eq!(Shard::parse("2/4"), Ok(Shard { index: 2, count: 4 }));
-        assert!(Shard::parse("0/4").is_err() && Shard::parse("5/4").is_err() && Shard::parse("x").is_err());
-        let env = |vars: &'static [(&'static str, &'static str)]| move |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
+        assert!(
+            Shard::parse("0/4").is_err()
+                && Shard::parse("5/4").is_err()
+                && Shard::parse("x").is_err()
+        );
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
         assert_eq!(Shard::from_slurm(env(&[])), Ok(None));
         assert_eq!(
-            Shard::from_slurm(env(&[("SLURM_ARRAY_TASK_ID", "0"), ("SLURM_ARRAY_TASK_COUNT", "4"), ("SLURM_ARRAY_TASK_MIN", "0")])),
+            Shard::from_slurm(env(&[
+                ("SLURM_ARRAY_TASK_ID", "0"),
+                ("SLURM_ARRAY_TASK_COUNT", "4"),
+                ("SLURM_ARRAY_TASK_MIN", "0")
+            ])),
             Ok(Some(Shard { index: 1, count: 4 }))
         );
         assert_eq!(
-            Shard::from_slurm(env(&[("SLURM_ARRAY_TASK_ID", "4"), ("SLURM_ARRAY_TASK_COUNT", "4"), ("SLURM_ARRAY_TASK_MIN", "1")])),
+            Shard::from_slurm(env(&[
+                ("SLURM_ARRAY_TASK_ID", "4"),
+                ("SLURM_ARRAY_TASK_COUNT", "4"),
+                ("SLURM_ARRAY_TASK_MIN", "1")
+            ])),
             Ok(Some(Shard { index: 4, count: 4 }))
         );
-        assert!(Shard::from_slurm(env(&[("SLURM_ARRAY_TASK_ID", "9"), ("SLURM_ARRAY_TASK_COUNT", "4")])).is_err());
+        assert!(
+            Shard::from_slurm(env(&[
+                ("SLURM_ARRAY_TASK_ID", "9"),
+                ("SLURM_ARRAY_TASK_COUNT", "4")
+            ]))
+            .is_err()
+        );
     }
 
     #[test]
@@ -145,7 +209,10 @@ mod tests {
         assert_eq!(a, sample_dialogues(items(), 10, 7));
         assert_ne!(a, sample_dialogues(items(), 10, 8));
         // Dropping other dialogues from the input does not change the choice among the rest.
-        let fewer: Vec<Item> = items().into_iter().filter(|i| a.iter().any(|x| x.dialogue == i.dialogue) || i.id.starts_with('1')).collect();
+        let fewer: Vec<Item> = items()
+            .into_iter()
+            .filter(|i| a.iter().any(|x| x.dialogue == i.dialogue) || i.id.starts_with('1'))
+            .collect();
         assert_eq!(sample_dialogues(fewer, 10, 7), a);
     }
 }

@@ -11,8 +11,8 @@
 use super::targets::ScoreTargets;
 use super::token_bytes::TokenBytes;
 use super::{AspectScore, JudgeError};
-use crate::rng::SplitMix64;
 use crate::model::{PrefixKv, Transformer};
+use crate::rng::SplitMix64;
 use crate::rubric::Rubric;
 use candle_core::Tensor;
 use tokenizers::Tokenizer;
@@ -62,22 +62,38 @@ struct Segment {
 
 impl JsonFormat {
     pub fn new(rubric: &Rubric, tokenizer: &Tokenizer) -> Result<Self, JudgeError> {
-        let json = rubric.json.as_ref().ok_or_else(|| JudgeError::Grammar(format!("rubric {} has no [json] table", rubric.name)))?;
+        let json = rubric.json.as_ref().ok_or_else(|| {
+            JudgeError::Grammar(format!("rubric {} has no [json] table", rubric.name))
+        })?;
         let bytes = TokenBytes::new(tokenizer);
         let key = |k: &str| serde_json::to_string(k).expect("strings serialise");
         let keys: Vec<String> = rubric.aspects.iter().map(|a| key(&a.name)).collect();
         let mut aspects = Vec::with_capacity(keys.len());
         for (i, a) in rubric.aspects.iter().enumerate() {
             let scores = a.scores();
-            let seqs = scores.iter().map(|s| encode_exact(tokenizer, &bytes, &s.to_string())).collect::<Result<Vec<_>, _>>()?;
+            let seqs = scores
+                .iter()
+                .map(|s| encode_exact(tokenizer, &bytes, &s.to_string()))
+                .collect::<Result<Vec<_>, _>>()?;
             let text = match keys.get(i + 1) {
                 Some(next) => format!(",\n  {next}: "),
                 None => String::new(),
             };
-            let tokens = if text.is_empty() { Vec::new() } else { encode_exact(tokenizer, &bytes, &text)? };
-            aspects.push((ScoreTargets::new(scores, &seqs, 0), Segment { text, tokens }));
+            let tokens = if text.is_empty() {
+                Vec::new()
+            } else {
+                encode_exact(tokenizer, &bytes, &text)?
+            };
+            aspects.push((
+                ScoreTargets::new(scores, &seqs, 0),
+                Segment { text, tokens },
+            ));
         }
-        let open = encode_exact(tokenizer, &bytes, &format!("{{\n  {}: \"", key(&json.reason_key)))?;
+        let open = encode_exact(
+            tokenizer,
+            &bytes,
+            &format!("{{\n  {}: \"", key(&json.reason_key)),
+        )?;
         let close = format!("\",\n  {}: ", keys[0]);
         let close_rest: Vec<Option<Vec<u32>>> = (0..=close.len())
             .map(|k| match close.get(k..) {
@@ -87,27 +103,62 @@ impl JsonFormat {
             })
             .collect();
         if close_rest[0].is_none() {
-            return Err(JudgeError::Grammar(format!("the tokenizer does not write {close:?} back as it is")));
+            return Err(JudgeError::Grammar(format!(
+                "the tokenizer does not write {close:?} back as it is"
+            )));
         }
         let close_reason = close.into_bytes();
-        let mut format = JsonFormat { open, close_reason, close_rest, aspects, reason_max_tokens: json.reason_max_tokens, bytes, from_ready: Vec::new() };
+        let mut format = JsonFormat {
+            open,
+            close_reason,
+            close_rest,
+            aspects,
+            reason_max_tokens: json.reason_max_tokens,
+            bytes,
+            from_ready: Vec::new(),
+        };
         format.from_ready = (0..format.bytes.len() as u32)
-            .map(|id| format.bytes.get(id).and_then(|b| format.advance(StrState::READY, id, b)))
+            .map(|id| {
+                format
+                    .bytes
+                    .get(id)
+                    .and_then(|b| format.advance(StrState::READY, id, b))
+            })
             .collect();
         Ok(format)
     }
 
     /// Most tokens an answer can take after the prompt (for fitting prompts into the context).
     pub fn reserve(&self) -> usize {
-        let fixed: usize = self.aspects.iter().map(|(t, after)| t.paths.iter().map(Vec::len).max().unwrap_or(0) + after.tokens.len()).sum();
-        let close = self.close_rest.iter().flatten().map(Vec::len).max().unwrap_or(0);
+        let fixed: usize = self
+            .aspects
+            .iter()
+            .map(|(t, after)| t.paths.iter().map(Vec::len).max().unwrap_or(0) + after.tokens.len())
+            .sum();
+        let close = self
+            .close_rest
+            .iter()
+            .flatten()
+            .map(Vec::len)
+            .max()
+            .unwrap_or(0);
         self.open.len() + self.reason_max_tokens + close + fixed
     }
 
     /// Write the object after `prompt` (the tokens after `header`'s keys and values).
-    pub fn decode(&self, model: &Transformer, header: Option<&PrefixKv>, prompt: &[u32], decoding: Decoding, seed: u64) -> Result<JsonJudgment, JudgeError> {
+    pub fn decode(
+        &self,
+        model: &Transformer,
+        header: Option<&PrefixKv>,
+        prompt: &[u32],
+        decoding: Decoding,
+        seed: u64,
+    ) -> Result<JsonJudgment, JudgeError> {
         let mut rng = SplitMix64(seed);
-        let mut text: Vec<u8> = self.bytes.concat(&self.open).expect("checked at construction");
+        let mut text: Vec<u8> = self
+            .bytes
+            .concat(&self.open)
+            .expect("checked at construction");
         let mut fed = prompt.to_vec();
         fed.extend_from_slice(&self.open);
         let (mut kv, mut logits) = model.extend(header, &fed)?;
@@ -121,8 +172,12 @@ impl JsonFormat {
             if at_limit && state == StrState::READY {
                 break self.close_rest[0].clone().expect("checked at construction");
             }
-            let logits_host: Vec<f32> = logits.flatten_all()?.to_dtype(candle_core::DType::F32)?.to_vec1()?;
-            let choice = self.choose_reason_token(&logits_host, state, at_limit, decoding, &mut rng)?;
+            let logits_host: Vec<f32> = logits
+                .flatten_all()?
+                .to_dtype(candle_core::DType::F32)?
+                .to_vec1()?;
+            let choice =
+                self.choose_reason_token(&logits_host, state, at_limit, decoding, &mut rng)?;
             match choice {
                 Step::Continue(id, next) => {
                     text.extend_from_slice(self.bytes.get(id).expect("allowed tokens have bytes"));
@@ -132,7 +187,11 @@ impl JsonFormat {
                 }
                 Step::Close(id, consumed) => {
                     let mut tokens = vec![id];
-                    tokens.extend_from_slice(self.close_rest[consumed].as_deref().expect("only writable rests are allowed"));
+                    tokens.extend_from_slice(
+                        self.close_rest[consumed]
+                            .as_deref()
+                            .expect("only writable rests are allowed"),
+                    );
                     break tokens;
                 }
             }
@@ -152,10 +211,17 @@ impl JsonFormat {
             let (dist, off) = targets.distribution(&log_probs);
             let mut score = AspectScore::from_distribution(&targets.scores, &dist, off);
             let pick = if decoding.temperature > 0.0 {
-                let weights: Vec<f64> = dist.iter().map(|p| p.powf(1.0 / decoding.temperature)).collect();
+                let weights: Vec<f64> = dist
+                    .iter()
+                    .map(|p| p.powf(1.0 / decoding.temperature))
+                    .collect();
                 rng.pick(&weights)
             } else {
-                targets.scores.iter().position(|s| *s == score.score).expect("argmax is a valid score")
+                targets
+                    .scores
+                    .iter()
+                    .position(|s| *s == score.score)
+                    .expect("argmax is a valid score")
             };
             score.score = targets.scores[pick];
             text.extend_from_slice(score.score.to_string().as_bytes());
@@ -168,21 +234,40 @@ impl JsonFormat {
             }
         }
         text.extend_from_slice(b"\n}");
-        let text = String::from_utf8(text).map_err(|_| JudgeError::Grammar("the answer is not UTF-8 (a bug in the grammar)".into()))?;
+        let text = String::from_utf8(text).map_err(|_| {
+            JudgeError::Grammar("the answer is not UTF-8 (a bug in the grammar)".into())
+        })?;
         let reason_json = format!("\"{}\"", String::from_utf8_lossy(&reason_bytes));
-        let reason: String = serde_json::from_str(&reason_json).map_err(|e| JudgeError::Grammar(format!("the reason is not a JSON string (a bug in the grammar): {e}")))?;
-        Ok(JsonJudgment { text, reason, aspects })
+        let reason: String = serde_json::from_str(&reason_json).map_err(|e| {
+            JudgeError::Grammar(format!(
+                "the reason is not a JSON string (a bug in the grammar): {e}"
+            ))
+        })?;
+        Ok(JsonJudgment {
+            text,
+            reason,
+            aspects,
+        })
     }
 
     /// The next reason token under the grammar: greedy or drawn among the allowed tokens.
-    fn choose_reason_token(&self, logits: &[f32], state: StrState, at_limit: bool, decoding: Decoding, rng: &mut SplitMix64) -> Result<Step, JudgeError> {
+    fn choose_reason_token(
+        &self,
+        logits: &[f32],
+        state: StrState,
+        at_limit: bool,
+        decoding: Decoding,
+        rng: &mut SplitMix64,
+    ) -> Result<Step, JudgeError> {
         let mut allowed: Vec<(Step, f32)> = Vec::new();
         let mut best: Option<(Step, f32)> = None;
         for (id, &logit) in logits.iter().enumerate().take(self.bytes.len()) {
             let step = if state == StrState::READY {
                 self.from_ready[id]
             } else {
-                self.bytes.get(id as u32).and_then(|b| self.advance(state, id as u32, b))
+                self.bytes
+                    .get(id as u32)
+                    .and_then(|b| self.advance(state, id as u32, b))
             };
             let Some(step) = step else { continue };
             // Past the limit only a token that finishes the current character (or escape) is allowed.
@@ -196,14 +281,24 @@ impl JsonFormat {
             }
         }
         if decoding.temperature > 0.0 {
-            let max = allowed.iter().map(|(_, l)| *l).fold(f32::NEG_INFINITY, f32::max);
-            let weights: Vec<f64> = allowed.iter().map(|(_, l)| (((*l - max) as f64) / decoding.temperature).exp()).collect();
+            let max = allowed
+                .iter()
+                .map(|(_, l)| *l)
+                .fold(f32::NEG_INFINITY, f32::max);
+            let weights: Vec<f64> = allowed
+                .iter()
+                .map(|(_, l)| (((*l - max) as f64) / decoding.temperature).exp())
+                .collect();
             if allowed.is_empty() {
-                return Err(JudgeError::Grammar("no vocabulary entry can continue the reason".into()));
+                return Err(JudgeError::Grammar(
+                    "no vocabulary entry can continue the reason".into(),
+                ));
             }
             return Ok(allowed.swap_remove(rng.pick(&weights)).0);
         }
-        best.map(|(s, _)| s).ok_or_else(|| JudgeError::Grammar("no vocabulary entry can continue the reason".into()))
+        best.map(|(s, _)| s).ok_or_else(|| {
+            JudgeError::Grammar("no vocabulary entry can continue the reason".into())
+        })
     }
 
     fn advance(&self, mut state: StrState, id: u32, bytes: &[u8]) -> Option<Step> {
@@ -213,7 +308,8 @@ impl JsonFormat {
                 Next::Close => {
                     let rest = &bytes[i..];
                     let writable = self.close_rest.get(rest.len()).is_some_and(Option::is_some);
-                    return (self.close_reason.starts_with(rest) && writable).then_some(Step::Close(id, rest.len()));
+                    return (self.close_reason.starts_with(rest) && writable)
+                        .then_some(Step::Close(id, rest.len()));
                 }
             }
         }
@@ -245,20 +341,43 @@ enum Next {
 }
 
 impl StrState {
-    const READY: StrState = StrState { utf8_left: 0, lo: 0x80, hi: 0xBF, escape: false };
+    const READY: StrState = StrState {
+        utf8_left: 0,
+        lo: 0x80,
+        hi: 0xBF,
+        escape: false,
+    };
 
     fn step(self, b: u8) -> Option<Next> {
-        let cont = |left: u8, lo: u8, hi: u8| Some(Next::In(StrState { utf8_left: left, lo, hi, escape: false }));
+        let cont = |left: u8, lo: u8, hi: u8| {
+            Some(Next::In(StrState {
+                utf8_left: left,
+                lo,
+                hi,
+                escape: false,
+            }))
+        };
         if self.escape {
             // \uXXXX is left out: a lone surrogate would make the object invalid for strict parsers.
-            return matches!(b, b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't').then_some(Next::In(Self::READY));
+            return matches!(b, b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't')
+                .then_some(Next::In(Self::READY));
         }
         if self.utf8_left > 0 {
-            return (self.lo..=self.hi).contains(&b).then_some(Next::In(StrState { utf8_left: self.utf8_left - 1, lo: 0x80, hi: 0xBF, escape: false }));
+            return (self.lo..=self.hi)
+                .contains(&b)
+                .then_some(Next::In(StrState {
+                    utf8_left: self.utf8_left - 1,
+                    lo: 0x80,
+                    hi: 0xBF,
+                    escape: false,
+                }));
         }
         match b {
             b'"' => Some(Next::Close),
-            b'\\' => Some(Next::In(StrState { escape: true, ..Self::READY })),
+            b'\\' => Some(Next::In(StrState {
+                escape: true,
+                ..Self::READY
+            })),
             0x00..=0x1F | 0x7F => None,
             0x20..=0x7E => Some(Next::In(Self::READY)),
             0xC2..=0xDF => cont(1, 0x80, 0xBF),
@@ -275,16 +394,29 @@ impl StrState {
 
 /// `text` as tokens whose bytes are exactly `text` (tokenizers that add a prefix space or
 /// normalise would change the object).
-fn encode_exact(tokenizer: &Tokenizer, bytes: &TokenBytes, text: &str) -> Result<Vec<u32>, JudgeError> {
-    let ids = tokenizer.encode(text, false).map_err(|e| JudgeError::Tokenizer(e.to_string()))?.get_ids().to_vec();
+fn encode_exact(
+    tokenizer: &Tokenizer,
+    bytes: &TokenBytes,
+    text: &str,
+) -> Result<Vec<u32>, JudgeError> {
+    let ids = tokenizer
+        .encode(text, false)
+        .map_err(|e| JudgeError::Tokenizer(e.to_string()))?
+        .get_ids()
+        .to_vec();
     if bytes.concat(&ids).as_deref() != Some(text.as_bytes()) {
-        return Err(JudgeError::Grammar(format!("the tokenizer does not write {text:?} back as it is; json mode needs a byte-exact tokenizer")));
+        return Err(JudgeError::Grammar(format!(
+            "the tokenizer does not write {text:?} back as it is; json mode needs a byte-exact tokenizer"
+        )));
     }
     Ok(ids)
 }
 
 fn log_softmax_row(logits: &Tensor) -> Result<Vec<f32>, JudgeError> {
-    let l = candle_nn::ops::log_softmax(&logits.to_dtype(candle_core::DType::F32)?, candle_core::D::Minus1)?;
+    let l = candle_nn::ops::log_softmax(
+        &logits.to_dtype(candle_core::DType::F32)?,
+        candle_core::D::Minus1,
+    )?;
     Ok(l.flatten_all()?.to_vec1()?)
 }
 
@@ -327,7 +459,10 @@ mod tests {
         ];
         for c in cases {
             let quoted = [b"\"".as_slice(), c, b"\""].concat();
-            let serde_ok = std::str::from_utf8(&quoted).ok().and_then(|s| serde_json::from_str::<String>(s).ok()).is_some();
+            let serde_ok = std::str::from_utf8(&quoted)
+                .ok()
+                .and_then(|s| serde_json::from_str::<String>(s).ok())
+                .is_some();
             let ours = accepts(c);
             // Ours may be stricter (no \u escapes), never looser.
             assert!(!ours || serde_ok, "{c:?} accepted but invalid JSON");

@@ -4,8 +4,8 @@
 //! aspect's answer prefix, and each multi-token score path, is a branch of that row. Leading
 //! tokens shared by every item (the rubric header) are cut off and computed once per run.
 
-use super::targets::ScoreTargets;
 use super::JudgeError;
+use super::targets::ScoreTargets;
 use crate::data::Item;
 use crate::model::Row;
 use crate::prompt::{ChatTemplate, PromptBuilder};
@@ -30,7 +30,11 @@ pub struct ItemLayout {
 impl ItemLayout {
     /// Tokens this layout prefills beyond a `header` computed once.
     pub fn row_tokens(&self, header: usize) -> usize {
-        let branches: usize = self.aspects.iter().flat_map(|t| t.queries.iter().map(move |q| t.stem.len() + q.path.len())).sum();
+        let branches: usize = self
+            .aspects
+            .iter()
+            .flat_map(|t| t.queries.iter().map(move |q| t.stem.len() + q.path.len()))
+            .sum();
         self.trunk.len() - header + branches
     }
 
@@ -46,7 +50,10 @@ impl ItemLayout {
                 }
             }
         }
-        Row { trunk: self.trunk[header..].to_vec(), branches }
+        Row {
+            trunk: self.trunk[header..].to_vec(),
+            branches,
+        }
     }
 
     /// For every aspect, the index within `row(header)` of the token after which each of its
@@ -74,14 +81,24 @@ impl ItemLayout {
 
 /// Tokenize `item` for every aspect of the builder's rubric, dropping the oldest context turns
 /// while the longest sequence exceeds `max_tokens`.
-pub fn layout_item(builder: &PromptBuilder, template: &ChatTemplate, tokenizer: &Tokenizer, item: &Item, max_tokens: usize) -> Result<ItemLayout, JudgeError> {
+pub fn layout_item(
+    builder: &PromptBuilder,
+    template: &ChatTemplate,
+    tokenizer: &Tokenizer,
+    item: &Item,
+    max_tokens: usize,
+) -> Result<ItemLayout, JudgeError> {
     let rubric = builder.rubric();
     fit_context(builder, item, max_tokens, |prompt| {
         let shared = template.render(&prompt.messages, true)?;
         let mut per_aspect: Vec<Vec<Vec<u32>>> = Vec::with_capacity(rubric.aspects.len());
         for (a, aspect) in rubric.aspects.iter().enumerate() {
             let answer = &prompt.answers[a.min(prompt.answers.len() - 1)];
-            let seqs = aspect.scores().iter().map(|s| encode(tokenizer, &format!("{shared}{answer}{s}"))).collect::<Result<Vec<_>, _>>()?;
+            let seqs = aspect
+                .scores()
+                .iter()
+                .map(|s| encode(tokenizer, &format!("{shared}{answer}{s}")))
+                .collect::<Result<Vec<_>, _>>()?;
             per_aspect.push(seqs);
         }
         let longest = per_aspect.iter().flatten().map(Vec::len).max().unwrap_or(0);
@@ -92,37 +109,77 @@ pub fn layout_item(builder: &PromptBuilder, template: &ChatTemplate, tokenizer: 
         // aspect has something of its own to read from.
         let all: Vec<&Vec<u32>> = per_aspect.iter().flatten().collect();
         let shortest = all.iter().map(|s| s.len()).min().unwrap_or(0);
-        let lcp = (0..shortest).take_while(|&i| all.iter().all(|s| s[i] == all[0][i])).count();
+        let lcp = (0..shortest)
+            .take_while(|&i| all.iter().all(|s| s[i] == all[0][i]))
+            .count();
         let trunk_len = lcp.min(shortest.saturating_sub(1)).max(1);
         let trunk = all[0][..trunk_len].to_vec();
-        let naive_tokens = per_aspect.iter().map(|seqs| seqs.iter().map(Vec::len).min().unwrap_or(0) - 1).sum();
+        let naive_tokens = per_aspect
+            .iter()
+            .map(|seqs| seqs.iter().map(Vec::len).min().unwrap_or(0) - 1)
+            .sum();
         let aspects = rubric
             .aspects
             .iter()
             .zip(&per_aspect)
             .map(|(aspect, seqs)| ScoreTargets::new(aspect.scores(), seqs, trunk_len))
             .collect();
-        ItemLayout { trunk, aspects, dropped_turns, truncated, naive_tokens }
+        ItemLayout {
+            trunk,
+            aspects,
+            dropped_turns,
+            truncated,
+            naive_tokens,
+        }
     })
 }
 
 /// json mode: the whole prompt (answer prefix included) as the trunk, dropping the oldest
 /// context turns while prompt + `reserve` answer tokens exceed `max_tokens`.
-pub fn layout_prompt(builder: &PromptBuilder, template: &ChatTemplate, tokenizer: &Tokenizer, item: &Item, max_tokens: usize, reserve: usize) -> Result<ItemLayout, JudgeError> {
+pub fn layout_prompt(
+    builder: &PromptBuilder,
+    template: &ChatTemplate,
+    tokenizer: &Tokenizer,
+    item: &Item,
+    max_tokens: usize,
+    reserve: usize,
+) -> Result<ItemLayout, JudgeError> {
     let (trunk, dropped_turns, truncated) = fit_context(builder, item, max_tokens, |prompt| {
-        let trunk = encode(tokenizer, &format!("{}{}", template.render(&prompt.messages, true)?, prompt.answers[0]))?;
+        let trunk = encode(
+            tokenizer,
+            &format!(
+                "{}{}",
+                template.render(&prompt.messages, true)?,
+                prompt.answers[0]
+            ),
+        )?;
         let needed = trunk.len() + reserve;
         Ok((trunk, needed))
     })?;
     // One prompt for all aspects is what peers do in json mode too: nothing to compare.
-    Ok(ItemLayout { trunk, aspects: Vec::new(), dropped_turns, truncated, naive_tokens: 0 })
+    Ok(ItemLayout {
+        trunk,
+        aspects: Vec::new(),
+        dropped_turns,
+        truncated,
+        naive_tokens: 0,
+    })
 }
 
 /// Render and tokenize with the most recent context turns the rubric allows, dropping the oldest
 /// while `build` says more than `max_tokens` are needed. Returns what `build` made, the context
 /// turns left out, and whether turns had to go for the prompt to fit.
-fn fit_context<T>(builder: &PromptBuilder, item: &Item, max_tokens: usize, mut build: impl FnMut(&crate::prompt::JudgePrompt) -> Result<(T, usize), JudgeError>) -> Result<(T, usize, bool), JudgeError> {
-    let allowed = builder.rubric().max_context_turns.unwrap_or(usize::MAX).min(item.context.len());
+fn fit_context<T>(
+    builder: &PromptBuilder,
+    item: &Item,
+    max_tokens: usize,
+    mut build: impl FnMut(&crate::prompt::JudgePrompt) -> Result<(T, usize), JudgeError>,
+) -> Result<(T, usize, bool), JudgeError> {
+    let allowed = builder
+        .rubric()
+        .max_context_turns
+        .unwrap_or(usize::MAX)
+        .min(item.context.len());
     let mut keep = allowed;
     loop {
         let (made, needed) = build(&builder.render_keeping(item, keep)?)?;
@@ -130,19 +187,28 @@ fn fit_context<T>(builder: &PromptBuilder, item: &Item, max_tokens: usize, mut b
             return Ok((made, item.context.len() - keep, keep < allowed));
         }
         if keep == 0 {
-            return Err(JudgeError::TooLong { item: item.id.clone(), tokens: needed, max: max_tokens });
+            return Err(JudgeError::TooLong {
+                item: item.id.clone(),
+                tokens: needed,
+                max: max_tokens,
+            });
         }
         keep -= 1;
     }
 }
 
 fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, JudgeError> {
-    tokenizer.encode(text, false).map(|e| e.get_ids().to_vec()).map_err(|e| JudgeError::Tokenizer(e.to_string()))
+    tokenizer
+        .encode(text, false)
+        .map(|e| e.get_ids().to_vec())
+        .map_err(|e| JudgeError::Tokenizer(e.to_string()))
 }
 
 /// Leading tokens shared by every item's trunk (each trunk keeps at least one token).
 pub fn common_header(layouts: &[&ItemLayout]) -> usize {
-    let Some(first) = layouts.first() else { return 0 };
+    let Some(first) = layouts.first() else {
+        return 0;
+    };
     let mut n = first.trunk.len().saturating_sub(1);
     for l in &layouts[1..] {
         n = n.min(l.trunk.len().saturating_sub(1));

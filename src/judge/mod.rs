@@ -24,8 +24,14 @@ pub enum JudgeError {
     Tokenizer(String),
     #[error("json output: {0}")]
     Grammar(String),
-    #[error("item {item}: the prompt needs {tokens} tokens even without context, more than the limit of {max}")]
-    TooLong { item: String, tokens: usize, max: usize },
+    #[error(
+        "item {item}: the prompt needs {tokens} tokens even without context, more than the limit of {max}"
+    )]
+    TooLong {
+        item: String,
+        tokens: usize,
+        max: usize,
+    },
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(transparent)]
@@ -66,14 +72,21 @@ impl AspectScore {
         AspectScore {
             score: scores[best],
             expected: scores.iter().zip(dist).map(|(s, p)| *s as f64 * p).sum(),
-            distribution: scores.iter().zip(dist).map(|(s, p)| (s.to_string(), serde_json::json!(p))).collect(),
+            distribution: scores
+                .iter()
+                .zip(dist)
+                .map(|(s, p)| (s.to_string(), serde_json::json!(p)))
+                .collect(),
             off_scale,
             greedy: None,
         }
     }
 
     pub fn probabilities(&self) -> Vec<f64> {
-        self.distribution.values().map(|v| v.as_f64().unwrap_or(0.0)).collect()
+        self.distribution
+            .values()
+            .map(|v| v.as_f64().unwrap_or(0.0))
+            .collect()
     }
 }
 
@@ -87,8 +100,16 @@ pub struct Scorer<'m> {
 impl<'m> Scorer<'m> {
     /// `header` tokens (shared by every item, see `layout::common_header`) are computed now, once.
     pub fn new(model: &'m Transformer, header_tokens: &[u32]) -> Result<Self, JudgeError> {
-        let header_kv = if header_tokens.is_empty() { None } else { Some(model.prefix(header_tokens)?) };
-        Ok(Scorer { model, header: header_tokens.len(), header_kv })
+        let header_kv = if header_tokens.is_empty() {
+            None
+        } else {
+            Some(model.prefix(header_tokens)?)
+        };
+        Ok(Scorer {
+            model,
+            header: header_tokens.len(),
+            header_kv,
+        })
     }
 
     pub fn header_len(&self) -> usize {
@@ -98,10 +119,19 @@ impl<'m> Scorer<'m> {
     /// One forward pass over these items; per item, per aspect, the result.
     pub fn score(&self, items: &[&ItemLayout]) -> Result<Vec<Vec<AspectScore>>, JudgeError> {
         let rows: Vec<_> = items.iter().map(|l| l.row(self.header)).collect();
-        let batch = Batch::from_rows(&rows, self.header, &self.model.windows(), self.model.dtype(), self.model.device())?;
+        let batch = Batch::from_rows(
+            &rows,
+            self.header,
+            &self.model.windows(),
+            self.model.dtype(),
+            self.model.device(),
+        )?;
         let (hidden, _) = self.model.forward(&batch, self.header_kv.as_ref())?;
         let mut at = Vec::new();
-        let positions: Vec<Vec<Vec<usize>>> = items.iter().map(|l| l.query_positions(self.header)).collect();
+        let positions: Vec<Vec<Vec<usize>>> = items
+            .iter()
+            .map(|l| l.query_positions(self.header))
+            .collect();
         for (r, per_aspect) in positions.iter().enumerate() {
             for p in per_aspect.iter().flatten() {
                 at.push((r, *p));
@@ -128,19 +158,40 @@ impl<'m> Scorer<'m> {
 
 impl Scorer<'_> {
     /// json mode: the object this judge writes for one item (see `json`).
-    pub fn write_json(&self, format: &json::JsonFormat, layout: &ItemLayout, decoding: json::Decoding, seed: u64) -> Result<json::JsonJudgment, JudgeError> {
-        format.decode(self.model, self.header_kv.as_ref(), &layout.trunk[self.header..], decoding, seed)
+    pub fn write_json(
+        &self,
+        format: &json::JsonFormat,
+        layout: &ItemLayout,
+        decoding: json::Decoding,
+        seed: u64,
+    ) -> Result<json::JsonJudgment, JudgeError> {
+        format.decode(
+            self.model,
+            self.header_kv.as_ref(),
+            &layout.trunk[self.header..],
+            decoding,
+            seed,
+        )
     }
 
     /// The peers' method, for comparison: greedy generation of up to `max_new` tokens after an
     /// aspect's answer prefix (stopping at `stop` tokens); the caller parses the text.
-    pub fn greedy(&self, layout: &ItemLayout, aspect: usize, max_new: usize, stop: &[u32]) -> Result<Vec<u32>, JudgeError> {
+    pub fn greedy(
+        &self,
+        layout: &ItemLayout,
+        aspect: usize,
+        max_new: usize,
+        stop: &[u32],
+    ) -> Result<Vec<u32>, JudgeError> {
         let mut prompt = layout.trunk[self.header..].to_vec();
         prompt.extend_from_slice(&layout.aspects[aspect].stem);
         let (mut kv, mut logits) = self.model.extend(self.header_kv.as_ref(), &prompt)?;
         let mut out = Vec::new();
         for _ in 0..max_new {
-            let next = logits.argmax(candle_core::D::Minus1)?.flatten_all()?.to_vec1::<u32>()?[0];
+            let next = logits
+                .argmax(candle_core::D::Minus1)?
+                .flatten_all()?
+                .to_vec1::<u32>()?[0];
             if stop.contains(&next) {
                 break;
             }
@@ -155,7 +206,15 @@ impl Scorer<'_> {
 pub fn parse_score(text: &str, scores: &[i64]) -> Option<i64> {
     let digits: String = text
         .chars()
-        .map(|c| if c.is_ascii_digit() { c } else if ('０'..='９').contains(&c) { char::from(b'0' + (c as u32 - '０' as u32) as u8) } else { ' ' })
+        .map(|c| {
+            if c.is_ascii_digit() {
+                c
+            } else if ('０'..='９').contains(&c) {
+                char::from(b'0' + (c as u32 - '０' as u32) as u8)
+            } else {
+                ' '
+            }
+        })
         .collect();
     let first: i64 = digits.split_whitespace().next()?.parse().ok()?;
     scores.contains(&first).then_some(first)

@@ -1,15 +1,15 @@
 //! A whole judge run: items × rubric × one or more judge models → scores.jsonl, resumable.
 
-use super::json::{item_seed, Decoding, JsonFormat, JsonJudgment};
-use super::layout::{common_header, layout_item, layout_prompt, ItemLayout};
-use super::{plan_batches, AspectScore, JudgeError, Scorer};
+use super::json::{Decoding, JsonFormat, JsonJudgment, item_seed};
+use super::layout::{ItemLayout, common_header, layout_item, layout_prompt};
+use super::{AspectScore, JudgeError, Scorer, plan_batches};
 use crate::data::Item;
-use crate::model::device::{device_name, dtype_name};
 use crate::model::LoadedModel;
+use crate::model::device::{device_name, dtype_name};
 use crate::prompt::PromptBuilder;
 use crate::results::{ModelId, Provenance, ResultsError, ResultsFile, RubricId};
 use crate::rubric::{OutputMode, Rubric};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]
@@ -43,7 +43,10 @@ struct Judgment {
 
 impl From<JsonJudgment> for Judgment {
     fn from(j: JsonJudgment) -> Self {
-        Judgment { aspects: j.aspects, answer: Some((j.reason, j.text)) }
+        Judgment {
+            aspects: j.aspects,
+            answer: Some((j.reason, j.text)),
+        }
     }
 }
 
@@ -78,7 +81,11 @@ impl Judge<'_> {
         Provenance {
             hyoka: crate::VERSION.into(),
             task: "judge".into(),
-            rubric: Some(RubricId { name: self.rubric.name.clone(), source: self.rubric_source.into(), hash: self.rubric.hash() }),
+            rubric: Some(RubricId {
+                name: self.rubric.name.clone(),
+                source: self.rubric_source.into(),
+                hash: self.rubric.hash(),
+            }),
             models: self
                 .models
                 .iter()
@@ -87,7 +94,9 @@ impl Judge<'_> {
                     revision: m.files.revision.clone(),
                     sha256: m.sha256.clone(),
                     arch: m.transformer.cfg.arch.name().into(),
-                    chat_template: Some(crate::rubric::sha256_hex(m.chat_template.source().as_bytes())),
+                    chat_template: Some(crate::rubric::sha256_hex(
+                        m.chat_template.source().as_bytes(),
+                    )),
                 })
                 .collect(),
             dtype: dtype_name(first.dtype()).into(),
@@ -98,13 +107,25 @@ impl Judge<'_> {
 
     /// Score every item not yet in `output`, appending one line per item.
     /// `progress` is called with (items done, items to do).
-    pub fn run(&self, items: &[Item], output: &Path, opts: &RunOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<RunSummary, RunError> {
+    pub fn run(
+        &self,
+        items: &[Item],
+        output: &Path,
+        opts: &RunOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<RunSummary, RunError> {
         let provenance = self.provenance(opts);
         let provenance_value = serde_json::to_value(&provenance).expect("provenance serialises");
         let mut file = ResultsFile::open(output, &provenance, opts.overwrite)?;
         let builder = PromptBuilder::new(self.rubric).expect("a validated rubric compiles");
-        let todo: Vec<&Item> = items.iter().filter(|i| !file.finished.contains(&i.id)).collect();
-        let mut summary = RunSummary { skipped_finished: items.len() - todo.len(), ..Default::default() };
+        let todo: Vec<&Item> = items
+            .iter()
+            .filter(|i| !file.finished.contains(&i.id))
+            .collect();
+        let mut summary = RunSummary {
+            skipped_finished: items.len() - todo.len(),
+            ..Default::default()
+        };
 
         // Lay out every item for every judge first (tokenization is cheap next to the model):
         // the header shared by all items is then the same however the run is cut up.
@@ -112,7 +133,9 @@ impl Judge<'_> {
         let mut headers = Vec::new();
         let mut formats: Vec<Option<JsonFormat>> = Vec::new();
         for m in self.models {
-            let max = opts.max_prompt_tokens.unwrap_or(m.transformer.cfg.max_position);
+            let max = opts
+                .max_prompt_tokens
+                .unwrap_or(m.transformer.cfg.max_position);
             let format = match self.rubric.output {
                 OutputMode::Json => Some(JsonFormat::new(self.rubric, &m.tokenizer)?),
                 OutputMode::Score => None,
@@ -120,7 +143,14 @@ impl Judge<'_> {
             let layouts: Vec<Result<ItemLayout, String>> = items
                 .iter()
                 .map(|it| match &format {
-                    Some(f) => layout_prompt(&builder, &m.chat_template, &m.tokenizer, it, max, f.reserve()),
+                    Some(f) => layout_prompt(
+                        &builder,
+                        &m.chat_template,
+                        &m.tokenizer,
+                        it,
+                        max,
+                        f.reserve(),
+                    ),
                     None => layout_item(&builder, &m.chat_template, &m.tokenizer, it, max),
                 })
                 .map(|l| l.map_err(|e| e.to_string()))
@@ -128,10 +158,18 @@ impl Judge<'_> {
             formats.push(format);
             let ok: Vec<&ItemLayout> = layouts.iter().filter_map(|l| l.as_ref().ok()).collect();
             let header = common_header(&ok);
-            headers.push(ok.first().map(|l| l.trunk[..header].to_vec()).unwrap_or_default());
+            headers.push(
+                ok.first()
+                    .map(|l| l.trunk[..header].to_vec())
+                    .unwrap_or_default(),
+            );
             per_model.push(layouts);
         }
-        let index: std::collections::HashMap<&str, usize> = items.iter().enumerate().map(|(i, it)| (it.id.as_str(), i)).collect();
+        let index: std::collections::HashMap<&str, usize> = items
+            .iter()
+            .enumerate()
+            .map(|(i, it)| (it.id.as_str(), i))
+            .collect();
         let todo_idx: Vec<usize> = todo.iter().map(|it| index[it.id.as_str()]).collect();
 
         let scorers: Vec<Scorer> = self
@@ -146,7 +184,11 @@ impl Judge<'_> {
         // and its lines are written once all judges are done with it.
         let lens: Vec<usize> = todo_idx
             .iter()
-            .map(|&i| per_model[0][i].as_ref().map_or(1, |l| l.row_tokens(scorers[0].header_len())))
+            .map(|&i| {
+                per_model[0][i]
+                    .as_ref()
+                    .map_or(1, |l| l.row_tokens(scorers[0].header_len()))
+            })
             .collect();
         let plan = plan_batches(&lens, opts.batch_tokens);
         let total = todo_idx.len();
@@ -172,17 +214,35 @@ impl Judge<'_> {
                         })
                         .collect::<Result<_, JudgeError>>()?,
                     None if layouts.is_empty() => Vec::new(),
-                    None => scorer.score(&layouts)?.into_iter().map(|aspects| Judgment { aspects, answer: None }).collect(),
+                    None => scorer
+                        .score(&layouts)?
+                        .into_iter()
+                        .map(|aspects| Judgment {
+                            aspects,
+                            answer: None,
+                        })
+                        .collect(),
                 };
                 if let Some(max_new) = opts.greedy_baseline {
                     let model = &self.models[m];
                     let stop = stop_tokens(model);
                     for (l, judgment) in layouts.iter().zip(scored.iter_mut()) {
-                        for (a, score) in judgment.aspects.iter_mut().enumerate().take(l.aspects.len()) {
+                        for (a, score) in judgment
+                            .aspects
+                            .iter_mut()
+                            .enumerate()
+                            .take(l.aspects.len())
+                        {
                             let ids = scorer.greedy(l, a, max_new, &stop)?;
-                            let text = model.tokenizer.decode(&ids, true).map_err(|e| JudgeError::Tokenizer(e.to_string()))?;
+                            let text = model
+                                .tokenizer
+                                .decode(&ids, true)
+                                .map_err(|e| JudgeError::Tokenizer(e.to_string()))?;
                             let valid = &l.aspects[a].scores;
-                            score.greedy = Some(super::Greedy { score: super::parse_score(&text, valid), text });
+                            score.greedy = Some(super::Greedy {
+                                score: super::parse_score(&text, valid),
+                                text,
+                            });
                         }
                     }
                 }
@@ -197,14 +257,20 @@ impl Judge<'_> {
                         ok_iter.next();
                         results[j].push(Ok(scored.next().expect("one result per layout")));
                     } else {
-                        results[j].push(Err(per_model[m][i].as_ref().err().cloned().unwrap_or_default()));
+                        results[j].push(Err(per_model[m][i]
+                            .as_ref()
+                            .err()
+                            .cloned()
+                            .unwrap_or_default()));
                     }
                 }
             }
             let mut lines = Vec::with_capacity(chunk.len());
             for (j, &i) in chunk.iter().enumerate() {
                 let item = &items[i];
-                let (dropped, truncated) = per_model[0][i].as_ref().map_or((0, false), |l| (l.dropped_turns, l.truncated));
+                let (dropped, truncated) = per_model[0][i]
+                    .as_ref()
+                    .map_or((0, false), |l| (l.dropped_turns, l.truncated));
                 let mut line = Map::new();
                 line.insert("id".into(), json!(item.id));
                 match results[j].iter().find_map(|r| r.as_ref().err()) {
@@ -213,8 +279,12 @@ impl Judge<'_> {
                         line.insert("error".into(), json!(err));
                     }
                     None => {
-                        let per_judge: Vec<&Judgment> = results[j].iter().map(|r| r.as_ref().expect("no error")).collect();
-                        let aspects: Vec<&Vec<AspectScore>> = per_judge.iter().map(|r| &r.aspects).collect();
+                        let per_judge: Vec<&Judgment> = results[j]
+                            .iter()
+                            .map(|r| r.as_ref().expect("no error"))
+                            .collect();
+                        let aspects: Vec<&Vec<AspectScore>> =
+                            per_judge.iter().map(|r| &r.aspects).collect();
                         line.insert("scores".into(), self.aspects_json(&mean_scores(&aspects)));
                         if per_judge.len() == 1 {
                             add_answer(&mut line, per_judge[0]);
@@ -254,7 +324,12 @@ impl Judge<'_> {
             .aspects
             .iter()
             .zip(scores)
-            .map(|(a, s)| (a.key.clone(), serde_json::to_value(s).expect("scores serialise")))
+            .map(|(a, s)| {
+                (
+                    a.key.clone(),
+                    serde_json::to_value(s).expect("scores serialise"),
+                )
+            })
             .collect();
         Value::Object(map)
     }
@@ -270,9 +345,27 @@ fn add_answer(line: &mut Map<String, Value>, judgment: &Judgment) {
 
 /// Tokens that end an answer: the model's eos and the usual end-of-turn markers.
 fn stop_tokens(model: &LoadedModel) -> Vec<u32> {
-    let mut names: Vec<String> = model.chat_template.special_tokens().get("eos_token").cloned().into_iter().collect();
-    names.extend(["<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "</s>"].map(String::from));
-    names.iter().filter_map(|n| model.tokenizer.token_to_id(n)).collect()
+    let mut names: Vec<String> = model
+        .chat_template
+        .special_tokens()
+        .get("eos_token")
+        .cloned()
+        .into_iter()
+        .collect();
+    names.extend(
+        [
+            "<|im_end|>",
+            "<|endoftext|>",
+            "<end_of_turn>",
+            "<|eot_id|>",
+            "</s>",
+        ]
+        .map(String::from),
+    );
+    names
+        .iter()
+        .filter_map(|n| model.tokenizer.token_to_id(n))
+        .collect()
 }
 
 /// Several judges' results averaged: mean distribution, its argmax and expectation.
@@ -283,7 +376,11 @@ fn mean_scores(per_judge: &[&Vec<AspectScore>]) -> Vec<AspectScore> {
     let n = per_judge.len() as f64;
     (0..per_judge[0].len())
         .map(|a| {
-            let scores: Vec<i64> = per_judge[0][a].distribution.keys().map(|k| k.parse().expect("score keys are integers")).collect();
+            let scores: Vec<i64> = per_judge[0][a]
+                .distribution
+                .keys()
+                .map(|k| k.parse().expect("score keys are integers"))
+                .collect();
             let mut dist = vec![0.0; scores.len()];
             let mut off = 0.0;
             for j in per_judge {

@@ -49,18 +49,33 @@ impl ScoreTargets {
                 }
             }
         }
-        ScoreTargets { scores, stem, paths, queries: nodes.into_iter().map(|path| Query { path }).collect() }
+        ScoreTargets {
+            scores,
+            stem,
+            paths,
+            queries: nodes.into_iter().map(|path| Query { path }).collect(),
+        }
     }
 
     /// Probabilities from the log-softmax over the whole vocabulary at each query node
     /// (`log_probs[q][token]`, queries in `self.queries` order).
     /// Returns (normalised distribution over `scores`, mass outside the valid scores).
     pub fn distribution(&self, log_probs: &[Vec<f32>]) -> (Vec<f64>, f64) {
-        let index: BTreeMap<&[u32], usize> = self.queries.iter().enumerate().map(|(i, q)| (q.path.as_slice(), i)).collect();
+        let index: BTreeMap<&[u32], usize> = self
+            .queries
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.path.as_slice(), i))
+            .collect();
         let lp = |node: &[u32], token: u32| log_probs[index[node]][token as usize] as f64;
         // log P(stop at node): 1 - sum of the probabilities of its valid continuations.
         let stop = |node: &[u32]| -> f64 {
-            let mut next: Vec<u32> = self.paths.iter().filter(|p| p.len() > node.len() && p.starts_with(node)).map(|p| p[node.len()]).collect();
+            let mut next: Vec<u32> = self
+                .paths
+                .iter()
+                .filter(|p| p.len() > node.len() && p.starts_with(node))
+                .map(|p| p[node.len()])
+                .collect();
             next.sort_unstable();
             next.dedup();
             let cont: f64 = next.iter().map(|&t| lp(node, t).exp()).sum();
@@ -79,14 +94,20 @@ impl ScoreTargets {
             .collect();
         let total: f64 = raw.iter().sum();
         let off_scale = (1.0 - total).clamp(0.0, 1.0);
-        let dist = if total > 0.0 { raw.iter().map(|p| p / total).collect() } else { vec![1.0 / raw.len() as f64; raw.len()] };
+        let dist = if total > 0.0 {
+            raw.iter().map(|p| p / total).collect()
+        } else {
+            vec![1.0 / raw.len() as f64; raw.len()]
+        };
         (dist, off_scale)
     }
 }
 
 fn common_prefix(seqs: &[Vec<u32>]) -> usize {
     let first = &seqs[0];
-    (0..first.len()).take_while(|&i| seqs.iter().all(|s| s.get(i) == Some(&first[i]))).count()
+    (0..first.len())
+        .take_while(|&i| seqs.iter().all(|s| s.get(i) == Some(&first[i])))
+        .count()
 }
 
 #[cfg(test)]
@@ -126,14 +147,20 @@ mod tests {
         let seqs = vec![vec![3, 5], vec![3, 5, 6]];
         let t = ScoreTargets::new(vec![1, 10], &seqs, 1);
         assert_eq!(t.paths, vec![vec![5], vec![5, 6]]);
-        assert_eq!(t.queries.iter().map(|q| q.path.clone()).collect::<Vec<_>>(), vec![vec![], vec![5]]);
+        assert_eq!(
+            t.queries.iter().map(|q| q.path.clone()).collect::<Vec<_>>(),
+            vec![vec![], vec![5]]
+        );
         let mut root = vec![-10f32; 8];
         root[5] = 0.0; // P("1") ≈ 1
         let mut after = vec![-10f32; 8];
         after[6] = 0.0; // P("0" | "1") = 0.5 against …
         after[7] = 0.0; // … anything else (stopping)
         let (dist, _) = t.distribution(&[log_softmax(&root), log_softmax(&after)]);
-        assert!((dist[0] - 0.5).abs() < 1e-3 && (dist[1] - 0.5).abs() < 1e-3, "{dist:?}");
+        assert!(
+            (dist[0] - 0.5).abs() < 1e-3 && (dist[1] - 0.5).abs() < 1e-3,
+            "{dist:?}"
+        );
     }
 
     #[test]

@@ -35,10 +35,18 @@ pub struct HumanAspect {
 
 /// Leave-one-out rater agreement and the summary statistics of aspect `key`.
 pub fn rater_agreement(items: &[Item], key: &str) -> HumanAspect {
-    let means: Vec<f64> = items.iter().filter_map(|i| i.human.get(key)).map(HumanRating::mean).collect();
+    let means: Vec<f64> = items
+        .iter()
+        .filter_map(|i| i.human.get(key))
+        .map(HumanRating::mean)
+        .collect();
     let n = means.len();
     let mean = means.iter().sum::<f64>() / n.max(1) as f64;
-    let std = if n > 1 { (means.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt() } else { f64::NAN };
+    let std = if n > 1 {
+        (means.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+    } else {
+        f64::NAN
+    };
     let rated: Vec<(&Item, &Vec<f64>)> = items
         .iter()
         .filter_map(|i| match i.human.get(key) {
@@ -106,7 +114,11 @@ pub fn aspect_matrix(keys: Vec<String>, columns: &[Vec<Option<f64>>]) -> AspectM
             columns
                 .iter()
                 .map(|b| {
-                    let (x, y): (Vec<f64>, Vec<f64>) = a.iter().zip(b).filter_map(|(p, q)| Some(((*p)?, (*q)?))).unzip();
+                    let (x, y): (Vec<f64>, Vec<f64>) = a
+                        .iter()
+                        .zip(b)
+                        .filter_map(|(p, q)| Some(((*p)?, (*q)?)))
+                        .unzip();
                     spearman_r(&x, &y)
                 })
                 .collect()

@@ -1,16 +1,21 @@
 //! The paper's combination of a judge score with BERTScore, `c_i + w (b_i − mean(b))`, and the
 //! choice of w on a seeded development split of the dialogues.
 
+use super::MetaError;
 use super::frame::{Column, Family, Frame};
 use super::stats::spearman_r;
-use super::MetaError;
 use crate::rng::keyed_hash;
 
 /// The weights `--fit-w` tries (the paper's w = 10 among them).
-pub const W_GRID: [f64; 13] = [0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 50.0, 100.0];
+pub const W_GRID: [f64; 13] = [
+    0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 50.0, 100.0,
+];
 
 fn combine(c: &[Option<f64>], b: &[Option<f64>], mean_b: f64, w: f64) -> Vec<Option<f64>> {
-    c.iter().zip(b).map(|(c, b)| Some((*c)? + w * ((*b)? - mean_b))).collect()
+    c.iter()
+        .zip(b)
+        .map(|(c, b)| Some((*c)? + w * ((*b)? - mean_b)))
+        .collect()
 }
 
 fn mean_of(b: &[Option<f64>]) -> Option<f64> {
@@ -24,7 +29,11 @@ fn bertscore_column<'f>(frame: &'f Frame, which: &str) -> Result<&'f Column, Met
         .columns
         .iter()
         .find(|c| c.family == Family::BertScore && c.label.ends_with(&format!(" {which}")))
-        .ok_or_else(|| MetaError::Input(format!("combining needs BERTScore {which} results (pass a `hyoka bertscore` output)")))
+        .ok_or_else(|| {
+            MetaError::Input(format!(
+                "combining needs BERTScore {which} results (pass a `hyoka bertscore` output)"
+            ))
+        })
 }
 
 /// Add "combined" columns for every judge column: c + w (b − mean b), b = BERTScore `which`,
@@ -32,7 +41,12 @@ fn bertscore_column<'f>(frame: &'f Frame, which: &str) -> Result<&'f Column, Met
 pub fn add_combined(frame: &mut Frame, w: f64, which: &str) -> Result<f64, MetaError> {
     let b = bertscore_column(frame, which)?.values.clone();
     let mean_b = mean_of(&b).ok_or_else(|| MetaError::Input("no item has a BERTScore".into()))?;
-    let judges: Vec<Column> = frame.columns.iter().filter(|c| matches!(c.family, Family::JudgeArgmax | Family::JudgeExpected)).cloned().collect();
+    let judges: Vec<Column> = frame
+        .columns
+        .iter()
+        .filter(|c| matches!(c.family, Family::JudgeArgmax | Family::JudgeExpected))
+        .cloned()
+        .collect();
     for c in judges {
         let what = c.label.replacen("judge", "combined", 1);
         frame.columns.push(Column {
@@ -73,16 +87,36 @@ fn in_dev_half(seed: u64, dialogue: &str) -> bool {
 /// depends only on the seed and its id), and report the held-out half.
 pub fn fit_w(frame: &Frame, which: &str, seed: u64) -> Result<Vec<FitW>, MetaError> {
     let b = &bertscore_column(frame, which)?.values;
-    let dev: Vec<bool> = frame.items.iter().map(|i| in_dev_half(seed, i.dialogue.as_deref().unwrap_or(&i.id))).collect();
+    let dev: Vec<bool> = frame
+        .items
+        .iter()
+        .map(|i| in_dev_half(seed, i.dialogue.as_deref().unwrap_or(&i.id)))
+        .collect();
     // mean(b) from the development half only: nothing of the test half leaks into w.
-    let dev_b: Vec<Option<f64>> = b.iter().zip(&dev).map(|(v, d)| if *d { *v } else { None }).collect();
-    let Some(mean_b) = mean_of(&dev_b) else { return Ok(Vec::new()) };
+    let dev_b: Vec<Option<f64>> = b
+        .iter()
+        .zip(&dev)
+        .map(|(v, d)| if *d { *v } else { None })
+        .collect();
+    let Some(mean_b) = mean_of(&dev_b) else {
+        return Ok(Vec::new());
+    };
     let mut out = Vec::new();
-    for c in frame.columns.iter().filter(|c| matches!(c.family, Family::JudgeArgmax | Family::JudgeExpected)) {
+    for c in frame
+        .columns
+        .iter()
+        .filter(|c| matches!(c.family, Family::JudgeArgmax | Family::JudgeExpected))
+    {
         for key in frame.human_keys.iter().filter(|k| frame.pairs_with(c, k)) {
             let h = frame.human(key);
             let half = |values: &[Option<f64>], want_dev: bool| -> (Vec<f64>, Vec<f64>) {
-                values.iter().zip(&h).zip(&dev).filter(|(_, d)| **d == want_dev).filter_map(|((v, h), _)| Some(((*v)?, (*h)?))).unzip()
+                values
+                    .iter()
+                    .zip(&h)
+                    .zip(&dev)
+                    .filter(|(_, d)| **d == want_dev)
+                    .filter_map(|((v, h), _)| Some(((*v)?, (*h)?)))
+                    .unzip()
             };
             let mut best: Option<(f64, f64)> = None;
             for w in W_GRID {
@@ -94,7 +128,9 @@ pub fn fit_w(frame: &Frame, which: &str, seed: u64) -> Result<Vec<FitW>, MetaErr
                     }
                 }
             }
-            let Some((w, dev_spearman)) = best else { continue };
+            let Some((w, dev_spearman)) = best else {
+                continue;
+            };
             let test = |values: &[Option<f64>]| {
                 let (x, y) = half(values, false);
                 spearman_r(&x, &y)
@@ -123,9 +159,19 @@ mod tests {
     #[test]
     fn the_split_is_independent_of_a_dialogue_sample_with_the_same_seed() {
         // The 30 dialogues `sample_dialogues` keeps with seed 0 are those of lowest unsalted hash.
-        let mut ids: Vec<(u64, String)> = (0..150).map(|d| format!("{}", 1_502_867_549u64 + d * 7919)).map(|d| (keyed_hash(0, &d), d)).collect();
+        let mut ids: Vec<(u64, String)> = (0..150)
+            .map(|d| format!("{}", 1_502_867_549u64 + d * 7919))
+            .map(|d| (keyed_hash(0, &d), d))
+            .collect();
         ids.sort();
-        let dev = ids.iter().take(30).filter(|(_, d)| in_dev_half(0, d)).count();
-        assert!((8..=22).contains(&dev), "{dev} of 30 sampled dialogues in the development half");
+        let dev = ids
+            .iter()
+            .take(30)
+            .filter(|(_, d)| in_dev_half(0, d))
+            .count();
+        assert!(
+            (8..=22).contains(&dev),
+            "{dev} of 30 sampled dialogues in the development half"
+        );
     }
 }

@@ -50,13 +50,26 @@ impl Frame {
                 }
             }
         }
-        let index = items.iter().enumerate().map(|(i, it)| (it.id.clone(), i)).collect();
-        Frame { items, human_keys, columns: Vec::new(), sources: Vec::new(), index }
+        let index = items
+            .iter()
+            .enumerate()
+            .map(|(i, it)| (it.id.clone(), i))
+            .collect();
+        Frame {
+            items,
+            human_keys,
+            columns: Vec::new(),
+            sources: Vec::new(),
+            index,
+        }
     }
 
     /// Mean human rating of `key` per item.
     pub fn human(&self, key: &str) -> Vec<Option<f64>> {
-        self.items.iter().map(|i| i.human.get(key).map(|r| r.mean())).collect()
+        self.items
+            .iter()
+            .map(|i| i.human.get(key).map(|r| r.mean()))
+            .collect()
     }
 
     /// Whether `column` is compared with human aspect `key`: a judge aspect goes with the human
@@ -66,7 +79,11 @@ impl Frame {
         match &column.aspect {
             Some(a) => {
                 let declared = |k: &str| k == a || column.human.iter().any(|h| h == k);
-                if self.human_keys.iter().any(|k| declared(k)) { declared(key) } else { true }
+                if self.human_keys.iter().any(|k| declared(k)) {
+                    declared(key)
+                } else {
+                    true
+                }
             }
             None => true,
         }
@@ -76,7 +93,10 @@ impl Frame {
     /// several judges apart in the labels (None: plain "judge"). The judge's rubric (resolved
     /// from the provenance when its hash still matches) says which human keys each aspect targets.
     pub fn add_results(&mut self, path: &Path, name: Option<&str>) -> Result<usize, MetaError> {
-        let io = |source| MetaError::Io { path: path.to_path_buf(), source };
+        let io = |source| MetaError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
         let mut task: Option<String> = None;
         let mut judge_aspects: Vec<String> = Vec::new();
@@ -87,43 +107,92 @@ impl Frame {
             if line.trim().is_empty() {
                 continue;
             }
-            let invalid = |field: &str, message: String| MetaError::Invalid { path: path.to_path_buf(), line: i + 1, field: field.into(), message };
-            let v: Value = serde_json::from_str(&line).map_err(|e| invalid("", format!("not JSON: {e}")))?;
-            let id = v.get("id").and_then(Value::as_str).ok_or_else(|| invalid("id", "missing or not a string".into()))?;
-            let this_task = v.pointer("/provenance/task").and_then(Value::as_str).ok_or_else(|| invalid("provenance.task", "missing: not a hyoka results file".into()))?;
+            let invalid = |field: &str, message: String| MetaError::Invalid {
+                path: path.to_path_buf(),
+                line: i + 1,
+                field: field.into(),
+                message,
+            };
+            let v: Value =
+                serde_json::from_str(&line).map_err(|e| invalid("", format!("not JSON: {e}")))?;
+            let id = v
+                .get("id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| invalid("id", "missing or not a string".into()))?;
+            let this_task = v
+                .pointer("/provenance/task")
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    invalid(
+                        "provenance.task",
+                        "missing: not a hyoka results file".into(),
+                    )
+                })?;
             match &task {
                 None => {
                     task = Some(this_task.to_string());
                     self.sources.push(v["provenance"].clone());
                 }
-                Some(t) if t != this_task => return Err(invalid("provenance.task", format!("{this_task} after {t} lines: one run per file"))),
+                Some(t) if t != this_task => {
+                    return Err(invalid(
+                        "provenance.task",
+                        format!("{this_task} after {t} lines: one run per file"),
+                    ));
+                }
                 _ => {}
             }
-            let Some(&row) = self.index.get(id) else { continue };
+            let Some(&row) = self.index.get(id) else {
+                continue;
+            };
             matched += 1;
             if v.get("error").is_some() {
                 continue;
             }
             match this_task {
                 "judge" => {
-                    let scores = v.get("scores").and_then(Value::as_object).ok_or_else(|| invalid("scores", "missing".into()))?;
+                    let scores = v
+                        .get("scores")
+                        .and_then(Value::as_object)
+                        .ok_or_else(|| invalid("scores", "missing".into()))?;
                     for (aspect, s) in scores {
                         if !judge_aspects.contains(aspect) {
                             judge_aspects.push(aspect.clone());
                         }
                         for (what, field) in [("argmax", "score"), ("expected", "expected")] {
-                            let x = s.get(field).and_then(Value::as_f64).ok_or_else(|| invalid(&format!("scores.{aspect}.{field}"), "missing or not a number".into()))?;
-                            values.entry(format!("{what}\u{0}{aspect}")).or_insert_with(|| vec![None; self.items.len()])[row] = Some(x);
+                            let x = s.get(field).and_then(Value::as_f64).ok_or_else(|| {
+                                invalid(
+                                    &format!("scores.{aspect}.{field}"),
+                                    "missing or not a number".into(),
+                                )
+                            })?;
+                            values
+                                .entry(format!("{what}\u{0}{aspect}"))
+                                .or_insert_with(|| vec![None; self.items.len()])[row] = Some(x);
                         }
                     }
                 }
                 "bertscore" => {
                     for key in ["P", "R", "F"] {
-                        let x = v.pointer(&format!("/bertscore/{key}")).and_then(Value::as_f64).ok_or_else(|| invalid(&format!("bertscore.{key}"), "missing or not a number".into()))?;
-                        values.entry(key.to_string()).or_insert_with(|| vec![None; self.items.len()])[row] = Some(x);
+                        let x = v
+                            .pointer(&format!("/bertscore/{key}"))
+                            .and_then(Value::as_f64)
+                            .ok_or_else(|| {
+                                invalid(
+                                    &format!("bertscore.{key}"),
+                                    "missing or not a number".into(),
+                                )
+                            })?;
+                        values
+                            .entry(key.to_string())
+                            .or_insert_with(|| vec![None; self.items.len()])[row] = Some(x);
                     }
                 }
-                other => return Err(invalid("provenance.task", format!("`{other}` results cannot be meta-evaluated"))),
+                other => {
+                    return Err(invalid(
+                        "provenance.task",
+                        format!("`{other}` results cannot be meta-evaluated"),
+                    ));
+                }
             }
         }
         let empty = || vec![None; self.items.len()];
@@ -131,11 +200,26 @@ impl Frame {
             Some("judge") => {
                 let targets = rubric_targets(self.sources.last());
                 let prefix = name.map_or("judge".to_string(), |n| format!("judge[{n}]"));
-                for (what, family) in [("argmax", Family::JudgeArgmax), ("expected", Family::JudgeExpected)] {
+                for (what, family) in [
+                    ("argmax", Family::JudgeArgmax),
+                    ("expected", Family::JudgeExpected),
+                ] {
                     for aspect in &judge_aspects {
-                        let v = values.remove(&format!("{what}\u{0}{aspect}")).unwrap_or_else(empty);
-                        let human = targets.iter().find(|(k, _)| k == aspect).map(|(_, h)| h.clone()).unwrap_or_default();
-                        self.columns.push(Column { label: format!("{prefix} {what}"), family, aspect: Some(aspect.clone()), human, values: v });
+                        let v = values
+                            .remove(&format!("{what}\u{0}{aspect}"))
+                            .unwrap_or_else(empty);
+                        let human = targets
+                            .iter()
+                            .find(|(k, _)| k == aspect)
+                            .map(|(_, h)| h.clone())
+                            .unwrap_or_default();
+                        self.columns.push(Column {
+                            label: format!("{prefix} {what}"),
+                            family,
+                            aspect: Some(aspect.clone()),
+                            human,
+                            values: v,
+                        });
                     }
                 }
             }
@@ -143,10 +227,21 @@ impl Frame {
                 let suffix = name.map_or(String::new(), |n| format!("[{n}]"));
                 for key in ["P", "R", "F"] {
                     let v = values.remove(key).unwrap_or_else(empty);
-                    self.columns.push(Column { label: format!("BERTScore{suffix} {key}"), family: Family::BertScore, aspect: None, human: Vec::new(), values: v });
+                    self.columns.push(Column {
+                        label: format!("BERTScore{suffix} {key}"),
+                        family: Family::BertScore,
+                        aspect: None,
+                        human: Vec::new(),
+                        values: v,
+                    });
                 }
             }
-            None => return Err(MetaError::Input(format!("{}: no results in this file", path.display()))),
+            None => {
+                return Err(MetaError::Input(format!(
+                    "{}: no results in this file",
+                    path.display()
+                )));
+            }
         }
         Ok(matched)
     }
@@ -172,11 +267,19 @@ impl Frame {
 /// (aspect key, human keys) of the rubric a judge run used, when it can still be found with the
 /// same hash (a built-in, or a rubric file still at its path and unchanged).
 fn rubric_targets(provenance: Option<&Value>) -> Vec<(String, Vec<String>)> {
-    let Some(id) = provenance.and_then(|p| p.get("rubric")) else { return Vec::new() };
-    let (Some(source), Some(hash)) = (id["source"].as_str(), id["hash"].as_str()) else { return Vec::new() };
+    let Some(id) = provenance.and_then(|p| p.get("rubric")) else {
+        return Vec::new();
+    };
+    let (Some(source), Some(hash)) = (id["source"].as_str(), id["hash"].as_str()) else {
+        return Vec::new();
+    };
     let name = source.strip_prefix("builtin:").unwrap_or(source);
     match crate::rubric::Rubric::resolve(name) {
-        Ok((r, _)) if r.hash() == hash => r.aspects.iter().map(|a| (a.key.clone(), a.human.clone())).collect(),
+        Ok((r, _)) if r.hash() == hash => r
+            .aspects
+            .iter()
+            .map(|a| (a.key.clone(), a.human.clone()))
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -190,12 +293,18 @@ mod tests {
         let item = Item {
             id: "a".into(),
             context: vec![],
-            response: Turn { speaker: "S".into(), text: "x".into() },
+            response: Turn {
+                speaker: "S".into(),
+                text: "x".into(),
+            },
             reference: vec![],
             setting: None,
             system: None,
             dialogue: None,
-            human: keys.iter().map(|k| (k.to_string(), HumanRating::Single(1.0))).collect(),
+            human: keys
+                .iter()
+                .map(|k| (k.to_string(), HumanRating::Single(1.0)))
+                .collect(),
             raters: vec![],
             meta: None,
         };
@@ -203,7 +312,13 @@ mod tests {
     }
 
     fn judge(aspect: &str, human: &[&str]) -> Column {
-        Column { label: "judge expected".into(), family: Family::JudgeExpected, aspect: Some(aspect.into()), human: human.iter().map(|h| h.to_string()).collect(), values: vec![Some(1.0)] }
+        Column {
+            label: "judge expected".into(),
+            family: Family::JudgeExpected,
+            aspect: Some(aspect.into()),
+            human: human.iter().map(|h| h.to_string()).collect(),
+            values: vec![Some(1.0)],
+        }
     }
 
     #[test]
@@ -216,7 +331,10 @@ mod tests {
         assert!(f.pairs_with(&judge("coherence", &["breakdown"]), "breakdown"));
         assert!(!f.pairs_with(&judge("coherence", &["breakdown"]), "ungrammatical"));
         // Nothing declared or matching: every human aspect (exploratory rows).
-        assert!(f.pairs_with(&judge("overall", &[]), "breakdown") && f.pairs_with(&judge("overall", &[]), "ungrammatical"));
+        assert!(
+            f.pairs_with(&judge("overall", &[]), "breakdown")
+                && f.pairs_with(&judge("overall", &[]), "ungrammatical")
+        );
         // A declared key the items lack falls back to everything too.
         assert!(f.pairs_with(&judge("overall", &["quality"]), "ungrammatical"));
     }

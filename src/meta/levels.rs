@@ -3,7 +3,7 @@
 
 use super::stats::{Correlation, Method};
 use crate::data::Item;
-use crate::rng::{keyed_hash, SplitMix64};
+use crate::rng::{SplitMix64, keyed_hash};
 use std::collections::BTreeMap;
 
 /// Where the correlation is taken.
@@ -102,7 +102,9 @@ fn units(level: Level, items: &[Item], x: &[Option<f64>], y: &[Option<f64>]) -> 
         .iter()
         .map(|&i| {
             let next = system_ids.len();
-            *system_ids.entry(items[i].system.as_deref().unwrap_or("")).or_insert(next)
+            *system_ids
+                .entry(items[i].system.as_deref().unwrap_or(""))
+                .or_insert(next)
         })
         .collect();
     let groups: Vec<Vec<usize>> = match level {
@@ -117,16 +119,29 @@ fn units(level: Level, items: &[Item], x: &[Option<f64>], y: &[Option<f64>]) -> 
             by.into_values().collect()
         }
     };
-    (!groups.is_empty()).then_some(Units { pairs, system_of, groups })
+    (!groups.is_empty()).then_some(Units {
+        pairs,
+        system_of,
+        groups,
+    })
 }
 
 /// The level's coefficient from the pairs in `chosen` (indices into `pairs`, repeats allowed).
 /// Returns the number of units and, per method, the coefficient (and p-value where it has one).
-fn statistic(level: Level, units: &Units, chosen: &[&[usize]], method: Method, with_p: bool) -> (usize, Option<Correlation>) {
+fn statistic(
+    level: Level,
+    units: &Units,
+    chosen: &[&[usize]],
+    method: Method,
+    with_p: bool,
+) -> (usize, Option<Correlation>) {
     let (pairs, system_of) = (&units.pairs, &units.system_of);
     match level {
         Level::Item => {
-            let (x, y): (Vec<f64>, Vec<f64>) = chosen.iter().flat_map(|g| g.iter().map(|&k| pairs[k])).unzip();
+            let (x, y): (Vec<f64>, Vec<f64>) = chosen
+                .iter()
+                .flat_map(|g| g.iter().map(|&k| pairs[k]))
+                .unzip();
             (x.len(), correlate_pairs(method, &x, &y, with_p))
         }
         Level::System => {
@@ -137,7 +152,8 @@ fn statistic(level: Level, units: &Units, chosen: &[&[usize]], method: Method, w
                 e.1 += pairs[k].1;
                 e.2 += 1.0;
             }
-            let (x, y): (Vec<f64>, Vec<f64>) = sums.values().map(|(a, b, n)| (a / n, b / n)).unzip();
+            let (x, y): (Vec<f64>, Vec<f64>) =
+                sums.values().map(|(a, b, n)| (a / n, b / n)).unzip();
             (x.len(), correlate_pairs(method, &x, &y, with_p))
         }
         Level::Dialogue => {
@@ -150,7 +166,10 @@ fn statistic(level: Level, units: &Units, chosen: &[&[usize]], method: Method, w
                     defined += 1;
                 }
             }
-            let mean = (defined > 0).then(|| Correlation { r: total / defined as f64, p: f64::NAN });
+            let mean = (defined > 0).then(|| Correlation {
+                r: total / defined as f64,
+                p: f64::NAN,
+            });
             (defined, mean)
         }
     }
@@ -160,21 +179,46 @@ fn correlate_pairs(method: Method, x: &[f64], y: &[f64], with_p: bool) -> Option
     if with_p {
         return method.correlate(x, y);
     }
-    Some(Correlation { r: method.coefficient(x, y)?, p: f64::NAN })
+    Some(Correlation {
+        r: method.coefficient(x, y)?,
+        p: f64::NAN,
+    })
 }
 
 /// Correlate score column `x` with human column `y` over `items` at `level`. `key` names the
 /// cell so that its bootstrap draws depend only on the seed and the cell, not on the others.
-pub fn correlate(level: Level, items: &[Item], x: &[Option<f64>], y: &[Option<f64>], boot: &Bootstrap, key: &str) -> Option<Cell> {
+pub fn correlate(
+    level: Level,
+    items: &[Item],
+    x: &[Option<f64>],
+    y: &[Option<f64>],
+    boot: &Bootstrap,
+    key: &str,
+) -> Option<Cell> {
     let units = units(level, items, x, y)?;
     let all: Vec<&[usize]> = units.groups.iter().map(Vec::as_slice).collect();
-    let mut cell = Cell { n: 0, pearson: None, spearman: None, kendall: None };
+    let mut cell = Cell {
+        n: 0,
+        pearson: None,
+        spearman: None,
+        kendall: None,
+    };
     for method in Method::ALL {
         let (units_used, c) = statistic(level, &units, &all, method, level != Level::Dialogue);
         cell.n = cell.n.max(units_used);
         let Some(c) = c else { continue };
-        let ci = interval(level, &units, method, boot, &format!("{key}\u{0}{}", method.name()));
-        let stat = Stat { r: c.r, p: c.p.is_finite().then_some(c.p), ci };
+        let ci = interval(
+            level,
+            &units,
+            method,
+            boot,
+            &format!("{key}\u{0}{}", method.name()),
+        );
+        let stat = Stat {
+            r: c.r,
+            p: c.p.is_finite().then_some(c.p),
+            ci,
+        };
         match method {
             Method::Pearson => cell.pearson = Some(stat),
             Method::Spearman => cell.spearman = Some(stat),
@@ -186,7 +230,13 @@ pub fn correlate(level: Level, items: &[Item], x: &[Option<f64>], y: &[Option<f6
 
 /// Percentile interval over resamples of the level's units; None when turned off, or when the
 /// coefficient is undefined in more than half of the resamples.
-fn interval(level: Level, units: &Units, method: Method, boot: &Bootstrap, key: &str) -> Option<[f64; 2]> {
+fn interval(
+    level: Level,
+    units: &Units,
+    method: Method,
+    boot: &Bootstrap,
+    key: &str,
+) -> Option<[f64; 2]> {
     let groups = &units.groups;
     if boot.resamples == 0 {
         return None;

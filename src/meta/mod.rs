@@ -9,20 +9,28 @@ mod levels;
 pub mod stats;
 mod summary;
 
-pub use agreement::{aspect_matrix, rater_agreement, AspectMatrix, HumanAspect, RaterBasis};
-pub use combine::{add_combined, fit_w, FitW, W_GRID};
+pub use agreement::{AspectMatrix, HumanAspect, RaterBasis, aspect_matrix, rater_agreement};
+pub use combine::{FitW, W_GRID, add_combined, fit_w};
 pub use frame::{Column, Family, Frame};
-pub use levels::{correlate, Bootstrap, Cell, Level, Stat};
-pub use summary::{format_r, MetaOptions, Summary};
+pub use levels::{Bootstrap, Cell, Level, Stat, correlate};
+pub use summary::{MetaOptions, Summary, format_r};
 
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{}:{line}: {field}: {message}", path.display())]
-    Invalid { path: PathBuf, line: usize, field: String, message: String },
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        field: String,
+        message: String,
+    },
     #[error(transparent)]
     Data(#[from] crate::data::DataError),
     #[error("{0}")]

@@ -188,7 +188,17 @@ fn kendall_counts(x: &[f64], y: &[f64]) -> KendallCounts {
     let mut buf = Vec::with_capacity(ys.len());
     let discordant = inversions(&mut ys, &mut buf);
     let (y_ties, y0, y1) = tie_sums(&ys);
-    KendallCounts { n: x.len() as u64, discordant, x_ties, y_ties, joint_ties, x0, x1, y0, y1 }
+    KendallCounts {
+        n: x.len() as u64,
+        discordant,
+        x_ties,
+        y_ties,
+        joint_ties,
+        x0,
+        x1,
+        y0,
+        y1,
+    }
 }
 
 pub fn kendall_r(x: &[f64], y: &[f64]) -> Option<f64> {
@@ -206,13 +216,15 @@ impl KendallCounts {
 
     /// Concordant minus discordant pairs: all pairs = con + dis + x_ties + y_ties − joint_ties.
     fn con_minus_dis(&self) -> f64 {
-        self.pairs() as f64 - self.x_ties as f64 - self.y_ties as f64 + self.joint_ties as f64 - 2.0 * self.discordant as f64
+        self.pairs() as f64 - self.x_ties as f64 - self.y_ties as f64 + self.joint_ties as f64
+            - 2.0 * self.discordant as f64
     }
 }
 
 fn tau_b(c: &KendallCounts) -> f64 {
     let tot = c.pairs() as f64;
-    (c.con_minus_dis() / (tot - c.x_ties as f64).sqrt() / (tot - c.y_ties as f64).sqrt()).clamp(-1.0, 1.0)
+    (c.con_minus_dis() / (tot - c.x_ties as f64).sqrt() / (tot - c.y_ties as f64).sqrt())
+        .clamp(-1.0, 1.0)
 }
 
 /// scipy.stats.kendalltau (variant b, method "auto"): the exact null distribution without ties
@@ -225,18 +237,23 @@ pub fn kendall_tau_b(x: &[f64], y: &[f64]) -> Option<Correlation> {
     let r = tau_b(&c);
     let n = c.n;
     let tot = c.pairs();
-    let p = if c.x_ties == 0 && c.y_ties == 0 && (n <= 33 || c.discordant.min(tot - c.discordant) <= 1) {
-        kendall_p_exact(n, tot - c.discordant)
-    } else {
-        let nf = n as f64;
-        let m = nf * (nf - 1.0);
-        let var = (m * (2.0 * nf + 5.0) - c.x1 - c.y1) / 18.0
-            + (2.0 * c.x_ties as f64 * c.y_ties as f64) / m
-            + c.x0 * c.y0 / (9.0 * m * (nf - 2.0));
-        let z = c.con_minus_dis() / var.sqrt();
-        erfc(z.abs() / std::f64::consts::SQRT_2)
-    };
-    Some(Correlation { r, p: p.clamp(0.0, 1.0) })
+    let p =
+        if c.x_ties == 0 && c.y_ties == 0 && (n <= 33 || c.discordant.min(tot - c.discordant) <= 1)
+        {
+            kendall_p_exact(n, tot - c.discordant)
+        } else {
+            let nf = n as f64;
+            let m = nf * (nf - 1.0);
+            let var = (m * (2.0 * nf + 5.0) - c.x1 - c.y1) / 18.0
+                + (2.0 * c.x_ties as f64 * c.y_ties as f64) / m
+                + c.x0 * c.y0 / (9.0 * m * (nf - 2.0));
+            let z = c.con_minus_dis() / var.sqrt();
+            erfc(z.abs() / std::f64::consts::SQRT_2)
+        };
+    Some(Correlation {
+        r,
+        p: p.clamp(0.0, 1.0),
+    })
 }
 
 /// Two-sided exact p-value of `concordant` pairs among n untied items (scipy's

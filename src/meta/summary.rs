@@ -1,11 +1,11 @@
 //! Everything `hyoka meta` computes, as one serialisable summary, and its Markdown rendering in
 //! the paper's layout (rows = methods, columns = aspects, cells = Spearman/Pearson).
 
-use super::agreement::{aspect_matrix, rater_agreement, AspectMatrix, HumanAspect};
-use super::combine::{add_combined, fit_w, FitW};
-use super::frame::{Family, Frame};
-use super::levels::{correlate, Bootstrap, Cell, Level, Stat};
 use super::MetaError;
+use super::agreement::{AspectMatrix, HumanAspect, aspect_matrix, rater_agreement};
+use super::combine::{FitW, add_combined, fit_w};
+use super::frame::{Family, Frame};
+use super::levels::{Bootstrap, Cell, Level, Stat, correlate};
 use rayon::prelude::*;
 use serde_json::Value;
 use std::fmt::Write;
@@ -63,25 +63,47 @@ impl Summary {
     /// Compute everything over `frame` (combined columns are added to it).
     pub fn compute(frame: &mut Frame, opts: &MetaOptions) -> Result<Summary, MetaError> {
         if frame.human_keys.is_empty() {
-            return Err(MetaError::Input("no item has human ratings (`human` field): nothing to meta-evaluate against".into()));
+            return Err(MetaError::Input(
+                "no item has human ratings (`human` field): nothing to meta-evaluate against"
+                    .into(),
+            ));
         }
         let combined = match opts.w {
-            Some(w) if frame.columns.iter().any(|c| c.family == Family::BertScore) && frame.columns.iter().any(|c| c.family != Family::BertScore) => {
+            Some(w)
+                if frame.columns.iter().any(|c| c.family == Family::BertScore)
+                    && frame.columns.iter().any(|c| c.family != Family::BertScore) =>
+            {
                 let mean_b = add_combined(frame, w, &opts.combine_with)?;
-                Some(Combination { w, with: opts.combine_with.clone(), mean_b })
+                Some(Combination {
+                    w,
+                    with: opts.combine_with.clone(),
+                    mean_b,
+                })
             }
             _ => None,
         };
-        let fitted = if opts.fit_w { fit_w(frame, &opts.combine_with, opts.bootstrap.seed)? } else { Vec::new() };
+        let fitted = if opts.fit_w {
+            fit_w(frame, &opts.combine_with, opts.bootstrap.seed)?
+        } else {
+            Vec::new()
+        };
         let mut rows: Vec<Row> = Vec::new();
         for c in &frame.columns {
             let label = frame.row_label(c);
             if !rows.iter().any(|r| r.label == label) {
                 let aspect = c.aspect.clone().filter(|a| !frame.human_keys.contains(a));
-                rows.push(Row { label, family: c.family, aspect });
+                rows.push(Row {
+                    label,
+                    family: c.family,
+                    aspect,
+                });
             }
         }
-        let humans: Vec<(String, Vec<Option<f64>>)> = frame.human_keys.iter().map(|k| (k.clone(), frame.human(k))).collect();
+        let humans: Vec<(String, Vec<Option<f64>>)> = frame
+            .human_keys
+            .iter()
+            .map(|k| (k.clone(), frame.human(k)))
+            .collect();
         let mut tasks = Vec::new();
         for c in &frame.columns {
             for (key, h) in &humans {
@@ -97,14 +119,38 @@ impl Summary {
             .par_iter()
             .filter_map(|(row, c, key, h, level)| {
                 let cell_key = format!("{row}\u{0}{key}\u{0}{}", level.name());
-                correlate(*level, items, &c.values, h, &opts.bootstrap, &cell_key).map(|cell| Entry { row: row.clone(), human: (*key).clone(), level: *level, cell })
+                correlate(*level, items, &c.values, h, &opts.bootstrap, &cell_key).map(|cell| {
+                    Entry {
+                        row: row.clone(),
+                        human: (*key).clone(),
+                        level: *level,
+                        cell,
+                    }
+                })
             })
             .collect();
-        let human = frame.human_keys.iter().map(|k| rater_agreement(items, k)).collect();
-        let human_matrix = aspect_matrix(frame.human_keys.clone(), &humans.iter().map(|(_, h)| h.clone()).collect::<Vec<_>>());
-        let expected: Vec<_> = frame.columns.iter().filter(|c| c.family == Family::JudgeExpected && c.aspect.is_some()).collect();
+        let human = frame
+            .human_keys
+            .iter()
+            .map(|k| rater_agreement(items, k))
+            .collect();
+        let human_matrix = aspect_matrix(
+            frame.human_keys.clone(),
+            &humans.iter().map(|(_, h)| h.clone()).collect::<Vec<_>>(),
+        );
+        let expected: Vec<_> = frame
+            .columns
+            .iter()
+            .filter(|c| c.family == Family::JudgeExpected && c.aspect.is_some())
+            .collect();
         let judge_matrix = (expected.len() > 1).then(|| {
-            aspect_matrix(expected.iter().map(|c| frame.row_label(c)).collect(), &expected.iter().map(|c| c.values.clone()).collect::<Vec<_>>())
+            aspect_matrix(
+                expected.iter().map(|c| frame.row_label(c)).collect(),
+                &expected
+                    .iter()
+                    .map(|c| c.values.clone())
+                    .collect::<Vec<_>>(),
+            )
         });
         Ok(Summary {
             hyoka: crate::VERSION.to_string(),
@@ -122,7 +168,10 @@ impl Summary {
     }
 
     pub fn cell(&self, row: &str, human: &str, level: Level) -> Option<&Cell> {
-        self.correlations.iter().find(|e| e.row == row && e.human == human && e.level == level).map(|e| &e.cell)
+        self.correlations
+            .iter()
+            .find(|e| e.row == row && e.human == human && e.level == level)
+            .map(|e| &e.cell)
     }
 
     pub fn human_keys(&self) -> Vec<&str> {
@@ -133,17 +182,30 @@ impl Summary {
     pub fn provenance_lines(&self) -> Vec<String> {
         let mut lines: Vec<String> = self.sources.iter().map(describe_source).collect();
         if let Some(c) = &self.combined {
-            lines.push(format!("combined = judge + {} × (BERTScore {} − {:.4}) (mean over the items)", c.w, c.with, c.mean_b));
+            lines.push(format!(
+                "combined = judge + {} × (BERTScore {} − {:.4}) (mean over the items)",
+                c.w, c.with, c.mean_b
+            ));
         }
         let b = &self.bootstrap;
-        lines.push(format!("intervals: {:.0}% percentile bootstrap, {} resamples, seed {}", b.confidence * 100.0, b.resamples, b.seed));
+        lines.push(format!(
+            "intervals: {:.0}% percentile bootstrap, {} resamples, seed {}",
+            b.confidence * 100.0,
+            b.resamples,
+            b.seed
+        ));
         lines
     }
 
     /// One level's table in the paper's layout (rows = methods, columns = human aspects, cells =
     /// Spearman/Pearson) with its unit counts; None when the level has no cell.
     pub fn level_table(&self, level: Level) -> Option<String> {
-        let n: Vec<usize> = self.correlations.iter().filter(|e| e.level == level).map(|e| e.cell.n).collect();
+        let n: Vec<usize> = self
+            .correlations
+            .iter()
+            .filter(|e| e.level == level)
+            .map(|e| e.cell.n)
+            .collect();
         if n.is_empty() {
             return None;
         }
@@ -155,7 +217,11 @@ impl Summary {
             let cells: Vec<String> = keys
                 .iter()
                 .map(|k| match self.cell(&row.label, k, level) {
-                    Some(c) => format!("{}/{}", format_r(c.spearman.map(|s| s.r)), format_r(c.pearson.map(|s| s.r))),
+                    Some(c) => format!(
+                        "{}/{}",
+                        format_r(c.spearman.map(|s| s.r)),
+                        format_r(c.pearson.map(|s| s.r))
+                    ),
                     None => "".into(),
                 })
                 .collect();
@@ -166,7 +232,12 @@ impl Summary {
             Level::System => "systems",
             Level::Dialogue => "dialogues with a defined correlation",
         };
-        let _ = writeln!(md, "\nn = {}..{} {unit}; — = undefined (constant scores or too few units).", n.iter().min().unwrap_or(&0), n.iter().max().unwrap_or(&0));
+        let _ = writeln!(
+            md,
+            "\nn = {}..{} {unit}; — = undefined (constant scores or too few units).",
+            n.iter().min().unwrap_or(&0),
+            n.iter().max().unwrap_or(&0)
+        );
         Some(md)
     }
 
@@ -178,20 +249,38 @@ impl Summary {
         for line in self.provenance_lines() {
             let _ = writeln!(md, "- {line}");
         }
-        let _ = writeln!(md, "\n## Correlation with human ratings (Spearman / Pearson)\n");
+        let _ = writeln!(
+            md,
+            "\n## Correlation with human ratings (Spearman / Pearson)\n"
+        );
         for level in Level::ALL {
             if let Some(table) = self.level_table(level) {
                 let _ = writeln!(md, "### {}\n\n{table}", level.title());
             }
         }
         let _ = writeln!(md, "## Item level in detail (coefficient [95% CI] p)\n");
-        let _ = writeln!(md, "| method | human | n | Spearman | Pearson | Kendall τ-b |");
+        let _ = writeln!(
+            md,
+            "| method | human | n | Spearman | Pearson | Kendall τ-b |"
+        );
         let _ = writeln!(md, "|---|---|---|---|---|---|");
         for e in self.correlations.iter().filter(|e| e.level == Level::Item) {
             let c = &e.cell;
-            let _ = writeln!(md, "| {} | {} | {} | {} | {} | {} |", e.row, e.human, c.n, detail(c.spearman), detail(c.pearson), detail(c.kendall));
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} |",
+                e.row,
+                e.human,
+                c.n,
+                detail(c.spearman),
+                detail(c.pearson),
+                detail(c.kendall)
+            );
         }
-        let _ = writeln!(md, "\n## Human ratings (each rater against the mean of the others)\n");
+        let _ = writeln!(
+            md,
+            "\n## Human ratings (each rater against the mean of the others)\n"
+        );
         let _ = writeln!(md, "| aspect | items | mean | std | r_s | r_p | raters |");
         let _ = writeln!(md, "|---|---|---|---|---|---|---|");
         for h in &self.human {
@@ -200,9 +289,23 @@ impl Summary {
                 Some(super::RaterBasis::Slots) => "by slot",
                 None => "no per-rater ratings",
             };
-            let _ = writeln!(md, "| {} | {} | {:.3} | {:.3} | {} | {} | {} of {} ({basis}) |", h.key, h.items, h.mean, h.std, format_r(h.agreement_spearman), format_r(h.agreement_pearson), h.raters_used, h.raters_seen);
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.3} | {:.3} | {} | {} | {} of {} ({basis}) |",
+                h.key,
+                h.items,
+                h.mean,
+                h.std,
+                format_r(h.agreement_spearman),
+                format_r(h.agreement_pearson),
+                h.raters_used,
+                h.raters_seen
+            );
         }
-        for (title, m) in [("human aspects", Some(&self.human_matrix)), ("judge expected scores", self.judge_matrix.as_ref())] {
+        for (title, m) in [
+            ("human aspects", Some(&self.human_matrix)),
+            ("judge expected scores", self.judge_matrix.as_ref()),
+        ] {
             let Some(m) = m else { continue };
             if m.keys.len() < 2 {
                 continue;
@@ -216,11 +319,29 @@ impl Summary {
             }
         }
         if !self.fit_w.is_empty() {
-            let _ = writeln!(md, "\n## w chosen on a development half of the dialogues (Spearman)\n");
-            let _ = writeln!(md, "| judge column | human | w | dev | held-out combined | held-out judge | held-out BERTScore | dev/test items |");
+            let _ = writeln!(
+                md,
+                "\n## w chosen on a development half of the dialogues (Spearman)\n"
+            );
+            let _ = writeln!(
+                md,
+                "| judge column | human | w | dev | held-out combined | held-out judge | held-out BERTScore | dev/test items |"
+            );
             let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
             for f in &self.fit_w {
-                let _ = writeln!(md, "| {} | {} | {} | {:.3} | {} | {} | {} | {}/{} |", f.column, f.human, f.w, f.dev_spearman, format_r(f.test_combined), format_r(f.test_judge), format_r(f.test_bertscore), f.dev_items, f.test_items);
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {:.3} | {} | {} | {} | {}/{} |",
+                    f.column,
+                    f.human,
+                    f.w,
+                    f.dev_spearman,
+                    format_r(f.test_combined),
+                    format_r(f.test_judge),
+                    format_r(f.test_bertscore),
+                    f.dev_items,
+                    f.test_items
+                );
             }
         }
         md
@@ -248,9 +369,32 @@ fn describe_source(s: &Value) -> String {
     let task = s["task"].as_str().unwrap_or("?");
     let models: Vec<String> = s["models"]
         .as_array()
-        .map(|ms| ms.iter().map(|m| format!("{} (sha256 {:.12})", m["name"].as_str().unwrap_or("?"), m["sha256"].as_str().unwrap_or("?"))).collect())
+        .map(|ms| {
+            ms.iter()
+                .map(|m| {
+                    format!(
+                        "{} (sha256 {:.12})",
+                        m["name"].as_str().unwrap_or("?"),
+                        m["sha256"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect()
+        })
         .unwrap_or_default();
-    let rubric = s.pointer("/rubric/name").and_then(Value::as_str).map(|r| format!(", rubric {r}")).unwrap_or_default();
-    let settings = s.get("settings").filter(|v| v.as_object().is_some_and(|o| !o.is_empty())).map(|v| format!(", {v}")).unwrap_or_default();
-    format!("{task}: {}{rubric}, {} on {}{settings}", models.join(", "), s["dtype"].as_str().unwrap_or("?"), s["device"].as_str().unwrap_or("?"))
+    let rubric = s
+        .pointer("/rubric/name")
+        .and_then(Value::as_str)
+        .map(|r| format!(", rubric {r}"))
+        .unwrap_or_default();
+    let settings = s
+        .get("settings")
+        .filter(|v| v.as_object().is_some_and(|o| !o.is_empty()))
+        .map(|v| format!(", {v}"))
+        .unwrap_or_default();
+    format!(
+        "{task}: {}{rubric}, {} on {}{settings}",
+        models.join(", "),
+        s["dtype"].as_str().unwrap_or("?"),
+        s["device"].as_str().unwrap_or("?")
+    )
 }

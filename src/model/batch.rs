@@ -19,7 +19,10 @@ pub struct Row {
 
 impl Row {
     pub fn plain(tokens: Vec<u32>) -> Self {
-        Row { trunk: tokens, branches: Vec::new() }
+        Row {
+            trunk: tokens,
+            branches: Vec::new(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -65,13 +68,25 @@ pub fn mask_value(dtype: DType) -> f32 {
 
 impl Batch {
     /// Plain rows (no branches) continuing a shared prefix of `prefix_len` tokens.
-    pub fn new(rows: &[Vec<u32>], prefix_len: usize, windows: &[Option<usize>], dtype: DType, device: &Device) -> Result<Self> {
+    pub fn new(
+        rows: &[Vec<u32>],
+        prefix_len: usize,
+        windows: &[Option<usize>],
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
         let rows: Vec<Row> = rows.iter().map(|r| Row::plain(r.clone())).collect();
         Self::from_rows(&rows, prefix_len, windows, dtype, device)
     }
 
     /// `windows` lists the sliding windows the model's layers use (None for full attention).
-    pub fn from_rows(rows: &[Row], prefix_len: usize, windows: &[Option<usize>], dtype: DType, device: &Device) -> Result<Self> {
+    pub fn from_rows(
+        rows: &[Row],
+        prefix_len: usize,
+        windows: &[Option<usize>],
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
         let b = rows.len();
         let len = rows.iter().map(Row::len).max().unwrap_or(0).max(1);
         let mut ids = vec![0u32; b * len];
@@ -148,5 +163,4 @@ impl Batch {
     pub fn mask(&self, window: Option<usize>) -> &Tensor {
         &self.masks[&window]
     }
-
 }

@@ -8,19 +8,27 @@ use candle_core::{DType, Device};
 pub fn parse_device(spec: &str) -> Result<Device, ModelError> {
     let unavailable = |what: &str, feature: &str, e: candle_core::Error| ModelError::Device {
         spec: spec.into(),
-        message: format!("{what} is not usable: {e} (this binary needs to be built with `--features {feature}`)"),
+        message: format!(
+            "{what} is not usable: {e} (this binary needs to be built with `--features {feature}`)"
+        ),
     };
     match spec {
         "cpu" => Ok(Device::Cpu),
         "metal" => {
             if !candle_core::utils::metal_is_available() {
-                return Err(ModelError::Device { spec: spec.into(), message: "this binary was built without Metal (`--features metal`)".into() });
+                return Err(ModelError::Device {
+                    spec: spec.into(),
+                    message: "this binary was built without Metal (`--features metal`)".into(),
+                });
             }
             Device::new_metal(0).map_err(|e| unavailable("Metal", "metal", e))
         }
         s if s == "cuda" || s.starts_with("cuda:") => {
             let ordinal = match s.strip_prefix("cuda:") {
-                Some(n) => n.parse::<usize>().map_err(|_| ModelError::Device { spec: spec.into(), message: "expected cuda:N with N a GPU number".into() })?,
+                Some(n) => n.parse::<usize>().map_err(|_| ModelError::Device {
+                    spec: spec.into(),
+                    message: "expected cuda:N with N a GPU number".into(),
+                })?,
                 None => 0,
             };
             if !candle_core::utils::cuda_is_available() {
@@ -28,7 +36,10 @@ pub fn parse_device(spec: &str) -> Result<Device, ModelError> {
             }
             Device::new_cuda(ordinal).map_err(|e| unavailable(&format!("GPU {ordinal}"), "cuda", e))
         }
-        other => Err(ModelError::Device { spec: other.into(), message: "expected cpu, cuda, cuda:N or metal".into() }),
+        other => Err(ModelError::Device {
+            spec: other.into(),
+            message: "expected cpu, cuda, cuda:N or metal".into(),
+        }),
     }
 }
 
@@ -40,7 +51,10 @@ pub fn parse_dtype(spec: Option<&str>, device: &Device) -> Result<DType, ModelEr
         Some("f32") => Ok(DType::F32),
         Some("bf16") => Ok(DType::BF16),
         Some("f16") => Ok(DType::F16),
-        Some(other) => Err(ModelError::Device { spec: other.into(), message: "--dtype must be f32, bf16 or f16".into() }),
+        Some(other) => Err(ModelError::Device {
+            spec: other.into(),
+            message: "--dtype must be f32, bf16 or f16".into(),
+        }),
     }
 }
 

@@ -3,8 +3,8 @@
 //! BERTScore reads, so nothing after it is computed.
 
 use super::ModelError;
-use candle_core::{DType, Device, Result, Tensor};
 use super::fused::{self, Dense, Epilogue, LayerNorm, TokenLayout};
+use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::VarBuilder;
 use serde_json::Value;
 use std::path::Path;
@@ -37,26 +37,56 @@ impl EncoderConfig {
             "bert" => EncoderKind::Bert,
             "roberta" | "xlm-roberta" => EncoderKind::Roberta,
             "distilbert" => EncoderKind::DistilBert,
-            other => return Err(ModelError::Unsupported { origin: origin.into(), what: format!("encoder model_type {other:?} (BERTScore supports bert, roberta, xlm-roberta, distilbert)") }),
+            other => {
+                return Err(ModelError::Unsupported {
+                    origin: origin.into(),
+                    what: format!(
+                        "encoder model_type {other:?} (BERTScore supports bert, roberta, xlm-roberta, distilbert)"
+                    ),
+                });
+            }
         };
         let get = |keys: &[&str]| -> std::result::Result<usize, ModelError> {
             keys.iter()
                 .find_map(|k| v[*k].as_u64())
                 .map(|n| n as usize)
-                .ok_or_else(|| ModelError::Config { origin: origin.into(), field: keys[0].into(), message: "missing".into() })
+                .ok_or_else(|| ModelError::Config {
+                    origin: origin.into(),
+                    field: keys[0].into(),
+                    message: "missing".into(),
+                })
         };
         let (hidden, heads, layers, intermediate) = if kind == EncoderKind::DistilBert {
-            (get(&["dim"])?, get(&["n_heads"])?, get(&["n_layers"])?, get(&["hidden_dim"])?)
+            (
+                get(&["dim"])?,
+                get(&["n_heads"])?,
+                get(&["n_layers"])?,
+                get(&["hidden_dim"])?,
+            )
         } else {
-            (get(&["hidden_size"])?, get(&["num_attention_heads"])?, get(&["num_hidden_layers"])?, get(&["intermediate_size"])?)
+            (
+                get(&["hidden_size"])?,
+                get(&["num_attention_heads"])?,
+                get(&["num_hidden_layers"])?,
+                get(&["intermediate_size"])?,
+            )
         };
         if let Some(act) = v["hidden_act"].as_str().or(v["activation"].as_str()) {
             if act != "gelu" {
-                return Err(ModelError::Unsupported { origin: origin.into(), what: format!("activation {act:?}") });
+                return Err(ModelError::Unsupported {
+                    origin: origin.into(),
+                    what: format!("activation {act:?}"),
+                });
             }
         }
-        if v["position_embedding_type"].as_str().is_some_and(|p| p != "absolute") {
-            return Err(ModelError::Unsupported { origin: origin.into(), what: "position_embedding_type other than absolute".into() });
+        if v["position_embedding_type"]
+            .as_str()
+            .is_some_and(|p| p != "absolute")
+        {
+            return Err(ModelError::Unsupported {
+                origin: origin.into(),
+                what: "position_embedding_type other than absolute".into(),
+            });
         }
         Ok(EncoderConfig {
             kind,
@@ -67,7 +97,10 @@ impl EncoderConfig {
             intermediate,
             eps: v["layer_norm_eps"].as_f64().unwrap_or(1e-12),
             max_position: get(&["max_position_embeddings"])?,
-            pad_token_id: v["pad_token_id"].as_u64().unwrap_or(if kind == EncoderKind::Roberta { 1 } else { 0 }) as u32,
+            pad_token_id: v["pad_token_id"]
+                .as_u64()
+                .unwrap_or(if kind == EncoderKind::Roberta { 1 } else { 0 })
+                as u32,
         })
     }
 
@@ -95,7 +128,16 @@ impl Block {
         let (h, i, eps) = (cfg.hidden, cfg.intermediate, cfg.eps);
         // The same block under two naming schemes: q, k, v, o, attention norm, up, down, out norm.
         let names = match cfg.kind {
-            EncoderKind::DistilBert => ["attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin", "sa_layer_norm", "ffn.lin1", "ffn.lin2", "output_layer_norm"],
+            EncoderKind::DistilBert => [
+                "attention.q_lin",
+                "attention.k_lin",
+                "attention.v_lin",
+                "attention.out_lin",
+                "sa_layer_norm",
+                "ffn.lin1",
+                "ffn.lin2",
+                "output_layer_norm",
+            ],
             _ => [
                 "attention.self.query",
                 "attention.self.key",
@@ -120,9 +162,12 @@ impl Block {
 
     fn forward(&self, x: &Tensor, layout: &TokenLayout, heads: usize) -> Result<Tensor> {
         let ctx = fused::attention(&self.qkv.forward(x, Epilogue::None)?, layout, heads)?;
-        let x = self.o.forward(&ctx, Epilogue::AddNorm(x, &self.attn_norm))?;
+        let x = self
+            .o
+            .forward(&ctx, Epilogue::AddNorm(x, &self.attn_norm))?;
         let up = self.up.forward(&x, Epilogue::Gelu)?;
-        self.down.forward(&up, Epilogue::AddNorm(&x, &self.out_norm))
+        self.down
+            .forward(&up, Epilogue::AddNorm(&x, &self.out_norm))
     }
 }
 
@@ -157,8 +202,18 @@ impl Encoder {
             EncoderKind::DistilBert => vb.pp("transformer.layer"),
             _ => vb.pp("encoder.layer"),
         };
-        let blocks = (0..layers.min(cfg.layers)).map(|i| Block::load(stack.pp(i), &cfg)).collect::<Result<_>>()?;
-        Ok(Encoder { device: words.device().clone(), cfg, words, positions, token_type, emb_norm, blocks })
+        let blocks = (0..layers.min(cfg.layers))
+            .map(|i| Block::load(stack.pp(i), &cfg))
+            .collect::<Result<_>>()?;
+        Ok(Encoder {
+            device: words.device().clone(),
+            cfg,
+            words,
+            positions,
+            token_type,
+            emb_norm,
+            blocks,
+        })
     }
 
     pub fn device(&self) -> &Device {
@@ -177,7 +232,11 @@ impl Encoder {
     /// `ids`, each (tokens, hidden) with every sequence's rows back to back in order. With
     /// `all_layers` false only the last.
     pub fn forward(&self, ids: &[Vec<u32>], all_layers: bool) -> Result<Vec<Tensor>> {
-        let layout = TokenLayout::new(ids.iter().map(Vec::len).collect(), self.dtype(), &self.device)?;
+        let layout = TokenLayout::new(
+            ids.iter().map(Vec::len).collect(),
+            self.dtype(),
+            &self.device,
+        )?;
         let shape = layout.shape(self.cfg.hidden);
         let rows: usize = shape[..shape.len() - 1].iter().product();
         let (mut flat, mut pos) = (Vec::with_capacity(rows), Vec::with_capacity(rows));
@@ -194,7 +253,8 @@ impl Encoder {
         }
         let ids_t = Tensor::from_vec(flat, rows, &self.device)?;
         let pos_t = Tensor::from_vec(pos, rows, &self.device)?;
-        let mut x = (self.words.index_select(&ids_t, 0)? + self.positions.index_select(&pos_t, 0)?)?;
+        let mut x =
+            (self.words.index_select(&ids_t, 0)? + self.positions.index_select(&pos_t, 0)?)?;
         if let Some(tt) = &self.token_type {
             x = x.broadcast_add(tt)?;
         }
@@ -218,15 +278,31 @@ impl Encoder {
 
 /// Load an encoder folder (config.json + model.safetensors) keeping `layers` layers
 /// (None: all of them).
-pub fn load_encoder_dir(dir: &Path, layers: Option<usize>, dtype: DType, device: &Device) -> std::result::Result<Encoder, ModelError> {
+pub fn load_encoder_dir(
+    dir: &Path,
+    layers: Option<usize>,
+    dtype: DType,
+    device: &Device,
+) -> std::result::Result<Encoder, ModelError> {
     let config_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&config_path).map_err(|source| ModelError::Io { path: config_path.clone(), source })?;
+    let text = std::fs::read_to_string(&config_path).map_err(|source| ModelError::Io {
+        path: config_path.clone(),
+        source,
+    })?;
     let origin = config_path.display().to_string();
-    let v: Value = serde_json::from_str(&text).map_err(|e| ModelError::Config { origin: origin.clone(), field: "(file)".into(), message: e.to_string() })?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| ModelError::Config {
+        origin: origin.clone(),
+        field: "(file)".into(),
+        message: e.to_string(),
+    })?;
     let cfg = EncoderConfig::from_json(&v, &origin)?;
     let keep = layers.unwrap_or(cfg.layers);
     if keep > cfg.layers {
-        return Err(ModelError::Config { origin, field: "num_hidden_layers".into(), message: format!("layer {keep} requested, the model has {}", cfg.layers) });
+        return Err(ModelError::Config {
+            origin,
+            field: "num_hidden_layers".into(),
+            message: format!("layer {keep} requested, the model has {}", cfg.layers),
+        });
     }
     let files = super::safetensors_files(dir)?;
     // Safety: the files are memory-mapped read-only; hyoka never writes to them while loaded.
@@ -237,15 +313,25 @@ pub fn load_encoder_dir(dir: &Path, layers: Option<usize>, dtype: DType, device:
 /// bert_score's default layer for the models it knows (its `model2layers` table), by the name
 /// after the organisation ("google-bert/bert-base-multilingual-cased" → 9).
 pub fn default_layer(model: &str) -> Option<usize> {
-    let name = model.rsplit('/').next().unwrap_or(model).split(['@', ':']).next().unwrap_or(model);
+    let name = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .split(['@', ':'])
+        .next()
+        .unwrap_or(model);
     let layer = match name {
-        "bert-base-uncased" | "bert-base-cased-finetuned-mrpc" | "bert-base-multilingual-cased" => 9,
+        "bert-base-uncased" | "bert-base-cased-finetuned-mrpc" | "bert-base-multilingual-cased" => {
+            9
+        }
         "bert-large-uncased" => 18,
         "bert-base-chinese" => 8,
         "roberta-base" => 10,
         "roberta-large" => 17,
         "roberta-large-mnli" => 19,
-        "distilroberta-base" | "distilbert-base-uncased" | "distilbert-base-multilingual-cased" => 5,
+        "distilroberta-base" | "distilbert-base-uncased" | "distilbert-base-multilingual-cased" => {
+            5
+        }
         "distilbert-base-uncased-distilled-squad" => 4,
         "xlm-roberta-base" => 9,
         "xlm-roberta-large" => 17,

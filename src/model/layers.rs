@@ -3,7 +3,7 @@
 
 use super::config::{Activation, Rope, RopeScaling};
 use super::weights::Weights;
-use candle_core::{DType, Device, Module, Result, Tensor, D};
+use candle_core::{D, DType, Device, Module, Result, Tensor};
 
 pub struct Linear {
     weight: Tensor,
@@ -14,7 +14,11 @@ impl Linear {
     pub fn load(w: &Weights, prefix: &str, bias: bool) -> Result<Self> {
         Ok(Linear {
             weight: w.get(&format!("{prefix}.weight"))?,
-            bias: if bias { Some(w.get(&format!("{prefix}.bias"))?) } else { None },
+            bias: if bias {
+                Some(w.get(&format!("{prefix}.bias"))?)
+            } else {
+                None
+            },
         })
     }
 
@@ -24,7 +28,10 @@ impl Linear {
         let (rows, inner) = (x.elem_count() / dims[dims.len() - 1], dims[dims.len() - 1]);
         let mut out_dims = dims.to_vec();
         *out_dims.last_mut().expect("at least one dimension") = self.weight.dim(0)?;
-        let y = x.reshape((rows, inner))?.matmul(&self.weight.t()?)?.reshape(out_dims)?;
+        let y = x
+            .reshape((rows, inner))?
+            .matmul(&self.weight.t()?)?
+            .reshape(out_dims)?;
         match &self.bias {
             Some(b) => y.broadcast_add(b),
             None => Ok(y),
@@ -49,7 +56,11 @@ impl RmsNorm {
         // Normalise in f32 as transformers does, whatever the model dtype.
         let dtype = x.dtype();
         let xf = x.to_dtype(DType::F32)?;
-        let y = candle_nn::ops::rms_norm(&xf.contiguous()?, &self.weight.to_dtype(DType::F32)?, self.eps as f32)?;
+        let y = candle_nn::ops::rms_norm(
+            &xf.contiguous()?,
+            &self.weight.to_dtype(DType::F32)?,
+            self.eps as f32,
+        )?;
         y.to_dtype(dtype)
     }
 }
@@ -89,7 +100,12 @@ pub fn inv_freq(rope: &Rope, head_dim: usize, device: &Device) -> Result<Tensor>
             (match rope.scaling {
                 RopeScaling::None => f,
                 RopeScaling::Linear { factor } => f / factor,
-                RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {
+                RopeScaling::Llama3 {
+                    factor,
+                    low_freq_factor,
+                    high_freq_factor,
+                    original_max_position,
+                } => {
                     let low_wavelen = original_max_position / low_freq_factor;
                     let high_wavelen = original_max_position / high_freq_factor;
                     let wavelen = 2.0 * std::f64::consts::PI / f;
@@ -98,7 +114,8 @@ pub fn inv_freq(rope: &Rope, head_dim: usize, device: &Device) -> Result<Tensor>
                     } else if wavelen > low_wavelen {
                         f / factor
                     } else {
-                        let smooth = (original_max_position / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                        let smooth = (original_max_position / wavelen - low_freq_factor)
+                            / (high_freq_factor - low_freq_factor);
                         (1.0 - smooth) * f / factor + smooth * f
                     }
                 }
@@ -109,8 +126,15 @@ pub fn inv_freq(rope: &Rope, head_dim: usize, device: &Device) -> Result<Tensor>
 }
 
 /// cos and sin tables (batch, seq, head_dim/2) for per-row positions (batch, seq).
-pub fn rope_tables(inv_freq: &Tensor, positions: &Tensor, dtype: DType) -> Result<(Tensor, Tensor)> {
+pub fn rope_tables(
+    inv_freq: &Tensor,
+    positions: &Tensor,
+    dtype: DType,
+) -> Result<(Tensor, Tensor)> {
     let pos = positions.to_dtype(DType::F32)?.unsqueeze(D::Minus1)?;
     let angles = pos.broadcast_mul(&inv_freq.reshape((1, 1, ()))?)?;
-    Ok((angles.cos()?.to_dtype(dtype)?, angles.sin()?.to_dtype(dtype)?))
+    Ok((
+        angles.cos()?.to_dtype(dtype)?,
+        angles.sin()?.to_dtype(dtype)?,
+    ))
 }

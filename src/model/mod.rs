@@ -8,8 +8,8 @@ pub mod encoder;
 pub mod fused;
 mod layers;
 pub mod source;
-pub mod transformer;
 pub mod tokenizer;
+pub mod transformer;
 pub mod weights;
 
 pub use batch::{Batch, Row};
@@ -24,15 +24,26 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{origin}: {field}: {message}")]
-    Config { origin: String, field: String, message: String },
+    Config {
+        origin: String,
+        field: String,
+        message: String,
+    },
     #[error("{origin}: unsupported {what}")]
     Unsupported { origin: String, what: String },
     #[error("{origin}: {message}")]
     Missing { origin: String, message: String },
     #[error("{}: sha256 {got}, expected {expected}", path.display())]
-    Checksum { path: PathBuf, expected: String, got: String },
+    Checksum {
+        path: PathBuf,
+        expected: String,
+        got: String,
+    },
     #[error("--device {spec}: {message}")]
     Device { spec: String, message: String },
     #[error(transparent)]
@@ -53,12 +64,24 @@ pub struct LoadedModel {
 
 impl LoadedModel {
     /// Resolve `name` (path or hub id), load it on `device`, and check `expect_sha256` if given.
-    pub fn load(name: &str, tokenizer: Option<&Path>, dtype: DType, device: &Device, expect_sha256: Option<&str>) -> Result<Self, ModelError> {
+    pub fn load(
+        name: &str,
+        tokenizer: Option<&Path>,
+        dtype: DType,
+        device: &Device,
+        expect_sha256: Option<&str>,
+    ) -> Result<Self, ModelError> {
         let files = source::resolve(name)?;
         // A tokenizer folder given with --tokenizer may carry the chat template too
         // (tokenizer_config.json); otherwise it is the model's own.
-        let override_config = tokenizer.filter(|p| p.is_dir()).map(|p| p.join("tokenizer_config.json")).filter(|p| p.is_file());
-        let template_from = |own: &dyn Fn() -> Result<crate::prompt::ChatTemplate, crate::prompt::TemplateError>| match &override_config {
+        let override_config = tokenizer
+            .filter(|p| p.is_dir())
+            .map(|p| p.join("tokenizer_config.json"))
+            .filter(|p| p.is_file());
+        let template_from = |own: &dyn Fn() -> Result<
+            crate::prompt::ChatTemplate,
+            crate::prompt::TemplateError,
+        >| match &override_config {
             Some(config) => crate::prompt::ChatTemplate::load(config),
             None => own(),
         };
@@ -67,28 +90,51 @@ impl LoadedModel {
                 // The header (vocabulary, template, config) is read once for all three.
                 let content = read_gguf(&files.path)?;
                 let origin = files.path.display().to_string();
-                let chat_template = template_from(&|| crate::prompt::ChatTemplate::from_gguf_content(&content, &origin))?;
+                let chat_template = template_from(&|| {
+                    crate::prompt::ChatTemplate::from_gguf_content(&content, &origin)
+                })?;
                 let tok = tokenizer::load_tokenizer_with(&files.path, tokenizer, Some(&content))?;
-                (load_gguf_content(&files.path, content, dtype, device)?, chat_template, tok, files.path.clone())
+                (
+                    load_gguf_content(&files.path, content, dtype, device)?,
+                    chat_template,
+                    tok,
+                    files.path.clone(),
+                )
             }
             source::Format::Safetensors => {
                 let id_file = checkpoint_id_file(&files.path)?;
-                let chat_template = template_from(&|| crate::prompt::ChatTemplate::load(&files.path))?;
+                let chat_template =
+                    template_from(&|| crate::prompt::ChatTemplate::load(&files.path))?;
                 let tok = load_tokenizer(&files.path, tokenizer)?;
-                (load_safetensors_dir(&files.path, dtype, device)?, chat_template, tok, id_file)
+                (
+                    load_safetensors_dir(&files.path, dtype, device)?,
+                    chat_template,
+                    tok,
+                    id_file,
+                )
             }
         };
         let sha256 = match expect_sha256 {
             Some(expected) => source::verify_sha256(&weights_file, expected)?,
             None => source::sha256_file(&weights_file)?,
         };
-        Ok(LoadedModel { transformer, tokenizer, chat_template, files, sha256 })
+        Ok(LoadedModel {
+            transformer,
+            tokenizer,
+            chat_template,
+            files,
+            sha256,
+        })
     }
 }
 
 /// Load a Hugging Face checkpoint folder: config.json plus model.safetensors or the shards of
 /// model.safetensors.index.json.
-pub fn load_safetensors_dir(dir: &Path, dtype: DType, device: &Device) -> Result<Transformer, ModelError> {
+pub fn load_safetensors_dir(
+    dir: &Path,
+    dtype: DType,
+    device: &Device,
+) -> Result<Transformer, ModelError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ModelError::Io { path, source }
@@ -109,7 +155,11 @@ pub fn load_safetensors_dir(dir: &Path, dtype: DType, device: &Device) -> Result
 /// The file whose sha256 identifies a checkpoint folder: model.safetensors, or the shard index.
 pub fn checkpoint_id_file(dir: &Path) -> Result<PathBuf, ModelError> {
     let main = safetensors_files(dir)?;
-    Ok(if main.len() == 1 { main[0].clone() } else { dir.join("model.safetensors.index.json") })
+    Ok(if main.len() == 1 {
+        main[0].clone()
+    } else {
+        dir.join("model.safetensors.index.json")
+    })
 }
 
 /// The safetensors files of a checkpoint folder (single file or sharded).
@@ -131,7 +181,11 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     let mut files: Vec<PathBuf> = json
         .get("weight_map")
         .and_then(|m| m.as_object())
-        .ok_or_else(|| ModelError::Config { origin: index.display().to_string(), field: "weight_map".into(), message: "missing".into() })?
+        .ok_or_else(|| ModelError::Config {
+            origin: index.display().to_string(),
+            field: "weight_map".into(),
+            message: "missing".into(),
+        })?
         .values()
         .filter_map(|v| v.as_str())
         .map(|f| dir.join(f))
@@ -143,9 +197,14 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
 
 /// Read a GGUF file's header: metadata and tensor descriptions.
 pub fn read_gguf(path: &Path) -> Result<gguf_file::Content, ModelError> {
-    let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
-    gguf_file::Content::read(&mut file)
-        .map_err(|e| ModelError::Missing { origin: path.display().to_string(), message: format!("not a readable GGUF file: {e}") })
+    let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    gguf_file::Content::read(&mut file).map_err(|e| ModelError::Missing {
+        origin: path.display().to_string(),
+        message: format!("not a readable GGUF file: {e}"),
+    })
 }
 
 /// Load a GGUF file (weights dequantized to `dtype`).
@@ -154,14 +213,30 @@ pub fn load_gguf(path: &Path, dtype: DType, device: &Device) -> Result<Transform
 }
 
 /// Load a GGUF file whose header was already read.
-pub fn load_gguf_content(path: &Path, content: gguf_file::Content, dtype: DType, device: &Device) -> Result<Transformer, ModelError> {
+pub fn load_gguf_content(
+    path: &Path,
+    content: gguf_file::Content,
+    dtype: DType,
+    device: &Device,
+) -> Result<Transformer, ModelError> {
     let origin = path.display().to_string();
     let vocab = content
         .tensor_infos
         .get("token_embd.weight")
         .map(|t| t.shape.dims()[0])
-        .ok_or_else(|| ModelError::Missing { origin: origin.clone(), message: "no token_embd.weight tensor".into() })?;
+        .ok_or_else(|| ModelError::Missing {
+            origin: origin.clone(),
+            message: "no token_embd.weight tensor".into(),
+        })?;
     let cfg = TransformerConfig::from_gguf(&content, vocab, &origin)?;
-    let weights = weights::Weights::gguf(path, content, cfg.arch, cfg.num_heads, cfg.num_kv_heads, dtype, device)?;
+    let weights = weights::Weights::gguf(
+        path,
+        content,
+        cfg.arch,
+        cfg.num_heads,
+        cfg.num_kv_heads,
+        dtype,
+        device,
+    )?;
     Ok(Transformer::load(&weights, cfg)?)
 }

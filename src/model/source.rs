@@ -35,15 +35,33 @@ const CHECKPOINT_FILES: &[&str] = &["config.json", "tokenizer.json", "tokenizer_
 pub fn resolve(name: &str) -> Result<ModelFiles, ModelError> {
     let local = Path::new(name);
     if local.exists() {
-        let format = if local.is_dir() { Format::Safetensors } else { Format::Gguf };
+        let format = if local.is_dir() {
+            Format::Safetensors
+        } else {
+            Format::Gguf
+        };
         if format == Format::Gguf && local.extension().and_then(|e| e.to_str()) != Some("gguf") {
-            return Err(ModelError::Missing { origin: name.into(), message: "a model file must be a .gguf; a checkpoint is a folder".into() });
+            return Err(ModelError::Missing {
+                origin: name.into(),
+                message: "a model file must be a .gguf; a checkpoint is a folder".into(),
+            });
         }
-        return Ok(ModelFiles { name: name.into(), format, path: local.to_path_buf(), revision: None });
+        return Ok(ModelFiles {
+            name: name.into(),
+            format,
+            path: local.to_path_buf(),
+            revision: None,
+        });
     }
-    let looks_like_id = name.split(['@', ':']).next().is_some_and(|id| id.matches('/').count() == 1 && !id.starts_with('.'));
+    let looks_like_id = name
+        .split(['@', ':'])
+        .next()
+        .is_some_and(|id| id.matches('/').count() == 1 && !id.starts_with('.'));
     if !looks_like_id {
-        return Err(ModelError::Missing { origin: name.into(), message: "no such file or folder (and not a Hugging Face id ORG/NAME)".into() });
+        return Err(ModelError::Missing {
+            origin: name.into(),
+            message: "no such file or folder (and not a Hugging Face id ORG/NAME)".into(),
+        });
     }
     let (id, file) = match name.split_once(':') {
         Some((id, file)) => (id, Some(file)),
@@ -58,7 +76,12 @@ pub fn resolve(name: &str) -> Result<ModelFiles, ModelError> {
     match file {
         Some(gguf) => {
             let path = fetcher.get(gguf)?;
-            Ok(ModelFiles { name: name.into(), format: Format::Gguf, revision: commit_of(&path), path })
+            Ok(ModelFiles {
+                name: name.into(),
+                format: Format::Gguf,
+                revision: commit_of(&path),
+                path,
+            })
         }
         None => {
             for f in CHECKPOINT_FILES {
@@ -69,15 +92,30 @@ pub fn resolve(name: &str) -> Result<ModelFiles, ModelError> {
                 Ok(p) => vec![p],
                 Err(_) => {
                     let index = fetcher.get("model.safetensors.index.json")?;
-                    let shards = super::safetensors_files(index.parent().expect("a file has a folder"))?;
+                    let shards =
+                        super::safetensors_files(index.parent().expect("a file has a folder"))?;
                     shards
                         .iter()
-                        .map(|s| fetcher.get(&s.file_name().expect("shard names are files").to_string_lossy()))
+                        .map(|s| {
+                            fetcher.get(
+                                &s.file_name()
+                                    .expect("shard names are files")
+                                    .to_string_lossy(),
+                            )
+                        })
                         .collect::<Result<Vec<_>, _>>()?
                 }
             };
-            let dir = weights[0].parent().expect("a file has a folder").to_path_buf();
-            Ok(ModelFiles { name: name.into(), format: Format::Safetensors, revision: commit_of(&weights[0]), path: dir })
+            let dir = weights[0]
+                .parent()
+                .expect("a file has a folder")
+                .to_path_buf();
+            Ok(ModelFiles {
+                name: name.into(),
+                format: Format::Safetensors,
+                revision: commit_of(&weights[0]),
+                path: dir,
+            })
         }
     }
 }
@@ -92,12 +130,18 @@ impl Fetcher {
     fn new(repo: hf_hub::Repo, name: &str) -> Result<Self, ModelError> {
         let offline = std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| !v.is_empty() && v != "0");
         if offline {
-            return Ok(Fetcher::Offline(hf_hub::Cache::from_env().repo(repo), name.into()));
+            return Ok(Fetcher::Offline(
+                hf_hub::Cache::from_env().repo(repo),
+                name.into(),
+            ));
         }
         let api = hf_hub::api::sync::ApiBuilder::from_env()
             .with_progress(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .build()
-            .map_err(|e| ModelError::Missing { origin: name.into(), message: format!("Hugging Face hub client: {e}") })?;
+            .map_err(|e| ModelError::Missing {
+                origin: name.into(),
+                message: format!("Hugging Face hub client: {e}"),
+            })?;
         Ok(Fetcher::Online(api.repo(repo), name.into()))
     }
 
@@ -118,16 +162,23 @@ impl Fetcher {
 /// `.../snapshots/<commit>/<file>` → the commit.
 fn commit_of(path: &Path) -> Option<String> {
     let parent = path.parent()?;
-    (parent.parent()?.file_name()? == "snapshots").then(|| parent.file_name().map(|c| c.to_string_lossy().into_owned()))?
+    (parent.parent()?.file_name()? == "snapshots")
+        .then(|| parent.file_name().map(|c| c.to_string_lossy().into_owned()))?
 }
 
 /// sha256 of a file, hex.
 pub fn sha256_file(path: &Path) -> Result<String, ModelError> {
-    let mut f = std::fs::File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+    let mut f = std::fs::File::open(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f.read(&mut buf).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+        let n = f.read(&mut buf).map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         if n == 0 {
             break;
         }
@@ -140,7 +191,11 @@ pub fn sha256_file(path: &Path) -> Result<String, ModelError> {
 pub fn verify_sha256(path: &Path, expected: &str) -> Result<String, ModelError> {
     let got = sha256_file(path)?;
     if !got.eq_ignore_ascii_case(expected) {
-        return Err(ModelError::Checksum { path: path.to_path_buf(), expected: expected.to_lowercase(), got });
+        return Err(ModelError::Checksum {
+            path: path.to_path_buf(),
+            expected: expected.to_lowercase(),
+            got,
+        });
     }
     Ok(got)
 }

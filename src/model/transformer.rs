@@ -8,7 +8,7 @@
 
 use super::batch::Batch;
 use super::config::TransformerConfig;
-use super::layers::{inv_freq, rope_tables, Linear, Mlp, RmsNorm};
+use super::layers::{Linear, Mlp, RmsNorm, inv_freq, rope_tables};
 use super::weights::Weights;
 use candle_core::{DType, Device, Result, Tensor};
 
@@ -66,21 +66,49 @@ impl Transformer {
                 k: Linear::load(w, &format!("{p}.self_attn.k_proj"), cfg.qkv_bias)?,
                 v: Linear::load(w, &format!("{p}.self_attn.v_proj"), cfg.qkv_bias)?,
                 o: Linear::load(w, &format!("{p}.self_attn.o_proj"), false)?,
-                q_norm: if cfg.qk_norm { Some(norm("self_attn.q_norm")?) } else { None },
-                k_norm: if cfg.qk_norm { Some(norm("self_attn.k_norm")?) } else { None },
+                q_norm: if cfg.qk_norm {
+                    Some(norm("self_attn.q_norm")?)
+                } else {
+                    None
+                },
+                k_norm: if cfg.qk_norm {
+                    Some(norm("self_attn.k_norm")?)
+                } else {
+                    None
+                },
             };
             blocks.push(Block {
                 input_norm: norm("input_layernorm")?,
                 attn,
-                post_attn_norm: if gemma { Some(norm("post_attention_layernorm")?) } else { None },
-                pre_mlp_norm: if gemma { norm("pre_feedforward_layernorm")? } else { norm("post_attention_layernorm")? },
+                post_attn_norm: if gemma {
+                    Some(norm("post_attention_layernorm")?)
+                } else {
+                    None
+                },
+                pre_mlp_norm: if gemma {
+                    norm("pre_feedforward_layernorm")?
+                } else {
+                    norm("post_attention_layernorm")?
+                },
                 mlp: Mlp::load(w, &format!("{p}.mlp"), cfg.activation)?,
-                post_mlp_norm: if gemma { Some(norm("post_feedforward_layernorm")?) } else { None },
+                post_mlp_norm: if gemma {
+                    Some(norm("post_feedforward_layernorm")?)
+                } else {
+                    None
+                },
             });
         }
         let embed = w.get("model.embed_tokens.weight")?;
-        let lm_head = if cfg.tie_embeddings { embed.clone() } else { w.get("lm_head.weight")? };
-        let inv_freqs = cfg.ropes.iter().map(|r| inv_freq(r, cfg.head_dim, w.device())).collect::<Result<_>>()?;
+        let lm_head = if cfg.tie_embeddings {
+            embed.clone()
+        } else {
+            w.get("lm_head.weight")?
+        };
+        let inv_freqs = cfg
+            .ropes
+            .iter()
+            .map(|r| inv_freq(r, cfg.head_dim, w.device()))
+            .collect::<Result<_>>()?;
         Ok(Transformer {
             norm: RmsNorm::load(w, "model.norm.weight", eps, gemma)?,
             embed,
@@ -123,19 +151,32 @@ impl Transformer {
 
     /// Run the batch; returns the final hidden states (batch, len, hidden), before the final
     /// norm, and every layer's keys and values.
-    pub fn forward(&self, batch: &Batch, prefix: Option<&PrefixKv>) -> Result<(Tensor, Vec<LayerKv>)> {
+    pub fn forward(
+        &self,
+        batch: &Batch,
+        prefix: Option<&PrefixKv>,
+    ) -> Result<(Tensor, Vec<LayerKv>)> {
         let (b, len) = batch.ids.dims2()?;
         if let Some(p) = prefix {
-            assert_eq!(p.len, batch.prefix_len, "batch built for another prefix length");
+            assert_eq!(
+                p.len, batch.prefix_len,
+                "batch built for another prefix length"
+            );
         }
-        let mut x = self.embed.index_select(&batch.ids.flatten_all()?, 0)?.reshape((b, len, self.cfg.hidden_size))?;
+        let mut x = self
+            .embed
+            .index_select(&batch.ids.flatten_all()?, 0)?
+            .reshape((b, len, self.cfg.hidden_size))?;
         if let Some(scale) = self.cfg.embed_scale {
             // transformers casts the scale to the model dtype before multiplying.
             let scale = Tensor::new(scale as f32, &self.device)?.to_dtype(self.dtype)?;
             x = x.broadcast_mul(&scale)?;
         }
-        let tables: Vec<(Tensor, Tensor)> =
-            self.inv_freqs.iter().map(|f| rope_tables(f, &batch.positions, self.dtype)).collect::<Result<_>>()?;
+        let tables: Vec<(Tensor, Tensor)> = self
+            .inv_freqs
+            .iter()
+            .map(|f| rope_tables(f, &batch.positions, self.dtype))
+            .collect::<Result<_>>()?;
         let mut kvs = Vec::with_capacity(self.blocks.len());
         for (i, block) in self.blocks.iter().enumerate() {
             let kind = &self.cfg.layers[i];
@@ -143,7 +184,14 @@ impl Transformer {
             let residual = x.clone();
             let h = block.input_norm.forward(&x)?;
             let past = prefix.map(|p| &p.layers[i]);
-            let (h, kv) = self.attention(&block.attn, &h, cos, sin, batch.mask(kind.sliding_window), past)?;
+            let (h, kv) = self.attention(
+                &block.attn,
+                &h,
+                cos,
+                sin,
+                batch.mask(kind.sliding_window),
+                past,
+            )?;
             kvs.push(kv);
             let h = match &block.post_attn_norm {
                 Some(n) => n.forward(&h)?,
@@ -172,7 +220,11 @@ impl Transformer {
     ) -> Result<(Tensor, LayerKv)> {
         let cfg = &self.cfg;
         let (b, len, _) = x.dims3()?;
-        let heads = |t: Tensor, n: usize| t.reshape((b, len, n, cfg.head_dim))?.transpose(1, 2)?.contiguous();
+        let heads = |t: Tensor, n: usize| {
+            t.reshape((b, len, n, cfg.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
         let mut q = heads(a.q.forward(x)?, cfg.num_heads)?;
         let mut k = heads(a.k.forward(x)?, cfg.num_kv_heads)?;
         let v = heads(a.v.forward(x)?, cfg.num_kv_heads)?;
@@ -188,12 +240,23 @@ impl Transformer {
                     let (_, n, p, d) = t.dims4()?;
                     t.broadcast_as((b, n, p, d))?.contiguous()
                 };
-                (Tensor::cat(&[&expand(pk)?, &k], 2)?, Tensor::cat(&[&expand(pv)?, &v], 2)?)
+                (
+                    Tensor::cat(&[&expand(pk)?, &k], 2)?,
+                    Tensor::cat(&[&expand(pv)?, &v], 2)?,
+                )
             }
             None => (k.clone(), v.clone()),
         };
-        let out = self.attend(&q, &k_all, &v_all, mask, past.map_or(0, |(pk, _)| pk.dim(2).unwrap_or(0)))?;
-        let out = out.transpose(1, 2)?.reshape((b, len, cfg.num_heads * cfg.head_dim))?;
+        let out = self.attend(
+            &q,
+            &k_all,
+            &v_all,
+            mask,
+            past.map_or(0, |(pk, _)| pk.dim(2).unwrap_or(0)),
+        )?;
+        let out = out
+            .transpose(1, 2)?
+            .reshape((b, len, cfg.num_heads * cfg.head_dim))?;
         Ok((a.o.forward(&out)?, (k, v)))
     }
 
@@ -202,7 +265,14 @@ impl Transformer {
     ///
     /// Grouped-query attention without copying k and v: the heads that share a kv head are laid
     /// out one after another, so q viewed as (b, kv_heads, group·len, d) multiplies k directly.
-    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, prefix: usize) -> Result<Tensor> {
+    fn attend(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: &Tensor,
+        prefix: usize,
+    ) -> Result<Tensor> {
         let cfg = &self.cfg;
         let (b, heads, len, d) = q.dims4()?;
         let kv = cfg.num_kv_heads;
@@ -212,7 +282,10 @@ impl Transformer {
         while start < len {
             let n = QUERY_BLOCK.min(len - start);
             let keys = prefix + start + n;
-            let qb = q.narrow(2, start, n)?.contiguous()?.reshape((b, kv, group * n, d))?;
+            let qb = q
+                .narrow(2, start, n)?
+                .contiguous()?
+                .reshape((b, kv, group * n, d))?;
             let kb = k.narrow(2, 0, keys)?;
             let vb = v.narrow(2, 0, keys)?;
             let mut scores = (qb * cfg.attn_scale)?.matmul(&kb.t()?)?;
@@ -220,9 +293,14 @@ impl Transformer {
                 scores = ((scores / cap)?.tanh()? * cap)?;
             }
             let mb = mask.narrow(2, start, n)?.narrow(3, 0, keys)?.unsqueeze(2)?;
-            let scores = scores.reshape((b, kv, group, n, keys))?.broadcast_add(&mb)?;
-            let probs = candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?.to_dtype(self.dtype)?;
-            let out = probs.reshape((b, kv, group * n, keys))?.matmul(&vb.contiguous()?)?;
+            let scores = scores
+                .reshape((b, kv, group, n, keys))?
+                .broadcast_add(&mb)?;
+            let probs = candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?
+                .to_dtype(self.dtype)?;
+            let out = probs
+                .reshape((b, kv, group * n, keys))?
+                .matmul(&vb.contiguous()?)?;
             outs.push(out.reshape((b, heads, n, d))?);
             start += n;
         }
@@ -241,7 +319,13 @@ impl Transformer {
     /// last token (1, vocab). Token-by-token generation is this, one token at a time.
     pub fn extend(&self, prefix: Option<&PrefixKv>, tokens: &[u32]) -> Result<(PrefixKv, Tensor)> {
         let start = prefix.map_or(0, |p| p.len);
-        let batch = Batch::new(&[tokens.to_vec()], start, &self.windows(), self.dtype, &self.device)?;
+        let batch = Batch::new(
+            &[tokens.to_vec()],
+            start,
+            &self.windows(),
+            self.dtype,
+            &self.device,
+        )?;
         let (hidden, kvs) = self.forward(&batch, prefix)?;
         let logits = self.logits_at(&hidden, &[(0, tokens.len() - 1)], None)?;
         let layers = match prefix {
@@ -250,15 +334,28 @@ impl Transformer {
                 .layers
                 .iter()
                 .zip(kvs)
-                .map(|((k0, v0), (k, v))| Ok((Tensor::cat(&[k0, &k], 2)?, Tensor::cat(&[v0, &v], 2)?)))
+                .map(|((k0, v0), (k, v))| {
+                    Ok((Tensor::cat(&[k0, &k], 2)?, Tensor::cat(&[v0, &v], 2)?))
+                })
                 .collect::<Result<_>>()?,
         };
-        Ok((PrefixKv { layers, len: start + tokens.len() }, logits))
+        Ok((
+            PrefixKv {
+                layers,
+                len: start + tokens.len(),
+            },
+            logits,
+        ))
     }
 
     /// Logits (n, vocab) at the given (row, position) pairs of a forward pass's hidden states;
     /// `rows` restricts the output to those vocabulary entries (n, rows.len()).
-    pub fn logits_at(&self, hidden: &Tensor, at: &[(usize, usize)], rows: Option<&Tensor>) -> Result<Tensor> {
+    pub fn logits_at(
+        &self,
+        hidden: &Tensor,
+        at: &[(usize, usize)],
+        rows: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let (b, len, h) = hidden.dims3()?;
         let flat: Vec<u32> = at.iter().map(|&(r, p)| (r * len + p) as u32).collect();
         debug_assert!(at.iter().all(|&(r, p)| r < b && p < len));

@@ -20,20 +20,47 @@ pub struct Weights {
 
 enum Source {
     Safetensors(MmapedSafetensors),
-    Gguf { content: gguf_file::Content, file: Mutex<std::fs::File>, path: PathBuf, arch: Arch, heads: usize, kv_heads: usize },
+    Gguf {
+        content: gguf_file::Content,
+        file: Mutex<std::fs::File>,
+        path: PathBuf,
+        arch: Arch,
+        heads: usize,
+        kv_heads: usize,
+    },
 }
 
 impl Weights {
     pub fn safetensors(files: &[PathBuf], dtype: DType, device: &Device) -> Result<Self> {
         // Safety: the files are memory-mapped read-only; hyoka never writes to them while loaded.
         let st = unsafe { MmapedSafetensors::multi(files)? };
-        Ok(Weights { source: Source::Safetensors(st), dtype, device: device.clone() })
+        Ok(Weights {
+            source: Source::Safetensors(st),
+            dtype,
+            device: device.clone(),
+        })
     }
 
-    pub fn gguf(path: &Path, content: gguf_file::Content, arch: Arch, heads: usize, kv_heads: usize, dtype: DType, device: &Device) -> Result<Self> {
-        let file = std::fs::File::open(path).map_err(|e| Error::Msg(format!("{}: {e}", path.display())))?;
+    pub fn gguf(
+        path: &Path,
+        content: gguf_file::Content,
+        arch: Arch,
+        heads: usize,
+        kv_heads: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        let file = std::fs::File::open(path)
+            .map_err(|e| Error::Msg(format!("{}: {e}", path.display())))?;
         Ok(Weights {
-            source: Source::Gguf { content, file: Mutex::new(file), path: path.to_path_buf(), arch, heads, kv_heads },
+            source: Source::Gguf {
+                content,
+                file: Mutex::new(file),
+                path: path.to_path_buf(),
+                arch,
+                heads,
+                kv_heads,
+            },
             dtype,
             device: device.clone(),
         })
@@ -50,16 +77,36 @@ impl Weights {
     /// The tensor with this Hugging Face name, in the model's dtype, on its device.
     pub fn get(&self, name: &str) -> Result<Tensor> {
         let t = match &self.source {
-            Source::Safetensors(st) => st.load(name, &self.device).map_err(|e| Error::Msg(format!("weight {name}: {e}")))?,
-            Source::Gguf { content, file, path, arch, heads, kv_heads } => {
-                let gname = gguf_name(name, *arch)
-                    .ok_or_else(|| Error::Msg(format!("{}: no GGUF tensor for {name}", path.display())))?;
-                let mut f = file.lock().map_err(|_| Error::Msg("GGUF file lock poisoned".into()))?;
-                let q = content.tensor(&mut *f, &gname, &self.device).map_err(|e| Error::Msg(format!("{}: tensor {gname}: {e}", path.display())))?;
+            Source::Safetensors(st) => st
+                .load(name, &self.device)
+                .map_err(|e| Error::Msg(format!("weight {name}: {e}")))?,
+            Source::Gguf {
+                content,
+                file,
+                path,
+                arch,
+                heads,
+                kv_heads,
+            } => {
+                let gname = gguf_name(name, *arch).ok_or_else(|| {
+                    Error::Msg(format!("{}: no GGUF tensor for {name}", path.display()))
+                })?;
+                let mut f = file
+                    .lock()
+                    .map_err(|_| Error::Msg("GGUF file lock poisoned".into()))?;
+                let q = content
+                    .tensor(&mut *f, &gname, &self.device)
+                    .map_err(|e| Error::Msg(format!("{}: tensor {gname}: {e}", path.display())))?;
                 let mut t = q.dequantize(&self.device)?;
                 // llama.cpp permutes Llama's q/k rows for its interleaved rotary embedding.
-                if *arch == Arch::Llama && (gname.ends_with("attn_q.weight") || gname.ends_with("attn_k.weight")) {
-                    let n = if gname.ends_with("attn_q.weight") { *heads } else { *kv_heads };
+                if *arch == Arch::Llama
+                    && (gname.ends_with("attn_q.weight") || gname.ends_with("attn_k.weight"))
+                {
+                    let n = if gname.ends_with("attn_q.weight") {
+                        *heads
+                    } else {
+                        *kv_heads
+                    };
                     t = unpermute_rope_rows(&t, n)?;
                 }
                 // convert_hf_to_gguf.py stores Gemma norms as 1 + w; the model adds the 1 itself.
@@ -77,7 +124,10 @@ impl Weights {
 fn unpermute_rope_rows(t: &Tensor, heads: usize) -> Result<Tensor> {
     let (rows, cols) = t.dims2()?;
     let half = rows / heads / 2;
-    t.reshape((heads, half, 2, cols))?.transpose(1, 2)?.contiguous()?.reshape((rows, cols))
+    t.reshape((heads, half, 2, cols))?
+        .transpose(1, 2)?
+        .contiguous()?
+        .reshape((rows, cols))
 }
 
 /// llama.cpp's tensor name for a transformers weight name.

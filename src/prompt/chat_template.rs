@@ -22,18 +22,27 @@ pub struct Message {
 
 impl Message {
     pub fn new(role: &str, content: impl Into<String>) -> Self {
-        Message { role: role.to_string(), content: content.into() }
+        Message {
+            role: role.to_string(),
+            content: content.into(),
+        }
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum TemplateError {
     #[error("{}: {source}", file.display())]
-    Io { file: PathBuf, source: std::io::Error },
+    Io {
+        file: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{origin}: {message}")]
     Missing { origin: String, message: String },
     #[error("{origin}: chat template: {source}")]
-    Jinja { origin: String, source: minijinja::Error },
+    Jinja {
+        origin: String,
+        source: minijinja::Error,
+    },
 }
 
 /// A compiled chat template with the special tokens it may refer to.
@@ -47,7 +56,9 @@ pub struct ChatTemplate {
 
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatTemplate").field("origin", &self.origin).finish_non_exhaustive()
+        f.debug_struct("ChatTemplate")
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
     }
 }
 
@@ -55,7 +66,11 @@ const NAME: &str = "chat_template";
 
 impl ChatTemplate {
     /// Compile `source`. `special_tokens` maps names such as `bos_token` to their text.
-    pub fn new(source: &str, special_tokens: BTreeMap<String, String>, origin: &str) -> Result<Self, TemplateError> {
+    pub fn new(
+        source: &str,
+        special_tokens: BTreeMap<String, String>,
+        origin: &str,
+    ) -> Result<Self, TemplateError> {
         let mut env = Environment::new();
         env.set_syntax(crate::prompt::jinja_syntax());
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -63,8 +78,16 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(NAME, source.to_string())
-            .map_err(|source| TemplateError::Jinja { origin: origin.to_string(), source })?;
-        Ok(ChatTemplate { env, source: source.to_string(), origin: origin.to_string(), special_tokens })
+            .map_err(|source| TemplateError::Jinja {
+                origin: origin.to_string(),
+                source,
+            })?;
+        Ok(ChatTemplate {
+            env,
+            source: source.to_string(),
+            origin: origin.to_string(),
+            special_tokens,
+        })
     }
 
     pub fn source(&self) -> &str {
@@ -77,18 +100,31 @@ impl ChatTemplate {
 
     /// Render `messages`; with `add_generation_prompt` the text ends where the assistant's
     /// answer begins.
-    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, TemplateError> {
+    pub fn render(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
         let mut ctx: BTreeMap<String, Value> = self
             .special_tokens
             .iter()
             .map(|(k, v)| (k.clone(), Value::from(v.clone())))
             .collect();
-        ctx.insert("messages".into(), Value::from(minijinja::value::Serde(messages)));
-        ctx.insert("add_generation_prompt".into(), Value::from(add_generation_prompt));
+        ctx.insert(
+            "messages".into(),
+            Value::from(minijinja::value::Serde(messages)),
+        );
+        ctx.insert(
+            "add_generation_prompt".into(),
+            Value::from(add_generation_prompt),
+        );
         // transformers passes these explicitly as None.
         ctx.insert("tools".into(), Value::from(()));
         ctx.insert("documents".into(), Value::from(()));
-        let jinja = |source| TemplateError::Jinja { origin: self.origin.clone(), source };
+        let jinja = |source| TemplateError::Jinja {
+            origin: self.origin.clone(),
+            source,
+        };
         let template = self.env.get_template(NAME).map_err(jinja)?;
         template.render(ctx).map_err(jinja)
     }
@@ -138,9 +174,15 @@ impl ChatTemplate {
                 .iter()
                 .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
                 .and_then(|t| t.get("template")?.as_str().map(str::to_string))
-                .ok_or_else(|| TemplateError::Missing { origin: origin.clone(), message: "no template named \"default\"".into() })?,
+                .ok_or_else(|| TemplateError::Missing {
+                    origin: origin.clone(),
+                    message: "no template named \"default\"".into(),
+                })?,
             _ => {
-                return Err(TemplateError::Missing { origin, message: "no chat_template in this file".into() });
+                return Err(TemplateError::Missing {
+                    origin,
+                    message: "no chat_template in this file".into(),
+                });
             }
         };
         Self::new(&source, special_tokens_from_config(&config), &origin)
@@ -148,28 +190,43 @@ impl ChatTemplate {
 
     /// The `tokenizer.chat_template` metadata of a GGUF file; special tokens from its vocabulary.
     pub fn from_gguf(path: &Path) -> Result<Self, TemplateError> {
-        let mut file = std::fs::File::open(path).map_err(|source| TemplateError::Io { file: path.into(), source })?;
-        let content = candle_core::quantized::gguf_file::Content::read(&mut file).map_err(|e| TemplateError::Missing {
-            origin: path.display().to_string(),
-            message: format!("not a readable GGUF file: {e}"),
+        let mut file = std::fs::File::open(path).map_err(|source| TemplateError::Io {
+            file: path.into(),
+            source,
+        })?;
+        let content = candle_core::quantized::gguf_file::Content::read(&mut file).map_err(|e| {
+            TemplateError::Missing {
+                origin: path.display().to_string(),
+                message: format!("not a readable GGUF file: {e}"),
+            }
         })?;
         Self::from_gguf_content(&content, &path.display().to_string())
     }
 
     /// The same from GGUF metadata already read (`file` names it in messages).
-    pub fn from_gguf_content(content: &candle_core::quantized::gguf_file::Content, file: &str) -> Result<Self, TemplateError> {
+    pub fn from_gguf_content(
+        content: &candle_core::quantized::gguf_file::Content,
+        file: &str,
+    ) -> Result<Self, TemplateError> {
         let origin = format!("{file}: tokenizer.chat_template");
         let source = content
             .metadata
             .get("tokenizer.chat_template")
             .and_then(|v| v.to_string().ok())
             .cloned()
-            .ok_or_else(|| TemplateError::Missing { origin: origin.clone(), message: "missing from the GGUF metadata".into() })?;
+            .ok_or_else(|| TemplateError::Missing {
+                origin: origin.clone(),
+                message: "missing from the GGUF metadata".into(),
+            })?;
         let tokens: Vec<String> = content
             .metadata
             .get("tokenizer.ggml.tokens")
             .and_then(|v| v.to_vec().ok())
-            .map(|vs| vs.iter().filter_map(|v| v.to_string().ok().cloned()).collect())
+            .map(|vs| {
+                vs.iter()
+                    .filter_map(|v| v.to_string().ok().cloned())
+                    .collect()
+            })
             .unwrap_or_default();
         let mut special = BTreeMap::new();
         for name in ["bos", "eos", "unk", "pad", "sep", "cls", "mask"] {
@@ -185,7 +242,10 @@ impl ChatTemplate {
 }
 
 fn read(path: &Path) -> Result<String, TemplateError> {
-    std::fs::read_to_string(path).map_err(|source| TemplateError::Io { file: path.into(), source })
+    std::fs::read_to_string(path).map_err(|source| TemplateError::Io {
+        file: path.into(),
+        source,
+    })
 }
 
 fn json_file(path: &Path) -> Result<serde_json::Value, TemplateError> {
@@ -199,11 +259,22 @@ fn json_file(path: &Path) -> Result<serde_json::Value, TemplateError> {
 fn special_tokens_from_config(config: &serde_json::Value) -> BTreeMap<String, String> {
     let text = |v: &serde_json::Value| match v {
         serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Object(o) => o.get("content").and_then(|c| c.as_str()).map(str::to_string),
+        serde_json::Value::Object(o) => o
+            .get("content")
+            .and_then(|c| c.as_str())
+            .map(str::to_string),
         _ => None,
     };
     let mut out = BTreeMap::new();
-    for name in ["bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"] {
+    for name in [
+        "bos_token",
+        "eos_token",
+        "unk_token",
+        "pad_token",
+        "sep_token",
+        "cls_token",
+        "mask_token",
+    ] {
         if let Some(t) = config.get(name).and_then(text) {
             out.insert(name.to_string(), t);
         }
@@ -257,7 +328,12 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, minijinja::Error> {
     let options = pyjson::DumpOptions {
         ensure_ascii: ensure_ascii.unwrap_or(false),
         indent,
-        separators: separators.map(|s| (s.first().cloned().unwrap_or_default(), s.get(1).cloned().unwrap_or_default())),
+        separators: separators.map(|s| {
+            (
+                s.first().cloned().unwrap_or_default(),
+                s.get(1).cloned().unwrap_or_default(),
+            )
+        }),
         sort_keys: sort_keys.unwrap_or(false),
     };
     Ok(Value::from_safe_string(pyjson::dumps(&json, &options)))

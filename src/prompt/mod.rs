@@ -14,7 +14,12 @@ use serde::Serialize;
 #[derive(Debug, thiserror::Error)]
 pub enum PromptError {
     #[error("rubric {rubric}: item {item}: {field}: {source}")]
-    Render { rubric: String, item: String, field: &'static str, source: minijinja::Error },
+    Render {
+        rubric: String,
+        item: String,
+        field: &'static str,
+        source: minijinja::Error,
+    },
     #[error(transparent)]
     ChatTemplate(#[from] TemplateError),
 }
@@ -102,7 +107,9 @@ fn aspect_view(a: &Aspect, i: usize) -> AspectView<'_> {
         definition: &a.definition,
         levels: &a.levels,
         index: i + 1,
-        circled: CIRCLED.get(i).map_or_else(|| format!("({})", i + 1), |c| c.to_string()),
+        circled: CIRCLED
+            .get(i)
+            .map_or_else(|| format!("({})", i + 1), |c| c.to_string()),
     }
 }
 
@@ -119,14 +126,18 @@ impl PromptBuilder {
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         let mut add = |name: &'static str, source: &str| {
-            env.add_template_owned(name, source.to_string()).map_err(|e| (name.to_string(), e.to_string()))
+            env.add_template_owned(name, source.to_string())
+                .map_err(|e| (name.to_string(), e.to_string()))
         };
         if let Some(system) = &rubric.prompt.system {
             add(SYSTEM, system)?;
         }
         add(USER, &rubric.prompt.user)?;
         add(ANSWER, &rubric.prompt.answer)?;
-        Ok(PromptBuilder { env, rubric: rubric.clone() })
+        Ok(PromptBuilder {
+            env,
+            rubric: rubric.clone(),
+        })
     }
 
     pub fn rubric(&self) -> &Rubric {
@@ -140,13 +151,23 @@ impl PromptBuilder {
 
     /// Render keeping at most `keep_turns` of the most recent context turns (the judge lowers it
     /// when a prompt is longer than the model's context).
-    pub fn render_keeping(&self, item: &Item, keep_turns: usize) -> Result<JudgePrompt, PromptError> {
+    pub fn render_keeping(
+        &self,
+        item: &Item,
+        keep_turns: usize,
+    ) -> Result<JudgePrompt, PromptError> {
         let keep = keep_turns.min(item.context.len());
         let context = &item.context[item.context.len() - keep..];
         let mut order: Vec<&str> = Vec::new();
         let labels = speaker_labels(context, &item.response, &mut order);
         let turn_view = |t| turn_view(t, &order, &labels, &item.response.speaker);
-        let aspects: Vec<AspectView> = self.rubric.aspects.iter().enumerate().map(|(i, a)| aspect_view(a, i)).collect();
+        let aspects: Vec<AspectView> = self
+            .rubric
+            .aspects
+            .iter()
+            .enumerate()
+            .map(|(i, a)| aspect_view(a, i))
+            .collect();
         let mut ctx = Ctx {
             context: context.iter().map(turn_view).collect(),
             response: turn_view(&item.response),
@@ -168,7 +189,11 @@ impl PromptBuilder {
                 field: name,
                 source,
             };
-            self.env.get_template(name).map_err(err)?.render(minijinja::value::Serde(ctx)).map_err(err)
+            self.env
+                .get_template(name)
+                .map_err(err)?
+                .render(minijinja::value::Serde(ctx))
+                .map_err(err)
         };
         // Loops leave a final newline that rubric authors cannot easily avoid with trim_blocks;
         // messages never need trailing whitespace, answers keep theirs.
@@ -188,45 +213,81 @@ impl PromptBuilder {
                 out
             }
         };
-        Ok(JudgePrompt { messages, answers, dropped_turns: item.context.len() - keep })
+        Ok(JudgePrompt {
+            messages,
+            answers,
+            dropped_turns: item.context.len() - keep,
+        })
     }
 }
 
 fn turn_view<'a>(t: &'a Turn, order: &[&str], labels: &[String], responder: &str) -> TurnView<'a> {
-    let pos = order.iter().position(|s| *s == t.speaker).expect("every speaker was labelled");
+    let pos = order
+        .iter()
+        .position(|s| *s == t.speaker)
+        .expect("every speaker was labelled");
     TurnView {
         speaker: &t.speaker,
         text: &t.text,
         label: labels[pos].clone(),
-        role: if t.speaker == responder { "assistant" } else { "user" },
+        role: if t.speaker == responder {
+            "assistant"
+        } else {
+            "user"
+        },
     }
 }
 
 /// Labels A, B, C… for the speakers of `context` then `response`, in order of first
 /// appearance; `order` receives the speakers in that order.
-fn speaker_labels<'a>(context: &'a [Turn], response: &'a Turn, order: &mut Vec<&'a str>) -> Vec<String> {
+fn speaker_labels<'a>(
+    context: &'a [Turn],
+    response: &'a Turn,
+    order: &mut Vec<&'a str>,
+) -> Vec<String> {
     for t in context.iter().chain(std::iter::once(response)) {
         if !order.contains(&t.speaker.as_str()) {
             order.push(&t.speaker);
         }
     }
     (0..order.len())
-        .map(|i| if i < 26 { char::from(b'A' + i as u8).to_string() } else { format!("S{}", i + 1) })
+        .map(|i| {
+            if i < 26 {
+                char::from(b'A' + i as u8).to_string()
+            } else {
+                format!("S{}", i + 1)
+            }
+        })
         .collect()
 }
 
 /// The example of appendix C of Terauchi et al.: used to check templates and by `rubrics show`.
 pub fn sample_item() -> Item {
-    let turn = |speaker: &str, text: &str| Turn { speaker: speaker.into(), text: text.into() };
+    let turn = |speaker: &str, text: &str| Turn {
+        speaker: speaker.into(),
+        text: text.into(),
+    };
     Item {
         id: "example-1".into(),
         context: vec![
             turn("A", "こんにちは！お元気でしたか？"),
-            turn("B", "ああ、久しぶりです。こないだ成人しましたよ。2000年ミレニアム生まれなもんで。"),
-            turn("A", "おめでとうございます！2000年と言うことは平成生まれですよ。私と一緒だ！"),
-            turn("B", "そうですね。令和になっちゃったものなあ。急に老け込んだ感じがしますよ。運動とかされていますか？"),
+            turn(
+                "B",
+                "ああ、久しぶりです。こないだ成人しましたよ。2000年ミレニアム生まれなもんで。",
+            ),
+            turn(
+                "A",
+                "おめでとうございます！2000年と言うことは平成生まれですよ。私と一緒だ！",
+            ),
+            turn(
+                "B",
+                "そうですね。令和になっちゃったものなあ。急に老け込んだ感じがしますよ。運動とかされていますか？",
+            ),
         ],
-        response: turn("A", "はい、週に数回ジムに行って、ランニングや水泳をしています。"),
+        response: turn(
+            "A",
+            "はい、週に数回ジムに行って、ランニングや水泳をしています。",
+        ),
         reference: vec!["いや、特にしてないな。あなたは何かしてるんですか？".into()],
         setting: None,
         system: None,

@@ -32,7 +32,14 @@ fn newline(out: &mut String, indent: &Option<String>, level: usize) {
     }
 }
 
-fn write_value(out: &mut String, v: &Value, o: &DumpOptions, item_sep: &str, key_sep: &str, level: usize) {
+fn write_value(
+    out: &mut String,
+    v: &Value,
+    o: &DumpOptions,
+    item_sep: &str,
+    key_sep: &str,
+    level: usize,
+) {
     match v {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -115,13 +122,19 @@ pub fn float_repr(f: f64) -> String {
         return "NaN".into();
     }
     if f.is_infinite() {
-        return if f > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+        return if f > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
     }
     // `{:e}` gives the shortest round-trip digits, e.g. "1.2345e-7" or "-5e0".
     let sci = format!("{f:e}");
     let (mantissa, exp) = sci.split_once('e').expect("`{:e}` always has an exponent");
     let exp: i32 = exp.parse().expect("`{:e}` exponent is an integer");
-    let (sign, mantissa) = mantissa.strip_prefix('-').map_or(("", mantissa), |m| ("-", m));
+    let (sign, mantissa) = mantissa
+        .strip_prefix('-')
+        .map_or(("", mantissa), |m| ("-", m));
     let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
     if (-4..16).contains(&exp) {
         let n = digits.len() as i32;
@@ -130,14 +143,22 @@ pub fn float_repr(f: f64) -> String {
             if n <= int_len {
                 format!("{digits}{}.0", "0".repeat((int_len - n) as usize))
             } else {
-                format!("{}.{}", &digits[..int_len as usize], &digits[int_len as usize..])
+                format!(
+                    "{}.{}",
+                    &digits[..int_len as usize],
+                    &digits[int_len as usize..]
+                )
             }
         } else {
             format!("0.{}{digits}", "0".repeat((-exp - 1) as usize))
         };
         format!("{sign}{body}")
     } else {
-        let frac = if digits.len() > 1 { format!("{}.{}", &digits[..1], &digits[1..]) } else { digits.clone() };
+        let frac = if digits.len() > 1 {
+            format!("{}.{}", &digits[..1], &digits[1..])
+        } else {
+            digits.clone()
+        };
         let esign = if exp < 0 { '-' } else { '+' };
         format!("{sign}{frac}e{esign}{:02}", exp.abs())
     }
@@ -170,11 +191,19 @@ mod tests {
 
     #[test]
     fn dumps_matches_python_defaults() {
-        let v: Value = serde_json::from_str(r#"{"a": [1, 2.0, "日本\n\"x\""], "b": {}, "c": []}"#).unwrap();
+        let v: Value =
+            serde_json::from_str(r#"{"a": [1, 2.0, "日本\n\"x\""], "b": {}, "c": []}"#).unwrap();
         // json.dumps(v, ensure_ascii=False)
-        assert_eq!(dumps(&v, &DumpOptions::default()), r#"{"a": [1, 2.0, "日本\n\"x\""], "b": {}, "c": []}"#);
+        assert_eq!(
+            dumps(&v, &DumpOptions::default()),
+            r#"{"a": [1, 2.0, "日本\n\"x\""], "b": {}, "c": []}"#
+        );
         // json.dumps(v, ensure_ascii=True, indent=2)
-        let o = DumpOptions { ensure_ascii: true, indent: Some("  ".into()), ..Default::default() };
+        let o = DumpOptions {
+            ensure_ascii: true,
+            indent: Some("  ".into()),
+            ..Default::default()
+        };
         assert_eq!(
             dumps(&v, &o),
             "{\n  \"a\": [\n    1,\n    2.0,\n    \"\\u65e5\\u672c\\n\\\"x\\\"\"\n  ],\n  \"b\": {},\n  \"c\": []\n}"

@@ -3,8 +3,8 @@
 
 mod svg;
 
-use crate::meta::{format_r, Family, Frame, Level, Summary};
-use serde_json::{json, Map, Value};
+use crate::meta::{Family, Frame, Level, Summary, format_r};
+use serde_json::{Map, Value, json};
 use std::fmt::Write;
 
 /// One line per item: its id, system, dialogue, human means and every score column (the
@@ -23,7 +23,11 @@ pub fn score_lines(frame: &Frame) -> Vec<String> {
             if let Some(d) = &item.dialogue {
                 line.insert("dialogue".into(), json!(d));
             }
-            let human: Map<String, Value> = item.human.iter().map(|(k, r)| (k.clone(), json!(r.mean()))).collect();
+            let human: Map<String, Value> = item
+                .human
+                .iter()
+                .map(|(k, r)| (k.clone(), json!(r.mean())))
+                .collect();
             line.insert("human".into(), Value::Object(human));
             let mut scores = Map::new();
             for c in &frame.columns {
@@ -43,8 +47,16 @@ figure{margin:0}figcaption{font-size:12px;color:#555;max-width:260px}.note{color
 /// The whole report as one HTML document.
 pub fn html(summary: &Summary, frame: &Frame) -> String {
     let mut h = String::new();
-    let _ = write!(h, "<!DOCTYPE html><html lang=\"ja\"><head><meta charset=\"utf-8\"><title>hyoka report</title><style>{STYLE}</style></head><body>");
-    let _ = write!(h, "<h1>hyoka evaluation report</h1><p class=\"note\">{} items · hyoka {}</p><ul>", summary.items, svg::escape(&summary.hyoka));
+    let _ = write!(
+        h,
+        "<!DOCTYPE html><html lang=\"ja\"><head><meta charset=\"utf-8\"><title>hyoka report</title><style>{STYLE}</style></head><body>"
+    );
+    let _ = write!(
+        h,
+        "<h1>hyoka evaluation report</h1><p class=\"note\">{} items · hyoka {}</p><ul>",
+        summary.items,
+        svg::escape(&summary.hyoka)
+    );
     for line in summary.provenance_lines() {
         let _ = write!(h, "<li>{}</li>", svg::escape(&line));
     }
@@ -54,7 +66,11 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
         if !summary.correlations.iter().any(|e| e.level == level) {
             continue;
         }
-        let _ = write!(h, "<h2>{} — Spearman / Pearson</h2><table><tr><th>method</th>", level.title());
+        let _ = write!(
+            h,
+            "<h2>{} — Spearman / Pearson</h2><table><tr><th>method</th>",
+            level.title()
+        );
         for k in &keys {
             let _ = write!(h, "<th>{}</th>", svg::escape(k));
         }
@@ -65,8 +81,18 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
                 match summary.cell(&row.label, k, level) {
                     Some(c) => {
                         let s = c.spearman.map(|s| s.r);
-                        let ci = c.spearman.and_then(|s| s.ci).map(|[lo, hi]| format!("95% CI of ρ: [{lo:.3}, {hi:.3}], n = {}", c.n)).unwrap_or_else(|| format!("n = {}", c.n));
-                        let _ = write!(h, "<td style=\"background:{}\" title=\"{ci}\">{}/{}</td>", svg::colour(s), format_r(s), format_r(c.pearson.map(|p| p.r)));
+                        let ci = c
+                            .spearman
+                            .and_then(|s| s.ci)
+                            .map(|[lo, hi]| format!("95% CI of ρ: [{lo:.3}, {hi:.3}], n = {}", c.n))
+                            .unwrap_or_else(|| format!("n = {}", c.n));
+                        let _ = write!(
+                            h,
+                            "<td style=\"background:{}\" title=\"{ci}\">{}/{}</td>",
+                            svg::colour(s),
+                            format_r(s),
+                            format_r(c.pearson.map(|p| p.r))
+                        );
                     }
                     None => h.push_str("<td></td>"),
                 }
@@ -79,18 +105,54 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
     let values: Vec<Vec<Option<f64>>> = summary
         .rows
         .iter()
-        .map(|r| keys.iter().map(|k| summary.cell(&r.label, k, Level::Item).and_then(|c| c.spearman.map(|s| s.r))).collect())
+        .map(|r| {
+            keys.iter()
+                .map(|k| {
+                    summary
+                        .cell(&r.label, k, Level::Item)
+                        .and_then(|c| c.spearman.map(|s| s.r))
+                })
+                .collect()
+        })
         .collect();
     let labels: Vec<String> = summary.rows.iter().map(|r| r.label.clone()).collect();
-    let _ = write!(h, "<h2>Item-level Spearman with human ratings</h2>{}", svg::heatmap("item-level Spearman", &labels, &keys, &values));
-    for (title, m) in [("Spearman between human aspects", Some(&summary.human_matrix)), ("Spearman between the judge's expected scores", summary.judge_matrix.as_ref())] {
+    let _ = write!(
+        h,
+        "<h2>Item-level Spearman with human ratings</h2>{}",
+        svg::heatmap("item-level Spearman", &labels, &keys, &values)
+    );
+    for (title, m) in [
+        (
+            "Spearman between human aspects",
+            Some(&summary.human_matrix),
+        ),
+        (
+            "Spearman between the judge's expected scores",
+            summary.judge_matrix.as_ref(),
+        ),
+    ] {
         if let Some(m) = m.filter(|m| m.keys.len() > 1) {
-            let _ = write!(h, "<h2>{title}</h2>{}", svg::heatmap(title, &m.keys, &m.keys, &m.spearman));
+            let _ = write!(
+                h,
+                "<h2>{title}</h2>{}",
+                svg::heatmap(title, &m.keys, &m.keys, &m.spearman)
+            );
         }
     }
     h.push_str("<h2>Human ratings</h2><table><tr><th>aspect</th><th>items</th><th>mean</th><th>std</th><th>r_s</th><th>r_p</th><th>raters</th></tr>");
     for a in &summary.human {
-        let _ = write!(h, "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{} of {}</td></tr>", svg::escape(&a.key), a.items, a.mean, a.std, format_r(a.agreement_spearman), format_r(a.agreement_pearson), a.raters_used, a.raters_seen);
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{} of {}</td></tr>",
+            svg::escape(&a.key),
+            a.items,
+            a.mean,
+            a.std,
+            format_r(a.agreement_spearman),
+            format_r(a.agreement_pearson),
+            a.raters_used,
+            a.raters_seen
+        );
     }
     h.push_str("</table><h2>Score distributions</h2><div class=\"grid\">");
     for c in &frame.columns {
@@ -99,27 +161,64 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
             continue;
         }
         let title = frame.column_title(c);
-        let _ = write!(h, "<figure>{}<figcaption>{}</figcaption></figure>", svg::histogram(&title, &v), svg::escape(&title));
+        let _ = write!(
+            h,
+            "<figure>{}<figcaption>{}</figcaption></figure>",
+            svg::histogram(&title, &v),
+            svg::escape(&title)
+        );
     }
     h.push_str("</div><h2>Scores against human means (items)</h2><div class=\"grid\">");
-    for c in frame.columns.iter().filter(|c| matches!(c.family, Family::JudgeExpected | Family::Combined | Family::BertScore)) {
-        if c.family == Family::Combined && c.label.contains("argmax") || c.family == Family::BertScore && !c.label.ends_with(" F") {
+    for c in frame.columns.iter().filter(|c| {
+        matches!(
+            c.family,
+            Family::JudgeExpected | Family::Combined | Family::BertScore
+        )
+    }) {
+        if c.family == Family::Combined && c.label.contains("argmax")
+            || c.family == Family::BertScore && !c.label.ends_with(" F")
+        {
             continue;
         }
         for k in keys.iter().filter(|k| frame.pairs_with(c, k)) {
             let human = frame.human(k);
-            let points: Vec<(f64, f64)> = c.values.iter().zip(&human).filter_map(|(x, y)| Some(((*x)?, (*y)?))).collect();
+            let points: Vec<(f64, f64)> = c
+                .values
+                .iter()
+                .zip(&human)
+                .filter_map(|(x, y)| Some(((*x)?, (*y)?)))
+                .collect();
             let title = frame.column_title(c);
-            let rho = format_r(summary.cell(&frame.row_label(c), k, Level::Item).and_then(|cell| cell.spearman).map(|s| s.r));
+            let rho = format_r(
+                summary
+                    .cell(&frame.row_label(c), k, Level::Item)
+                    .and_then(|cell| cell.spearman)
+                    .map(|s| s.r),
+            );
             let caption = format!("{title} vs human {k}: ρ = {rho}, n = {}", points.len());
-            let _ = write!(h, "<figure>{}<figcaption>{}</figcaption></figure>", svg::scatter(&caption, &title, &format!("human {k}"), &points), svg::escape(&caption));
+            let _ = write!(
+                h,
+                "<figure>{}<figcaption>{}</figcaption></figure>",
+                svg::scatter(&caption, &title, &format!("human {k}"), &points),
+                svg::escape(&caption)
+            );
         }
     }
     h.push_str("</div>");
     if !summary.fit_w.is_empty() {
         h.push_str("<h2>w chosen on a development half</h2><table><tr><th>judge column</th><th>human</th><th>w</th><th>dev ρ</th><th>held-out combined</th><th>held-out judge</th><th>held-out BERTScore</th></tr>");
         for f in &summary.fit_w {
-            let _ = write!(h, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td></tr>", svg::escape(&f.column), svg::escape(&f.human), f.w, f.dev_spearman, format_r(f.test_combined), format_r(f.test_judge), format_r(f.test_bertscore));
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                svg::escape(&f.column),
+                svg::escape(&f.human),
+                f.w,
+                f.dev_spearman,
+                format_r(f.test_combined),
+                format_r(f.test_judge),
+                format_r(f.test_bertscore)
+            );
         }
         h.push_str("</table>");
     }

@@ -4,17 +4,29 @@
 use std::fmt::Write;
 
 pub fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// A diverging colour for a correlation in [−1, 1]: blue (negative) – white – red (positive).
 pub fn colour(r: Option<f64>) -> String {
     let Some(r) = r else { return "#e6e6e6".into() };
     let t = r.clamp(-1.0, 1.0);
-    let (from, to) = if t >= 0.0 { ((255.0, 255.0, 255.0), (214.0, 39.0, 40.0)) } else { ((255.0, 255.0, 255.0), (31.0, 119.0, 180.0)) };
+    let (from, to) = if t >= 0.0 {
+        ((255.0, 255.0, 255.0), (214.0, 39.0, 40.0))
+    } else {
+        ((255.0, 255.0, 255.0), (31.0, 119.0, 180.0))
+    };
     let a = t.abs();
     let mix = |f: f64, g: f64| (f + (g - f) * a).round() as u8;
-    format!("#{:02x}{:02x}{:02x}", mix(from.0, to.0), mix(from.1, to.1), mix(from.2, to.2))
+    format!(
+        "#{:02x}{:02x}{:02x}",
+        mix(from.0, to.0),
+        mix(from.1, to.1),
+        mix(from.2, to.2)
+    )
 }
 
 fn range(values: &[f64]) -> (f64, f64) {
@@ -23,7 +35,11 @@ fn range(values: &[f64]) -> (f64, f64) {
     if !lo.is_finite() {
         return (0.0, 1.0);
     }
-    if hi - lo < 1e-12 { (lo - 0.5, hi + 0.5) } else { (lo, hi) }
+    if hi - lo < 1e-12 {
+        (lo - 0.5, hi + 0.5)
+    } else {
+        (lo, hi)
+    }
 }
 
 const W: f64 = 260.0;
@@ -65,14 +81,21 @@ pub fn histogram(title: &str, values: &[f64]) -> String {
     distinct.dedup();
     let (lo, hi) = range(values);
     let bins: Vec<(String, usize)> = if distinct.len() <= 12 {
-        distinct.iter().map(|v| (format!("{v}"), values.iter().filter(|x| *x == v).count())).collect()
+        distinct
+            .iter()
+            .map(|v| (format!("{v}"), values.iter().filter(|x| *x == v).count()))
+            .collect()
     } else {
         let mut counts = vec![0usize; 20];
         for v in values {
             let k = (((v - lo) / (hi - lo)) * 20.0).floor().clamp(0.0, 19.0) as usize;
             counts[k] += 1;
         }
-        counts.into_iter().enumerate().map(|(k, c)| (format!("{:.2}", lo + (hi - lo) * k as f64 / 20.0), c)).collect()
+        counts
+            .into_iter()
+            .enumerate()
+            .map(|(k, c)| (format!("{:.2}", lo + (hi - lo) * k as f64 / 20.0), c))
+            .collect()
     };
     let max = bins.iter().map(|b| b.1).max().unwrap_or(1).max(1) as f64;
     let (pw, ph) = (W - PAD - 8.0, H - PAD - 8.0);
@@ -115,10 +138,22 @@ pub fn scatter(title: &str, x_label: &str, y_label: &str, points: &[(f64, f64)])
 }
 
 /// A matrix of correlations as coloured cells with their values.
-pub fn heatmap(title: &str, rows: &[String], cols: &[String], values: &[Vec<Option<f64>>]) -> String {
+pub fn heatmap(
+    title: &str,
+    rows: &[String],
+    cols: &[String],
+    values: &[Vec<Option<f64>>],
+) -> String {
     let cell = 54.0;
     let left = 8.0 + 6.5 * rows.iter().map(|r| r.chars().count()).max().unwrap_or(4) as f64;
-    let top = 16.0 + 6.5 * cols.iter().map(|c| c.chars().count()).max().unwrap_or(4).min(24) as f64;
+    let top = 16.0
+        + 6.5
+            * cols
+                .iter()
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(4)
+                .min(24) as f64;
     let width = left + cell * cols.len() as f64 + 8.0;
     let height = top + 24.0 * rows.len() as f64 + 8.0;
     let mut svg = format!(
@@ -127,11 +162,22 @@ pub fn heatmap(title: &str, rows: &[String], cols: &[String], values: &[Vec<Opti
     );
     for (j, c) in cols.iter().enumerate() {
         let x = left + cell * j as f64 + cell / 2.0;
-        let _ = write!(svg, r##"<text x="{x:.1}" y="{y:.1}" font-size="10" transform="rotate(-40 {x:.1} {y:.1})">{}</text>"##, escape(c), y = top - 4.0);
+        let _ = write!(
+            svg,
+            r##"<text x="{x:.1}" y="{y:.1}" font-size="10" transform="rotate(-40 {x:.1} {y:.1})">{}</text>"##,
+            escape(c),
+            y = top - 4.0
+        );
     }
     for (i, r) in rows.iter().enumerate() {
         let y = top + 24.0 * i as f64;
-        let _ = write!(svg, r##"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end">{}</text>"##, left - 4.0, y + 15.0, escape(r));
+        let _ = write!(
+            svg,
+            r##"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end">{}</text>"##,
+            left - 4.0,
+            y + 15.0,
+            escape(r)
+        );
         for (j, v) in values[i].iter().enumerate() {
             let x = left + cell * j as f64;
             let label = v.map_or("—".to_string(), |v| format!("{v:.2}"));

@@ -4,10 +4,22 @@ use super::{Rubric, RubricError};
 
 /// (name, TOML text) of every built-in rubric.
 pub const BUILTIN: &[(&str, &str)] = &[
-    ("dialogue6-ja", include_str!("../../prompts/dialogue6-ja.toml")),
-    ("dialogue6-en", include_str!("../../prompts/dialogue6-en.toml")),
-    ("roleplay8-ja", include_str!("../../prompts/roleplay8-ja.toml")),
-    ("emotion-fit", include_str!("../../prompts/emotion-fit.toml")),
+    (
+        "dialogue6-ja",
+        include_str!("../../prompts/dialogue6-ja.toml"),
+    ),
+    (
+        "dialogue6-en",
+        include_str!("../../prompts/dialogue6-en.toml"),
+    ),
+    (
+        "roleplay8-ja",
+        include_str!("../../prompts/roleplay8-ja.toml"),
+    ),
+    (
+        "emotion-fit",
+        include_str!("../../prompts/emotion-fit.toml"),
+    ),
 ];
 
 pub fn builtin_names() -> Vec<&'static str> {

@@ -3,7 +3,7 @@
 
 mod builtin;
 
-pub use builtin::{builtin, builtin_names, BUILTIN};
+pub use builtin::{BUILTIN, builtin, builtin_names};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -12,11 +12,18 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum RubricError {
     #[error("{}: {source}", file.display())]
-    Io { file: PathBuf, source: std::io::Error },
+    Io {
+        file: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{origin}: {message}")]
     Parse { origin: String, message: String },
     #[error("{origin}: {field}: {message}")]
-    Invalid { origin: String, field: String, message: String },
+    Invalid {
+        origin: String,
+        field: String,
+        message: String,
+    },
     #[error("no built-in rubric named {name:?} and no such file (built-in: {})", builtin_names().join(", "))]
     Unknown { name: String },
 }
@@ -123,16 +130,23 @@ impl Rubric {
         if path.is_file() {
             return Ok((Rubric::from_file(path)?, path.display().to_string()));
         }
-        Err(RubricError::Unknown { name: name_or_path.to_string() })
+        Err(RubricError::Unknown {
+            name: name_or_path.to_string(),
+        })
     }
 
     pub fn from_file(path: &Path) -> Result<Rubric, RubricError> {
-        let text = std::fs::read_to_string(path).map_err(|source| RubricError::Io { file: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| RubricError::Io {
+            file: path.to_path_buf(),
+            source,
+        })?;
         let origin = path.display().to_string();
         match path.extension().and_then(|e| e.to_str()) {
             Some("json") => {
-                let r: Rubric = serde_json::from_str(&text)
-                    .map_err(|e| RubricError::Parse { origin: origin.clone(), message: e.to_string() })?;
+                let r: Rubric = serde_json::from_str(&text).map_err(|e| RubricError::Parse {
+                    origin: origin.clone(),
+                    message: e.to_string(),
+                })?;
                 r.validate(&origin)?;
                 Ok(r)
             }
@@ -141,58 +155,108 @@ impl Rubric {
     }
 
     pub fn from_toml(text: &str, origin: &str) -> Result<Rubric, RubricError> {
-        let r: Rubric = toml::from_str(text)
-            .map_err(|e| RubricError::Parse { origin: origin.to_string(), message: e.to_string().trim_end().to_string() })?;
+        let r: Rubric = toml::from_str(text).map_err(|e| RubricError::Parse {
+            origin: origin.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
         r.validate(origin)?;
         Ok(r)
     }
 
     /// Semantic checks serde cannot express; every error names the field.
     pub fn validate(&self, origin: &str) -> Result<(), RubricError> {
-        let bad = |field: String, message: String| Err(RubricError::Invalid { origin: origin.to_string(), field, message });
+        let bad = |field: String, message: String| {
+            Err(RubricError::Invalid {
+                origin: origin.to_string(),
+                field,
+                message,
+            })
+        };
         if self.name.trim().is_empty() {
             return bad("name".into(), "must not be empty".into());
         }
         if self.aspects.is_empty() {
-            return bad("aspects".into(), "a rubric needs at least one aspect".into());
+            return bad(
+                "aspects".into(),
+                "a rubric needs at least one aspect".into(),
+            );
         }
         for (i, a) in self.aspects.iter().enumerate() {
             let f = |name: &str| format!("aspects[{i}].{name}");
-            if a.key.is_empty() || !a.key.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-') {
-                return bad(f("key"), format!("{:?}: use letters, digits, '_' or '-'", a.key));
+            if a.key.is_empty()
+                || !a
+                    .key
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || c == '_' || c == '-')
+            {
+                return bad(
+                    f("key"),
+                    format!("{:?}: use letters, digits, '_' or '-'", a.key),
+                );
             }
             if a.name.trim().is_empty() {
                 return bad(f("name"), "must not be empty".into());
             }
-            if let Some(j) = self.aspects[..i].iter().position(|b| b.key == a.key || b.name == a.name) {
-                return bad(f("key"), format!("aspect {:?} / {:?} repeats aspects[{j}]", a.key, a.name));
+            if let Some(j) = self.aspects[..i]
+                .iter()
+                .position(|b| b.key == a.key || b.name == a.name)
+            {
+                return bad(
+                    f("key"),
+                    format!("aspect {:?} / {:?} repeats aspects[{j}]", a.key, a.name),
+                );
             }
             if a.min >= a.max {
-                return bad(f("max"), format!("the scale must have at least two values (min {} >= max {})", a.min, a.max));
+                return bad(
+                    f("max"),
+                    format!(
+                        "the scale must have at least two values (min {} >= max {})",
+                        a.min, a.max
+                    ),
+                );
             }
             if a.min < 0 || a.max > 100 {
-                return bad(f("min"), format!("scores must lie in 0..=100 (got {}..={})", a.min, a.max));
+                return bad(
+                    f("min"),
+                    format!("scores must lie in 0..=100 (got {}..={})", a.min, a.max),
+                );
             }
             for (j, l) in a.levels.iter().enumerate() {
                 if l.score < a.min || l.score > a.max {
-                    return bad(format!("aspects[{i}].levels[{j}].score"), format!("{} is outside {}..={}", l.score, a.min, a.max));
+                    return bad(
+                        format!("aspects[{i}].levels[{j}].score"),
+                        format!("{} is outside {}..={}", l.score, a.min, a.max),
+                    );
                 }
                 if a.levels[..j].iter().any(|m| m.score == l.score) {
-                    return bad(format!("aspects[{i}].levels[{j}].score"), format!("level {} appears twice", l.score));
+                    return bad(
+                        format!("aspects[{i}].levels[{j}].score"),
+                        format!("level {} appears twice", l.score),
+                    );
                 }
             }
         }
         match (self.output, &self.json) {
-            (OutputMode::Json, None) => return bad("json".into(), "output = \"json\" needs a [json] table with reason_key".into()),
+            (OutputMode::Json, None) => {
+                return bad(
+                    "json".into(),
+                    "output = \"json\" needs a [json] table with reason_key".into(),
+                );
+            }
             (OutputMode::Json, Some(j)) => {
                 if self.aspects.iter().any(|a| a.name == j.reason_key) {
-                    return bad("json.reason_key".into(), "collides with an aspect name".into());
+                    return bad(
+                        "json.reason_key".into(),
+                        "collides with an aspect name".into(),
+                    );
                 }
                 if j.reason_max_tokens == 0 {
                     return bad("json.reason_max_tokens".into(), "must be at least 1".into());
                 }
             }
-            (OutputMode::Score, Some(_)) => return bad("json".into(), "only used with output = \"json\"".into()),
+            (OutputMode::Score, Some(_)) => {
+                return bad("json".into(), "only used with output = \"json\"".into());
+            }
             (OutputMode::Score, None) => {}
         }
         crate::prompt::check_templates(self).map_err(|(field, message)| RubricError::Invalid {
@@ -204,7 +268,11 @@ impl Rubric {
 
     /// sha256 of the rubric's canonical JSON form: scales, wording and templates.
     pub fn hash(&self) -> String {
-        sha256_hex(serde_json::to_string(self).expect("rubric serialises").as_bytes())
+        sha256_hex(
+            serde_json::to_string(self)
+                .expect("rubric serialises")
+                .as_bytes(),
+        )
     }
 }
 

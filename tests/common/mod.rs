@@ -4,14 +4,17 @@
 use std::path::PathBuf;
 
 pub fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("fixtures")
 }
 
 /// The folder of the real test models (scripts/fetch_test_models.py puts them there).
 pub fn test_models() -> PathBuf {
     match std::env::var_os("HYOKA_TEST_MODELS") {
         Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/hyoka/test-models"),
+        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+            .join(".cache/hyoka/test-models"),
     }
 }
 
@@ -23,10 +26,16 @@ pub fn test_model(name: &str) -> Option<PathBuf> {
         return Some(path);
     }
     if std::env::var("HYOKA_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
-        eprintln!("skipping: {} is missing (HYOKA_SKIP_MODEL_TESTS=1)", path.display());
+        eprintln!(
+            "skipping: {} is missing (HYOKA_SKIP_MODEL_TESTS=1)",
+            path.display()
+        );
         return None;
     }
-    panic!("{} is missing: run `python3 scripts/fetch_test_models.py` (or set HYOKA_SKIP_MODEL_TESTS=1)", path.display());
+    panic!(
+        "{} is missing: run `python3 scripts/fetch_test_models.py` (or set HYOKA_SKIP_MODEL_TESTS=1)",
+        path.display()
+    );
 }
 
 pub fn dbdc3_dir() -> PathBuf {

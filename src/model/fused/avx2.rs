@@ -8,7 +8,10 @@ use std::arch::x86_64::*;
 
 /// Whether `attend` may run for heads of width `d`.
 pub fn available(d: usize) -> bool {
-    d > 0 && d.is_multiple_of(8) && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    d > 0
+        && d.is_multiple_of(8)
+        && is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
 }
 
 /// The attention of one sequence with `heads` heads of width `h`: `seq` its len q|k|v rows
@@ -17,9 +20,19 @@ pub fn available(d: usize) -> bool {
 /// # Safety
 /// `available(h / heads)` must hold; `seq` holds len·3h values and `ctx` len·h.
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn attend(ctx: &mut [f32], seq: &[f32], len: usize, heads: usize, h: usize, softmax: impl Fn(&mut [f32])) {
+pub unsafe fn attend(
+    ctx: &mut [f32],
+    seq: &[f32],
+    len: usize,
+    heads: usize,
+    h: usize,
+    softmax: impl Fn(&mut [f32]),
+) {
     let d = h / heads;
-    assert!(seq.len() >= len * 3 * h && ctx.len() >= len * h && d.is_multiple_of(8), "attend: buffers do not fit");
+    assert!(
+        seq.len() >= len * 3 * h && ctx.len() >= len * h && d.is_multiple_of(8),
+        "attend: buffers do not fit"
+    );
     // Score rows are padded to a multiple of 8 columns; the padding keys are zeros and the
     // softmax reads only the first len columns.
     let width = len.div_ceil(8) * 8;
@@ -28,7 +41,12 @@ pub unsafe fn attend(ctx: &mut [f32], seq: &[f32], len: usize, heads: usize, h: 
     // the scores, everything a head's tiles read then sits in L1.
     let (mut queries, mut values) = (vec![0f32; len * d], vec![0f32; len * d]);
     let mut scores = vec![0f32; len * width];
-    let g = Geometry { len, width, d, scale: 1.0 / (d as f32).sqrt() };
+    let g = Geometry {
+        len,
+        width,
+        d,
+        scale: 1.0 / (d as f32).sqrt(),
+    };
     for head in 0..heads {
         for j in 0..len {
             let row = &seq[j * 3 * h + head * d..];
@@ -79,7 +97,13 @@ struct Geometry {
 /// scores[i..i+R][..] = scale · q_i · k_j.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn scores_tile<const R: usize>(scores: &mut [f32], keys_t: &[f32], queries: &[f32], i: usize, g: &Geometry) {
+unsafe fn scores_tile<const R: usize>(
+    scores: &mut [f32],
+    keys_t: &[f32],
+    queries: &[f32],
+    i: usize,
+    g: &Geometry,
+) {
     let scale = _mm256_set1_ps(g.scale);
     for j in (0..g.width).step_by(8) {
         let mut acc = [_mm256_setzero_ps(); R];
@@ -91,7 +115,12 @@ unsafe fn scores_tile<const R: usize>(scores: &mut [f32], keys_t: &[f32], querie
             }
         }
         for (r, a) in acc.iter().enumerate() {
-            unsafe { _mm256_storeu_ps(scores.as_mut_ptr().add((i + r) * g.width + j), _mm256_mul_ps(*a, scale)) };
+            unsafe {
+                _mm256_storeu_ps(
+                    scores.as_mut_ptr().add((i + r) * g.width + j),
+                    _mm256_mul_ps(*a, scale),
+                )
+            };
         }
     }
 }
@@ -99,7 +128,14 @@ unsafe fn scores_tile<const R: usize>(scores: &mut [f32], keys_t: &[f32], querie
 /// Rows i..i+R of the head's context, Σ_j p_ij v_j, into `out` (row r at r·stride).
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn context_tile<const R: usize>(out: &mut [f32], stride: usize, scores: &[f32], values: &[f32], i: usize, g: &Geometry) {
+unsafe fn context_tile<const R: usize>(
+    out: &mut [f32],
+    stride: usize,
+    scores: &[f32],
+    values: &[f32],
+    i: usize,
+    g: &Geometry,
+) {
     for c in (0..g.d).step_by(8) {
         let mut acc = [_mm256_setzero_ps(); R];
         for j in 0..g.len {

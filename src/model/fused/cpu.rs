@@ -5,8 +5,11 @@
 //! tiles (`avx2`) where the CPU and head width allow, else its two products per head as
 //! single-threaded GEMMs on strided views of the packed q|k|v rows.
 
-use super::{math, Dense, Epilogue, LayerNorm};
-use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Storage, StorageRef, Tensor};
+use super::{Dense, Epilogue, LayerNorm, math};
+use candle_core::{
+    CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Storage, StorageRef, Tensor,
+    bail,
+};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -19,8 +22,12 @@ pub fn runs(device: &candle_core::Device, dtype: DType) -> bool {
 }
 
 fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
-    let CpuStorage::F32(data) = s else { bail!("{op}: f32 only") };
-    let Some((start, end)) = l.contiguous_offsets() else { bail!("{op}: contiguous input only") };
+    let CpuStorage::F32(data) = s else {
+        bail!("{op}: f32 only")
+    };
+    let Some((start, end)) = l.contiguous_offsets() else {
+        bail!("{op}: contiguous input only")
+    };
     Ok(&data[start..end])
 }
 
@@ -33,11 +40,16 @@ struct Data<'a> {
 impl<'a> Data<'a> {
     fn of(t: &'a Tensor, op: &str) -> Result<Self> {
         let (storage, layout) = t.storage_and_layout();
-        let Some((start, end)) = layout.contiguous_offsets() else { bail!("{op}: a weight is not contiguous") };
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            bail!("{op}: a weight is not contiguous")
+        };
         if !matches!(&*storage, Storage::Cpu(CpuStorage::F32(_))) {
             bail!("{op}: a weight is not f32 on the CPU");
         }
-        Ok(Data { storage, range: start..end })
+        Ok(Data {
+            storage,
+            range: start..end,
+        })
     }
 
     fn slice(&self) -> &[f32] {
@@ -83,9 +95,24 @@ fn threads() -> Parallelism {
 pub fn dense(dense: &Dense, x: &Tensor, epilogue: Epilogue) -> Result<Tensor> {
     let x = x.contiguous()?;
     match epilogue {
-        Epilogue::None => x.apply_op1_no_bwd(&DenseOp { dense, gelu: false, norm: None }),
-        Epilogue::Gelu => x.apply_op1_no_bwd(&DenseOp { dense, gelu: true, norm: None }),
-        Epilogue::AddNorm(residual, norm) => x.apply_op2_no_bwd(&residual.contiguous()?, &DenseOp { dense, gelu: false, norm: Some(norm) }),
+        Epilogue::None => x.apply_op1_no_bwd(&DenseOp {
+            dense,
+            gelu: false,
+            norm: None,
+        }),
+        Epilogue::Gelu => x.apply_op1_no_bwd(&DenseOp {
+            dense,
+            gelu: true,
+            norm: None,
+        }),
+        Epilogue::AddNorm(residual, norm) => x.apply_op2_no_bwd(
+            &residual.contiguous()?,
+            &DenseOp {
+                dense,
+                gelu: false,
+                norm: Some(norm),
+            },
+        ),
     }
 }
 
@@ -99,7 +126,12 @@ struct DenseOp<'a> {
 impl DenseOp<'_> {
     const NAME: &'static str = "hyoka-dense";
 
-    fn run(&self, x: &[f32], shape: &Shape, residual: Option<&[f32]>) -> Result<(CpuStorage, Shape)> {
+    fn run(
+        &self,
+        x: &[f32],
+        shape: &Shape,
+        residual: Option<&[f32]>,
+    ) -> Result<(CpuStorage, Shape)> {
         let (outs, ins) = self.dense.weight.dims2()?;
         let dims = shape.dims();
         if dims.last() != Some(&ins) || ins == 0 {
@@ -107,11 +139,22 @@ impl DenseOp<'_> {
         }
         let rows = x.len() / ins;
         if residual.is_some_and(|r| r.len() != rows * outs) {
-            bail!("{}: residual of {} values for {rows} × {outs}", Self::NAME, residual.map_or(0, <[f32]>::len));
+            bail!(
+                "{}: residual of {} values for {rows} × {outs}",
+                Self::NAME,
+                residual.map_or(0, <[f32]>::len)
+            );
         }
-        let (weight, bias) = (Data::of(&self.dense.weight, Self::NAME)?, Data::of(&self.dense.bias, Self::NAME)?);
+        let (weight, bias) = (
+            Data::of(&self.dense.weight, Self::NAME)?,
+            Data::of(&self.dense.bias, Self::NAME)?,
+        );
         let norm = match self.norm {
-            Some(n) => Some((Data::of(&n.weight, Self::NAME)?, Data::of(&n.bias, Self::NAME)?, n.eps)),
+            Some(n) => Some((
+                Data::of(&n.weight, Self::NAME)?,
+                Data::of(&n.bias, Self::NAME)?,
+                n.eps,
+            )),
             None => None,
         };
         let mut out: Vec<f32> = Vec::with_capacity(rows * outs);
@@ -120,15 +163,45 @@ impl DenseOp<'_> {
         // read_dst gemm writes every element of out and reads none, so out is initialised
         // when its length is set. Nothing aliases.
         unsafe {
-            gemm::gemm(rows, outs, ins, out.as_mut_ptr(), 1, outs as isize, false, x.as_ptr(), 1, ins as isize, weight.slice().as_ptr(), ins as isize, 1, 0.0, 1.0, false, false, false, threads());
+            gemm::gemm(
+                rows,
+                outs,
+                ins,
+                out.as_mut_ptr(),
+                1,
+                outs as isize,
+                false,
+                x.as_ptr(),
+                1,
+                ins as isize,
+                weight.slice().as_ptr(),
+                ins as isize,
+                1,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                threads(),
+            );
             out.set_len(rows * outs);
         }
         // Bias, residual and the epilogue in one pass per row, while the row is in cache.
-        let epilogue = RowEpilogue { bias: bias.slice(), gelu: self.gelu, norm: norm.as_ref().map(|(w, b, eps)| (w.slice(), b.slice(), *eps)) };
-        out.par_chunks_mut(outs * ROWS_PER_TASK).enumerate().for_each(|(chunk, dst)| {
-            let residual = residual.map(|r| &r[chunk * ROWS_PER_TASK * outs..chunk * ROWS_PER_TASK * outs + dst.len()]);
-            finish_rows(dst, residual, &epilogue);
-        });
+        let epilogue = RowEpilogue {
+            bias: bias.slice(),
+            gelu: self.gelu,
+            norm: norm
+                .as_ref()
+                .map(|(w, b, eps)| (w.slice(), b.slice(), *eps)),
+        };
+        out.par_chunks_mut(outs * ROWS_PER_TASK)
+            .enumerate()
+            .for_each(|(chunk, dst)| {
+                let residual = residual.map(|r| {
+                    &r[chunk * ROWS_PER_TASK * outs..chunk * ROWS_PER_TASK * outs + dst.len()]
+                });
+                finish_rows(dst, residual, &epilogue);
+            });
         let mut out_dims = dims.to_vec();
         *out_dims.last_mut().expect("checked above") = outs;
         Ok((CpuStorage::F32(out), Shape::from(out_dims)))
@@ -150,8 +223,18 @@ impl CustomOp2 for DenseOp<'_> {
         Self::NAME
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
-        self.run(contiguous(s1, l1, Self::NAME)?, l1.shape(), Some(contiguous(s2, l2, Self::NAME)?))
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        self.run(
+            contiguous(s1, l1, Self::NAME)?,
+            l1.shape(),
+            Some(contiguous(s2, l2, Self::NAME)?),
+        )
     }
 }
 
@@ -175,7 +258,9 @@ fn finish_rows_body(dst: &mut [f32], residual: Option<&[f32]>, e: &RowEpilogue) 
     for (r, row) in dst.chunks_exact_mut(width).enumerate() {
         row.iter_mut().zip(e.bias).for_each(|(o, b)| *o += b);
         if let Some(res) = residual {
-            row.iter_mut().zip(&res[r * width..(r + 1) * width]).for_each(|(o, x)| *o += x);
+            row.iter_mut()
+                .zip(&res[r * width..(r + 1) * width])
+                .for_each(|(o, x)| *o += x);
         }
         if e.gelu {
             row.iter_mut().for_each(|v| *v = math::gelu_f32(*v));
@@ -205,7 +290,12 @@ fn sum(xs: &[f32]) -> f32 {
 fn dot(xs: &[f32], ys: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (cx, cy) = (xs.chunks_exact(8), ys.chunks_exact(8));
-    let tail: f32 = cx.remainder().iter().zip(cy.remainder()).map(|(x, y)| x * y).sum();
+    let tail: f32 = cx
+        .remainder()
+        .iter()
+        .zip(cy.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
     for (x, y) in cx.zip(cy) {
         for ((a, x), y) in acc.iter_mut().zip(x).zip(y) {
             *a += x * y;
@@ -233,7 +323,10 @@ fn softmax_row(row: &mut [f32]) {
     // f32::max's NaN rules keep a fold scalar; eight lanes of plain comparisons vectorise.
     let mut lanes = [f32::NEG_INFINITY; 8];
     let chunks = row.chunks_exact(8);
-    let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    let tail = chunks
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
     for c in chunks {
         for (m, &x) in lanes.iter_mut().zip(c) {
             *m = if x > *m { x } else { *m };
@@ -246,7 +339,8 @@ fn softmax_row(row: &mut [f32]) {
 }
 
 pub fn attention(qkv: &Tensor, lens: &[usize], heads: usize) -> Result<Tensor> {
-    qkv.contiguous()?.apply_op1_no_bwd(&AttentionOp { lens, heads })
+    qkv.contiguous()?
+        .apply_op1_no_bwd(&AttentionOp { lens, heads })
 }
 
 multiversion!(
@@ -264,17 +358,61 @@ fn attend_body(ctx: &mut [f32], seq: &[f32], len: usize, heads: usize, h: usize)
     let scale = 1.0 / (d as f32).sqrt();
     let mut scores = vec![0f32; len * len];
     for head in 0..heads {
-        let (q, k, v) = (&seq[head * d..], &seq[h + head * d..], &seq[2 * h + head * d..]);
+        let (q, k, v) = (
+            &seq[head * d..],
+            &seq[h + head * d..],
+            &seq[2 * h + head * d..],
+        );
         // Safety: rows i < len of q, k, v are at i·h3 (+ column < d) inside `seq`; scores is
         // len × len; ctx rows i < len at i·h + head·d (+ column < d).
         unsafe {
             // scores = scale · Q Kᵀ: Kᵀ element (c, j) is k[j·h3 + c].
-            gemm::gemm(len, len, d, scores.as_mut_ptr(), 1, len as isize, false, q.as_ptr(), 1, h3 as isize, k.as_ptr(), h3 as isize, 1, 0.0, scale, false, false, false, Parallelism::None);
+            gemm::gemm(
+                len,
+                len,
+                d,
+                scores.as_mut_ptr(),
+                1,
+                len as isize,
+                false,
+                q.as_ptr(),
+                1,
+                h3 as isize,
+                k.as_ptr(),
+                h3 as isize,
+                1,
+                0.0,
+                scale,
+                false,
+                false,
+                false,
+                Parallelism::None,
+            );
         }
         scores.chunks_exact_mut(len).for_each(softmax_row);
         unsafe {
             // ctx = P V.
-            gemm::gemm(len, d, len, ctx[head * d..].as_mut_ptr(), 1, h as isize, false, scores.as_ptr(), 1, len as isize, v.as_ptr(), 1, h3 as isize, 0.0, 1.0, false, false, false, Parallelism::None);
+            gemm::gemm(
+                len,
+                d,
+                len,
+                ctx[head * d..].as_mut_ptr(),
+                1,
+                h as isize,
+                false,
+                scores.as_ptr(),
+                1,
+                len as isize,
+                v.as_ptr(),
+                1,
+                h3 as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                Parallelism::None,
+            );
         }
     }
 }
@@ -304,7 +442,13 @@ impl CustomOp1 for AttentionOp<'_> {
         let (tokens, h3) = l.shape().dims2()?;
         let h = h3 / 3;
         if self.lens.iter().sum::<usize>() != tokens || h % self.heads != 0 || 3 * h != h3 {
-            bail!("{}: packed qkv {:?} does not fit {} heads and lengths {:?}", self.name(), l.shape(), self.heads, self.lens);
+            bail!(
+                "{}: packed qkv {:?} does not fit {} heads and lengths {:?}",
+                self.name(),
+                l.shape(),
+                self.heads,
+                self.lens
+            );
         }
         let mut out = vec![0f32; tokens * h];
         // Each sequence's rows of the output and of qkv, as disjoint slices for the tasks.
@@ -316,7 +460,9 @@ impl CustomOp1 for AttentionOp<'_> {
             tasks.push((ctx, seq, len));
             (rest, seqs) = (tail, more);
         }
-        tasks.into_par_iter().for_each(|(ctx, seq, len)| attend_sequence(ctx, seq, len, self.heads, h));
+        tasks
+            .into_par_iter()
+            .for_each(|(ctx, seq, len)| attend_sequence(ctx, seq, len, self.heads, h));
         Ok((CpuStorage::F32(out), Shape::from((tokens, h))))
     }
 }
@@ -335,13 +481,22 @@ mod tests {
             }
             let h = heads * d;
             for len in 1..=13 {
-                let seq: Vec<f32> = (0..len * 3 * h).map(|_| (rng.next_f64() * 4.0 - 2.0) as f32).collect();
+                let seq: Vec<f32> = (0..len * 3 * h)
+                    .map(|_| (rng.next_f64() * 4.0 - 2.0) as f32)
+                    .collect();
                 let (mut tiles, mut gemms) = (vec![0f32; len * h], vec![0f32; len * h]);
                 // Safety: available(d) holds; seq is len·3h, tiles len·h.
                 unsafe { super::super::avx2::attend(&mut tiles, &seq, len, heads, h, softmax_row) };
                 attend(&mut gemms, &seq, len, heads, h);
-                let worst = tiles.iter().zip(&gemms).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                assert!(worst < 1e-5, "{heads} heads of {d}, len {len}: differs by {worst}");
+                let worst = tiles
+                    .iter()
+                    .zip(&gemms)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                assert!(
+                    worst < 1e-5,
+                    "{heads} heads of {d}, len {len}: differs by {worst}"
+                );
             }
         }
     }

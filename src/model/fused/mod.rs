@@ -11,7 +11,7 @@ mod avx2;
 mod cpu;
 pub mod math;
 
-use candle_core::{DType, Result, Tensor, D};
+use candle_core::{D, DType, Result, Tensor};
 use candle_nn::VarBuilder;
 
 /// What a dense layer does to its output before returning it.
@@ -31,7 +31,11 @@ pub struct LayerNorm {
 
 impl LayerNorm {
     pub fn load(vb: VarBuilder, size: usize, eps: f64) -> Result<Self> {
-        Ok(LayerNorm { weight: vb.get(size, "weight")?, bias: vb.get(size, "bias")?, eps: eps as f32 })
+        Ok(LayerNorm {
+            weight: vb.get(size, "weight")?,
+            bias: vb.get(size, "bias")?,
+            eps: eps as f32,
+        })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -47,14 +51,20 @@ pub struct Dense {
 
 impl Dense {
     pub fn load(vb: VarBuilder, inputs: usize, outputs: usize) -> Result<Self> {
-        Ok(Dense { weight: vb.get((outputs, inputs), "weight")?, bias: vb.get(outputs, "bias")? })
+        Ok(Dense {
+            weight: vb.get((outputs, inputs), "weight")?,
+            bias: vb.get(outputs, "bias")?,
+        })
     }
 
     /// Several layers reading the same input as one (their outputs side by side): one GEMM.
     pub fn concat(parts: &[Dense]) -> Result<Self> {
         let weights: Vec<&Tensor> = parts.iter().map(|d| &d.weight).collect();
         let biases: Vec<&Tensor> = parts.iter().map(|d| &d.bias).collect();
-        Ok(Dense { weight: Tensor::cat(&weights, 0)?, bias: Tensor::cat(&biases, 0)? })
+        Ok(Dense {
+            weight: Tensor::cat(&weights, 0)?,
+            bias: Tensor::cat(&biases, 0)?,
+        })
     }
 
     /// x (…, in) → (…, out) with the epilogue applied.
@@ -66,7 +76,11 @@ impl Dense {
         let inner = dims[dims.len() - 1];
         let mut out_dims = dims.to_vec();
         *out_dims.last_mut().expect("at least one dimension") = self.weight.dim(0)?;
-        let y = x.reshape((x.elem_count() / inner, inner))?.matmul(&self.weight.t()?)?.broadcast_add(&self.bias)?.reshape(out_dims)?;
+        let y = x
+            .reshape((x.elem_count() / inner, inner))?
+            .matmul(&self.weight.t()?)?
+            .broadcast_add(&self.bias)?
+            .reshape(out_dims)?;
         match epilogue {
             Epilogue::None => Ok(y),
             Epilogue::Gelu => y.gelu_erf(),
@@ -83,7 +97,12 @@ pub enum TokenLayout {
     /// Right-padded (batch, width, hidden), with an additive key mask (batch, 1, 1, width) of
     /// 0 or the dtype's minimum: candle's ops. `real`: the indices of the real rows among the
     /// batch × width, to pack the outputs.
-    Padded { lens: Vec<usize>, width: usize, bias: Tensor, real: Tensor },
+    Padded {
+        lens: Vec<usize>,
+        width: usize,
+        bias: Tensor,
+        real: Tensor,
+    },
 }
 
 impl TokenLayout {
@@ -97,11 +116,23 @@ impl TokenLayout {
 
     pub fn padded(lens: Vec<usize>, dtype: DType, device: &candle_core::Device) -> Result<Self> {
         let width = lens.iter().copied().max().unwrap_or(0);
-        let bias: Vec<f32> = lens.iter().flat_map(|&l| (0..width).map(move |j| if j < l { 0.0 } else { f32::MIN })).collect();
+        let bias: Vec<f32> = lens
+            .iter()
+            .flat_map(|&l| (0..width).map(move |j| if j < l { 0.0 } else { f32::MIN }))
+            .collect();
         let bias = Tensor::from_vec(bias, (lens.len(), 1, 1, width), device)?.to_dtype(dtype)?;
-        let real: Vec<u32> = lens.iter().enumerate().flat_map(|(i, &l)| (0..l).map(move |j| (i * width + j) as u32)).collect();
+        let real: Vec<u32> = lens
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &l)| (0..l).map(move |j| (i * width + j) as u32))
+            .collect();
         let real = Tensor::from_vec(real, lens.iter().sum::<usize>(), device)?;
-        Ok(TokenLayout::Padded { lens, width, bias, real })
+        Ok(TokenLayout::Padded {
+            lens,
+            width,
+            bias,
+            real,
+        })
     }
 
     /// Rows per sequence in this layout (padding included).
@@ -124,7 +155,11 @@ impl TokenLayout {
     pub fn pack(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             TokenLayout::Packed { .. } => Ok(x.clone()),
-            TokenLayout::Padded { lens, width, real, .. } => x.reshape((lens.len() * width, x.dim(D::Minus1)?))?.index_select(real, 0),
+            TokenLayout::Padded {
+                lens, width, real, ..
+            } => x
+                .reshape((lens.len() * width, x.dim(D::Minus1)?))?
+                .index_select(real, 0),
         }
     }
 }
@@ -135,15 +170,26 @@ impl TokenLayout {
 pub fn attention(qkv: &Tensor, layout: &TokenLayout, heads: usize) -> Result<Tensor> {
     let (lens, width, bias) = match layout {
         TokenLayout::Packed { lens } => return cpu::attention(qkv, lens, heads),
-        TokenLayout::Padded { lens, width, bias, .. } => (lens, *width, bias),
+        TokenLayout::Padded {
+            lens, width, bias, ..
+        } => (lens, *width, bias),
     };
     let (b, n, h3) = qkv.dims3()?;
     if b != lens.len() || n != width {
-        candle_core::bail!("attention: qkv {:?} for {} sequences of width {width}", qkv.shape(), lens.len());
+        candle_core::bail!(
+            "attention: qkv {:?} for {} sequences of width {width}",
+            qkv.shape(),
+            lens.len()
+        );
     }
     let h = h3 / 3;
     let d = h / heads;
-    let part = |k: usize| qkv.narrow(D::Minus1, k * h, h)?.reshape((b, n, heads, d))?.transpose(1, 2)?.contiguous();
+    let part = |k: usize| {
+        qkv.narrow(D::Minus1, k * h, h)?
+            .reshape((b, n, heads, d))?
+            .transpose(1, 2)?
+            .contiguous()
+    };
     let q = (part(0)? / (d as f64).sqrt())?;
     let (k, v) = (part(1)?, part(2)?);
     let scores = q.matmul(&k.t()?)?.broadcast_add(bias)?;
@@ -161,7 +207,9 @@ mod tests {
     fn random(shape: &[usize], seed: u64) -> Tensor {
         let mut rng = crate::rng::SplitMix64(seed);
         let n = shape.iter().product();
-        let v: Vec<f32> = (0..n).map(|_| (rng.next_f64() * 2.0 - 1.0) as f32).collect();
+        let v: Vec<f32> = (0..n)
+            .map(|_| (rng.next_f64() * 2.0 - 1.0) as f32)
+            .collect();
         Tensor::from_vec(v, shape, &Device::Cpu).expect("shape fits")
     }
 
@@ -174,7 +222,10 @@ mod tests {
         let a: Vec<Vec<f64>> = f64s(packed).to_vec2().expect("2d");
         let b: Vec<Vec<f64>> = layout.pack(padded).expect("pack").to_vec2().expect("2d");
         assert_eq!(a.len(), b.len());
-        a.iter().zip(&b).flat_map(|(x, y)| x.iter().zip(y).map(|(x, y)| (x - y).abs())).fold(0.0, f64::max)
+        a.iter()
+            .zip(&b)
+            .flat_map(|(x, y)| x.iter().zip(y).map(|(x, y)| (x - y).abs()))
+            .fold(0.0, f64::max)
     }
 
     #[test]
@@ -183,16 +234,39 @@ mod tests {
         let lens = vec![9, 2, 6];
         // Activations and weights of a trained encoder's scale: LayerNorm outputs, weights ~ 1/√in.
         let x = (random(&[b, n, hidden], 1) * 1.7)?;
-        let dense = |i: usize, o, seed| Dense { weight: (random(&[o, i], seed) * (3.0 / i as f64).sqrt()).expect("scale"), bias: random(&[o], seed + 1) };
-        let as64 = |d: &Dense| Dense { weight: f64s(&d.weight), bias: f64s(&d.bias) };
-        let norm = LayerNorm { weight: (random(&[hidden], 7) + 1.0)?, bias: random(&[hidden], 8), eps: 1e-12 };
-        let (qkv, up) = (Dense::concat(&[dense(hidden, hidden, 10), dense(hidden, hidden, 12), dense(hidden, hidden, 14)])?, dense(hidden, inter, 16));
+        let dense = |i: usize, o, seed| Dense {
+            weight: (random(&[o, i], seed) * (3.0 / i as f64).sqrt()).expect("scale"),
+            bias: random(&[o], seed + 1),
+        };
+        let as64 = |d: &Dense| Dense {
+            weight: f64s(&d.weight),
+            bias: f64s(&d.bias),
+        };
+        let norm = LayerNorm {
+            weight: (random(&[hidden], 7) + 1.0)?,
+            bias: random(&[hidden], 8),
+            eps: 1e-12,
+        };
+        let (qkv, up) = (
+            Dense::concat(&[
+                dense(hidden, hidden, 10),
+                dense(hidden, hidden, 12),
+                dense(hidden, hidden, 14),
+            ])?,
+            dense(hidden, inter, 16),
+        );
         let (qkv64, up64) = (as64(&qkv), as64(&up));
         let packed = TokenLayout::new(lens.clone(), DType::F32, &Device::Cpu)?;
         let padded = TokenLayout::new(lens.clone(), DType::F64, &Device::Cpu)?;
         // The test would pass vacuously if both sides took the same path.
-        assert!(matches!(packed, TokenLayout::Packed { .. }) && matches!(padded, TokenLayout::Padded { .. }));
-        let (x32, x64) = (TokenLayout::padded(lens.clone(), DType::F32, &Device::Cpu)?.pack(&x)?, f64s(&x));
+        assert!(
+            matches!(packed, TokenLayout::Packed { .. })
+                && matches!(padded, TokenLayout::Padded { .. })
+        );
+        let (x32, x64) = (
+            TokenLayout::padded(lens.clone(), DType::F32, &Device::Cpu)?.pack(&x)?,
+            f64s(&x),
+        );
         assert_eq!(x32.dims(), packed.shape(hidden).as_slice());
 
         let q32 = qkv.forward(&x32, Epilogue::None)?;
@@ -200,8 +274,15 @@ mod tests {
         assert!(max_diff(&q32, &q64, &padded) < 1e-5);
         // 6 heads of 8: AVX2 tiles where the CPU has them; 4 heads of 12: GEMM calls.
         for heads in [6, 4] {
-            let attn = max_diff(&attention(&q32, &packed, heads)?, &attention(&q64, &padded, heads)?, &padded);
-            assert!(attn < 1e-5, "attention with {heads} heads differs by {attn}");
+            let attn = max_diff(
+                &attention(&q32, &packed, heads)?,
+                &attention(&q64, &padded, heads)?,
+                &padded,
+            );
+            assert!(
+                attn < 1e-5,
+                "attention with {heads} heads differs by {attn}"
+            );
         }
         let ctx32 = attention(&q32, &packed, heads)?;
         let ctx64 = attention(&q64, &padded, heads)?;
@@ -214,7 +295,10 @@ mod tests {
         let y = (as64(&o).forward(&ctx64, Epilogue::None)? + &x64)?;
         let centred = y.broadcast_sub(&y.mean_keepdim(D::Minus1)?)?;
         let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
-        let n64 = centred.broadcast_div(&(var + norm.eps as f64)?.sqrt()?)?.broadcast_mul(&f64s(&norm.weight))?.broadcast_add(&f64s(&norm.bias))?;
+        let n64 = centred
+            .broadcast_div(&(var + norm.eps as f64)?.sqrt()?)?
+            .broadcast_mul(&f64s(&norm.weight))?
+            .broadcast_add(&f64s(&norm.bias))?;
         let normed = max_diff(&n32, &n64, &padded);
         assert!(normed < 1e-5, "dense + residual + norm differs by {normed}");
         Ok(())
