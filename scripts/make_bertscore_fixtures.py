@@ -6,6 +6,7 @@ under tests/fixtures/bert/<arch>/. The real encoder is all-MiniLM-L6-v2 from the
 (scripts/fetch_test_models.py). Run with the reference venv (scripts/requirements-reference.txt):
     python scripts/make_bertscore_fixtures.py [TEST_MODELS_DIR]
 """
+import glob
 import json
 import os
 import shutil
@@ -55,7 +56,7 @@ def case(name, model_dir, layer, idf, cands, refs, baseline=None):
         kw.update(rescale_with_baseline=True, baseline_path=os.path.join(out_dir, baseline), lang="ja")
     P, R, F = bert_score.score(cands, refs, **kw)
     cases.append({
-        "name": name, "model": os.path.relpath(model_dir, out_dir) if model_dir.startswith(out_dir) else "all-MiniLM-L6-v2",
+        "name": name, "model": os.path.relpath(model_dir, out_dir) if model_dir.startswith(out_dir) else os.path.basename(model_dir),
         "layer": layer, "idf": idf, "baseline": baseline, "cands": cands, "refs": [r if isinstance(r, list) else [r] for r in refs],
         "P": P.tolist(), "R": R.tolist(), "F": F.tolist(),
     })
@@ -74,6 +75,21 @@ case("minilm-idf", minilm, 4, True, cands, refs)
 case("minilm-multiref", minilm, 4, False, cands, multi_refs2)
 case("minilm-multiref-idf", minilm, 4, True, cands, multi_refs2)
 case("minilm-rescaled", minilm, 4, True, cands, refs, baseline="baseline-minilm.tsv")
+
+# multilingual-e5-small as fetch_test_models.py assembles it (XLM-R SentencePiece vocabulary):
+# the offline default encoder, at its default layer (12) and another, idf, several references,
+# hyoka's shipped Japanese baseline, and 200 DBDC3-ja responses against their previous turn.
+e5 = os.path.join(models, "multilingual-e5-small")
+case("e5-L12", e5, 12, False, cands, refs)
+case("e5-L9-idf", e5, 9, True, cands, refs)
+case("e5-multiref-idf", e5, 12, True, cands, multi_refs2)
+case("e5-rescaled", e5, 12, False, cands, refs, baseline="../../../models/rescale_baseline/ja/multilingual-e5-small.tsv")
+dbdc3_pairs = []
+for path in sorted(glob.glob(os.path.join(root, "..", "shared", "datasets", "dbdc3-ja", "*", "*.log.json"))):
+    turns = json.load(open(path, encoding="utf-8"))["turns"]
+    dbdc3_pairs += [(t["utterance"], p["utterance"]) for p, t in zip(turns, turns[1:]) if t["speaker"] == "S"]
+dbdc3_pairs = dbdc3_pairs[::8][:200]
+case("e5-dbdc3", e5, 12, False, [c for c, _ in dbdc3_pairs], [r for _, r in dbdc3_pairs])
 
 
 def tiny(arch):

@@ -146,3 +146,124 @@ fn items_without_a_reference_are_reported_not_fatal() {
     assert_eq!(r.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&r.stderr).contains("pass --layer N"));
 }
+
+/// `--lang ja` without `--model`, the Hub unreachable: bert_score's choice (mBERT) cannot be
+/// loaded, so the offline multilingual-e5-small is, at its layer (12), with numbers equal to
+/// bert_score's on that folder; `--rescale` uses the shipped Japanese baseline.
+#[test]
+fn lang_ja_offline_uses_multilingual_e5_and_its_baseline() {
+    let Some(e5) = common::test_model("multilingual-e5-small") else {
+        return;
+    };
+    let fx: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::fixtures().join("bert/expected.json")).unwrap(),
+    )
+    .unwrap();
+    let case = |name: &str| {
+        fx["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let plain = case("e5-L12");
+    let dir = tempfile::tempdir().unwrap();
+    let items = dir.path().join("items.jsonl");
+    let mut text = String::new();
+    for (i, (c, r)) in plain["cands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(plain["refs"].as_array().unwrap())
+        .enumerate()
+    {
+        text.push_str(&format!("{}\n", serde_json::json!({"id": format!("p{i}"), "response": {"speaker": "A", "text": c}, "reference": r})));
+    }
+    std::fs::write(&items, text).unwrap();
+    let run = |out: &str, extra: &[&str]| {
+        let out = dir.path().join(out);
+        let mut args = vec![
+            "bertscore",
+            "--bert-score-batch",
+            "4",
+            "-i",
+            items.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let o = Command::new(env!("CARGO_BIN_EXE_hyoka"))
+            .args(&args)
+            .env("HF_HUB_OFFLINE", "1")
+            .env("HF_HOME", dir.path().join("empty-hf-cache"))
+            .env("HYOKA_TEST_MODELS", e5.parent().unwrap())
+            .output()
+            .expect("hyoka runs");
+        (o, out)
+    };
+    for (name, extra) in [
+        ("e5-L12", &["--lang", "ja"][..]),
+        ("e5-rescaled", &["--lang", "ja", "--rescale"][..]),
+    ] {
+        let (o, out) = run(&format!("{name}.jsonl"), extra);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        assert!(
+            err.contains("bert-base-multilingual-cased") && err.contains("multilingual-e5-small"),
+            "says what it fell back on: {err}"
+        );
+        let expected = case(name);
+        for (l, f) in lines(&out).iter().zip(expected["F"].as_array().unwrap()) {
+            assert!(
+                l["provenance"]["models"][0]["name"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("multilingual-e5-small"),
+                "{l}"
+            );
+            assert_eq!(l["provenance"]["settings"]["layer"], 12);
+            assert!(
+                (l["bertscore"]["F"].as_f64().unwrap() - f.as_f64().unwrap()).abs() < 1e-5,
+                "{name}: {l} vs {f}"
+            );
+        }
+        if name == "e5-rescaled" {
+            assert_eq!(
+                lines(&out)[0]["provenance"]["settings"]["baseline"]["file"],
+                "builtin:ja/multilingual-e5-small.tsv"
+            );
+        }
+    }
+    // No baseline is shipped for e5 in English: a clear error, nothing scored.
+    let (o, out) = run(
+        "en.jsonl",
+        &["--rescale", "--model", e5.to_str().unwrap(), "--lang", "en"][..],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("no baseline is shipped")
+            && err.contains("ja/multilingual-e5-small"),
+        "{err}"
+    );
+    assert!(!out.exists() || lines(&out).is_empty());
+    // --rescale is per language: without --lang it is a usage error.
+    let o = hyoka(&[
+        "bertscore",
+        "--model",
+        e5.to_str().unwrap(),
+        "--rescale",
+        "-i",
+        items.to_str().unwrap(),
+        "-o",
+        "/dev/null",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -60,6 +60,14 @@ fn make_shards(root: &Path, count: usize) -> Vec<String> {
     dirs
 }
 
+fn json_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .expect("read")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect()
+}
+
 fn json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).expect("exists")).expect("JSON")
 }
@@ -196,12 +204,14 @@ fn merge_refuses_another_run_and_repeated_items() {
 }
 
 /// The real models on a few DBDC3 items: the folder holds every output, a shard run and merge
-/// give the same scores, and a second run resumes instead of rescoring.
+/// give the same scores, and a second run resumes instead of rescoring. The Hub unreachable
+/// and no --bertscore-model: BERTScore uses the offline multilingual encoder for the rubric's
+/// language (ja), multilingual-e5-small at layer 12.
 #[test]
 fn eval_end_to_end_on_real_models_with_shards() {
     let (Some(judge), Some(encoder)) = (
         common::test_model("smollm2-135m-instruct-q4_1.gguf"),
-        common::test_model("all-MiniLM-L6-v2"),
+        common::test_model("multilingual-e5-small"),
     ) else {
         return;
     };
@@ -232,10 +242,12 @@ fn eval_end_to_end_on_real_models_with_shards() {
         .join("examples/breakdown-ja.toml")
         .to_string_lossy()
         .into_owned();
-    let (judge, encoder) = (
-        judge.to_string_lossy().into_owned(),
-        encoder.to_string_lossy().into_owned(),
-    );
+    let judge = judge.to_string_lossy().into_owned();
+    let offline = |c: &mut Command| {
+        c.env("HF_HUB_OFFLINE", "1")
+            .env("HF_HOME", tmp.path().join("empty-hf-cache"))
+            .env("HYOKA_TEST_MODELS", encoder.parent().expect("cache dir"));
+    };
     let common_args = |out: &str| -> Vec<String> {
         [
             "eval",
@@ -245,10 +257,6 @@ fn eval_end_to_end_on_real_models_with_shards() {
             &rubric,
             "--model",
             &judge,
-            "--bertscore-model",
-            &encoder,
-            "--layer",
-            "6",
             "--bootstrap",
             "50",
             "-o",
@@ -260,11 +268,23 @@ fn eval_end_to_end_on_real_models_with_shards() {
     };
     let whole = tmp.path().join("whole").to_string_lossy().into_owned();
     let args = common_args(&whole);
-    let o = Command::new(env!("CARGO_BIN_EXE_hyoka"))
-        .args(&args)
-        .output()
-        .expect("runs");
+    let run = |args: &[String]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hyoka"));
+        offline(c.args(args));
+        c.output().expect("runs")
+    };
+    let o = run(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let first = json_lines(&Path::new(&whole).join("bertscore.jsonl"));
+    let provenance = &first[0]["provenance"];
+    assert!(
+        provenance["models"][0]["name"]
+            .as_str()
+            .expect("name")
+            .ends_with("multilingual-e5-small"),
+        "{provenance}"
+    );
+    assert_eq!(provenance["settings"]["layer"], 12);
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("| method |"),
         "the table is printed"
@@ -281,10 +301,7 @@ fn eval_end_to_end_on_real_models_with_shards() {
         assert!(Path::new(&whole).join(f).exists(), "{f} written");
     }
     // Resuming scores nothing again.
-    let o = Command::new(env!("CARGO_BIN_EXE_hyoka"))
-        .args(&args)
-        .output()
-        .expect("runs");
+    let o = run(&args);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         o.status.success() && err.contains("judge: scored 0 items"),
@@ -293,7 +310,9 @@ fn eval_end_to_end_on_real_models_with_shards() {
     // Two shards through SLURM's variables, then merged.
     let sharded = tmp.path().join("sharded").to_string_lossy().into_owned();
     for task in ["0", "1"] {
-        let o = Command::new(env!("CARGO_BIN_EXE_hyoka"))
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hyoka"));
+        offline(&mut c);
+        let o = c
             .args(common_args(&sharded))
             .env("SLURM_ARRAY_TASK_ID", task)
             .env("SLURM_ARRAY_TASK_COUNT", "2")
@@ -346,4 +365,66 @@ fn eval_end_to_end_on_real_models_with_shards() {
             }
         }
     }
+}
+
+/// `meta --half`: the two halves of --fit-w's split partition the items by dialogue, and a half's
+/// numbers are those of the whole computed on its items alone.
+#[test]
+fn meta_halves_partition_the_dialogues() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let items = meta_fixture("items.jsonl");
+    let all = read_items(&items, false).expect("items").items;
+    let mut seen = Vec::new();
+    for half in ["dev", "held-out"] {
+        let out = tmp.path().join(format!("{half}.json"));
+        let o = hyoka(&[
+            "meta",
+            "-i",
+            &items.to_string_lossy(),
+            "-s",
+            &meta_fixture("bertscore.jsonl").to_string_lossy(),
+            "--half",
+            half,
+            "--bootstrap",
+            "0",
+            "--json",
+            &out.to_string_lossy(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let n = json(&out)["items"].as_u64().expect("items") as usize;
+        assert!(n > 0 && n < all.len(), "{half}: {n} of {}", all.len());
+        seen.push(n);
+        // The same numbers from an items file holding only that half.
+        let dialogues: std::collections::HashSet<String> = all
+            .iter()
+            .filter(|i| {
+                hyoka::meta::in_dev_half(0, i.dialogue.as_deref().expect("dialogue"))
+                    == (half == "dev")
+            })
+            .map(|i| i.dialogue.clone().expect("dialogue"))
+            .collect();
+        let subset: Vec<_> = all
+            .iter()
+            .filter(|i| dialogues.contains(i.dialogue.as_deref().expect("dialogue")))
+            .cloned()
+            .collect();
+        assert_eq!(subset.len(), n);
+        let subset_path = tmp.path().join(format!("{half}-items.jsonl"));
+        write_items(&subset_path, &subset).expect("write");
+        let direct = tmp.path().join(format!("{half}-direct.json"));
+        let o = hyoka(&[
+            "meta",
+            "-i",
+            &subset_path.to_string_lossy(),
+            "-s",
+            &meta_fixture("bertscore.jsonl").to_string_lossy(),
+            "--bootstrap",
+            "0",
+            "--json",
+            &direct.to_string_lossy(),
+        ]);
+        assert!(o.status.success());
+        assert_eq!(json(&out)["correlations"], json(&direct)["correlations"]);
+    }
+    assert_eq!(seen.iter().sum::<usize>(), all.len());
 }

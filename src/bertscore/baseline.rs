@@ -8,11 +8,19 @@ use std::path::Path;
 
 /// All rows of a baseline file, by layer.
 pub fn read(path: &Path) -> Result<Vec<(usize, Prf)>, BertScoreError> {
-    let err = |message: String| BertScoreError::Baseline {
+    let text = std::fs::read_to_string(path).map_err(|e| BertScoreError::Baseline {
         path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    parse(&text, &path.display().to_string())
+}
+
+/// The rows of a baseline file's text; `origin` names it in errors.
+pub fn parse(text: &str, origin: &str) -> Result<Vec<(usize, Prf)>, BertScoreError> {
+    let err = |message: String| BertScoreError::Baseline {
+        path: origin.to_string(),
         message,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
     let mut lines = text
         .lines()
         .enumerate()
@@ -34,7 +42,9 @@ pub fn read(path: &Path) -> Result<Vec<(usize, Prf)>, BertScoreError> {
         let layer: usize = f[0].parse().map_err(|_| bad("LAYER is not an integer"))?;
         let num = |k: usize, name: &str| {
             f[k].parse::<f64>()
-                .map_err(|_| bad(&format!("{name} is not a number")))
+                .ok()
+                .filter(|x| x.is_finite() && *x < 1.0)
+                .ok_or_else(|| bad(&format!("{name} is not a number below 1")))
         };
         rows.push((
             layer,

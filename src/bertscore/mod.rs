@@ -16,6 +16,7 @@
 //! floors those tokens' maxima at 0. Our own batching never changes a score.
 
 pub mod baseline;
+pub mod defaults;
 mod matching;
 pub mod run;
 
@@ -160,7 +161,7 @@ impl BertScorer {
             Depth::All => None,
             Depth::Layer(layer) => Some(
                 layer
-                    .or_else(|| encoder::default_layer(name))
+                    .or_else(|| defaults::default_layer(name))
                     .ok_or_else(|| ModelError::Config {
                         origin: name.into(),
                         field: "layer".into(),

@@ -4,7 +4,7 @@ use super::{BertScoreError, BertScorer, Prf};
 use crate::data::Item;
 use crate::results::{ModelId, Provenance, ResultsError, ResultsFile};
 use serde_json::{Map, Value, json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Items per chunk: large enough to batch well on a GPU, small enough to lose little to a kill.
 const CHUNK_ITEMS: usize = 8192;
@@ -31,8 +31,8 @@ pub struct BertScoreRun<'a> {
     pub model: ModelId,
     pub layer: usize,
     pub idf: bool,
-    /// Baseline file and its row for `layer`.
-    pub baseline: Option<(PathBuf, Prf)>,
+    /// Where the baseline came from (a file, or `builtin:LANG/MODEL.tsv`) and its row for `layer`.
+    pub baseline: Option<(String, Prf)>,
     pub against: Against,
     pub batch_tokens: usize,
     /// bert_score's batch_size whose padding behaviour is reproduced (None: not reproduced).
@@ -74,7 +74,7 @@ impl BertScoreRun<'_> {
         if let Some((path, b)) = &self.baseline {
             settings.insert(
                 "baseline".into(),
-                json!({"file": path.display().to_string(), "P": b.p, "R": b.r, "F": b.f}),
+                json!({"file": path, "P": b.p, "R": b.r, "F": b.f}),
             );
         }
         Provenance {

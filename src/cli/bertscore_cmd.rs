@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use hyoka::bertscore::run::{Against, BERT_SCORE_BATCH, BertScoreRun, default_batch_tokens};
-use hyoka::bertscore::{BertScorer, Depth, baseline};
+use hyoka::bertscore::{BertScorer, Depth, LoadedScorer, Prf, baseline, defaults};
 use hyoka::data;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,7 +16,12 @@ use std::process::ExitCode;
 last-turn, against the last context turn), exactly as bert_score 0.3.13 computes it with a fast \
 tokenizer: P, R and F per item; several references give the max per column; --idf weights tokens \
 by the references' inverse document frequency; --baseline rescales (x − b) / (1 − b) with a \
-bert_score baseline file (see `hyoka bertscore baseline` to make one for Japanese).\n\n\
+bert_score baseline file (see `hyoka bertscore baseline` to make one), --rescale with the one \
+hyoka ships for the language.\n\n\
+The encoder: --model, or bert_score's for --lang (roberta-large for en, bert-base-chinese for zh, \
+bert-base-multilingual-cased for ja and every other language) from the Hugging Face Hub; when the \
+Hub cannot be reached, multilingual-e5-small at layer 12 from the folder \
+`python3 scripts/fetch_test_models.py` assembles (models/multilingual-e5-small.md).\n\n\
 Output lines: {\"id\", \"bertscore\": {\"P\", \"R\", \"F\"}, \"provenance\"}. A killed run restarted \
 with the same arguments continues after the last finished chunk of items."
 )]
@@ -38,8 +43,12 @@ pub struct BertScoreArgs {
     #[arg(long)]
     pub idf: bool,
     /// bert_score baseline file (LAYER,P,R,F rows) to rescale with, at the scoring layer.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "rescale")]
     pub baseline: Option<PathBuf>,
+    /// Rescale with the baseline hyoka ships for the encoder in --lang (as bert_score's
+    /// rescale_with_baseline; ja/multilingual-e5-small, from DBDC3-ja utterances).
+    #[arg(long, requires = "lang")]
+    pub rescale: bool,
     /// bert_score matches pairs in batches of this many (its batch_size) and lets padding score
     /// 0, which floors a token's best match at 0 in some pairs; reproduced for identical numbers.
     /// 0 turns that off (each token's best match over real tokens only).
@@ -56,11 +65,19 @@ pub struct BertScoreArgs {
 #[derive(Args, Debug)]
 pub struct EncoderArgs {
     /// Encoder: a folder (config.json, model.safetensors, tokenizer.json) or a Hugging Face id
-    /// ORG/NAME[@REV]. BERT, RoBERTa/XLM-RoBERTa and DistilBERT.
-    #[arg(long, required = true)]
+    /// ORG/NAME[@REV]. BERT, RoBERTa/XLM-RoBERTa and DistilBERT. Default: bert_score's encoder
+    /// for --lang.
+    #[arg(long, required_unless_present = "lang")]
     pub model: Option<String>,
+    /// Language of the sentences (ja, en, zh, …): without --model, picks the encoder bert_score
+    /// would (roberta-large for en, bert-base-chinese for zh, bert-base-multilingual-cased for
+    /// ja and every other language) from the Hub; when the Hub cannot be reached,
+    /// multilingual-e5-small from `scripts/fetch_test_models.py`'s folder. --rescale needs it.
+    #[arg(long)]
+    pub lang: Option<String>,
     /// Layer to read (default: bert_score's for the models it knows, e.g. 9 for
-    /// bert-base-multilingual-cased, 17 for xlm-roberta-large).
+    /// bert-base-multilingual-cased, 17 for roberta-large; 12 for multilingual-e5-small, chosen
+    /// on DBDC3-ja).
     #[arg(long)]
     pub layer: Option<usize>,
     /// cpu, cuda, cuda:N or metal.
@@ -107,18 +124,77 @@ impl EncoderArgs {
     }
 }
 
-fn load(args: &EncoderArgs, all_layers: bool) -> anyhow::Result<hyoka::bertscore::LoadedScorer> {
+fn load(args: &EncoderArgs, all_layers: bool) -> anyhow::Result<LoadedScorer> {
     let device = hyoka::model::device::parse_device(&args.device)?;
     let dtype = hyoka::model::device::parse_dtype(Some(&args.dtype), &device)?;
-    let name = args.model.as_deref().context("--model is required")?;
-    eprintln!("loading {name} ...");
     // A baseline covers every layer; scoring stops at the one it reads.
     let depth = if all_layers {
         Depth::All
     } else {
         Depth::Layer(args.layer)
     };
-    BertScorer::load(name, depth, dtype, &device).with_context(|| format!("loading encoder {name}"))
+    load_encoder(
+        args.model.as_deref(),
+        args.lang.as_deref().unwrap_or("ja"),
+        depth,
+        dtype,
+        &device,
+    )
+}
+
+/// The encoder `model`, or else bert_score's encoder for `lang` from the Hub, or — when that
+/// cannot be loaded — the offline multilingual-e5-small folder.
+pub fn load_encoder(
+    model: Option<&str>,
+    lang: &str,
+    depth: Depth,
+    dtype: candle_core::DType,
+    device: &candle_core::Device,
+) -> anyhow::Result<LoadedScorer> {
+    let load = |name: &str| {
+        BertScorer::load(name, depth, dtype, device)
+            .with_context(|| format!("loading encoder {name}"))
+    };
+    match model {
+        Some(name) => {
+            eprintln!("loading {name} ...");
+            load(name)
+        }
+        None => super::with_fallback(
+            (
+                defaults::encoder_for_lang(lang),
+                defaults::OFFLINE_ENCODER.1,
+            ),
+            load,
+        ),
+    }
+}
+
+/// The rescaling baseline: a file, or with `rescale` the one shipped for (lang, model).
+pub fn resolve_baseline(
+    file: Option<&PathBuf>,
+    rescale: bool,
+    lang: Option<&str>,
+    loaded: &LoadedScorer,
+) -> anyhow::Result<Option<(String, Prf)>> {
+    if let Some(p) = file {
+        return Ok(Some((
+            p.display().to_string(),
+            baseline::read_layer(p, loaded.layer)?,
+        )));
+    }
+    if !rescale {
+        return Ok(None);
+    }
+    let lang = lang.context("--rescale needs --lang")?;
+    let shipped = defaults::builtin_baseline(lang, &loaded.model.name).with_context(|| {
+        format!(
+            "no baseline is shipped for {} in {lang} (shipped: {}): make one with `hyoka bertscore baseline` and pass --baseline FILE",
+            loaded.model.name,
+            defaults::builtin_baselines().join(", ")
+        )
+    })?;
+    Ok(Some((shipped.source.clone(), shipped.layer(loaded.layer)?)))
 }
 
 pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
@@ -132,10 +208,12 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         eprintln!("skipped: {e}");
     }
     let loaded = load(&args.encoder, false)?;
-    let baseline = match &args.baseline {
-        Some(p) => Some((p.clone(), baseline::read_layer(p, loaded.layer)?)),
-        None => None,
-    };
+    let baseline = resolve_baseline(
+        args.baseline.as_ref(),
+        args.rescale,
+        args.encoder.lang.as_deref(),
+        &loaded,
+    )?;
     let job = BertScoreRun {
         scorer: &loaded.scorer,
         model: loaded.model.clone(),

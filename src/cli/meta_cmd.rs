@@ -40,6 +40,10 @@ pub struct MetaArgs {
     /// Also write the self-contained HTML report (charts inline, opens offline).
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Meta-evaluate only one half of the dialogues of --fit-w's split (same --seed): choose
+    /// settings (a layer, a prompt) on `dev`, report them on `held-out`.
+    #[arg(long, value_enum)]
+    pub half: Option<Half>,
 }
 
 /// Statistics options shared by `meta` and `eval`.
@@ -106,11 +110,22 @@ fn results_task(path: &Path) -> anyhow::Result<String> {
     anyhow::bail!("{}: no results lines", path.display())
 }
 
+/// One half of the dialogues, as --fit-w splits them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Half {
+    Dev,
+    HeldOut,
+}
+
 /// Read items and results into a frame; results of the same task from several files are told
 /// apart by their file names.
 pub fn load_frame(items: &Path, scores: &[PathBuf]) -> anyhow::Result<Frame> {
-    let read = data::read_items(items, false)?;
-    let mut frame = Frame::new(read.items);
+    load_frame_of(data::read_items(items, false)?.items, scores)
+}
+
+/// `load_frame` over items already read.
+fn load_frame_of(items: Vec<hyoka::data::Item>, scores: &[PathBuf]) -> anyhow::Result<Frame> {
+    let mut frame = Frame::new(items);
     let tasks: Vec<String> = scores
         .iter()
         .map(|p| results_task(p))
@@ -136,7 +151,21 @@ pub fn load_frame(items: &Path, scores: &[PathBuf]) -> anyhow::Result<Frame> {
 }
 
 pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
-    let mut frame = load_frame(&args.items, &args.scores)?;
+    let mut items = data::read_items(&args.items, false)?.items;
+    if let Some(half) = args.half {
+        let seed = args.stats.seed;
+        items.retain(|i| {
+            hyoka::meta::in_dev_half(seed, i.dialogue.as_deref().unwrap_or(&i.id))
+                == (half == Half::Dev)
+        });
+        anyhow::ensure!(!items.is_empty(), "no items in the {half:?} half");
+        eprintln!(
+            "{} items in the {} half (seed {seed})",
+            items.len(),
+            if half == Half::Dev { "dev" } else { "held-out" }
+        );
+    }
+    let mut frame = load_frame_of(items, &args.scores)?;
     let summary = Summary::compute(&mut frame, &args.stats.options())?;
     write_outputs(&summary, args.json.as_deref(), args.markdown.as_deref())?;
     if let Some(p) = &args.html {

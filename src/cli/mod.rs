@@ -13,6 +13,7 @@ mod rubrics_cmd;
 use clap::{Parser, Subcommand};
 use hyoka::data::DataError;
 use hyoka::rubric::RubricError;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub const EXIT_FAILURE: u8 = 1;
@@ -101,6 +102,33 @@ impl RuntimeArgs {
         let device = hyoka::model::device::parse_device(&self.device)?;
         let dtype = hyoka::model::device::parse_dtype(self.dtype.as_deref(), &device)?;
         Ok((device, dtype))
+    }
+}
+
+/// Where a default model's registry copy is (HYOKA_TEST_MODELS or ~/.cache/hyoka/test-models).
+pub fn registry_copy(file: &str) -> Option<PathBuf> {
+    let dir = match std::env::var_os("HYOKA_TEST_MODELS") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/hyoka/test-models"),
+    };
+    Some(dir.join(file)).filter(|p| p.exists())
+}
+
+/// Load a default model from the Hub, falling back on its registry copy.
+pub fn with_fallback<T>(
+    default: (&str, &str),
+    load: impl Fn(&str) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    eprintln!("loading {} ...", default.0);
+    match load(default.0) {
+        Ok(m) => Ok(m),
+        Err(hub) => match registry_copy(default.1) {
+            Some(path) => {
+                eprintln!("the Hub is unreachable ({hub:#});\nusing the registry-packaged copy {}", path.display());
+                load(&path.to_string_lossy())
+            }
+            None => Err(hub.context(format!("no local copy of {} either: run `python3 scripts/fetch_test_models.py`, or pass a model", default.1))),
+        },
     }
 }
 

@@ -79,7 +79,7 @@ pub struct FitW {
 /// Whether a dialogue is in the development half. The key is salted: `--sample-dialogues` ranks
 /// dialogues by the unsalted hash with the same seed, and a sample of the lowest hashes would
 /// otherwise fall entirely into one half.
-fn in_dev_half(seed: u64, dialogue: &str) -> bool {
+pub fn in_dev_half(seed: u64, dialogue: &str) -> bool {
     keyed_hash(seed, &format!("fit-w\u{0}{dialogue}")) < u64::MAX / 2
 }
 

@@ -10,7 +10,7 @@ pub mod stats;
 mod summary;
 
 pub use agreement::{AspectMatrix, HumanAspect, RaterBasis, aspect_matrix, rater_agreement};
-pub use combine::{FitW, W_GRID, add_combined, fit_w};
+pub use combine::{FitW, W_GRID, add_combined, fit_w, in_dev_half};
 pub use frame::{Column, Family, Frame};
 pub use levels::{Bootstrap, Cell, Level, Stat, correlate};
 pub use summary::{MetaOptions, Summary, format_r};

@@ -309,33 +309,3 @@ pub fn load_encoder_dir(
     let vb = unsafe { VarBuilder::from_mmaped_safetensors(&files, dtype, device)? };
     Ok(Encoder::load(vb, cfg, keep)?)
 }
-
-/// bert_score's default layer for the models it knows (its `model2layers` table), by the name
-/// after the organisation ("google-bert/bert-base-multilingual-cased" → 9).
-pub fn default_layer(model: &str) -> Option<usize> {
-    let name = model
-        .rsplit('/')
-        .next()
-        .unwrap_or(model)
-        .split(['@', ':'])
-        .next()
-        .unwrap_or(model);
-    let layer = match name {
-        "bert-base-uncased" | "bert-base-cased-finetuned-mrpc" | "bert-base-multilingual-cased" => {
-            9
-        }
-        "bert-large-uncased" => 18,
-        "bert-base-chinese" => 8,
-        "roberta-base" => 10,
-        "roberta-large" => 17,
-        "roberta-large-mnli" => 19,
-        "distilroberta-base" | "distilbert-base-uncased" | "distilbert-base-multilingual-cased" => {
-            5
-        }
-        "distilbert-base-uncased-distilled-squad" => 4,
-        "xlm-roberta-base" => 9,
-        "xlm-roberta-large" => 17,
-        _ => return None,
-    };
-    Some(layer)
-}
