@@ -428,3 +428,32 @@ fn meta_halves_partition_the_dialogues() {
     }
     assert_eq!(seen.iter().sum::<usize>(), all.len());
 }
+
+/// An encoder setting that cannot work (no default layer for an unknown encoder) fails before
+/// the judge pass spends its time, not after it.
+#[test]
+fn eval_checks_the_encoder_before_judging() {
+    let Some(judge) = common::test_model("smollm2-135m-instruct-q4_1.gguf") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("out");
+    let encoder = common::fixtures().join("bert").join("bert");
+    let o = hyoka(&[
+        "eval",
+        "-i",
+        &meta_fixture("items.jsonl").to_string_lossy(),
+        "--model",
+        &judge.to_string_lossy(),
+        "--bertscore-model",
+        &encoder.to_string_lossy(),
+        "-o",
+        &out.to_string_lossy(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--layer"), "{err}");
+    assert!(
+        !err.contains("judge: scored") && !out.join("judge.jsonl").exists(),
+        "no judging before the error: {err}"
+    );
+}

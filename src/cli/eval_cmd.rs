@@ -155,8 +155,31 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         dir.display()
     );
 
-    // The judge.
+    // The encoder and its baseline are resolved first: a setting that cannot work (an encoder
+    // without a default layer, no baseline for --rescale) fails before the judge pass, not after.
     let (device, dtype) = args.runtime.device_and_dtype()?;
+    let encoder = if args.no_bertscore {
+        None
+    } else {
+        let encoder_dtype = hyoka::model::device::parse_dtype(Some("f32"), &device)?;
+        let lang = args
+            .lang
+            .as_deref()
+            .or(rubric.language.as_deref())
+            .unwrap_or("ja");
+        let loaded = super::bertscore_cmd::load_encoder(
+            args.bertscore_model.as_deref(),
+            lang,
+            Depth::Layer(args.layer),
+            encoder_dtype,
+            &device,
+        )?;
+        let baseline =
+            super::bertscore_cmd::resolve_baseline(None, args.rescale, Some(lang), &loaded)?;
+        Some((loaded, baseline))
+    };
+
+    // The judge.
     let load_judge = |name: &str| {
         LoadedModel::load(
             name,
@@ -205,22 +228,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
 
     // BERTScore.
     let mut results = vec![dir.join(JUDGE)];
-    if !args.no_bertscore {
-        let encoder_dtype = hyoka::model::device::parse_dtype(Some("f32"), &device)?;
-        let lang = args
-            .lang
-            .as_deref()
-            .or(rubric.language.as_deref())
-            .unwrap_or("ja");
-        let loaded = super::bertscore_cmd::load_encoder(
-            args.bertscore_model.as_deref(),
-            lang,
-            Depth::Layer(args.layer),
-            encoder_dtype,
-            &device,
-        )?;
-        let baseline =
-            super::bertscore_cmd::resolve_baseline(None, args.rescale, Some(lang), &loaded)?;
+    if let Some((loaded, baseline)) = encoder {
         let against = args
             .against
             .unwrap_or(if items.iter().all(|i| !i.reference.is_empty()) {
