@@ -29,6 +29,8 @@ pub enum ResultsError {
         theirs: String,
         ours: String,
     },
+    #[error("{}: another hyoka run is writing this file (it is locked); wait for it, or write to another file", path.display())]
+    Locked { path: PathBuf },
     #[error("{}:{line}: cannot be merged with the first input: another run ({what} differs: {theirs} vs {ours})", path.display())]
     Incompatible {
         path: PathBuf,
@@ -157,9 +159,28 @@ impl ResultsFile {
             path: path.to_path_buf(),
             source,
         };
+        // One writer per file: a second run on the same output would interleave its lines with
+        // ours. The lock is the file's (flock), released when the handle closes — also when a
+        // run is killed — and taken before anything is read, so no other run can change what
+        // this one resumes from.
+        let mut out = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io)?;
+        match out.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(ResultsError::Locked {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+        }
         let mut finished = HashSet::new();
         let mut keep_bytes = 0u64;
-        if path.exists() && !overwrite {
+        if !overwrite {
             let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
             let mut lines = reader.split(b'\n').enumerate().peekable();
             while let Some((i, line)) = lines.next() {
@@ -197,12 +218,6 @@ impl ResultsFile {
             }
         }
         // Keep the finished lines (none with `overwrite`), append after them.
-        let mut out = std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(false)
-            .open(path)
-            .map_err(io)?;
         let len = out.metadata().map_err(io)?.len();
         out.set_len(keep_bytes.min(len)).map_err(io)?;
         use std::io::Seek;

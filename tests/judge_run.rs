@@ -266,3 +266,77 @@ fn long_prompts_lose_old_turns_and_hopeless_ones_fail_alone() {
             .contains("more than the limit of 5")
     }));
 }
+
+/// Two runs never write one file: while another process holds the output, a run is refused
+/// (exit 3) before writing anything, the file is left as it was, and once it is free the run
+/// goes on. Two runs started together: one refused or both sequential, every item once.
+#[test]
+fn a_second_writer_is_refused() {
+    let Some(s) = Setup::new() else { return };
+    let path = s.path("scores.jsonl");
+    assert!(s.judge("scores.jsonl", &[]).status.success());
+    let before = std::fs::read_to_string(&path).unwrap();
+    // Another process's lock: this test process holds it, as a running hyoka would.
+    let holder = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    holder.lock().unwrap();
+    for extra in [&[][..], &["--overwrite"][..]] {
+        let out = s.judge("scores.jsonl", extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{err}");
+        assert!(
+            err.contains("another hyoka run is writing this file"),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            before,
+            "the file is untouched"
+        );
+    }
+    drop(holder);
+    let out = s.judge("scores.jsonl", &[]);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stderr).contains("scored 0 items")
+    );
+
+    // Two real runs at once on a fresh file.
+    let spawn = || {
+        Command::new(env!("CARGO_BIN_EXE_hyoka"))
+            .args([
+                "judge",
+                "--rubric",
+                &s.path("rubric.toml"),
+                "--model",
+                s.model.to_str().unwrap(),
+                "-i",
+                &s.path("items.jsonl"),
+                "-o",
+                &s.path("both.jsonl"),
+            ])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let codes: Vec<Option<i32>> = [a, b]
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap().status.code())
+        .collect();
+    assert!(
+        codes.iter().all(|c| *c == Some(0) || *c == Some(3)) && codes.contains(&Some(0)),
+        "{codes:?}"
+    );
+    let mut ids: Vec<String> = lines(Path::new(&s.path("both.jsonl")))
+        .iter()
+        .map(|l| l["id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        ["item-0", "item-1", "item-2", "item-3"],
+        "every item exactly once"
+    );
+}

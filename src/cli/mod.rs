@@ -200,7 +200,8 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             );
         if let Some(
             hyoka::results::ResultsError::Mismatch { .. }
-            | hyoka::results::ResultsError::Incompatible { .. },
+            | hyoka::results::ResultsError::Incompatible { .. }
+            | hyoka::results::ResultsError::Locked { .. },
         ) = results
         {
             return EXIT_INVALID_INPUT;
