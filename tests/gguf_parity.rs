@@ -5,7 +5,7 @@
 mod common;
 
 use candle_core::{DType, Device};
-use hyoka::model::{Batch, Transformer, load_gguf, load_tokenizer};
+use hyoka::model::{Batch, Transformer, WeightsMode, load_gguf, load_tokenizer};
 use serde_json::Value;
 
 /// Both sides dequantize the same blocks to f32; what differs is the order of float sums
@@ -48,7 +48,9 @@ fn check(name: &str, eos: &[u32]) {
     let Some(tok_path) = common::test_model(fx["tokenizer"].as_str().unwrap()) else {
         return;
     };
-    let model = load_gguf(&path, DType::F32, &Device::Cpu).unwrap();
+    // Expanded: the model's arithmetic against transformers' (tests/stored_weights.rs compares
+    // the weights kept as stored with this).
+    let model = load_gguf(&path, DType::F32, &Device::Cpu, WeightsMode::Expanded).unwrap();
     let tokenizer = load_tokenizer(
         &tok_path,
         if tok_path.is_dir() {

@@ -111,6 +111,7 @@ fn check_schema(model_dir: &Path, decoding: Decoding, n: usize) -> Vec<Value> {
         None,
         DType::F32,
         &Device::Cpu,
+        Default::default(),
         None,
     )
     .unwrap();

@@ -104,8 +104,15 @@ fn distributions_match_transformers_in_any_batching() {
     let Some(path) = common::test_model(fx["model"].as_str().unwrap()) else {
         return;
     };
-    let model =
-        LoadedModel::load(path.to_str().unwrap(), None, DType::F32, &Device::Cpu, None).unwrap();
+    let model = LoadedModel::load(
+        path.to_str().unwrap(),
+        None,
+        DType::F32,
+        &Device::Cpu,
+        Default::default(),
+        None,
+    )
+    .unwrap();
     let rubric = Rubric::from_toml(RUBRIC, "test").unwrap();
     let builder = PromptBuilder::new(&rubric).unwrap();
     let items: Vec<Item> = fx["cases"]

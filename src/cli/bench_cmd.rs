@@ -53,6 +53,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         args.runtime.tokenizer.as_deref(),
         dtype,
         &device,
+        args.runtime.weights,
         None,
     )?;
     let t = &model.transformer;

@@ -186,6 +186,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             args.runtime.tokenizer.as_deref(),
             dtype,
             &device,
+            args.runtime.weights,
             None,
         )
         .with_context(|| format!("loading model {name}"))

@@ -112,6 +112,7 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
                 args.runtime.tokenizer.as_deref(),
                 dtype,
                 &device,
+                args.runtime.weights,
                 expect,
             )
             .with_context(|| format!("loading model {name}"))?,

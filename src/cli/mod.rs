@@ -95,6 +95,13 @@ pub struct RuntimeArgs {
     /// f32, bf16 or f16 (default: f32 on CPU, bf16 on GPUs).
     #[arg(long)]
     pub dtype: Option<String>,
+    /// How weights are held: `stored` keeps GGUF blocks quantized and safetensors in their
+    /// dtype, expanding one matrix at a time for a prompt's GEMMs (an 8B Q4_K_M judge needs
+    /// about its file size); `expanded` converts every weight to --dtype at load (≈ 6× a
+    /// Q4_K_M file in f32), for comparison. Prompt scores are the same either way; decoding
+    /// (json rubrics, --greedy-baseline) uses quantized kernels when stored.
+    #[arg(long, value_enum, default_value = "stored")]
+    pub weights: hyoka::model::WeightsMode,
 }
 
 impl RuntimeArgs {

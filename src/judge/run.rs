@@ -77,7 +77,19 @@ impl Judge<'_> {
                 settings.insert("seed".into(), json!(opts.decoding.seed));
             }
         }
+        // Settings that change which items are truncated or what is written.
+        if let Some(n) = opts.max_prompt_tokens {
+            settings.insert("max_prompt_tokens".into(), json!(n));
+        }
+        if let Some(n) = opts.greedy_baseline {
+            settings.insert("greedy_baseline".into(), json!(n));
+        }
         let first = &self.models[0].transformer;
+        // Decoding (json rubrics, greedy baselines) runs quantized kernels when weights are
+        // kept as stored; prompt scores are the same either way.
+        if self.rubric.output == OutputMode::Json || opts.greedy_baseline.is_some() {
+            settings.insert("weights".into(), json!(first.weights_mode().name()));
+        }
         Provenance {
             hyoka: crate::VERSION.into(),
             task: "judge".into(),

@@ -2,18 +2,19 @@
 //! rotary position tables.
 
 use super::config::{Activation, Rope, RopeScaling};
+use super::matrix::Matrix;
 use super::weights::Weights;
 use candle_core::{D, DType, Device, Module, Result, Tensor};
 
 pub struct Linear {
-    weight: Tensor,
+    weight: Matrix,
     bias: Option<Tensor>,
 }
 
 impl Linear {
     pub fn load(w: &Weights, prefix: &str, bias: bool) -> Result<Self> {
         Ok(Linear {
-            weight: w.get(&format!("{prefix}.weight"))?,
+            weight: w.matrix(&format!("{prefix}.weight"))?,
             bias: if bias {
                 Some(w.get(&format!("{prefix}.bias"))?)
             } else {
@@ -22,15 +23,20 @@ impl Linear {
         })
     }
 
+    /// Bytes the weight holds in memory.
+    pub fn weight_bytes(&self) -> usize {
+        self.weight.bytes()
+    }
+
     /// x (…, in) → (…, out), as one GEMM over all leading dimensions.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let dims = x.dims();
         let (rows, inner) = (x.elem_count() / dims[dims.len() - 1], dims[dims.len() - 1]);
         let mut out_dims = dims.to_vec();
-        *out_dims.last_mut().expect("at least one dimension") = self.weight.dim(0)?;
-        let y = x
-            .reshape((rows, inner))?
-            .matmul(&self.weight.t()?)?
+        *out_dims.last_mut().expect("at least one dimension") = self.weight.dims()?.0;
+        let y = self
+            .weight
+            .matmul_t(&x.reshape((rows, inner))?)?
             .reshape(out_dims)?;
         match &self.bias {
             Some(b) => y.broadcast_add(b),
@@ -66,9 +72,9 @@ impl RmsNorm {
 }
 
 pub struct Mlp {
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
     act: Activation,
 }
 

@@ -7,6 +7,7 @@ pub mod device;
 pub mod encoder;
 pub mod fused;
 mod layers;
+pub mod matrix;
 pub mod source;
 pub mod tokenizer;
 pub mod transformer;
@@ -14,6 +15,7 @@ pub mod weights;
 
 pub use batch::{Batch, Row};
 pub use config::{Arch, TransformerConfig};
+pub use matrix::WeightsMode;
 pub use tokenizer::load_tokenizer;
 pub use transformer::{PrefixKv, Transformer};
 
@@ -69,6 +71,7 @@ impl LoadedModel {
         tokenizer: Option<&Path>,
         dtype: DType,
         device: &Device,
+        mode: WeightsMode,
         expect_sha256: Option<&str>,
     ) -> Result<Self, ModelError> {
         let files = source::resolve(name)?;
@@ -95,7 +98,7 @@ impl LoadedModel {
                 })?;
                 let tok = tokenizer::load_tokenizer_with(&files.path, tokenizer, Some(&content))?;
                 (
-                    load_gguf_content(&files.path, content, dtype, device)?,
+                    load_gguf_content(&files.path, content, dtype, device, mode)?,
                     chat_template,
                     tok,
                     files.path.clone(),
@@ -107,7 +110,7 @@ impl LoadedModel {
                     template_from(&|| crate::prompt::ChatTemplate::load(&files.path))?;
                 let tok = load_tokenizer(&files.path, tokenizer)?;
                 (
-                    load_safetensors_dir(&files.path, dtype, device)?,
+                    load_safetensors_dir_with(&files.path, dtype, device, mode)?,
                     chat_template,
                     tok,
                     id_file,
@@ -129,11 +132,21 @@ impl LoadedModel {
 }
 
 /// Load a Hugging Face checkpoint folder: config.json plus model.safetensors or the shards of
-/// model.safetensors.index.json.
+/// model.safetensors.index.json (weights kept in their stored dtype).
 pub fn load_safetensors_dir(
     dir: &Path,
     dtype: DType,
     device: &Device,
+) -> Result<Transformer, ModelError> {
+    load_safetensors_dir_with(dir, dtype, device, WeightsMode::Stored)
+}
+
+/// `load_safetensors_dir` with the weights held as `mode` says.
+pub fn load_safetensors_dir_with(
+    dir: &Path,
+    dtype: DType,
+    device: &Device,
+    mode: WeightsMode,
 ) -> Result<Transformer, ModelError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -148,7 +161,7 @@ pub fn load_safetensors_dir(
     })?;
     let cfg = TransformerConfig::from_hf(&json, &config_path.display().to_string())?;
     let files = safetensors_files(dir)?;
-    let weights = weights::Weights::safetensors(&files, dtype, device)?;
+    let weights = weights::Weights::safetensors(&files, dtype, device, mode)?;
     Ok(Transformer::load(&weights, cfg)?)
 }
 
@@ -207,9 +220,14 @@ pub fn read_gguf(path: &Path) -> Result<gguf_file::Content, ModelError> {
     })
 }
 
-/// Load a GGUF file (weights dequantized to `dtype`).
-pub fn load_gguf(path: &Path, dtype: DType, device: &Device) -> Result<Transformer, ModelError> {
-    load_gguf_content(path, read_gguf(path)?, dtype, device)
+/// Load a GGUF file, computing in `dtype` with the weights held as `mode` says.
+pub fn load_gguf(
+    path: &Path,
+    dtype: DType,
+    device: &Device,
+    mode: WeightsMode,
+) -> Result<Transformer, ModelError> {
+    load_gguf_content(path, read_gguf(path)?, dtype, device, mode)
 }
 
 /// Load a GGUF file whose header was already read.
@@ -218,6 +236,7 @@ pub fn load_gguf_content(
     content: gguf_file::Content,
     dtype: DType,
     device: &Device,
+    mode: WeightsMode,
 ) -> Result<Transformer, ModelError> {
     let origin = path.display().to_string();
     let vocab = content
@@ -237,6 +256,7 @@ pub fn load_gguf_content(
         cfg.num_kv_heads,
         dtype,
         device,
+        mode,
     )?;
     Ok(Transformer::load(&weights, cfg)?)
 }

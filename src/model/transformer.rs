@@ -9,6 +9,7 @@
 use super::batch::Batch;
 use super::config::TransformerConfig;
 use super::layers::{Linear, Mlp, RmsNorm, inv_freq, rope_tables};
+use super::matrix::{Matrix, WeightsMode};
 use super::weights::Weights;
 use candle_core::{DType, Device, Result, Tensor};
 
@@ -44,13 +45,14 @@ struct Block {
 
 pub struct Transformer {
     pub cfg: TransformerConfig,
-    embed: Tensor,
+    embed: Matrix,
     blocks: Vec<Block>,
     norm: RmsNorm,
-    lm_head: Tensor,
+    lm_head: Matrix,
     inv_freqs: Vec<Tensor>,
     dtype: DType,
     device: Device,
+    weights_mode: WeightsMode,
 }
 
 impl Transformer {
@@ -98,11 +100,11 @@ impl Transformer {
                 },
             });
         }
-        let embed = w.get("model.embed_tokens.weight")?;
+        let embed = w.matrix("model.embed_tokens.weight")?;
         let lm_head = if cfg.tie_embeddings {
             embed.clone()
         } else {
-            w.get("lm_head.weight")?
+            w.matrix("lm_head.weight")?
         };
         let inv_freqs = cfg
             .ropes
@@ -117,6 +119,7 @@ impl Transformer {
             inv_freqs,
             dtype: w.dtype(),
             device: w.device().clone(),
+            weights_mode: w.mode(),
             cfg,
         })
     }
@@ -135,6 +138,40 @@ impl Transformer {
 
     pub fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    /// How the weights are held (stored or expanded).
+    pub fn weights_mode(&self) -> WeightsMode {
+        self.weights_mode
+    }
+
+    /// Bytes the weight matrices hold in memory (embeddings once when tied to the head).
+    pub fn matrix_bytes(&self) -> usize {
+        let blocks: usize = self
+            .blocks
+            .iter()
+            .map(|b| {
+                [
+                    &b.attn.q,
+                    &b.attn.k,
+                    &b.attn.v,
+                    &b.attn.o,
+                    &b.mlp.gate,
+                    &b.mlp.up,
+                    &b.mlp.down,
+                ]
+                .iter()
+                .map(|l| l.weight_bytes())
+                .sum::<usize>()
+            })
+            .sum();
+        blocks
+            + self.embed.bytes()
+            + if self.cfg.tie_embeddings {
+                0
+            } else {
+                self.lm_head.bytes()
+            }
     }
 
     pub fn device(&self) -> &Device {
@@ -165,7 +202,7 @@ impl Transformer {
         }
         let mut x = self
             .embed
-            .index_select(&batch.ids.flatten_all()?, 0)?
+            .rows(&batch.ids.flatten_all()?, self.dtype)?
             .reshape((b, len, self.cfg.hidden_size))?;
         if let Some(scale) = self.cfg.embed_scale {
             // transformers casts the scale to the model dtype before multiplying.
@@ -327,7 +364,7 @@ impl Transformer {
             &self.device,
         )?;
         let (hidden, kvs) = self.forward(&batch, prefix)?;
-        let logits = self.logits_at(&hidden, &[(0, tokens.len() - 1)], None)?;
+        let logits = self.decode_logits(&hidden, &[(0, tokens.len() - 1)])?;
         let layers = match prefix {
             None => kvs,
             Some(p) => p
@@ -348,6 +385,26 @@ impl Transformer {
         ))
     }
 
+    /// Next-token logits (n, vocab) for decoding: through the quantized kernels when the head is
+    /// quantized (each position on its own, so a position's logits do not depend on how many
+    /// are read with it); otherwise as `logits_at`.
+    fn decode_logits(&self, hidden: &Tensor, at: &[(usize, usize)]) -> Result<Tensor> {
+        if !matches!(self.lm_head, Matrix::Quantized(_)) {
+            return self.logits_at(hidden, at, None);
+        }
+        let (b, len, h) = hidden.dims3()?;
+        let flat: Vec<u32> = at.iter().map(|&(r, p)| (r * len + p) as u32).collect();
+        let idx = Tensor::from_vec(flat, at.len(), &self.device)?;
+        let picked = self
+            .norm
+            .forward(&hidden.reshape((b * len, h))?.index_select(&idx, 0)?)?;
+        let logits = self.lm_head.matvec_t(&picked)?.to_dtype(DType::F32)?;
+        match self.cfg.final_softcap {
+            Some(cap) => (logits / cap)?.tanh()? * cap,
+            None => Ok(logits),
+        }
+    }
+
     /// Logits (n, vocab) at the given (row, position) pairs of a forward pass's hidden states;
     /// `rows` restricts the output to those vocabulary entries (n, rows.len()).
     pub fn logits_at(
@@ -362,17 +419,23 @@ impl Transformer {
         let idx = Tensor::from_vec(flat, at.len(), &self.device)?;
         let picked = hidden.reshape((b * len, h))?.index_select(&idx, 0)?;
         let picked = self.norm.forward(&picked)?;
-        let head = match rows {
-            Some(r) => self.lm_head.index_select(r, 0)?,
-            None => self.lm_head.clone(),
-        };
-        let logits = picked.matmul(&head.t()?)?.to_dtype(DType::F32)?;
+        // The expanded head's arithmetic (a judge reads probabilities): a few vocabulary rows
+        // expanded, or the whole head expanded a slice at a time.
+        let logits = match rows {
+            Some(r) => picked.matmul(&self.lm_head.rows(r, self.dtype)?.t()?)?,
+            None => self.lm_head.matmul_t_chunked(&picked, HEAD_CHUNK_ROWS)?,
+        }
+        .to_dtype(DType::F32)?;
         match self.cfg.final_softcap {
             Some(cap) => (logits / cap)?.tanh()? * cap,
             None => Ok(logits),
         }
     }
 }
+
+/// Vocabulary rows of a quantized (or differently typed) output head expanded at once when all
+/// logits are read: 16k rows × 4096 × 4 bytes = 256 MB at most.
+const HEAD_CHUNK_ROWS: usize = 16384;
 
 /// Queries per block: keys after a block's last query are masked for every query of the block,
 /// so they are never computed (causal attention does about half the work of full attention).

@@ -1,11 +1,13 @@
 //! Tensors by their Hugging Face names, from safetensors checkpoints or GGUF files.
 //!
-//! GGUF tensors are dequantized at load: a judge only prefills, and on CPU dense GEMM prefill is
-//! an order of magnitude faster than candle's quantized matrix-vector kernels (see
-//! ../shared/measurements.md). llama.cpp's layout differences are undone here so that every
+//! Weight matrices come as [`Matrix`]: kept as stored (GGUF blocks, safetensors dtype) unless
+//! [`WeightsMode::Expanded`] asks for every weight in the compute dtype at load (see matrix.rs
+//! for why and how a stored matrix is used). Vectors (norms, biases) are small and always come
+//! in the compute dtype. llama.cpp's layout differences are undone here so that every
 //! architecture file sees the transformers layout.
 
 use super::config::Arch;
+use super::matrix::{Matrix, WeightsMode};
 use candle_core::quantized::gguf_file;
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Error, Result, Tensor};
@@ -16,6 +18,7 @@ pub struct Weights {
     source: Source,
     dtype: DType,
     device: Device,
+    mode: WeightsMode,
 }
 
 enum Source {
@@ -31,13 +34,19 @@ enum Source {
 }
 
 impl Weights {
-    pub fn safetensors(files: &[PathBuf], dtype: DType, device: &Device) -> Result<Self> {
+    pub fn safetensors(
+        files: &[PathBuf],
+        dtype: DType,
+        device: &Device,
+        mode: WeightsMode,
+    ) -> Result<Self> {
         // Safety: the files are memory-mapped read-only; hyoka never writes to them while loaded.
         let st = unsafe { MmapedSafetensors::multi(files)? };
         Ok(Weights {
             source: Source::Safetensors(st),
             dtype,
             device: device.clone(),
+            mode,
         })
     }
 
@@ -49,6 +58,7 @@ impl Weights {
         kv_heads: usize,
         dtype: DType,
         device: &Device,
+        mode: WeightsMode,
     ) -> Result<Self> {
         let file = std::fs::File::open(path)
             .map_err(|e| Error::Msg(format!("{}: {e}", path.display())))?;
@@ -63,6 +73,7 @@ impl Weights {
             },
             dtype,
             device: device.clone(),
+            mode,
         })
     }
 
@@ -72,6 +83,75 @@ impl Weights {
 
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    pub fn mode(&self) -> WeightsMode {
+        self.mode
+    }
+
+    /// The (out, in) matrix with this Hugging Face name: as stored, or in the compute dtype
+    /// when expanded.
+    pub fn matrix(&self, name: &str) -> Result<Matrix> {
+        if self.mode == WeightsMode::Expanded {
+            return Ok(Matrix::Dense(self.get(name)?));
+        }
+        match &self.source {
+            Source::Safetensors(st) => Ok(Matrix::Dense(
+                st.load(name, &self.device)
+                    .map_err(|e| Error::Msg(format!("weight {name}: {e}")))?,
+            )),
+            Source::Gguf {
+                content,
+                file,
+                path,
+                arch,
+                heads,
+                kv_heads,
+            } => {
+                let gname = gguf_name(name, *arch).ok_or_else(|| {
+                    Error::Msg(format!("{}: no GGUF tensor for {name}", path.display()))
+                })?;
+                let rope_rows = (*arch == Arch::Llama).then(|| {
+                    if gname.ends_with("attn_q.weight") {
+                        Some(*heads)
+                    } else if gname.ends_with("attn_k.weight") {
+                        Some(*kv_heads)
+                    } else {
+                        None
+                    }
+                });
+                let mut f = file
+                    .lock()
+                    .map_err(|_| Error::Msg("GGUF file lock poisoned".into()))?;
+                // A tensor to reorder is read on the CPU, reordered, then placed on the device.
+                let load_on = if matches!(rope_rows, Some(Some(_))) {
+                    &Device::Cpu
+                } else {
+                    &self.device
+                };
+                let q = content
+                    .tensor(&mut *f, &gname, load_on)
+                    .map_err(|e| Error::Msg(format!("{}: tensor {gname}: {e}", path.display())))?;
+                let m = Matrix::from_qtensor(q)?;
+                match rope_rows {
+                    Some(Some(n)) => {
+                        // The same reordering as `unpermute_rope_rows`, as a list of rows.
+                        let (rows, _) = m.dims()?;
+                        let index = Tensor::arange(0u32, rows as u32, &Device::Cpu)?
+                            .to_dtype(DType::F32)?
+                            .reshape((rows, 1))?;
+                        let order: Vec<usize> = unpermute_rope_rows(&index, n)?
+                            .flatten_all()?
+                            .to_vec1::<f32>()?
+                            .into_iter()
+                            .map(|r| r as usize)
+                            .collect();
+                        m.permute_rows(&order, &self.device)
+                    }
+                    _ => Ok(m),
+                }
+            }
+        }
     }
 
     /// The tensor with this Hugging Face name, in the model's dtype, on its device.

@@ -1,0 +1,182 @@
+//! A weight matrix kept as its file stores it, expanded only for the GEMM that uses it.
+//!
+//! An 8B judge in Q4_K_M is 4.9 GB as a GGUF file and 32 GB as f32: expanding every weight at
+//! load puts real judges out of reach of a 24 GB machine or GPU. Here a GGUF matrix stays in
+//! its quantized blocks and a safetensors matrix in its file dtype. A product with many rows
+//! (prefill: a batch of prompts, hundreds to thousands of tokens) expands the one matrix it
+//! needs to the compute dtype just before its GEMM — the expansion costs about one pass over
+//! the weight, amortised over every row — and frees it after; a product with few rows
+//! (token-by-token decoding) uses candle's quantized matrix-vector kernels, which read the
+//! blocks directly. Prefill numbers are exactly those of the expanded model (the same f32
+//! weights, the same GEMM); decoding differs by the quantized kernels' rounding of the
+//! activations (as in llama.cpp).
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{DType, Module, Result, Tensor};
+use std::sync::Arc;
+
+/// How weights are held in memory (`--weights`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum WeightsMode {
+    /// As stored: GGUF blocks stay quantized, safetensors keep their dtype.
+    #[default]
+    Stored,
+    /// Every weight expanded to the compute dtype at load (more memory; for comparison).
+    Expanded,
+}
+
+impl WeightsMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightsMode::Stored => "stored",
+            WeightsMode::Expanded => "expanded",
+        }
+    }
+}
+
+/// Rows up to which a quantized product uses the matrix-vector kernels rather than expansion
+/// and GEMM: decoding steps (one row per sequence), never a prompt's prefill.
+pub const DECODE_ROWS: usize = 8;
+
+/// A (out, in) weight matrix.
+#[derive(Clone)]
+pub enum Matrix {
+    /// A dense tensor, in the dtype it was stored in (or the compute dtype when expanded).
+    Dense(Tensor),
+    /// GGUF blocks (Q4_0 … Q6_K, Q8_0).
+    Quantized(Arc<QTensor>),
+}
+
+impl Matrix {
+    /// From a GGUF tensor: quantized types stay quantized; F32/F16/BF16 become dense tensors of
+    /// that dtype.
+    pub fn from_qtensor(q: QTensor) -> Result<Self> {
+        let device = q.device();
+        Ok(match q.dtype() {
+            GgmlDType::F32 => Matrix::Dense(q.dequantize(&device)?),
+            GgmlDType::F16 => Matrix::Dense(q.dequantize_f16(&device)?),
+            GgmlDType::BF16 => Matrix::Dense(q.dequantize(&device)?.to_dtype(DType::BF16)?),
+            _ => Matrix::Quantized(Arc::new(q)),
+        })
+    }
+
+    pub fn dims(&self) -> Result<(usize, usize)> {
+        match self {
+            Matrix::Dense(t) => t.dims2(),
+            Matrix::Quantized(q) => q.shape().dims2(),
+        }
+    }
+
+    pub fn elem_count(&self) -> usize {
+        match self {
+            Matrix::Dense(t) => t.elem_count(),
+            Matrix::Quantized(q) => q.shape().elem_count(),
+        }
+    }
+
+    /// Bytes held in memory.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Matrix::Dense(t) => t.elem_count() * t.dtype().size_in_bytes(),
+            Matrix::Quantized(q) => q.storage_size_in_bytes(),
+        }
+    }
+
+    /// The whole matrix in `dtype` (a temporary for one GEMM, unless already in that dtype).
+    pub fn expand(&self, dtype: DType) -> Result<Tensor> {
+        match self {
+            Matrix::Dense(t) => t.to_dtype(dtype),
+            Matrix::Quantized(q) if dtype == DType::F16 => q.dequantize_f16(&q.device()),
+            Matrix::Quantized(q) => q.dequantize(&q.device())?.to_dtype(dtype),
+        }
+    }
+
+    /// x (rows, in) · Wᵀ → (rows, out) in x's dtype: expansion and GEMM for many rows, the
+    /// quantized kernels for at most [`DECODE_ROWS`].
+    pub fn matmul_t(&self, x: &Tensor) -> Result<Tensor> {
+        let rows = x.dim(0)?;
+        match self {
+            Matrix::Quantized(q) if rows <= DECODE_ROWS => self.quantized_product(q, x),
+            _ => x.matmul(&self.expand(x.dtype())?.t()?),
+        }
+    }
+
+    /// x · Wᵀ through the quantized kernels whatever the rows (each row on its own, so the
+    /// result of a row does not depend on the others); dense matrices as `matmul_t`.
+    pub fn matvec_t(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Matrix::Quantized(q) => self.quantized_product(q, x),
+            Matrix::Dense(_) => self.matmul_t(x),
+        }
+    }
+
+    /// x · Wᵀ with the matrix expanded `chunk` rows at a time: the arithmetic of the expanded
+    /// matrix, with at most `chunk` rows of it expanded at once (an output head of 128k
+    /// vocabulary rows would otherwise be a 2 GB temporary in f32).
+    pub fn matmul_t_chunked(&self, x: &Tensor, chunk: usize) -> Result<Tensor> {
+        let (out, _) = self.dims()?;
+        if let Matrix::Dense(w) = self {
+            if w.dtype() == x.dtype() {
+                return x.matmul(&w.t()?);
+            }
+        }
+        let mut parts = Vec::with_capacity(out.div_ceil(chunk));
+        for start in (0..out).step_by(chunk.max(1)) {
+            let end = (start + chunk).min(out);
+            let ids = Tensor::arange(start as u32, end as u32, x.device())?;
+            parts.push(x.matmul(&self.rows(&ids, x.dtype())?.t()?)?);
+        }
+        Tensor::cat(&parts, 1)
+    }
+
+    fn quantized_product(&self, q: &Arc<QTensor>, x: &Tensor) -> Result<Tensor> {
+        // candle's quantized kernels take f32 activations.
+        let y = QMatMul::from_arc(q.clone())?.forward(&x.to_dtype(DType::F32)?.contiguous()?)?;
+        y.to_dtype(x.dtype())
+    }
+
+    /// Rows `ids` of the matrix in `dtype`: embedding lookups, and the output head restricted
+    /// to a few vocabulary entries. Only those rows are expanded.
+    pub fn rows(&self, ids: &Tensor, dtype: DType) -> Result<Tensor> {
+        match self {
+            Matrix::Dense(t) => t.index_select(ids, 0)?.to_dtype(dtype),
+            Matrix::Quantized(q) => q.embedding(ids)?.to_dtype(dtype),
+        }
+    }
+
+    /// The matrix with its rows reordered, on `device`: row i of the result is row `order[i]`
+    /// of this one. Quantized blocks run along rows, so a row permutation moves whole rows of
+    /// bytes.
+    pub fn permute_rows(&self, order: &[usize], device: &candle_core::Device) -> Result<Matrix> {
+        match self {
+            Matrix::Dense(t) => {
+                let idx = Tensor::from_vec(
+                    order.iter().map(|&i| i as u32).collect::<Vec<_>>(),
+                    order.len(),
+                    t.device(),
+                )?;
+                Ok(Matrix::Dense(t.index_select(&idx, 0)?.to_device(device)?))
+            }
+            Matrix::Quantized(q) => {
+                let (rows, cols) = q.shape().dims2()?;
+                let data = q.data()?;
+                let row_bytes = data.len() / rows;
+                debug_assert_eq!(
+                    row_bytes,
+                    cols / q.dtype().block_size() * q.dtype().type_size()
+                );
+                let mut out = Vec::with_capacity(data.len());
+                for &r in order {
+                    out.extend_from_slice(&data[r * row_bytes..(r + 1) * row_bytes]);
+                }
+                let permuted = candle_core::quantized::ggml_file::qtensor_from_ggml(
+                    q.dtype(),
+                    &out,
+                    vec![rows, cols],
+                    device,
+                )?;
+                Ok(Matrix::Quantized(Arc::new(permuted)))
+            }
+        }
+    }
+}
