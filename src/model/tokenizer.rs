@@ -55,30 +55,92 @@ pub fn load_tokenizer_with(
             &read
         }
     };
+    from_gguf_content(content, &origin)
+}
+
+/// A tokenizer from GGUF metadata: gpt2-style BPE vocabularies with a pre-tokenizer hyoka knows
+/// by the name llama.cpp's converter writes; anything else is an error that says so.
+pub fn from_gguf_content(
+    content: &gguf_file::Content,
+    origin: &str,
+) -> Result<Tokenizer, ModelError> {
+    let model = super::config::meta_str(content, "tokenizer.ggml.model").unwrap_or_default();
+    if model != "gpt2" {
+        return Err(ModelError::Unsupported {
+            origin: origin.into(),
+            what: format!(
+                "GGUF tokenizer model `{model}` (hyoka builds gpt2-style BPE vocabularies from GGUF metadata; for SentencePiece models pass the model's tokenizer.json with --tokenizer)"
+            ),
+        });
+    }
+    let pre = super::config::meta_str(content, "tokenizer.ggml.pre").unwrap_or_default();
+    let fixed = pre_tokenizer(&pre).ok_or_else(|| ModelError::Unsupported {
+        origin: origin.into(),
+        what: format!("GGUF pre-tokenizer `{pre}` (known: {}); pass the model's tokenizer.json with --tokenizer", KNOWN_PRE.join(", ")),
+    })?;
     let mut tokenizer = Tokenizer::from_gguf(content).map_err(|e| ModelError::Missing {
-        origin,
+        origin: origin.into(),
         message: format!(
             "cannot build a tokenizer from the GGUF metadata ({e}); pass a tokenizer.json"
         ),
     })?;
-    let pre = super::config::meta_str(content, "tokenizer.ggml.pre").unwrap_or_default();
-    fix_pre_tokenizer(&mut tokenizer, &pre);
+    if let Some(fixed) = fixed {
+        tokenizer.with_pre_tokenizer(Some(fixed));
+    }
     Ok(tokenizer)
 }
 
-/// candle maps pre-tokenizer types it does not know to GPT-2's byte level with a prefix space.
-/// Those below are what the models' own tokenizer.json files say (checked against transformers
-/// in tests/gguf_parity.rs).
-fn fix_pre_tokenizer(tokenizer: &mut Tokenizer, pre: &str) {
+/// The `tokenizer.ggml.pre` names hyoka builds, each checked against the model family's own
+/// tokenizer.json (tests/gguf_parity.rs, tests/gguf_tokenizers.rs).
+const KNOWN_PRE: &[&str] = &[
+    "llama-bpe",
+    "llama3",
+    "smaug-bpe",
+    "qwen2",
+    "deepseek-r1-qwen",
+    "smollm",
+    "gpt2",
+    "gpt-2",
+];
+
+/// The pre-tokenizer for a `tokenizer.ggml.pre` name: Some(None) where candle's own choice is
+/// right, None for a name hyoka does not know (candle would fall back to GPT-2's rule silently).
+fn pre_tokenizer(pre: &str) -> Option<Option<tokenizers::PreTokenizerWrapper>> {
+    use tokenizers::SplitDelimiterBehavior;
     use tokenizers::pre_tokenizers::{
-        PreTokenizerWrapper, byte_level::ByteLevel, digits::Digits, sequence::Sequence,
+        PreTokenizerWrapper,
+        byte_level::ByteLevel,
+        digits::Digits,
+        sequence::Sequence,
+        split::{Split, SplitPattern},
     };
-    let byte_level = || PreTokenizerWrapper::from(ByteLevel::new(false, true, true));
-    let fixed: PreTokenizerWrapper = match pre {
+    let byte_level = |regex: bool| PreTokenizerWrapper::from(ByteLevel::new(false, true, regex));
+    let split = |regex: &str| -> PreTokenizerWrapper {
+        Split::new(
+            SplitPattern::Regex(regex.into()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .expect("the pattern compiles")
+        .into()
+    };
+    Some(match pre {
+        // Llama 3 (Swallow-8B, ELYZA-JP-8B): its tokenizer.json's Split pattern (numbers in
+        // groups of up to 3 digits), then byte level without a regex.
+        "llama-bpe" | "llama3" | "smaug-bpe" => {
+            Some(Sequence::new(vec![split(REGEX_LLAMA3), byte_level(false)]).into())
+        }
+        // Qwen2.5 / Qwen3 / TinySwallow: candle's pipeline is theirs (digits one by one, NFC).
+        "qwen2" => None,
+        "deepseek-r1-qwen" => {
+            Some(Sequence::new(vec![split(REGEX_QWEN2), byte_level(false)]).into())
+        }
         // SmolLM / SmolLM2: digits one by one, then GPT-2's byte level without a prefix space.
-        "smollm" => Sequence::new(vec![Digits::new(true).into(), byte_level()]).into(),
-        "gpt2" | "" => byte_level(),
-        _ => return,
-    };
-    tokenizer.with_pre_tokenizer(Some(fixed));
+        "smollm" => Some(Sequence::new(vec![Digits::new(true).into(), byte_level(true)]).into()),
+        "gpt2" | "gpt-2" | "" => Some(byte_level(true)),
+        _ => return None,
+    })
 }
+
+const REGEX_LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const REGEX_QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Random-weight GGUF files of real judge shapes, to prove hyoka's memory at scale.
+
+No model over 0.5B can be fetched here; the memory a judge needs depends on its shapes and
+quantization, not on its weights. This writes a GGUF of a real architecture's exact shapes with
+random quantized blocks (finite scales, so every value is finite), tensor by tensor — the whole
+file is never in memory, and no f32 copy is ever made:
+
+  llama-8b  Llama-3.1-8B: 32 layers, hidden 4096, ffn 14336, 32/8 heads, vocab 128256,
+            Llama-3's tokenizer (byte-level BPE, pre-tokenizer `llama-bpe`, as llama.cpp writes it)
+  qwen-14b  Qwen2.5-14B: 48 layers, hidden 5120, ffn 13824, 40/8 heads, q/k/v biases,
+            vocab 152064, Qwen2.5's tokenizer (`qwen2`)
+
+--quant q4_k_m lays the types out as llama.cpp's Q4_K_M does (Q4_K, with Q6_K for the output,
+and for attn_v / ffn_down in the first and last eighth of the layers and every third between).
+
+Usage: python scripts/synthetic_gguf.py --shape llama-8b --quant q4_k_m -o llama-8b.gguf
+       [--models DIR]   (the test-model cache: Llama-3 tokenizer folder, Qwen GGUF)
+Needs the `gguf` and `numpy` packages (scripts/requirements-reference.txt).
+"""
+import argparse
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFReader, GGUFValueType, GGUFWriter, TokenType
+
+SHAPES = {
+    "llama-8b": dict(arch="llama", layers=32, hidden=4096, ffn=14336, heads=32, kv=8, vocab=128256,
+                     rope_base=500000.0, eps=1e-5, ctx=131072, bias=False, tokenizer="llama3"),
+    "qwen-14b": dict(arch="qwen2", layers=48, hidden=5120, ffn=13824, heads=40, kv=8, vocab=152064,
+                     rope_base=1000000.0, eps=1e-6, ctx=32768, bias=True, tokenizer="qwen2"),
+}
+# Bytes per block of 256 values, and how to fill one block with finite random values.
+BLOCK_BYTES = {Q.Q4_K: 144, Q.Q6_K: 210}
+
+
+def random_blocks(rng, qtype: Q, rows: int, cols: int) -> np.ndarray:
+    n = rows * cols // 256
+    raw = rng.integers(0, 256, size=(n, BLOCK_BYTES[qtype]), dtype=np.uint8)
+    if qtype == Q.Q4_K:  # d, dmin (f16) first: (q * scale) * d - m * dmin, |w| ≲ 0.1
+        raw[:, 0:2] = np.frombuffer(np.float16(2e-4).tobytes(), np.uint8)
+        raw[:, 2:4] = np.frombuffer(np.float16(1e-4).tobytes(), np.uint8)
+    else:  # Q6_K: d (f16) last: d * scale(int8) * (q - 32), |w| ≲ 0.1
+        raw[:, 208:210] = np.frombuffer(np.float16(2e-5).tobytes(), np.uint8)
+    return raw.reshape(rows, cols // 256 * BLOCK_BYTES[qtype])
+
+
+def more_bits(i: int, n: int) -> bool:
+    """llama.cpp's use_more_bits: which layers get Q6_K for attn_v / ffn_down in Q4_K_M."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def tensors(s: dict, quant: str):
+    """(name, shape (rows, cols) or (n,), type) in llama.cpp's order."""
+    h, f, hd = s["hidden"], s["ffn"], s["hidden"] // s["heads"]
+    mixed = quant == "q4_k_m"
+    out = [("token_embd.weight", (s["vocab"], h), Q.Q4_K)]
+    for i in range(s["layers"]):
+        hi = Q.Q6_K if mixed and more_bits(i, s["layers"]) else Q.Q4_K
+        p = f"blk.{i}."
+        out += [(p + "attn_norm.weight", (h,), None),
+                (p + "attn_q.weight", (s["heads"] * hd, h), Q.Q4_K),
+                (p + "attn_k.weight", (s["kv"] * hd, h), Q.Q4_K),
+                (p + "attn_v.weight", (s["kv"] * hd, h), hi)]
+        if s["bias"]:
+            out += [(p + "attn_q.bias", (s["heads"] * hd,), None), (p + "attn_k.bias", (s["kv"] * hd,), None),
+                    (p + "attn_v.bias", (s["kv"] * hd,), None)]
+        out += [(p + "attn_output.weight", (h, s["heads"] * hd), Q.Q4_K),
+                (p + "ffn_norm.weight", (h,), None),
+                (p + "ffn_gate.weight", (f, h), Q.Q4_K),
+                (p + "ffn_up.weight", (f, h), Q.Q4_K),
+                (p + "ffn_down.weight", (h, f), hi)]
+    out += [("output_norm.weight", (h,), None), ("output.weight", (s["vocab"], h), Q.Q6_K)]
+    return out
+
+
+def llama3_tokenizer(w: GGUFWriter, folder: Path, vocab_rows: int) -> None:
+    tok = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    pieces = {i: p for p, i in tok["model"]["vocab"].items()}
+    special = {t["id"]: t["content"] for t in tok["added_tokens"]}
+    pieces.update(special)
+    if len(pieces) != vocab_rows:
+        raise SystemExit(f"{folder}: {len(pieces)} tokens, the shape has {vocab_rows} rows")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("llama-bpe")
+    w.add_token_list([pieces[i] for i in range(vocab_rows)])
+    w.add_token_types([TokenType.CONTROL if i in special else TokenType.NORMAL for i in range(vocab_rows)])
+    merges = tok["model"]["merges"]
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    w.add_bos_token_id(128000)
+    w.add_eos_token_id(128009)
+    w.add_chat_template(config["chat_template"])
+
+
+def copy_tokenizer(w: GGUFWriter, source: Path) -> None:
+    """Every tokenizer.* field of a real GGUF (Qwen2.5's vocabulary and chat template)."""
+    r = GGUFReader(source)
+    for name, field in r.fields.items():
+        if not name.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        if vtype == GGUFValueType.ARRAY:
+            sub = field.types[1]
+            if sub == GGUFValueType.STRING:
+                value = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+            else:
+                value = [field.parts[i].tolist()[0] for i in field.data]
+            w.add_array(name, value)
+        elif vtype == GGUFValueType.STRING:
+            w.add_string(name, bytes(field.parts[field.data[0]]).decode("utf-8"))
+        else:
+            w.add_key_value(name, field.parts[field.data[0]].tolist()[0], vtype)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--shape", choices=SHAPES, required=True)
+    ap.add_argument("--quant", choices=["q4_k_m", "q4_k"], default="q4_k_m")
+    ap.add_argument("-o", "--output", type=Path, required=True)
+    ap.add_argument("--models", type=Path, default=Path(os.environ.get("HYOKA_TEST_MODELS", Path.home() / ".cache/hyoka/test-models")))
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    s = SHAPES[args.shape]
+    rng = np.random.default_rng(args.seed)
+    w = GGUFWriter(args.output, s["arch"])
+    w.add_name(f"synthetic {args.shape} ({args.quant}, random weights)")
+    w.add_block_count(s["layers"])
+    w.add_context_length(s["ctx"])
+    w.add_embedding_length(s["hidden"])
+    w.add_feed_forward_length(s["ffn"])
+    w.add_head_count(s["heads"])
+    w.add_head_count_kv(s["kv"])
+    w.add_rope_freq_base(s["rope_base"])
+    w.add_layer_norm_rms_eps(s["eps"])
+    w.add_file_type(15 if args.quant == "q4_k_m" else 14)
+    if s["tokenizer"] == "llama3":
+        llama3_tokenizer(w, args.models / "llama-3-tokenizer", s["vocab"])
+    else:
+        copy_tokenizer(w, args.models / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    layout = tensors(s, args.quant)
+    for name, shape, qtype in layout:
+        if qtype is None:
+            w.add_tensor_info(name, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
+        else:
+            rows, cols = shape
+            nbytes = rows * cols // 256 * BLOCK_BYTES[qtype]
+            w.add_tensor_info(name, (rows, cols // 256 * BLOCK_BYTES[qtype]), np.dtype(np.uint8), nbytes, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for name, shape, qtype in layout:
+        if qtype is None:
+            data = np.ones(shape, np.float32) if name.endswith("norm.weight") else rng.normal(0, 0.02, shape).astype(np.float32)
+        else:
+            data = random_blocks(rng, qtype, *shape)
+        w.write_tensor_data(data)
+    w.close()
+    print(f"wrote {args.output} ({args.output.stat().st_size / 1e9:.2f} GB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+//! Tokenizers built from GGUF metadata, as llama.cpp's converter writes it, against the model
+//! family's own tokenizer.json (read by the `tokenizers` library as transformers does):
+//! Llama 3's byte-level BPE with the pre-tokenizer name llama.cpp gives it, `llama-bpe` (Swallow-8B,
+//! ELYZA-JP-8B), on every DBDC3-ja utterance and on digits, English and chat special tokens.
+//! A pre-tokenizer name hyoka does not know, or a SentencePiece GGUF vocabulary, is an error
+//! naming it (candle alone falls back to GPT-2's split rule silently).
+
+mod common;
+
+use candle_core::quantized::gguf_file::{Content, Value, VersionedMagic};
+use hyoka::model::tokenizer::from_gguf_content;
+use std::collections::HashMap;
+
+/// GGUF metadata for a tokenizer.json's vocabulary, as convert_hf_to_gguf.py writes it for a
+/// gpt2-style BPE model: tokens by id, their types (1 normal, 3 control for special added
+/// tokens), merges as "a b", bos, and add_bos_token.
+fn gguf_metadata(tokenizer_json: &serde_json::Value, pre: &str, bos: u32) -> Content {
+    let mut tokens: Vec<(u32, String)> = tokenizer_json["model"]["vocab"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(t, id)| (id.as_u64().unwrap() as u32, t.clone()))
+        .collect();
+    let specials: Vec<(u32, String)> = tokenizer_json["added_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_u64().unwrap() as u32,
+                t["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    tokens.extend(specials.iter().cloned());
+    tokens.sort();
+    tokens.dedup_by_key(|(id, _)| *id);
+    assert!(
+        tokens
+            .iter()
+            .enumerate()
+            .all(|(i, (id, _))| i as u32 == *id),
+        "dense ids"
+    );
+    let special_ids: std::collections::HashSet<u32> = specials.iter().map(|(i, _)| *i).collect();
+    let merges: Vec<Value> = tokenizer_json["model"]["merges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            Value::String(m.as_str().map(String::from).unwrap_or_else(|| {
+                format!("{} {}", m[0].as_str().unwrap(), m[1].as_str().unwrap())
+            }))
+        })
+        .collect();
+    let mut metadata = HashMap::new();
+    metadata.insert(
+        "tokenizer.ggml.model".to_string(),
+        Value::String("gpt2".into()),
+    );
+    metadata.insert("tokenizer.ggml.pre".to_string(), Value::String(pre.into()));
+    metadata.insert(
+        "tokenizer.ggml.tokens".to_string(),
+        Value::Array(
+            tokens
+                .iter()
+                .map(|(_, t)| Value::String(t.clone()))
+                .collect(),
+        ),
+    );
+    metadata.insert(
+        "tokenizer.ggml.token_type".to_string(),
+        Value::Array(
+            tokens
+                .iter()
+                .map(|(id, _)| Value::I32(if special_ids.contains(id) { 3 } else { 1 }))
+                .collect(),
+        ),
+    );
+    metadata.insert("tokenizer.ggml.merges".to_string(), Value::Array(merges));
+    metadata.insert("tokenizer.ggml.bos_token_id".to_string(), Value::U32(bos));
+    metadata.insert(
+        "tokenizer.ggml.add_bos_token".to_string(),
+        Value::Bool(true),
+    );
+    Content {
+        magic: VersionedMagic::GgufV3,
+        metadata,
+        tensor_infos: HashMap::new(),
+        tensor_data_offset: 0,
+    }
+}
+
+fn utterances() -> Vec<String> {
+    let mut out = Vec::new();
+    for system in ["DCM", "DIT", "IRS"] {
+        let dir = common::dbdc3_dir().join(system);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut files: Vec<_> = entries.map(|e| e.unwrap().path()).collect();
+        files.sort();
+        for f in files {
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+            out.extend(
+                v["turns"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t["utterance"].as_str().unwrap().to_string()),
+            );
+        }
+    }
+    out
+}
+
+#[test]
+fn llama_bpe_gguf_tokenizes_like_llama3_tokenizer_json() {
+    let Some(dir) = common::test_model("llama-3-tokenizer") else {
+        return;
+    };
+    let path = dir.join("tokenizer.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let reference = tokenizers::Tokenizer::from_file(&path).unwrap();
+    let gguf =
+        from_gguf_content(&gguf_metadata(&json, "llama-bpe", 128000), "llama-bpe.gguf").unwrap();
+    let mut texts = utterances();
+    assert!(
+        texts.len() > 3000 || !common::dbdc3_dir().exists(),
+        "{} utterances",
+        texts.len()
+    );
+    texts.extend(
+        [
+            "12345 と 1,234,567 円、２０２４年",
+            "Hello, world! It's 3:45 p.m. — isn't it?\n\n  indented\tand tabbed",
+            "<|start_header_id|>user<|end_header_id|>\n\nこんにちは<|eot_id|>",
+            "「こんにちは」、と彼は言った。……本当？",
+        ]
+        .map(String::from),
+    );
+    for text in &texts {
+        let want = reference
+            .encode(text.as_str(), false)
+            .unwrap()
+            .get_ids()
+            .to_vec();
+        let got = gguf
+            .encode(text.as_str(), false)
+            .unwrap()
+            .get_ids()
+            .to_vec();
+        assert_eq!(got, want, "{text:?}");
+        // add_bos_token: the GGUF's BOS, then the same ids.
+        let with_bos = gguf.encode(text.as_str(), true).unwrap().get_ids().to_vec();
+        assert_eq!(
+            (with_bos[0], &with_bos[1..]),
+            (128000, want.as_slice()),
+            "{text:?}"
+        );
+    }
+    // The name matters: Llama 3's vocabulary split by GPT-2's rule differs on these.
+    let gpt2 = from_gguf_content(&gguf_metadata(&json, "gpt2", 128000), "gpt2.gguf").unwrap();
+    let differ = texts
+        .iter()
+        .filter(|t| {
+            gpt2.encode(t.as_str(), false).unwrap().get_ids()
+                != reference.encode(t.as_str(), false).unwrap().get_ids()
+        })
+        .count();
+    eprintln!(
+        "GPT-2's split rule on Llama 3's vocabulary: {differ} of {} texts tokenized differently",
+        texts.len()
+    );
+    assert!(
+        differ > 0,
+        "GPT-2's rule would give other ids for some texts"
+    );
+}
+
+#[test]
+fn unknown_pre_tokenizers_and_sentencepiece_vocabularies_are_refused() {
+    let Some(dir) = common::test_model("llama-3-tokenizer") else {
+        return;
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer.json")).unwrap())
+            .unwrap();
+    let err = from_gguf_content(&gguf_metadata(&json, "tekken", 1), "x.gguf")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`tekken`") && err.contains("llama-bpe") && err.contains("--tokenizer"),
+        "{err}"
+    );
+    let mut spm = gguf_metadata(&json, "default", 1);
+    spm.metadata
+        .insert("tokenizer.ggml.model".into(), Value::String("llama".into()));
+    let err = from_gguf_content(&spm, "x.gguf").unwrap_err().to_string();
+    assert!(
+        err.contains("`llama`") && err.contains("--tokenizer"),
+        "{err}"
+    );
+}
