@@ -1,28 +1,41 @@
 #!/usr/bin/env bash
-# Prefill benchmark: hyoka against llama.cpp on the same GGUF, the same token ids and the same
-# thread count, in one run. Usage: scripts/bench_prefill.sh [N_ITEMS] [THREADS]
-# Needs a release build, the test models, DBDC3 items, and llama-cpp-python in $HYOKA_REF_PYTHON
-# (default: python3); install it with CMAKE_ARGS=-DGGML_NATIVE=ON pip install llama-cpp-python.
+# Prefill benchmark on real judge prompts, in one run: hyoka with its weights kept as stored and
+# expanded at load (peak RSS of each), and llama.cpp on the same GGUF, token ids and threads
+# when llama-cpp-python is in $HYOKA_REF_PYTHON (default python3; install it with
+# CMAKE_ARGS=-DGGML_NATIVE=ON pip install llama-cpp-python).
+# Usage: scripts/bench_prefill.sh [N_ITEMS] [THREADS] [GGUF]
+# Needs a release build, the test models and DBDC3 items; /usr/bin/time (Debian's `time`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-20}"
 threads="${2:-2}"
 models="${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}"
-gguf="$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+gguf="${3:-$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf}"
 py="${HYOKA_REF_PYTHON:-python3}"
 work=$(mktemp -d)
-[ -f "$work/items.jsonl" ] || target/release/hyoka import dbdc3 ../shared/datasets/dbdc3-ja -o "$work/items.jsonl" --max-context 4 2>/dev/null
-RAYON_NUM_THREADS="$threads" target/release/hyoka bench --model "$gguf" --input "$work/items.jsonl" --n "$n" \
-  --rubric "${HYOKA_BENCH_RUBRIC:-dialogue6-ja}" --dump-tokens "$work/tokens.json" | tee "$work/hyoka.json"
-"$py" scripts/bench_llama_cpp.py "$gguf" "$work/tokens.json" --threads "$threads" | tee "$work/llama.json"
-python3 - "$work" <<'PY'
-import json, sys
-w = sys.argv[1]
-h = json.load(open(f"{w}/hyoka.json")); l = json.load(open(f"{w}/llama.json"))
-print(f"prefill tok/s on {h['items']} prompts (mean {h['mean_prompt_tokens']:.0f} tokens), {l['threads']} threads:")
-print(f"  llama.cpp batch 1     {l['prefill_tok_s']:8.1f}")
-for k in ("prefill_batch1_tok_s", "prefill_batched_tok_s"):
-    print(f"  hyoka {k[8:-6]:15} {h[k]:8.1f}  = {h[k] / l['prefill_tok_s']:.2f}x llama.cpp")
-print(f"  hyoka judge layout: {h['judge_items_s']:.2f} items/s (all aspects), "
-      f"{h['judge_forward_tokens']} forward tokens vs {h['judge_naive_tokens']} for one prompt per aspect")
+target/release/hyoka import dbdc3 ../shared/datasets/dbdc3-ja -o "$work/items.jsonl" --max-context 4 2>/dev/null
+for weights in stored expanded; do
+  RAYON_NUM_THREADS="$threads" /usr/bin/time -f "%M" -o "$work/rss-$weights" target/release/hyoka bench \
+    --model "$gguf" --input "$work/items.jsonl" --n "$n" --weights "$weights" \
+    --rubric "${HYOKA_BENCH_RUBRIC:-dialogue6-ja}" --dump-tokens "$work/tokens.json" > "$work/hyoka-$weights.json"
+done
+if "$py" -c "import llama_cpp" 2>/dev/null; then
+  "$py" scripts/bench_llama_cpp.py "$gguf" "$work/tokens.json" --threads "$threads" > "$work/llama.json"
+fi
+python3 - "$work" "$(stat -c %s "$gguf")" <<'PY'
+import json, os, sys
+w, size = sys.argv[1], int(sys.argv[2])
+h = {m: json.load(open(f"{w}/hyoka-{m}.json")) for m in ("stored", "expanded")}
+rss = {m: int(open(f"{w}/rss-{m}").read().split()[-1]) / 1e6 for m in h}
+l = json.load(open(f"{w}/llama.json")) if os.path.exists(f"{w}/llama.json") else None
+s = h["stored"]
+print(f"prefill tok/s on {s['items']} prompts (mean {s['mean_prompt_tokens']:.0f} tokens), GGUF {size / 1e9:.2f} GB:")
+if l:
+    print(f"  llama.cpp batch 1       {l['prefill_tok_s']:8.1f} ({l['threads']} threads)")
+for m in h:
+    for k in ("prefill_batch1_tok_s", "prefill_batched_tok_s"):
+        ratio = f" = {h[m][k] / l['prefill_tok_s']:.2f}x llama.cpp" if l else ""
+        print(f"  hyoka {m:8} {k[8:-6]:9} {h[m][k]:8.1f}{ratio}")
+    print(f"  hyoka {m:8} judge layout {h[m]['judge_items_s']:.2f} items/s; peak RSS {rss[m]:.2f} GB")
+print(f"  stored / expanded, batched prefill: {s['prefill_batched_tok_s'] / h['expanded']['prefill_batched_tok_s']:.3f}")
 PY

@@ -146,3 +146,29 @@ pub fn sample_pairs(corpus: &[String], n: usize, seed: u64) -> Vec<(usize, usize
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_baseline_that_cannot_rescale_is_refused_naming_its_line() {
+        let ok = parse("LAYER,P,R,F\n0,0.3,0.3,0.3\n1,-0.1,0.2,0.25\n", "b.tsv").unwrap();
+        assert_eq!(ok.len(), 2);
+        // (x − b) / (1 − b) divides by zero at 1 and means nothing above it or for NaN.
+        for bad in [
+            "1,1.0,0.2,0.3",
+            "1,0.2,NaN,0.3",
+            "1,0.2,0.3,inf",
+            "1,0.2,0.3,1.5",
+        ] {
+            let err = parse(&format!("LAYER,P,R,F\n0,0.3,0.3,0.3\n{bad}\n"), "b.tsv")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("b.tsv: line 3:") && err.contains("number below 1"),
+                "{bad}: {err}"
+            );
+        }
+    }
+}
