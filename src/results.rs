@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -79,7 +79,7 @@ pub struct ModelId {
 impl Provenance {
     /// The first difference that makes two runs' results incomparable (the device is not one:
     /// a run may move between GPUs, or from GPU to CPU).
-    fn difference(&self, other: &Provenance) -> Option<(String, String, String)> {
+    pub fn difference(&self, other: &Provenance) -> Option<(String, String, String)> {
         if self.hyoka != other.hyoka {
             return Some(("hyoka version".into(), s(&self.hyoka), s(&other.hyoka)));
         }
@@ -180,15 +180,44 @@ impl ResultsFile {
         }
         let mut finished = HashSet::new();
         let mut keep_bytes = 0u64;
+        // Whether the last line kept has no newline (a run killed between a line and its end).
+        let mut unterminated = false;
         if !overwrite {
             let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
-            let mut lines = reader.split(b'\n').enumerate().peekable();
-            while let Some((i, line)) = lines.next() {
-                let line = line.map_err(io)?;
+            let corrupt = |line: usize, message: String| ResultsError::Corrupt {
+                path: path.to_path_buf(),
+                line,
+                message,
+            };
+            let mut lines =
+                crate::data::lines::Lines::new(reader, crate::data::lines::MAX_LINE_BYTES)
+                    .peekable();
+            while let Some(next) = lines.next() {
+                let crate::data::lines::Line {
+                    number,
+                    bytes,
+                    newline,
+                    text,
+                } = next.map_err(|e| match e {
+                    crate::data::lines::ReadError::Io(e) => io(e),
+                    crate::data::lines::ReadError::TooLong { line, max } => corrupt(
+                        line,
+                        format!(
+                            "a line longer than {} MiB: not a hyoka results file",
+                            max >> 20
+                        ),
+                    ),
+                })?;
                 let last = lines.peek().is_none();
-                let text = String::from_utf8_lossy(&line);
+                let text = match text {
+                    Ok(t) => t,
+                    // A line cut short by a kill can end inside a character.
+                    Err(_) if last => break,
+                    Err(e) => return Err(corrupt(number, e.to_string())),
+                };
                 if text.trim().is_empty() {
-                    keep_bytes += line.len() as u64 + 1;
+                    keep_bytes += bytes;
+                    unterminated = !newline;
                     continue;
                 }
                 match LineHead::parse(&text) {
@@ -196,34 +225,27 @@ impl ResultsFile {
                         if let Some((what, theirs, ours)) = head.provenance.difference(provenance) {
                             return Err(ResultsError::Mismatch {
                                 path: path.to_path_buf(),
-                                line: i + 1,
+                                line: number,
                                 what,
                                 theirs,
                                 ours,
                             });
                         }
                         finished.insert(head.id);
-                        keep_bytes += line.len() as u64 + 1;
+                        keep_bytes += bytes;
+                        unterminated = !newline;
                     }
                     // A line cut short by a kill: drop it, its item is scored again.
                     Err(_) if last => break,
-                    Err(e) => {
-                        return Err(ResultsError::Corrupt {
-                            path: path.to_path_buf(),
-                            line: i + 1,
-                            message: e.to_string(),
-                        });
-                    }
+                    Err(e) => return Err(corrupt(number, e.to_string())),
                 }
             }
         }
         // Keep the finished lines (none with `overwrite`), append after them.
-        let len = out.metadata().map_err(io)?.len();
-        out.set_len(keep_bytes.min(len)).map_err(io)?;
+        out.set_len(keep_bytes).map_err(io)?;
         use std::io::Seek;
         out.seek(std::io::SeekFrom::End(0)).map_err(io)?;
-        if keep_bytes > len {
-            // The last finished line had no newline.
+        if unterminated {
             out.write_all(b"\n").map_err(io)?;
         }
         Ok(ResultsFile {

@@ -226,3 +226,116 @@ fn every_command_help_explains_more_than_its_one_line_summary() {
         );
     }
 }
+
+/// Bad input files get a clear error naming file and line, exit 3, bounded memory — never a
+/// panic: invalid UTF-8 (skippable), an endless line (/dev/zero), numeric ids too long to keep
+/// exactly (not reported as duplicates), and `bench` on no items or `--n 0`.
+#[test]
+fn bad_bytes_endless_lines_long_numeric_ids_and_empty_bench_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, b"{\"id\":\"a\",\"response\":{\"speaker\":\"S\",\"text\":\"x\"}}\n{\"id\":\"b\",\"response\":{\"speaker\":\"S\",\"text\":\"\xff\xfe\"}}\n{\"id\":\"c\",\"response\":{\"speaker\":\"S\",\"text\":\"z\"}}\n").unwrap();
+    let out = hyoka(&["validate", bad.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("bad.jsonl:2: not valid UTF-8"), "{err}");
+    assert_eq!(
+        err.matches("not valid UTF-8").count(),
+        1,
+        "said once: {err}"
+    );
+    let out = hyoka(&["validate", bad.to_str().unwrap(), "--skip-invalid"]);
+    assert!(
+        text(&out.stdout).contains("2 items") && text(&out.stdout).contains("bad.jsonl:2"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = hyoka(&["validate", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        text(&out.stderr).contains("/dev/zero:1: a line longer than 64 MiB"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let big = dir.path().join("big.jsonl");
+    std::fs::write(&big, "{\"id\":123456789012345678901234567890,\"response\":{\"speaker\":\"S\",\"text\":\"x\"}}\n{\"id\":123456789012345678901234567891,\"response\":{\"speaker\":\"S\",\"text\":\"y\"}}\n").unwrap();
+    let out = hyoka(&["validate", big.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert!(
+        out.status.code() == Some(3)
+            && err.contains("big.jsonl:1: id:")
+            && err.contains("write this id as a string")
+            && !err.contains("duplicate"),
+        "{err}"
+    );
+
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let out = hyoka(&["bench", "--model", "unused", "-i", empty.to_str().unwrap()]);
+    assert!(
+        out.status.code() == Some(3) && text(&out.stderr).contains("no items to benchmark"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = hyoka(&[
+        "bench",
+        "--model",
+        "unused",
+        "-i",
+        bad.to_str().unwrap(),
+        "--n",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
+/// `meta` reads results strictly: a byte-order mark is fine; an item's second line, or a line of
+/// another run, is refused naming file and line (exit 3) instead of changing numbers silently.
+#[test]
+fn meta_refuses_repeated_items_and_mixed_runs_and_accepts_a_bom() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = common::fixtures().join("meta/items.jsonl");
+    let scores = std::fs::read_to_string(common::fixtures().join("meta/bertscore.jsonl")).unwrap();
+    let lines: Vec<&str> = scores.lines().collect();
+    let write = |name: &str, content: String| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, content).unwrap();
+        p
+    };
+    let run = |scores: &Path| {
+        hyoka(&[
+            "meta",
+            "-i",
+            items.to_str().unwrap(),
+            "-s",
+            scores.to_str().unwrap(),
+            "--bootstrap",
+            "0",
+        ])
+    };
+    let bom = write("bom.jsonl", format!("\u{feff}{scores}"));
+    let out = run(&bom);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let repeated = write("repeated.jsonl", format!("{scores}{}\n", lines[0]));
+    let out = run(&repeated);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains(&format!("repeated.jsonl:{}: id:", lines.len() + 1))
+            && err.contains("first on line 1"),
+        "{err}"
+    );
+    let other = lines[1].replacen("\"layer\": 6", "\"layer\": 7", 1);
+    assert_ne!(other, lines[1], "the fixture's lines carry a layer setting");
+    let mixed = write("mixed.jsonl", format!("{}\n{other}\n", lines[0]));
+    let out = run(&mixed);
+    let err = text(&out.stderr);
+    assert!(
+        out.status.code() == Some(3)
+            && err.contains("mixed.jsonl:2: provenance:")
+            && err.contains("another run"),
+        "{err}"
+    );
+}

@@ -30,10 +30,10 @@ pub struct BenchArgs {
     pub rubric: String,
     #[arg(long, short)]
     pub input: PathBuf,
-    /// Number of items.
-    #[arg(long, default_value_t = 20)]
+    /// Number of items (at least 1).
+    #[arg(long, default_value_t = 20, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub n: usize,
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub batch_tokens: usize,
     /// Write the prompts' token ids here (JSON: {"prompts": [[ids…], …]}).
     #[arg(long, value_name = "FILE")]
@@ -46,6 +46,13 @@ pub struct BenchArgs {
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let (rubric, _) = Rubric::resolve(&args.rubric)?;
     let items = data::read_items(&args.input, false)?.items;
+    if items.is_empty() {
+        return Err(data::DataError::Format {
+            file: args.input.clone(),
+            message: "no items to benchmark".into(),
+        }
+        .into());
+    }
     let items = &items[..args.n.min(items.len())];
     let (device, dtype) = args.runtime.device_and_dtype()?;
     let model = LoadedModel::load(

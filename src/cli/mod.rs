@@ -208,7 +208,8 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         if let Some(
             hyoka::results::ResultsError::Mismatch { .. }
             | hyoka::results::ResultsError::Incompatible { .. }
-            | hyoka::results::ResultsError::Locked { .. },
+            | hyoka::results::ResultsError::Locked { .. }
+            | hyoka::results::ResultsError::Corrupt { .. },
         ) = results
         {
             return EXIT_INVALID_INPUT;

@@ -39,20 +39,22 @@ pub fn read_items(path: &Path, skip_invalid: bool) -> Result<ReadItems, DataErro
     let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
     let mut out = ReadItems::default();
     let mut seen: HashMap<String, usize> = HashMap::new();
-    for (index, line) in BufReader::new(file).lines().enumerate() {
-        let lineno = index + 1;
-        let line = line.map_err(|e| DataError::io(path, e))?;
-        let text = line.trim_start_matches('\u{feff}').trim();
-        if text.is_empty() {
+    for line in super::lines::Lines::new(BufReader::new(file), super::lines::MAX_LINE_BYTES) {
+        let line = line.map_err(|e| read_error(path, e))?;
+        let lineno = line.number;
+        let line = line.text.map_err(|e| (String::new(), e.to_string()));
+        if line.as_ref().is_ok_and(|l| l.trim().is_empty()) {
             continue;
         }
-        let parsed = parse_item(text).and_then(|item| match seen.get(&item.id) {
-            Some(first) => Err((
-                "id".to_string(),
-                format!("duplicate id {:?} (first on line {first})", item.id),
-            )),
-            None => Ok(item),
-        });
+        let parsed =
+            line.and_then(|l| parse_item(l.trim()))
+                .and_then(|item| match seen.get(&item.id) {
+                    Some(first) => Err((
+                        "id".to_string(),
+                        format!("duplicate id {:?} (first on line {first})", item.id),
+                    )),
+                    None => Ok(item),
+                });
         match parsed {
             Ok(item) => {
                 seen.insert(item.id.clone(), lineno);
@@ -74,6 +76,19 @@ pub fn read_items(path: &Path, skip_invalid: bool) -> Result<ReadItems, DataErro
         }
     }
     Ok(out)
+}
+
+/// A read that cannot go on, as a data error naming the file (and the line).
+pub(crate) fn read_error(path: &Path, e: super::lines::ReadError) -> DataError {
+    match e {
+        super::lines::ReadError::Io(e) => DataError::io(path, e),
+        super::lines::ReadError::TooLong { line, max } => DataError::Invalid {
+            file: path.to_path_buf(),
+            line,
+            field: String::new(),
+            message: format!("a line longer than {} MiB: not a JSONL file?", max >> 20),
+        },
+    }
 }
 
 /// Read the item on one 1-based line of a file (for `rubrics show --item FILE:LINE`).
@@ -114,7 +129,15 @@ pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
     }
     let id = match obj.get("id") {
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
+        // Integers only: a number JSON readers hold as a float (a fraction, or more digits than
+        // 64 bits) would not be compared as written — two 30-digit ids could become one.
+        Some(Value::Number(n)) if n.is_u64() || n.is_i64() => n.to_string(),
+        Some(Value::Number(n)) => {
+            return Err((
+                "id".into(),
+                format!("the number {n} cannot be kept exactly: write this id as a string"),
+            ));
+        }
         Some(Value::String(_)) => return Err(("id".into(), "must not be empty".into())),
         Some(v) => {
             return Err((

@@ -3,6 +3,7 @@
 pub mod dbdc3;
 mod item;
 pub mod jsonl;
+pub mod lines;
 pub mod select;
 
 pub use item::{HumanRating, Item, Turn};

@@ -4,7 +4,7 @@ use super::MetaError;
 use crate::data::Item;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::Path;
 
 /// What a column holds (how the report groups and draws it).
@@ -102,17 +102,34 @@ impl Frame {
         let mut judge_aspects: Vec<String> = Vec::new();
         let mut values: HashMap<String, Vec<Option<f64>>> = HashMap::new();
         let mut matched = 0;
-        for (i, line) in reader.lines().enumerate() {
-            let line = line.map_err(io)?;
-            if line.trim().is_empty() {
-                continue;
-            }
+        // Each item once, every line from one run: a second line for an item, or a line of
+        // another run (other model, settings, version), would change the correlations silently.
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut first_run: Option<crate::results::Provenance> = None;
+        for line in crate::data::lines::Lines::new(reader, crate::data::lines::MAX_LINE_BYTES) {
+            let line = line.map_err(|e| match e {
+                crate::data::lines::ReadError::Io(e) => io(e),
+                crate::data::lines::ReadError::TooLong { line, max } => MetaError::Invalid {
+                    path: path.to_path_buf(),
+                    line,
+                    field: String::new(),
+                    message: format!(
+                        "a line longer than {} MiB: not a hyoka results file",
+                        max >> 20
+                    ),
+                },
+            })?;
+            let i = line.number - 1;
             let invalid = |field: &str, message: String| MetaError::Invalid {
                 path: path.to_path_buf(),
                 line: i + 1,
                 field: field.into(),
                 message,
             };
+            let line = line.text.map_err(|e| invalid("", e.to_string()))?;
+            if line.trim().is_empty() {
+                continue;
+            }
             let v: Value =
                 serde_json::from_str(&line).map_err(|e| invalid("", format!("not JSON: {e}")))?;
             let id = v
@@ -140,6 +157,28 @@ impl Frame {
                     ));
                 }
                 _ => {}
+            }
+            let run: crate::results::Provenance =
+                serde_json::from_value(v["provenance"].clone())
+                    .map_err(|e| invalid("provenance", e.to_string()))?;
+            match &first_run {
+                None => first_run = Some(run),
+                Some(first) => {
+                    if let Some((what, theirs, ours)) = first.difference(&run) {
+                        return Err(invalid(
+                            "provenance",
+                            format!(
+                                "from another run than the file's first line ({what}: {theirs} there, {ours} here); one run per file"
+                            ),
+                        ));
+                    }
+                }
+            }
+            if let Some(first) = seen.insert(id.to_string(), i + 1) {
+                return Err(invalid(
+                    "id",
+                    format!("{id:?} again (first on line {first}): one line per item"),
+                ));
             }
             let Some(&row) = self.index.get(id) else {
                 continue;
