@@ -132,6 +132,9 @@ fn s<T: Serialize>(v: &T) -> String {
 pub struct LineHead {
     pub id: String,
     pub provenance: Provenance,
+    /// Set on the line of an item that could not be scored.
+    #[serde(default)]
+    pub error: Option<serde_json::Value>,
 }
 
 impl LineHead {
@@ -145,25 +148,20 @@ pub struct ResultsFile {
     path: PathBuf,
     out: std::fs::File,
     pub finished: HashSet<String>,
+    retried: usize,
 }
 
-impl ResultsFile {
-    /// Open `path` for `provenance`: existing lines of the same run count as finished; a
-    /// truncated last line (a killed write) is dropped; `overwrite` starts afresh.
-    pub fn open(
-        path: &Path,
-        provenance: &Provenance,
-        overwrite: bool,
-    ) -> Result<Self, ResultsError> {
-        let io = |source| ResultsError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        // One writer per file: a second run on the same output would interleave its lines with
-        // ours. The lock is the file's (flock), released when the handle closes — also when a
-        // run is killed — and taken before anything is read, so no other run can change what
-        // this one resumes from.
-        let mut out = std::fs::OpenOptions::new()
+/// Open (creating) `path` for writing with an exclusive lock: a second run on the same output
+/// would interleave its lines with ours. The lock is the file's (flock), released when the
+/// handle closes — also when a run is killed — and taken before anything is read, so no other
+/// run can change what this one resumes from.
+fn open_locked(path: &Path) -> Result<std::fs::File, ResultsError> {
+    let io = |source| ResultsError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    loop {
+        let out = std::fs::OpenOptions::new()
             .create(true)
             .write(true)
             .truncate(false)
@@ -178,10 +176,88 @@ impl ResultsFile {
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
         }
+        // Another run may have replaced the file (`rewrite_without`) between our open and our
+        // lock: the lock must be on the file the path names now.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let (ours, now) = (
+                out.metadata().map_err(io)?,
+                std::fs::metadata(path).map_err(io)?,
+            );
+            if (ours.dev(), ours.ino()) == (now.dev(), now.ino()) {
+                return Ok(out);
+            }
+        }
+        #[cfg(not(unix))]
+        return Ok(out);
+    }
+}
+
+/// Replace `path` by a copy holding only the byte ranges `kept` (each a whole line), through a
+/// temporary file and one rename; the new file is locked before the old one's lock is let go.
+fn rewrite_without(
+    path: &Path,
+    kept: &[(u64, u64)],
+    old: std::fs::File,
+) -> Result<std::fs::File, ResultsError> {
+    use std::io::{Read, Seek};
+    let io = |source| ResultsError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".hyoka-rewrite-{}", std::process::id()));
+    let tmp = path.with_file_name(name);
+    let result = (|| -> std::io::Result<std::fs::File> {
+        let mut src = std::fs::File::open(path)?;
+        let mut dst = std::fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(&tmp)?;
+        dst.try_lock()
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let mut buf = Vec::new();
+        for &(start, len) in kept {
+            src.seek(std::io::SeekFrom::Start(start))?;
+            buf.resize(len as usize, 0);
+            src.read_exact(&mut buf)?;
+            if !buf.ends_with(b"\n") {
+                buf.push(b'\n');
+            }
+            dst.write_all(&buf)?;
+        }
+        dst.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        Ok(dst)
+    })();
+    drop(old);
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io(e)
+    })
+}
+
+impl ResultsFile {
+    /// Open `path` for `provenance`: existing scored lines of the same run count as finished;
+    /// error lines are taken out, so their items are scored again; a truncated last line (a
+    /// killed write) is dropped; `overwrite` starts afresh. The file is locked while open.
+    pub fn open(
+        path: &Path,
+        provenance: &Provenance,
+        overwrite: bool,
+    ) -> Result<Self, ResultsError> {
+        let io = |source| ResultsError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut out = open_locked(path)?;
         let mut finished = HashSet::new();
+        let mut kept: Vec<(u64, u64)> = Vec::new(); // byte ranges of the lines kept
         let mut keep_bytes = 0u64;
         // Whether the last line kept has no newline (a run killed between a line and its end).
         let mut unterminated = false;
+        let mut errors = 0;
         if !overwrite {
             let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
             let corrupt = |line: usize, message: String| ResultsError::Corrupt {
@@ -192,6 +268,7 @@ impl ResultsFile {
             let mut lines =
                 crate::data::lines::Lines::new(reader, crate::data::lines::MAX_LINE_BYTES)
                     .peekable();
+            let mut offset = 0u64;
             while let Some(next) = lines.next() {
                 let crate::data::lines::Line {
                     number,
@@ -208,6 +285,8 @@ impl ResultsFile {
                         ),
                     ),
                 })?;
+                let start = offset;
+                offset += bytes;
                 let last = lines.peek().is_none();
                 let text = match text {
                     Ok(t) => t,
@@ -216,8 +295,6 @@ impl ResultsFile {
                     Err(e) => return Err(corrupt(number, e.to_string())),
                 };
                 if text.trim().is_empty() {
-                    keep_bytes += bytes;
-                    unterminated = !newline;
                     continue;
                 }
                 match LineHead::parse(&text) {
@@ -231,8 +308,18 @@ impl ResultsFile {
                                 ours,
                             });
                         }
-                        finished.insert(head.id);
-                        keep_bytes += bytes;
+                        if head.error.is_some() {
+                            errors += 1;
+                            continue;
+                        }
+                        if !finished.insert(head.id.clone()) {
+                            return Err(corrupt(
+                                number,
+                                format!("{:?} again: one line per item", head.id),
+                            ));
+                        }
+                        kept.push((start, bytes));
+                        keep_bytes = offset;
                         unterminated = !newline;
                     }
                     // A line cut short by a kill: drop it, its item is scored again.
@@ -241,8 +328,16 @@ impl ResultsFile {
                 }
             }
         }
-        // Keep the finished lines (none with `overwrite`), append after them.
-        out.set_len(keep_bytes).map_err(io)?;
+        if errors > 0 {
+            // Error lines are taken out so that their items are scored again and the file ends
+            // with one line per item: the scored lines are copied to a new file that replaces
+            // this one in one rename (a crash leaves one or the other, whole).
+            out = rewrite_without(path, &kept, out)?;
+            unterminated = false;
+        } else {
+            // Keep the finished lines (none with `overwrite`), append after them.
+            out.set_len(keep_bytes).map_err(io)?;
+        }
         use std::io::Seek;
         out.seek(std::io::SeekFrom::End(0)).map_err(io)?;
         if unterminated {
@@ -252,7 +347,13 @@ impl ResultsFile {
             path: path.to_path_buf(),
             out,
             finished,
+            retried: errors,
         })
+    }
+
+    /// Error lines taken out when the file was opened (their items are to be scored again).
+    pub fn retried(&self) -> usize {
+        self.retried
     }
 
     /// Append lines and flush them to disk before returning.

@@ -340,3 +340,54 @@ fn a_second_writer_is_refused() {
         "every item exactly once"
     );
 }
+
+/// A rerun scores again the items an earlier run could not score (an error line: out of memory,
+/// a device error): the error line is taken out, the item gets its score, the file ends with
+/// one line per item and the exit code says what it holds (0).
+#[test]
+fn a_rerun_rescores_error_lines() {
+    let Some(s) = Setup::new() else { return };
+    assert!(s.judge("scores.jsonl", &[]).status.success());
+    let path = s.path("scores.jsonl");
+    let good = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<Value> = good
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let failed = serde_json::json!({"id": lines[1]["id"], "error": "CUDA out of memory", "provenance": lines[1]["provenance"]});
+    let original = std::mem::replace(&mut lines[1], failed);
+    std::fs::write(
+        &path,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let out = s.judge("scores.jsonl", &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("1 error lines of an earlier run were taken out")
+            && err.contains("scored 1 items")
+            && err.contains("3 already in"),
+        "{err}"
+    );
+    let after = super_lines(&path);
+    assert_eq!(after.len(), 4, "one line per item");
+    assert!(after.iter().all(|l| l.get("error").is_none()));
+    let again = after.iter().find(|l| l["id"] == original["id"]).unwrap();
+    assert_eq!(
+        again["scores"], original["scores"],
+        "the same score as the first time"
+    );
+    assert!(
+        std::fs::read_dir(s.dir.path()).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains("hyoka-rewrite")),
+        "no temporary file left"
+    );
+}
+
+fn super_lines(path: &str) -> Vec<Value> {
+    lines(Path::new(path))
+}

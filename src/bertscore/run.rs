@@ -53,6 +53,8 @@ pub const BERT_SCORE_BATCH: usize = 64;
 pub struct RunSummary {
     pub scored: usize,
     pub skipped_finished: usize,
+    /// Error lines of an earlier run taken out of the file, their items scored again.
+    pub retried: usize,
     pub failed: Vec<String>,
     /// Items with nothing to compare with (no reference, or no context turn): error lines.
     pub unpaired: Vec<String>,
@@ -149,6 +151,7 @@ impl BertScoreRun<'_> {
             .iter()
             .filter(|i| file.finished.contains(&i.id))
             .count();
+        summary.retried = file.retried();
 
         // Chunks of items, each appended when done: a killed run loses at most one chunk.
         let mut done = 0;

@@ -228,6 +228,12 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         job.run(&read.items, &output, args.overwrite, progress)
     });
     let summary = summary?;
+    if summary.retried > 0 {
+        eprintln!(
+            "{} error lines of an earlier run were taken out and their items scored again",
+            summary.retried
+        );
+    }
     eprintln!(
         "scored {} items in {secs:.2}s ({:.1} pairs/s, layer {}); {} already in {}; {} failed",
         summary.scored,

@@ -135,6 +135,12 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
         judge.run(&read.items, &args.output, &opts, progress)
     });
     let summary = summary?;
+    if summary.retried > 0 {
+        eprintln!(
+            "{} error lines of an earlier run were taken out and their items scored again",
+            summary.retried
+        );
+    }
     eprintln!(
         "scored {} items in {secs:.1}s ({:.2} items/s); {} already in {}; {} failed; {} truncated to fit",
         summary.scored,

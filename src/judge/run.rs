@@ -55,6 +55,8 @@ impl From<JsonJudgment> for Judgment {
 pub struct RunSummary {
     pub scored: usize,
     pub skipped_finished: usize,
+    /// Error lines of an earlier run taken out of the file, their items scored again.
+    pub retried: usize,
     pub failed: Vec<String>,
     /// Tokens prefilled, and what one full prompt per aspect would have needed.
     pub forward_tokens: usize,
@@ -136,6 +138,7 @@ impl Judge<'_> {
             .collect();
         let mut summary = RunSummary {
             skipped_finished: items.len() - todo.len(),
+            retried: file.retried(),
             ..Default::default()
         };
 
