@@ -280,7 +280,9 @@ fn bad_results_line_names_file_line_and_field() {
     let good = std::fs::read_to_string(common::fixtures().join("meta").join("judge.jsonl"))
         .expect("fixture");
     let mut lines: Vec<String> = good.lines().take(3).map(String::from).collect();
-    lines.push(lines[0].replace("\"expected\":", "\"expectd\":"));
+    // The fourth item's line (a repeat of an earlier item's would be refused for that instead).
+    let fourth = good.lines().nth(3).expect("fixture has 4 lines");
+    lines.push(fourth.replace("\"expected\":", "\"expectd\":"));
     std::fs::write(&bad, lines.join("\n")).expect("write");
     let o = Command::new(env!("CARGO_BIN_EXE_hyoka"))
         .args([

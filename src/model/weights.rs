@@ -100,41 +100,17 @@ impl Weights {
                 st.load(name, &self.device)
                     .map_err(|e| Error::Msg(format!("weight {name}: {e}")))?,
             )),
-            Source::Gguf {
-                content,
-                file,
-                path,
-                arch,
-                heads,
-                kv_heads,
-            } => {
-                let gname = gguf_name(name, *arch).ok_or_else(|| {
-                    Error::Msg(format!("{}: no GGUF tensor for {name}", path.display()))
-                })?;
-                let rope_rows = (*arch == Arch::Llama).then(|| {
-                    if gname.ends_with("attn_q.weight") {
-                        Some(*heads)
-                    } else if gname.ends_with("attn_k.weight") {
-                        Some(*kv_heads)
-                    } else {
-                        None
-                    }
-                });
-                let mut f = file
-                    .lock()
-                    .map_err(|_| Error::Msg("GGUF file lock poisoned".into()))?;
+            Source::Gguf { .. } => {
+                let (gname, rope_heads) = self.gguf_name(name)?;
                 // A tensor to reorder is read on the CPU, reordered, then placed on the device.
-                let load_on = if matches!(rope_rows, Some(Some(_))) {
+                let load_on = if rope_heads.is_some() {
                     &Device::Cpu
                 } else {
                     &self.device
                 };
-                let q = content
-                    .tensor(&mut *f, &gname, load_on)
-                    .map_err(|e| Error::Msg(format!("{}: tensor {gname}: {e}", path.display())))?;
-                let m = Matrix::from_qtensor(q)?;
-                match rope_rows {
-                    Some(Some(n)) => {
+                let m = Matrix::from_qtensor(self.gguf_tensor(&gname, load_on)?)?;
+                match rope_heads {
+                    Some(n) => {
                         // The same reordering as `unpermute_rope_rows`, as a list of rows.
                         let (rows, _) = m.dims()?;
                         let index = Tensor::arange(0u32, rows as u32, &Device::Cpu)?
@@ -148,7 +124,7 @@ impl Weights {
                             .collect();
                         m.permute_rows(&order, &self.device)
                     }
-                    _ => Ok(m),
+                    None => Ok(m),
                 }
             }
         }
@@ -160,33 +136,12 @@ impl Weights {
             Source::Safetensors(st) => st
                 .load(name, &self.device)
                 .map_err(|e| Error::Msg(format!("weight {name}: {e}")))?,
-            Source::Gguf {
-                content,
-                file,
-                path,
-                arch,
-                heads,
-                kv_heads,
-            } => {
-                let gname = gguf_name(name, *arch).ok_or_else(|| {
-                    Error::Msg(format!("{}: no GGUF tensor for {name}", path.display()))
-                })?;
-                let mut f = file
-                    .lock()
-                    .map_err(|_| Error::Msg("GGUF file lock poisoned".into()))?;
-                let q = content
-                    .tensor(&mut *f, &gname, &self.device)
-                    .map_err(|e| Error::Msg(format!("{}: tensor {gname}: {e}", path.display())))?;
-                let mut t = q.dequantize(&self.device)?;
-                // llama.cpp permutes Llama's q/k rows for its interleaved rotary embedding.
-                if *arch == Arch::Llama
-                    && (gname.ends_with("attn_q.weight") || gname.ends_with("attn_k.weight"))
-                {
-                    let n = if gname.ends_with("attn_q.weight") {
-                        *heads
-                    } else {
-                        *kv_heads
-                    };
+            Source::Gguf { arch, .. } => {
+                let (gname, rope_heads) = self.gguf_name(name)?;
+                let mut t = self
+                    .gguf_tensor(&gname, &self.device)?
+                    .dequantize(&self.device)?;
+                if let Some(n) = rope_heads {
                     t = unpermute_rope_rows(&t, n)?;
                 }
                 // convert_hf_to_gguf.py stores Gemma norms as 1 + w; the model adds the 1 itself.
@@ -197,6 +152,48 @@ impl Weights {
             }
         };
         t.to_dtype(self.dtype)
+    }
+
+    /// llama.cpp's name for a GGUF model's tensor, and — for Llama's q and k, whose rows
+    /// llama.cpp permutes for its interleaved rotary embedding — the heads to undo that over.
+    fn gguf_name(&self, name: &str) -> Result<(String, Option<usize>)> {
+        let Source::Gguf {
+            path,
+            arch,
+            heads,
+            kv_heads,
+            ..
+        } = &self.source
+        else {
+            return Err(Error::Msg(format!("{name}: not a GGUF model")));
+        };
+        let gname = gguf_name(name, *arch)
+            .ok_or_else(|| Error::Msg(format!("{}: no GGUF tensor for {name}", path.display())))?;
+        let rope_heads = match *arch {
+            Arch::Llama if gname.ends_with("attn_q.weight") => Some(*heads),
+            Arch::Llama if gname.ends_with("attn_k.weight") => Some(*kv_heads),
+            _ => None,
+        };
+        Ok((gname, rope_heads))
+    }
+
+    /// A GGUF tensor as stored, read onto `device`.
+    fn gguf_tensor(&self, gname: &str, device: &Device) -> Result<candle_core::quantized::QTensor> {
+        let Source::Gguf {
+            content,
+            file,
+            path,
+            ..
+        } = &self.source
+        else {
+            return Err(Error::Msg(format!("{gname}: not a GGUF model")));
+        };
+        let mut f = file
+            .lock()
+            .map_err(|_| Error::Msg("GGUF file lock poisoned".into()))?;
+        content
+            .tensor(&mut *f, gname, device)
+            .map_err(|e| Error::Msg(format!("{}: tensor {gname}: {e}", path.display())))
     }
 }
 
