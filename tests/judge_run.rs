@@ -391,3 +391,32 @@ fn a_rerun_rescores_error_lines() {
 fn super_lines(path: &str) -> Vec<Value> {
     lines(Path::new(path))
 }
+
+/// Settings that change which items are truncated, or what a line holds, are part of the run:
+/// continuing a file with another `--max-prompt-tokens` or `--greedy-baseline` is refused.
+#[test]
+fn truncation_and_baseline_settings_are_part_of_the_run() {
+    let Some(s) = Setup::new() else { return };
+    assert!(
+        s.judge("scores.jsonl", &["--max-prompt-tokens", "4000"])
+            .status
+            .success()
+    );
+    for other in [
+        &["--max-prompt-tokens", "3000"][..],
+        &[][..],
+        &["--max-prompt-tokens", "4000", "--greedy-baseline", "2"][..],
+    ] {
+        let out = s.judge("scores.jsonl", other);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{other:?}: {err}");
+        assert!(
+            err.contains("written by a different run (settings differs"),
+            "{other:?}: {err}"
+        );
+    }
+    let out = s.judge("scores.jsonl", &["--max-prompt-tokens", "4000"]);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stderr).contains("scored 0 items")
+    );
+}
