@@ -151,18 +151,122 @@ pub struct ResultsFile {
     retried: usize,
 }
 
+/// What a results file holds: finished ids, the byte ranges of their lines, the bytes to keep,
+/// whether the last kept line lacks its newline, and how many error lines it has.
+#[derive(Default)]
+struct Scan {
+    finished: HashSet<String>,
+    kept: Vec<(u64, u64)>,
+    keep_bytes: u64,
+    unterminated: bool,
+    errors: usize,
+}
+
+/// Read a results file line by line (bounded), checking every line against `provenance` when
+/// given; a truncated last line (a killed write) is left out.
+fn scan(path: &Path, provenance: Option<&Provenance>) -> Result<Scan, ResultsError> {
+    let io = |source| ResultsError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut finished = HashSet::new();
+    let mut kept: Vec<(u64, u64)> = Vec::new(); // byte ranges of the lines kept
+    let mut keep_bytes = 0u64;
+    // Whether the last line kept has no newline (a run killed between a line and its end).
+    let mut unterminated = false;
+    let mut errors = 0;
+    {
+        let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
+        let corrupt = |line: usize, message: String| ResultsError::Corrupt {
+            path: path.to_path_buf(),
+            line,
+            message,
+        };
+        let mut lines =
+            crate::data::lines::Lines::new(reader, crate::data::lines::MAX_LINE_BYTES).peekable();
+        let mut offset = 0u64;
+        while let Some(next) = lines.next() {
+            let crate::data::lines::Line {
+                number,
+                bytes,
+                newline,
+                text,
+            } = next.map_err(|e| match e {
+                crate::data::lines::ReadError::Io(e) => io(e),
+                crate::data::lines::ReadError::TooLong { line, max } => corrupt(
+                    line,
+                    format!(
+                        "a line longer than {} MiB: not a hyoka results file",
+                        max >> 20
+                    ),
+                ),
+            })?;
+            let start = offset;
+            offset += bytes;
+            let last = lines.peek().is_none();
+            let text = match text {
+                Ok(t) => t,
+                // A line cut short by a kill can end inside a character.
+                Err(_) if last => break,
+                Err(e) => return Err(corrupt(number, e.to_string())),
+            };
+            if text.trim().is_empty() {
+                continue;
+            }
+            match LineHead::parse(&text) {
+                Ok(head) => {
+                    if let Some((what, theirs, ours)) =
+                        provenance.and_then(|p| head.provenance.difference(p))
+                    {
+                        return Err(ResultsError::Mismatch {
+                            path: path.to_path_buf(),
+                            line: number,
+                            what,
+                            theirs,
+                            ours,
+                        });
+                    }
+                    if head.error.is_some() {
+                        errors += 1;
+                        continue;
+                    }
+                    if !finished.insert(head.id.clone()) {
+                        return Err(corrupt(
+                            number,
+                            format!("{:?} again: one line per item", head.id),
+                        ));
+                    }
+                    kept.push((start, bytes));
+                    keep_bytes = offset;
+                    unterminated = !newline;
+                }
+                // A line cut short by a kill: drop it, its item is scored again.
+                Err(_) if last => break,
+                Err(e) => return Err(corrupt(number, e.to_string())),
+            }
+        }
+    }
+    Ok(Scan {
+        finished,
+        kept,
+        keep_bytes,
+        unterminated,
+        errors,
+    })
+}
+
 /// Open (creating) `path` for writing with an exclusive lock: a second run on the same output
 /// would interleave its lines with ours. The lock is the file's (flock), released when the
 /// handle closes — also when a run is killed — and taken before anything is read, so no other
 /// run can change what this one resumes from.
-fn open_locked(path: &Path) -> Result<std::fs::File, ResultsError> {
+fn open_locked(path: &Path, create: bool) -> Result<std::fs::File, ResultsError> {
     let io = |source| ResultsError::Io {
         path: path.to_path_buf(),
         source,
     };
     loop {
         let out = std::fs::OpenOptions::new()
-            .create(true)
+            .create(create)
             .write(true)
             .truncate(false)
             .open(path)
@@ -251,83 +355,19 @@ impl ResultsFile {
             path: path.to_path_buf(),
             source,
         };
-        let mut out = open_locked(path)?;
-        let mut finished = HashSet::new();
-        let mut kept: Vec<(u64, u64)> = Vec::new(); // byte ranges of the lines kept
-        let mut keep_bytes = 0u64;
-        // Whether the last line kept has no newline (a run killed between a line and its end).
-        let mut unterminated = false;
-        let mut errors = 0;
-        if !overwrite {
-            let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
-            let corrupt = |line: usize, message: String| ResultsError::Corrupt {
-                path: path.to_path_buf(),
-                line,
-                message,
-            };
-            let mut lines =
-                crate::data::lines::Lines::new(reader, crate::data::lines::MAX_LINE_BYTES)
-                    .peekable();
-            let mut offset = 0u64;
-            while let Some(next) = lines.next() {
-                let crate::data::lines::Line {
-                    number,
-                    bytes,
-                    newline,
-                    text,
-                } = next.map_err(|e| match e {
-                    crate::data::lines::ReadError::Io(e) => io(e),
-                    crate::data::lines::ReadError::TooLong { line, max } => corrupt(
-                        line,
-                        format!(
-                            "a line longer than {} MiB: not a hyoka results file",
-                            max >> 20
-                        ),
-                    ),
-                })?;
-                let start = offset;
-                offset += bytes;
-                let last = lines.peek().is_none();
-                let text = match text {
-                    Ok(t) => t,
-                    // A line cut short by a kill can end inside a character.
-                    Err(_) if last => break,
-                    Err(e) => return Err(corrupt(number, e.to_string())),
-                };
-                if text.trim().is_empty() {
-                    continue;
-                }
-                match LineHead::parse(&text) {
-                    Ok(head) => {
-                        if let Some((what, theirs, ours)) = head.provenance.difference(provenance) {
-                            return Err(ResultsError::Mismatch {
-                                path: path.to_path_buf(),
-                                line: number,
-                                what,
-                                theirs,
-                                ours,
-                            });
-                        }
-                        if head.error.is_some() {
-                            errors += 1;
-                            continue;
-                        }
-                        if !finished.insert(head.id.clone()) {
-                            return Err(corrupt(
-                                number,
-                                format!("{:?} again: one line per item", head.id),
-                            ));
-                        }
-                        kept.push((start, bytes));
-                        keep_bytes = offset;
-                        unterminated = !newline;
-                    }
-                    // A line cut short by a kill: drop it, its item is scored again.
-                    Err(_) if last => break,
-                    Err(e) => return Err(corrupt(number, e.to_string())),
-                }
-            }
-        }
+        let mut out = open_locked(path, true)?;
+        let Scan {
+            finished,
+            kept,
+            keep_bytes,
+            unterminated,
+            errors,
+        } = if overwrite {
+            Scan::default()
+        } else {
+            scan(path, Some(provenance))?
+        };
+        let mut unterminated = unterminated;
         if errors > 0 {
             // Error lines are taken out so that their items are scored again and the file ends
             // with one line per item: the scored lines are copied to a new file that replaces
@@ -349,6 +389,19 @@ impl ResultsFile {
             finished,
             retried: errors,
         })
+    }
+
+    /// Before anything expensive (loading models): an existing output can be locked and read as
+    /// a results file. Whether its lines come from this run is checked when the run opens it.
+    pub fn preflight(path: &Path, overwrite: bool) -> Result<(), ResultsError> {
+        if !path.exists() {
+            return Ok(());
+        }
+        let _lock = open_locked(path, false)?;
+        if !overwrite {
+            scan(path, None)?;
+        }
+        Ok(())
     }
 
     /// Error lines taken out when the file was opened (their items are to be scored again).

@@ -339,3 +339,58 @@ fn meta_refuses_repeated_items_and_mixed_runs_and_accepts_a_bom() {
         "{err}"
     );
 }
+
+/// An output that cannot be written — locked by a running hyoka, or not a results file — is
+/// refused before any model loads (the model here does not even exist), exit 3.
+#[test]
+fn outputs_are_checked_before_models_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = common::fixtures().join("meta/items.jsonl");
+    let locked = dir.path().join("locked.jsonl");
+    std::fs::write(&locked, "").unwrap();
+    let holder = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&locked)
+        .unwrap();
+    holder.lock().unwrap();
+    let corrupt = dir.path().join("corrupt.jsonl");
+    std::fs::write(&corrupt, "not json\n{\"id\": \"x\"}\n").unwrap();
+    for (out, want) in [
+        (&locked, "another hyoka run is writing this file"),
+        (&corrupt, "corrupt.jsonl:1:"),
+    ] {
+        for cmd in [
+            vec![
+                "judge",
+                "--rubric",
+                "dialogue6-ja",
+                "--model",
+                "/nonexistent/model.gguf",
+                "-i",
+                items.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+            ],
+            vec![
+                "bertscore",
+                "--model",
+                "/nonexistent/encoder",
+                "--layer",
+                "1",
+                "-i",
+                items.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+            ],
+        ] {
+            let o = hyoka(&cmd);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(3), "{cmd:?}: {err}");
+            assert!(
+                err.contains(want) && !err.contains("nonexistent"),
+                "{cmd:?}: {err}"
+            );
+        }
+    }
+    drop(holder);
+}

@@ -207,6 +207,8 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
     for e in &read.skipped {
         eprintln!("skipped: {e}");
     }
+    // The output is checked (locked by no other run, readable) before the encoder loads.
+    hyoka::results::ResultsFile::preflight(&output, args.overwrite)?;
     let loaded = load(&args.encoder, false)?;
     let baseline = resolve_baseline(
         args.baseline.as_ref(),

@@ -158,6 +158,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     // The encoder and its baseline are resolved first: a setting that cannot work (an encoder
     // without a default layer, no baseline for --rescale) fails before the judge pass, not after.
     let (device, dtype) = args.runtime.device_and_dtype()?;
+    // The outputs are checked (locked by no other run, readable) before any model loads.
+    for name in [JUDGE, BERTSCORE] {
+        hyoka::results::ResultsFile::preflight(&dir.join(name), args.overwrite)?;
+    }
     let encoder = if args.no_bertscore {
         None
     } else {

@@ -102,6 +102,8 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
         eprintln!("skipped: {e}");
     }
     let (device, dtype) = args.runtime.device_and_dtype()?;
+    // The output is checked (locked by no other run, readable) before models load.
+    hyoka::results::ResultsFile::preflight(&args.output, args.overwrite)?;
     let mut models = Vec::with_capacity(args.model.len());
     for (i, name) in args.model.iter().enumerate() {
         eprintln!("loading {name} ...");
