@@ -394,3 +394,55 @@ fn outputs_are_checked_before_models_load() {
     }
     drop(holder);
 }
+
+/// A --dtype or --device this build cannot use is a bad flag value (exit 2, named as itself),
+/// and a json rubric's reason bound is checked (2^64 − 1 used to wrap the context arithmetic).
+#[test]
+fn bad_flag_values_exit_2_and_reason_bounds_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = common::fixtures().join("meta/items.jsonl");
+    let out = dir.path().join("o.jsonl");
+    for (flag, value) in [("--dtype", "f64"), ("--device", "nonsense")] {
+        let o = hyoka(&[
+            "judge",
+            "--rubric",
+            "dialogue6-ja",
+            "--model",
+            "/nonexistent.gguf",
+            "-i",
+            items.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            flag,
+            value,
+        ]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(
+            err.contains(&format!("{flag} {value}:")),
+            "named as itself: {err}"
+        );
+    }
+    let toml = text(&hyoka(&["rubrics", "show", "roleplay8-ja", "--toml"]).stdout);
+    let huge = toml
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("reason_max_tokens") {
+                "reason_max_tokens = 2000000".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_ne!(huge, toml, "the built-in json rubric has a reason bound");
+    let path = dir.path().join("huge.toml");
+    std::fs::write(&path, huge).unwrap();
+    let o = hyoka(&["rubrics", "show", path.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert!(
+        o.status.code() == Some(3)
+            && err.contains("huge.toml: json.reason_max_tokens: at most 1048576"),
+        "{err}"
+    );
+}

@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub const EXIT_FAILURE: u8 = 1;
+pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_INVALID_INPUT: u8 = 3;
 pub const EXIT_PARTIAL: u8 = 4;
 
@@ -222,6 +223,13 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
                 }
                 _ => EXIT_INVALID_INPUT,
             };
+        }
+        // A --device or --dtype this build or machine cannot use is a bad flag value.
+        if let Some(
+            hyoka::model::ModelError::Device { .. } | hyoka::model::ModelError::Dtype { .. },
+        ) = cause.downcast_ref::<hyoka::model::ModelError>()
+        {
+            return EXIT_USAGE;
         }
         if let Some(e) = cause.downcast_ref::<RubricError>() {
             return if matches!(e, RubricError::Io { .. }) {

@@ -51,9 +51,9 @@ pub fn parse_dtype(spec: Option<&str>, device: &Device) -> Result<DType, ModelEr
         Some("f32") => Ok(DType::F32),
         Some("bf16") => Ok(DType::BF16),
         Some("f16") => Ok(DType::F16),
-        Some(other) => Err(ModelError::Device {
+        Some(other) => Err(ModelError::Dtype {
             spec: other.into(),
-            message: "--dtype must be f32, bf16 or f16".into(),
+            message: "must be f32, bf16 or f16".into(),
         }),
     }
 }

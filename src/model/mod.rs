@@ -48,6 +48,8 @@ pub enum ModelError {
     },
     #[error("--device {spec}: {message}")]
     Device { spec: String, message: String },
+    #[error("--dtype {spec}: {message}")]
+    Dtype { spec: String, message: String },
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
     #[error(transparent)]

@@ -102,6 +102,9 @@ fn default_reason_tokens() -> usize {
     384
 }
 
+/// The longest reason a json rubric may ask for, in tokens.
+pub const MAX_REASON_TOKENS: usize = 1 << 20;
+
 /// A rubric as written in its TOML file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -252,6 +255,14 @@ impl Rubric {
                 }
                 if j.reason_max_tokens == 0 {
                     return bad("json.reason_max_tokens".into(), "must be at least 1".into());
+                }
+                // A reason longer than any judge's context could never be written; a bound also
+                // keeps the context arithmetic far from overflow.
+                if j.reason_max_tokens > MAX_REASON_TOKENS {
+                    return bad(
+                        "json.reason_max_tokens".into(),
+                        format!("at most {MAX_REASON_TOKENS}"),
+                    );
                 }
             }
             (OutputMode::Score, Some(_)) => {
