@@ -151,13 +151,12 @@ pub struct ResultsFile {
     retried: usize,
 }
 
-/// What a results file holds: finished ids, the byte ranges of their lines, the bytes to keep,
+/// What a results file holds: finished ids, the byte ranges (start, length) of their lines,
 /// whether the last kept line lacks its newline, and how many error lines it has.
 #[derive(Default)]
 struct Scan {
     finished: HashSet<String>,
     kept: Vec<(u64, u64)>,
-    keep_bytes: u64,
     unterminated: bool,
     errors: usize,
 }
@@ -170,86 +169,75 @@ fn scan(path: &Path, provenance: Option<&Provenance>) -> Result<Scan, ResultsErr
         source,
     };
     let mut finished = HashSet::new();
-    let mut kept: Vec<(u64, u64)> = Vec::new(); // byte ranges of the lines kept
-    let mut keep_bytes = 0u64;
+    let mut kept: Vec<(u64, u64)> = Vec::new();
     // Whether the last line kept has no newline (a run killed between a line and its end).
     let mut unterminated = false;
     let mut errors = 0;
-    {
-        let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
-        let corrupt = |line: usize, message: String| ResultsError::Corrupt {
-            path: path.to_path_buf(),
-            line,
-            message,
+    let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
+    let corrupt = |line: usize, message: String| ResultsError::Corrupt {
+        path: path.to_path_buf(),
+        line,
+        message,
+    };
+    let mut lines =
+        crate::data::lines::Lines::new(reader, crate::data::lines::MAX_LINE_BYTES).peekable();
+    let mut offset = 0u64;
+    while let Some(next) = lines.next() {
+        let crate::data::lines::Line {
+            number,
+            bytes,
+            newline,
+            text,
+        } = next.map_err(|e| match e {
+            crate::data::lines::ReadError::Io(e) => io(e),
+            crate::data::lines::ReadError::TooLong { line, .. } => corrupt(line, e.to_string()),
+        })?;
+        let start = offset;
+        offset += bytes;
+        let last = lines.peek().is_none();
+        let text = match text {
+            Ok(t) => t,
+            // A line cut short by a kill can end inside a character.
+            Err(_) if last => break,
+            Err(e) => return Err(corrupt(number, e.to_string())),
         };
-        let mut lines =
-            crate::data::lines::Lines::new(reader, crate::data::lines::MAX_LINE_BYTES).peekable();
-        let mut offset = 0u64;
-        while let Some(next) = lines.next() {
-            let crate::data::lines::Line {
-                number,
-                bytes,
-                newline,
-                text,
-            } = next.map_err(|e| match e {
-                crate::data::lines::ReadError::Io(e) => io(e),
-                crate::data::lines::ReadError::TooLong { line, max } => corrupt(
-                    line,
-                    format!(
-                        "a line longer than {} MiB: not a hyoka results file",
-                        max >> 20
-                    ),
-                ),
-            })?;
-            let start = offset;
-            offset += bytes;
-            let last = lines.peek().is_none();
-            let text = match text {
-                Ok(t) => t,
-                // A line cut short by a kill can end inside a character.
-                Err(_) if last => break,
-                Err(e) => return Err(corrupt(number, e.to_string())),
-            };
-            if text.trim().is_empty() {
-                continue;
-            }
-            match LineHead::parse(&text) {
-                Ok(head) => {
-                    if let Some((what, theirs, ours)) =
-                        provenance.and_then(|p| head.provenance.difference(p))
-                    {
-                        return Err(ResultsError::Mismatch {
-                            path: path.to_path_buf(),
-                            line: number,
-                            what,
-                            theirs,
-                            ours,
-                        });
-                    }
-                    if head.error.is_some() {
-                        errors += 1;
-                        continue;
-                    }
-                    if !finished.insert(head.id.clone()) {
-                        return Err(corrupt(
-                            number,
-                            format!("{:?} again: one line per item", head.id),
-                        ));
-                    }
-                    kept.push((start, bytes));
-                    keep_bytes = offset;
-                    unterminated = !newline;
+        if text.trim().is_empty() {
+            continue;
+        }
+        match LineHead::parse(&text) {
+            Ok(head) => {
+                if let Some((what, theirs, ours)) =
+                    provenance.and_then(|p| head.provenance.difference(p))
+                {
+                    return Err(ResultsError::Mismatch {
+                        path: path.to_path_buf(),
+                        line: number,
+                        what,
+                        theirs,
+                        ours,
+                    });
                 }
-                // A line cut short by a kill: drop it, its item is scored again.
-                Err(_) if last => break,
-                Err(e) => return Err(corrupt(number, e.to_string())),
+                if head.error.is_some() {
+                    errors += 1;
+                    continue;
+                }
+                if !finished.insert(head.id.clone()) {
+                    return Err(corrupt(
+                        number,
+                        format!("{:?} again: one line per item", head.id),
+                    ));
+                }
+                kept.push((start, bytes));
+                unterminated = !newline;
             }
+            // A line cut short by a kill: drop it, its item is scored again.
+            Err(_) if last => break,
+            Err(e) => return Err(corrupt(number, e.to_string())),
         }
     }
     Ok(Scan {
         finished,
         kept,
-        keep_bytes,
         unterminated,
         errors,
     })
@@ -359,7 +347,6 @@ impl ResultsFile {
         let Scan {
             finished,
             kept,
-            keep_bytes,
             unterminated,
             errors,
         } = if overwrite {
@@ -376,6 +363,7 @@ impl ResultsFile {
             unterminated = false;
         } else {
             // Keep the finished lines (none with `overwrite`), append after them.
+            let keep_bytes = kept.last().map_or(0, |(start, len)| start + len);
             out.set_len(keep_bytes).map_err(io)?;
         }
         use std::io::Seek;

@@ -14,7 +14,7 @@ fn tiny(arch: &str) -> std::path::PathBuf {
 }
 
 fn last_logits(dir: &Path) -> Vec<f32> {
-    let m = load_safetensors_dir(dir, DType::F32, &Device::Cpu).unwrap();
+    let m = load_safetensors_dir(dir, DType::F32, &Device::Cpu, Default::default()).unwrap();
     let ids = vec![5u32, 9, 17, 3];
     let b = Batch::new(&[ids.clone()], 0, &m.windows(), m.dtype(), m.device()).unwrap();
     let (h, _) = m.forward(&b, None).unwrap();
@@ -103,7 +103,8 @@ fn clear_errors_for_missing_unsupported_and_mismatched() {
         r#"{"model_type": "gpt_neox", "hidden_size": 8}"#,
     )
     .unwrap();
-    let Err(err) = load_safetensors_dir(dir.path(), DType::F32, &Device::Cpu) else {
+    let Err(err) = load_safetensors_dir(dir.path(), DType::F32, &Device::Cpu, Default::default())
+    else {
         panic!("gpt_neox loaded")
     };
     assert!(matches!(err, ModelError::Unsupported { .. }), "{err}");

@@ -24,7 +24,7 @@ impl Case {
 
 fn load(arch: &str) -> (Transformer, Vec<Case>) {
     let dir = common::fixtures().join("tiny").join(arch);
-    let model = load_safetensors_dir(&dir, DType::F32, &Device::Cpu).unwrap();
+    let model = load_safetensors_dir(&dir, DType::F32, &Device::Cpu, Default::default()).unwrap();
     let expected =
         candle_core::safetensors::load(dir.join("expected.safetensors"), &Device::Cpu).unwrap();
     let mut cases = Vec::new();

@@ -60,12 +60,16 @@ pub fn parse(text: &str, origin: &str) -> Result<Vec<(usize, Prf)>, BertScoreErr
 
 /// The baseline of one layer.
 pub fn read_layer(path: &Path, layer: usize) -> Result<Prf, BertScoreError> {
-    read(path)?
-        .into_iter()
+    row(read(path)?, layer, &path.display().to_string())
+}
+
+/// The row of `layer` among a baseline's rows; `origin` names the baseline in the error.
+pub fn row(rows: Vec<(usize, Prf)>, layer: usize, origin: &str) -> Result<Prf, BertScoreError> {
+    rows.into_iter()
         .find(|(l, _)| *l == layer)
         .map(|(_, b)| b)
         .ok_or_else(|| BertScoreError::Baseline {
-            path: path.display().to_string(),
+            path: origin.to_string(),
             message: format!("no row for layer {layer}"),
         })
 }

@@ -94,14 +94,11 @@ pub fn builtin_baseline(lang: &str, model: &str) -> Option<BuiltinBaseline> {
 impl BuiltinBaseline {
     /// The row of one layer.
     pub fn layer(&self, layer: usize) -> Result<Prf, BertScoreError> {
-        baseline::parse(self.text, &self.source)?
-            .into_iter()
-            .find(|(l, _)| *l == layer)
-            .map(|(_, b)| b)
-            .ok_or_else(|| BertScoreError::Baseline {
-                path: self.source.clone(),
-                message: format!("no row for layer {layer}"),
-            })
+        baseline::row(
+            baseline::parse(self.text, &self.source)?,
+            layer,
+            &self.source,
+        )
     }
 }
 

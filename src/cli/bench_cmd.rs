@@ -5,8 +5,8 @@ use clap::Args;
 use hyoka::data;
 use hyoka::judge::layout::{ItemLayout, common_header, layout_item};
 use hyoka::judge::{Scorer, plan_batches};
+use hyoka::model::Batch;
 use hyoka::model::device::{device_name, dtype_name};
-use hyoka::model::{Batch, LoadedModel};
 use hyoka::prompt::PromptBuilder;
 use hyoka::rubric::Rubric;
 use serde_json::json;
@@ -55,14 +55,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     let items = &items[..args.n.min(items.len())];
     let (device, dtype) = args.runtime.device_and_dtype()?;
-    let model = LoadedModel::load(
-        &args.model,
-        args.runtime.tokenizer.as_deref(),
-        dtype,
-        &device,
-        args.runtime.weights,
-        None,
-    )?;
+    let model = args.runtime.load_model(&args.model, dtype, &device, None)?;
     let t = &model.transformer;
     let builder = PromptBuilder::new(&rubric).map_err(|(f, m)| anyhow::anyhow!("{f}: {m}"))?;
     let layouts: Vec<ItemLayout> = items

@@ -172,7 +172,7 @@ pub fn load_encoder(
 
 /// The rescaling baseline: a file, or with `rescale` the one shipped for (lang, model).
 pub fn resolve_baseline(
-    file: Option<&PathBuf>,
+    file: Option<&std::path::Path>,
     rescale: bool,
     lang: Option<&str>,
     loaded: &LoadedScorer,
@@ -211,7 +211,7 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
     hyoka::results::ResultsFile::preflight(&output, args.overwrite)?;
     let loaded = load(&args.encoder, false)?;
     let baseline = resolve_baseline(
-        args.baseline.as_ref(),
+        args.baseline.as_deref(),
         args.rescale,
         args.encoder.lang.as_deref(),
         &loaded,
@@ -230,12 +230,7 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         job.run(&read.items, &output, args.overwrite, progress)
     });
     let summary = summary?;
-    if summary.retried > 0 {
-        eprintln!(
-            "{} error lines of an earlier run were taken out and their items scored again",
-            summary.retried
-        );
-    }
+    super::report_retried(summary.retried);
     eprintln!(
         "scored {} items in {secs:.2}s ({:.1} pairs/s, layer {}); {} already in {}; {} failed",
         summary.scored,

@@ -11,7 +11,6 @@ use hyoka::data::{self, Item, dbdc3};
 use hyoka::judge::json::Decoding;
 use hyoka::judge::run::Judge;
 use hyoka::meta::Summary;
-use hyoka::model::LoadedModel;
 use hyoka::results::{LineHead, Provenance};
 use hyoka::rubric::Rubric;
 use std::path::{Path, PathBuf};
@@ -184,17 +183,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     };
 
     // The judge.
-    let load_judge = |name: &str| {
-        LoadedModel::load(
-            name,
-            args.runtime.tokenizer.as_deref(),
-            dtype,
-            &device,
-            args.runtime.weights,
-            None,
-        )
-        .with_context(|| format!("loading model {name}"))
-    };
+    let load_judge = |name: &str| args.runtime.load_model(name, dtype, &device, None);
     let models = if args.model.is_empty() {
         vec![super::with_fallback(DEFAULT_JUDGE, load_judge)?]
     } else {
@@ -222,6 +211,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let (summary, secs) =
         super::with_progress("judging", |p| judge.run(&items, &dir.join(JUDGE), &opts, p));
     let summary = summary?;
+    super::report_retried(summary.retried);
     eprintln!(
         "judge: scored {} items in {secs:.1}s; {} already done; {} failed",
         summary.scored,
@@ -255,6 +245,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             job.run(&items, &dir.join(BERTSCORE), args.overwrite, p)
         });
         let summary = summary?;
+        super::report_retried(summary.retried);
         eprintln!(
             "bertscore: scored {} items in {secs:.1}s (layer {}); {} already done; {} failed",
             summary.scored,

@@ -1,11 +1,9 @@
 //! `hyoka judge`.
 
-use anyhow::Context;
 use clap::Args;
 use hyoka::data;
 use hyoka::judge::json::Decoding;
 use hyoka::judge::run::{Judge, RunOptions};
-use hyoka::model::LoadedModel;
 use hyoka::rubric::Rubric;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -108,17 +106,7 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
     for (i, name) in args.model.iter().enumerate() {
         eprintln!("loading {name} ...");
         let expect = if i == 0 { args.sha256.as_deref() } else { None };
-        models.push(
-            LoadedModel::load(
-                name,
-                args.runtime.tokenizer.as_deref(),
-                dtype,
-                &device,
-                args.runtime.weights,
-                expect,
-            )
-            .with_context(|| format!("loading model {name}"))?,
-        );
+        models.push(args.runtime.load_model(name, dtype, &device, expect)?);
     }
     let judge = Judge {
         models: &models,
@@ -137,12 +125,7 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
         judge.run(&read.items, &args.output, &opts, progress)
     });
     let summary = summary?;
-    if summary.retried > 0 {
-        eprintln!(
-            "{} error lines of an earlier run were taken out and their items scored again",
-            summary.retried
-        );
-    }
+    super::report_retried(summary.retried);
     eprintln!(
         "scored {} items in {secs:.1}s ({:.2} items/s); {} already in {}; {} failed; {} truncated to fit",
         summary.scored,

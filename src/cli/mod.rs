@@ -106,6 +106,26 @@ pub struct RuntimeArgs {
 }
 
 impl RuntimeArgs {
+    /// Load judge model `name` on `device` in `dtype` as these flags say (tokenizer, weights).
+    pub fn load_model(
+        &self,
+        name: &str,
+        dtype: candle_core::DType,
+        device: &candle_core::Device,
+        expect_sha256: Option<&str>,
+    ) -> anyhow::Result<hyoka::model::LoadedModel> {
+        use anyhow::Context;
+        hyoka::model::LoadedModel::load(
+            name,
+            self.tokenizer.as_deref(),
+            dtype,
+            device,
+            self.weights,
+            expect_sha256,
+        )
+        .with_context(|| format!("loading model {name}"))
+    }
+
     pub fn device_and_dtype(&self) -> anyhow::Result<(candle_core::Device, candle_core::DType)> {
         let device = hyoka::model::device::parse_device(&self.device)?;
         let dtype = hyoka::model::device::parse_dtype(self.dtype.as_deref(), &device)?;
@@ -169,6 +189,15 @@ pub fn with_progress<T>(
     });
     bar.finish_and_clear();
     (out, started.elapsed().as_secs_f64())
+}
+
+/// Say that error lines of an earlier run were taken out of an output and scored again.
+pub fn report_retried(retried: usize) {
+    if retried > 0 {
+        eprintln!(
+            "{retried} error lines of an earlier run were taken out and their items scored again"
+        );
+    }
 }
 
 /// List the failed items; exit 4 when any item failed or input lines were skipped.

@@ -82,11 +82,11 @@ pub fn read_items(path: &Path, skip_invalid: bool) -> Result<ReadItems, DataErro
 pub(crate) fn read_error(path: &Path, e: super::lines::ReadError) -> DataError {
     match e {
         super::lines::ReadError::Io(e) => DataError::io(path, e),
-        super::lines::ReadError::TooLong { line, max } => DataError::Invalid {
+        super::lines::ReadError::TooLong { line, .. } => DataError::Invalid {
             file: path.to_path_buf(),
             line,
             field: String::new(),
-            message: format!("a line longer than {} MiB: not a JSONL file?", max >> 20),
+            message: e.to_string(),
         },
     }
 }

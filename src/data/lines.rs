@@ -59,6 +59,17 @@ pub enum ReadError {
     TooLong { line: usize, max: usize },
 }
 
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Io(e) => e.fmt(f),
+            ReadError::TooLong { max, .. } => {
+                write!(f, "a line longer than {} MiB: not a JSONL file", max >> 20)
+            }
+        }
+    }
+}
+
 impl<R: BufRead> Iterator for Lines<R> {
     type Item = Result<Line, ReadError>;
 

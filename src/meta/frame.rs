@@ -2,6 +2,7 @@
 
 use super::MetaError;
 use crate::data::Item;
+use serde::Deserialize;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::BufReader;
@@ -105,18 +106,15 @@ impl Frame {
         // Each item once, every line from one run: a second line for an item, or a line of
         // another run (other model, settings, version), would change the correlations silently.
         let mut seen: HashMap<String, usize> = HashMap::new();
-        let mut first_run: Option<crate::results::Provenance> = None;
+        let mut first_run: Option<(Value, crate::results::Provenance)> = None;
         for line in crate::data::lines::Lines::new(reader, crate::data::lines::MAX_LINE_BYTES) {
             let line = line.map_err(|e| match e {
                 crate::data::lines::ReadError::Io(e) => io(e),
-                crate::data::lines::ReadError::TooLong { line, max } => MetaError::Invalid {
+                crate::data::lines::ReadError::TooLong { line, .. } => MetaError::Invalid {
                     path: path.to_path_buf(),
                     line,
                     field: String::new(),
-                    message: format!(
-                        "a line longer than {} MiB: not a hyoka results file",
-                        max >> 20
-                    ),
+                    message: e.to_string(),
                 },
             })?;
             let i = line.number - 1;
@@ -158,12 +156,19 @@ impl Frame {
                 }
                 _ => {}
             }
-            let run: crate::results::Provenance =
-                serde_json::from_value(v["provenance"].clone())
-                    .map_err(|e| invalid("provenance", e.to_string()))?;
+            // Lines of one run carry the same provenance: compared as JSON first, and read as a
+            // provenance only when they differ (the device may, the rest may not).
+            let this_run = &v["provenance"];
             match &first_run {
-                None => first_run = Some(run),
-                Some(first) => {
+                None => {
+                    first_run = Some((
+                        this_run.clone(),
+                        parse_provenance(this_run).map_err(|e| invalid("provenance", e))?,
+                    ))
+                }
+                Some((first_value, _)) if first_value == this_run => {}
+                Some((_, first)) => {
+                    let run = parse_provenance(this_run).map_err(|e| invalid("provenance", e))?;
                     if let Some((what, theirs, ours)) = first.difference(&run) {
                         return Err(invalid(
                             "provenance",
@@ -321,6 +326,11 @@ fn rubric_targets(provenance: Option<&Value>) -> Vec<(String, Vec<String>)> {
             .collect(),
         _ => Vec::new(),
     }
+}
+
+/// A results line's provenance, read as one.
+fn parse_provenance(v: &Value) -> Result<crate::results::Provenance, String> {
+    crate::results::Provenance::deserialize(v).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

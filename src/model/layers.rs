@@ -72,9 +72,9 @@ impl RmsNorm {
 }
 
 pub struct Mlp {
-    pub gate: Linear,
-    pub up: Linear,
-    pub down: Linear,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
     act: Activation,
 }
 
@@ -86,6 +86,14 @@ impl Mlp {
             down: Linear::load(w, &format!("{prefix}.down_proj"), false)?,
             act,
         })
+    }
+
+    /// Bytes its three weights hold in memory.
+    pub fn weight_bytes(&self) -> usize {
+        [&self.gate, &self.up, &self.down]
+            .iter()
+            .map(|l| l.weight_bytes())
+            .sum()
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {

@@ -96,7 +96,7 @@ impl Matrix {
     pub fn matmul_t(&self, x: &Tensor) -> Result<Tensor> {
         let rows = x.dim(0)?;
         match self {
-            Matrix::Quantized(q) if rows <= DECODE_ROWS => self.quantized_product(q, x),
+            Matrix::Quantized(q) if rows <= DECODE_ROWS => quantized_product(q, x),
             _ => x.matmul(&self.expand(x.dtype())?.t()?),
         }
     }
@@ -105,7 +105,7 @@ impl Matrix {
     /// result of a row does not depend on the others); dense matrices as `matmul_t`.
     pub fn matvec_t(&self, x: &Tensor) -> Result<Tensor> {
         match self {
-            Matrix::Quantized(q) => self.quantized_product(q, x),
+            Matrix::Quantized(q) => quantized_product(q, x),
             Matrix::Dense(_) => self.matmul_t(x),
         }
     }
@@ -127,12 +127,6 @@ impl Matrix {
             parts.push(x.matmul(&self.rows(&ids, x.dtype())?.t()?)?);
         }
         Tensor::cat(&parts, 1)
-    }
-
-    fn quantized_product(&self, q: &Arc<QTensor>, x: &Tensor) -> Result<Tensor> {
-        // candle's quantized kernels take f32 activations.
-        let y = QMatMul::from_arc(q.clone())?.forward(&x.to_dtype(DType::F32)?.contiguous()?)?;
-        y.to_dtype(x.dtype())
     }
 
     /// Rows `ids` of the matrix in `dtype`: embedding lookups, and the output head restricted
@@ -179,4 +173,10 @@ impl Matrix {
             }
         }
     }
+}
+
+/// x · Wᵀ through candle's quantized kernels, which take f32 activations.
+fn quantized_product(q: &Arc<QTensor>, x: &Tensor) -> Result<Tensor> {
+    let y = QMatMul::from_arc(q.clone())?.forward(&x.to_dtype(DType::F32)?.contiguous()?)?;
+    y.to_dtype(x.dtype())
 }

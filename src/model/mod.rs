@@ -112,7 +112,7 @@ impl LoadedModel {
                     template_from(&|| crate::prompt::ChatTemplate::load(&files.path))?;
                 let tok = load_tokenizer(&files.path, tokenizer)?;
                 (
-                    load_safetensors_dir_with(&files.path, dtype, device, mode)?,
+                    load_safetensors_dir(&files.path, dtype, device, mode)?,
                     chat_template,
                     tok,
                     id_file,
@@ -134,17 +134,8 @@ impl LoadedModel {
 }
 
 /// Load a Hugging Face checkpoint folder: config.json plus model.safetensors or the shards of
-/// model.safetensors.index.json (weights kept in their stored dtype).
+/// model.safetensors.index.json, computing in `dtype` with the weights held as `mode` says.
 pub fn load_safetensors_dir(
-    dir: &Path,
-    dtype: DType,
-    device: &Device,
-) -> Result<Transformer, ModelError> {
-    load_safetensors_dir_with(dir, dtype, device, WeightsMode::Stored)
-}
-
-/// `load_safetensors_dir` with the weights held as `mode` says.
-pub fn load_safetensors_dir_with(
     dir: &Path,
     dtype: DType,
     device: &Device,

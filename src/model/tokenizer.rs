@@ -144,3 +144,15 @@ fn pre_tokenizer(pre: &str) -> Option<Option<tokenizers::PreTokenizerWrapper>> {
 
 const REGEX_LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const REGEX_QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+#[cfg(test)]
+mod tests {
+    /// The names an error lists are exactly those that build.
+    #[test]
+    fn known_pre_tokenizer_names_all_build() {
+        for name in super::KNOWN_PRE {
+            assert!(super::pre_tokenizer(name).is_some(), "{name}");
+        }
+        assert!(super::pre_tokenizer("tekken").is_none());
+    }
+}

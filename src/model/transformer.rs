@@ -151,27 +151,19 @@ impl Transformer {
             .blocks
             .iter()
             .map(|b| {
-                [
-                    &b.attn.q,
-                    &b.attn.k,
-                    &b.attn.v,
-                    &b.attn.o,
-                    &b.mlp.gate,
-                    &b.mlp.up,
-                    &b.mlp.down,
-                ]
-                .iter()
-                .map(|l| l.weight_bytes())
-                .sum::<usize>()
+                [&b.attn.q, &b.attn.k, &b.attn.v, &b.attn.o]
+                    .iter()
+                    .map(|l| l.weight_bytes())
+                    .sum::<usize>()
+                    + b.mlp.weight_bytes()
             })
             .sum();
-        blocks
-            + self.embed.bytes()
-            + if self.cfg.tie_embeddings {
-                0
-            } else {
-                self.lm_head.bytes()
-            }
+        let head = if self.cfg.tie_embeddings {
+            0
+        } else {
+            self.lm_head.bytes()
+        };
+        blocks + self.embed.bytes() + head
     }
 
     pub fn device(&self) -> &Device {
@@ -389,20 +381,10 @@ impl Transformer {
     /// quantized (each position on its own, so a position's logits do not depend on how many
     /// are read with it); otherwise as `logits_at`.
     fn decode_logits(&self, hidden: &Tensor, at: &[(usize, usize)]) -> Result<Tensor> {
-        if !matches!(self.lm_head, Matrix::Quantized(_)) {
-            return self.logits_at(hidden, at, None);
-        }
-        let (b, len, h) = hidden.dims3()?;
-        let flat: Vec<u32> = at.iter().map(|&(r, p)| (r * len + p) as u32).collect();
-        let idx = Tensor::from_vec(flat, at.len(), &self.device)?;
-        let picked = self
-            .norm
-            .forward(&hidden.reshape((b * len, h))?.index_select(&idx, 0)?)?;
-        let logits = self.lm_head.matvec_t(&picked)?.to_dtype(DType::F32)?;
-        match self.cfg.final_softcap {
-            Some(cap) => (logits / cap)?.tanh()? * cap,
-            None => Ok(logits),
-        }
+        self.head(hidden, at, |picked| match &self.lm_head {
+            Matrix::Quantized(_) => self.lm_head.matvec_t(picked),
+            Matrix::Dense(_) => self.lm_head.matmul_t_chunked(picked, HEAD_CHUNK_ROWS),
+        })
     }
 
     /// Logits (n, vocab) at the given (row, position) pairs of a forward pass's hidden states;
@@ -413,19 +395,28 @@ impl Transformer {
         at: &[(usize, usize)],
         rows: Option<&Tensor>,
     ) -> Result<Tensor> {
+        // The expanded head's arithmetic (a judge reads probabilities): a few vocabulary rows
+        // expanded, or the whole head expanded a slice at a time.
+        self.head(hidden, at, |picked| match rows {
+            Some(r) => picked.matmul(&self.lm_head.rows(r, self.dtype)?.t()?),
+            None => self.lm_head.matmul_t_chunked(picked, HEAD_CHUNK_ROWS),
+        })
+    }
+
+    /// The output head at the given (row, position) pairs: the final norm of those hidden
+    /// states, `product` with the head, in f32, soft-capped where the model caps.
+    fn head(
+        &self,
+        hidden: &Tensor,
+        at: &[(usize, usize)],
+        product: impl FnOnce(&Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
         let (b, len, h) = hidden.dims3()?;
         let flat: Vec<u32> = at.iter().map(|&(r, p)| (r * len + p) as u32).collect();
         debug_assert!(at.iter().all(|&(r, p)| r < b && p < len));
         let idx = Tensor::from_vec(flat, at.len(), &self.device)?;
         let picked = hidden.reshape((b * len, h))?.index_select(&idx, 0)?;
-        let picked = self.norm.forward(&picked)?;
-        // The expanded head's arithmetic (a judge reads probabilities): a few vocabulary rows
-        // expanded, or the whole head expanded a slice at a time.
-        let logits = match rows {
-            Some(r) => picked.matmul(&self.lm_head.rows(r, self.dtype)?.t()?)?,
-            None => self.lm_head.matmul_t_chunked(&picked, HEAD_CHUNK_ROWS)?,
-        }
-        .to_dtype(DType::F32)?;
+        let logits = product(&self.norm.forward(&picked)?)?.to_dtype(DType::F32)?;
         match self.cfg.final_softcap {
             Some(cap) => (logits / cap)?.tanh()? * cap,
             None => Ok(logits),
