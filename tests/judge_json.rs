@@ -132,7 +132,7 @@ fn check_schema(model_dir: &Path, decoding: Decoding, n: usize) -> Vec<Value> {
         greedy_baseline: None,
         decoding,
     };
-    let summary = judge.run(&items(n), &path, &opts, &mut |_, _| {}).unwrap();
+    let (summary, _) = judge.run(&items(n), &path, &opts, &mut |_, _| {}).unwrap();
     assert_eq!(summary.scored, n);
     let reason_key = &rubric.json.as_ref().unwrap().reason_key;
     let mut lines = Vec::new();

@@ -6,7 +6,7 @@ mod common;
 
 use candle_core::{DType, Device};
 use hyoka::data::{Item, Turn};
-use hyoka::judge::layout::{ItemLayout, common_header, layout_item};
+use hyoka::judge::layout::{ItemLayout, TextFit, common_header, layout_item};
 use hyoka::judge::{AspectScore, Scorer, plan_batches};
 use hyoka::model::LoadedModel;
 use hyoka::prompt::PromptBuilder;
@@ -123,7 +123,10 @@ fn distributions_match_transformers_in_any_batching() {
         .collect();
     let layouts: Vec<ItemLayout> = items
         .iter()
-        .map(|it| layout_item(&builder, &model.chat_template, &model.tokenizer, it, 8192).unwrap())
+        .map(|it| {
+            let fit = TextFit::new(&model.tokenizer, 8192);
+            layout_item(&builder, &model.chat_template, &model.tokenizer, it, &fit).unwrap()
+        })
         .collect();
     assert!(
         layouts

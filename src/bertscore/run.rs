@@ -2,20 +2,13 @@
 
 use super::{BertScoreError, BertScorer, Prf};
 use crate::data::Item;
-use crate::results::{ModelId, Provenance, ResultsError, ResultsFile};
-use serde_json::{Map, Value, json};
+use crate::results::runner::{self, Outcome, RunError, RunSummary, ScoreTask};
+use crate::results::{Body, ModelId, Provenance, Task};
+use serde_json::{Map, json};
 use std::path::Path;
 
 /// Items per chunk: large enough to batch well on a GPU, small enough to lose little to a kill.
 const CHUNK_ITEMS: usize = 8192;
-
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error(transparent)]
-    Score(#[from] BertScoreError),
-    #[error(transparent)]
-    Results(#[from] ResultsError),
-}
 
 /// What the response is compared with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -49,17 +42,6 @@ pub fn default_batch_tokens(device: &candle_core::Device) -> usize {
 /// bert_score's default batch size, whose padding floors hyoka reproduces by default.
 pub const BERT_SCORE_BATCH: usize = 64;
 
-#[derive(Debug, Default)]
-pub struct RunSummary {
-    pub scored: usize,
-    pub skipped_finished: usize,
-    /// Error lines of an earlier run taken out of the file, their items scored again.
-    pub retried: usize,
-    pub failed: Vec<String>,
-    /// Items with nothing to compare with (no reference, or no context turn): error lines.
-    pub unpaired: Vec<String>,
-}
-
 impl BertScoreRun<'_> {
     pub fn provenance(&self) -> Provenance {
         let mut settings = Map::new();
@@ -81,7 +63,7 @@ impl BertScoreRun<'_> {
         }
         Provenance {
             hyoka: crate::VERSION.into(),
-            task: "bertscore".into(),
+            task: Task::BertScore,
             rubric: None,
             models: vec![self.model.clone()],
             dtype: crate::model::device::dtype_name(self.scorer.encoder.dtype()).into(),
@@ -106,96 +88,117 @@ impl BertScoreRun<'_> {
         }
     }
 
+    /// Score every item not yet in `output`, appending one line per item (`results::runner`).
     pub fn run(
         &self,
         items: &[Item],
         output: &Path,
         overwrite: bool,
         progress: &mut dyn FnMut(usize, usize),
-    ) -> Result<RunSummary, RunError> {
-        let provenance = self.provenance();
-        let provenance_value = serde_json::to_value(&provenance).expect("provenance serialises");
-        let mut file = ResultsFile::open(output, &provenance, overwrite)?;
-        let mut summary = RunSummary::default();
+    ) -> Result<RunSummary, RunError<BertScoreError>> {
+        let mut task = BertScoreTask {
+            run: self,
+            plan: None,
+        };
+        runner::run(&mut task, items, output, overwrite, progress)
+    }
+}
+
+/// What a run computes once from all items: per item its (candidate, references) pairs or why
+/// it has none; the distinct sentences, idf weights and bert_score's padding floors.
+struct Planned {
+    /// Per item: its index among the paired items, or why it has nothing to compare with.
+    paired: Vec<Result<usize, String>>,
+    sentences: super::Sentences,
+    pairs: super::Pairs,
+    idf: super::Idf,
+    floors: Vec<(bool, bool)>,
+}
+
+struct BertScoreTask<'r, 'a> {
+    run: &'r BertScoreRun<'a>,
+    plan: Option<Planned>,
+}
+
+impl ScoreTask for BertScoreTask<'_, '_> {
+    type Error = BertScoreError;
+
+    fn provenance(&self) -> Provenance {
+        self.run.provenance()
+    }
+
+    fn plan(&mut self, items: &[Item], todo: &[usize]) -> Result<Vec<Vec<usize>>, BertScoreError> {
         // Every item with references is tokenized and paired up front: idf and bert_score's
         // padding floors come from all of them, finished or not, so a resumed run scores the
         // rest exactly as an uninterrupted one would.
-        let mut valid: Vec<&Item> = Vec::new();
+        let mut candidates: Vec<&str> = Vec::new();
         let mut references: Vec<Vec<&str>> = Vec::new();
-        let mut lines = Vec::new();
-        for item in items {
-            match self.references(item) {
-                Ok(refs) => {
-                    valid.push(item);
-                    references.push(refs);
-                }
-                Err(_) if file.finished.contains(&item.id) => {}
-                Err(e) => {
-                    summary.unpaired.push(format!("{}: {e}", item.id));
-                    lines.push(
-                        json!({"id": item.id, "error": e, "provenance": provenance_value})
-                            .to_string(),
-                    );
-                }
-            }
-        }
-        file.append(&lines)?;
-        let candidates: Vec<&str> = valid.iter().map(|i| i.response.text.as_str()).collect();
-        let (sentences, pairs) = self.scorer.pairs(&candidates, &references)?;
-        let idf = self.scorer.idf(self.idf, &sentences, &pairs.pairs);
-        let floors = super::pad_floors(&sentences, &pairs.pairs, self.emulate_batch);
-        let todo: Vec<usize> = (0..valid.len())
-            .filter(|&k| !file.finished.contains(&valid[k].id))
-            .collect();
-        summary.skipped_finished = items
+        let paired = items
             .iter()
-            .filter(|i| file.finished.contains(&i.id))
-            .count();
-        summary.retried = file.retried();
-
+            .map(|item| {
+                self.run.references(item).map(|refs| {
+                    candidates.push(item.response.text.as_str());
+                    references.push(refs);
+                    candidates.len() - 1
+                })
+            })
+            .collect();
+        let (sentences, pairs) = self.run.scorer.pairs(&candidates, &references)?;
+        let idf = self.run.scorer.idf(self.run.idf, &sentences, &pairs.pairs);
+        let floors = super::pad_floors(&sentences, &pairs.pairs, self.run.emulate_batch);
+        self.plan = Some(Planned {
+            paired,
+            sentences,
+            pairs,
+            idf,
+            floors,
+        });
         // Chunks of items, each appended when done: a killed run loses at most one chunk.
-        let mut done = 0;
-        for chunk in todo.chunks(CHUNK_ITEMS) {
-            let ranges: Vec<std::ops::Range<usize>> =
-                chunk.iter().map(|&k| pairs.items[k].clone()).collect();
-            let chunk_pairs: Vec<(usize, usize)> = ranges
-                .iter()
-                .flat_map(|r| pairs.pairs[r.clone()].iter().copied())
-                .collect();
-            let chunk_floors: Vec<(bool, bool)> = ranges
-                .iter()
-                .flat_map(|r| floors[r.clone()].iter().copied())
-                .collect();
-            let prfs = self.scorer.score_pairs(
-                &sentences,
+        Ok(todo.chunks(CHUNK_ITEMS).map(<[usize]>::to_vec).collect())
+    }
+
+    fn score(&mut self, _items: &[Item], chunk: &[usize]) -> Result<Vec<Outcome>, BertScoreError> {
+        let plan = self.plan.as_ref().expect("planned before scoring");
+        let ranges: Vec<std::ops::Range<usize>> = chunk
+            .iter()
+            .filter_map(|&i| plan.paired[i].as_ref().ok())
+            .map(|&k| plan.pairs.items[k].clone())
+            .collect();
+        let chunk_pairs: Vec<(usize, usize)> = ranges
+            .iter()
+            .flat_map(|r| plan.pairs.pairs[r.clone()].iter().copied())
+            .collect();
+        let chunk_floors: Vec<(bool, bool)> = ranges
+            .iter()
+            .flat_map(|r| plan.floors[r.clone()].iter().copied())
+            .collect();
+        let prfs = if chunk_pairs.is_empty() {
+            Vec::new()
+        } else {
+            self.run.scorer.score_pairs(
+                &plan.sentences,
                 &chunk_pairs,
-                &idf,
+                &plan.idf,
                 &chunk_floors,
-                self.batch_tokens,
-            )?;
-            let mut lines = Vec::with_capacity(chunk.len());
-            let mut next = 0;
-            for (&k, r) in chunk.iter().zip(&ranges) {
-                let best = super::best_of(&prfs[next..next + r.len()]);
-                next += r.len();
-                let s = match &self.baseline {
-                    Some((_, b)) => best.rescale(b),
-                    None => best,
-                };
-                let mut line = Map::new();
-                line.insert("id".into(), json!(valid[k].id));
-                line.insert(
-                    "bertscore".into(),
-                    serde_json::to_value(s).expect("numbers serialise"),
-                );
-                line.insert("provenance".into(), provenance_value.clone());
-                lines.push(Value::Object(line).to_string());
-                summary.scored += 1;
-            }
-            file.append(&lines)?;
-            done += chunk.len();
-            progress(done, todo.len());
-        }
-        Ok(summary)
+                self.run.batch_tokens,
+            )?
+        };
+        let mut ranges = ranges.iter();
+        let mut next = 0;
+        Ok(chunk
+            .iter()
+            .map(|&i| match &plan.paired[i] {
+                Err(why) => Outcome::NotApplicable(why.clone()),
+                Ok(_) => {
+                    let r = ranges.next().expect("one range per paired item");
+                    let best = super::best_of(&prfs[next..next + r.len()]);
+                    next += r.len();
+                    Outcome::Scored(Body::BertScore(match &self.run.baseline {
+                        Some((_, b)) => best.rescale(b),
+                        None => best,
+                    }))
+                }
+            })
+            .collect())
     }
 }

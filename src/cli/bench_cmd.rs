@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::Args;
 use hyoka::data;
-use hyoka::judge::layout::{ItemLayout, common_header, layout_item};
+use hyoka::judge::layout::{ItemLayout, TextFit, common_header, layout_item};
 use hyoka::judge::{Scorer, plan_batches};
 use hyoka::model::Batch;
 use hyoka::model::device::{device_name, dtype_name};
@@ -58,17 +58,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let model = args.runtime.load_model(&args.model, dtype, &device, None)?;
     let t = &model.transformer;
     let builder = PromptBuilder::new(&rubric).map_err(|(f, m)| anyhow::anyhow!("{f}: {m}"))?;
+    let fit = TextFit::new(&model.tokenizer, t.cfg.max_position);
     let layouts: Vec<ItemLayout> = items
         .iter()
-        .map(|it| {
-            layout_item(
-                &builder,
-                &model.chat_template,
-                &model.tokenizer,
-                it,
-                t.cfg.max_position,
-            )
-        })
+        .map(|it| layout_item(&builder, &model.chat_template, &model.tokenizer, it, &fit))
         .collect::<Result<_, _>>()?;
     // (1)/(2): one full prompt per item, the first aspect's (prompt + answer prefix).
     let prompts: Vec<Vec<u32>> = layouts

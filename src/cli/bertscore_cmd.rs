@@ -238,10 +238,10 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         loaded.layer,
         summary.skipped_finished,
         output.display(),
-        summary.failed.len() + summary.unpaired.len()
+        summary.failed.len() + summary.not_applicable.len()
     );
     Ok(super::finish(
-        &[summary.failed, summary.unpaired].concat(),
+        &[summary.failed, summary.not_applicable].concat(),
         read.skipped.len(),
     ))
 }

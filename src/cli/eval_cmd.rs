@@ -11,7 +11,8 @@ use hyoka::data::{self, Item, dbdc3};
 use hyoka::judge::json::Decoding;
 use hyoka::judge::run::Judge;
 use hyoka::meta::Summary;
-use hyoka::results::{LineHead, Provenance};
+use hyoka::results::Provenance;
+use hyoka::results::reader::read_records;
 use hyoka::rubric::Rubric;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -210,7 +211,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     );
     let (summary, secs) =
         super::with_progress("judging", |p| judge.run(&items, &dir.join(JUDGE), &opts, p));
-    let summary = summary?;
+    let (summary, _) = summary?;
     super::report_retried(summary.retried);
     eprintln!(
         "judge: scored {} items in {secs:.1}s; {} already done; {} failed",
@@ -254,12 +255,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             summary.failed.len()
         );
         failed.extend(summary.failed);
-        if !summary.unpaired.is_empty() {
+        if let Some(first) = summary.not_applicable.first() {
             // Opening utterances have no previous turn: no BERTScore, by definition, not a failure.
             eprintln!(
-                "bertscore: {} items have nothing to compare with (e.g. {})",
-                summary.unpaired.len(),
-                summary.unpaired[0]
+                "bertscore: {} items have nothing to compare with (e.g. {first})",
+                summary.not_applicable.len(),
             );
         }
         results.push(dir.join(BERTSCORE));
@@ -357,29 +357,19 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
             present.len() == args.shards.len(),
             "{name} is in some shard folders but not in all"
         );
+        // Every shard's file read as typed records of one run; the shards' runs must agree.
         let mut first: Option<Provenance> = None;
         let mut lines = Vec::new();
         for dir in present {
             let path = dir.join(name);
-            let text =
-                std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
-            for (i, line) in text
-                .lines()
-                .enumerate()
-                .filter(|(_, l)| !l.trim().is_empty())
-            {
-                let head =
-                    LineHead::parse(line).map_err(|e| hyoka::results::ResultsError::Corrupt {
-                        path: path.clone(),
-                        line: i + 1,
-                        message: e.to_string(),
-                    })?;
+            read_records(&path, |number, text, record| {
                 match &first {
-                    None => first = Some(head.provenance),
-                    Some(p) => p.ensure_same(&head.provenance, &path, i + 1)?,
+                    None => first = Some(record.provenance),
+                    Some(p) => p.ensure_same(&record.provenance, &path, number)?,
                 }
-                lines.push(line.to_string());
-            }
+                lines.push(text.to_string());
+                Ok(())
+            })?;
         }
         merged.push((name, lines));
     }

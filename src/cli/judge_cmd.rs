@@ -124,7 +124,7 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
     let (summary, secs) = super::with_progress("judging", |progress| {
         judge.run(&read.items, &args.output, &opts, progress)
     });
-    let summary = summary?;
+    let (summary, stats) = summary?;
     super::report_retried(summary.retried);
     eprintln!(
         "scored {} items in {secs:.1}s ({:.2} items/s); {} already in {}; {} failed; {} truncated to fit",
@@ -133,14 +133,14 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
         summary.skipped_finished,
         args.output.display(),
         summary.failed.len(),
-        summary.truncated,
+        stats.truncated,
     );
-    if summary.naive_tokens > 0 {
+    if stats.naive_tokens > 0 {
         eprintln!(
             "forward tokens: {} (one full prompt per aspect would be {}: {:.1}× fewer)",
-            summary.forward_tokens,
-            summary.naive_tokens,
-            summary.naive_tokens as f64 / summary.forward_tokens.max(1) as f64
+            stats.forward_tokens,
+            stats.naive_tokens,
+            stats.naive_tokens as f64 / stats.forward_tokens.max(1) as f64
         );
     }
     Ok(super::finish(&summary.failed, read.skipped.len()))

@@ -222,27 +222,19 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
                 EXIT_INVALID_INPUT
             };
         }
-        // `#[error(transparent)]` wrappers hide the inner error from the chain: look inside.
-        let results = cause
-            .downcast_ref::<hyoka::results::ResultsError>()
-            .or(match cause.downcast_ref::<hyoka::judge::run::RunError>() {
-                Some(hyoka::judge::run::RunError::Results(e)) => Some(e),
+        // A run's results-file errors are in the chain (`runner::RunError` names them as its
+        // source); `meta` wraps them transparently.
+        let results = cause.downcast_ref::<hyoka::results::ResultsError>().or(
+            match cause.downcast_ref::<hyoka::meta::MetaError>() {
+                Some(hyoka::meta::MetaError::Results(e)) => Some(e),
                 _ => None,
-            })
-            .or(
-                match cause.downcast_ref::<hyoka::bertscore::run::RunError>() {
-                    Some(hyoka::bertscore::run::RunError::Results(e)) => Some(e),
-                    _ => None,
-                },
-            );
-        if let Some(
-            hyoka::results::ResultsError::Mismatch { .. }
-            | hyoka::results::ResultsError::Incompatible { .. }
-            | hyoka::results::ResultsError::Locked { .. }
-            | hyoka::results::ResultsError::Corrupt { .. },
-        ) = results
-        {
-            return EXIT_INVALID_INPUT;
+            },
+        );
+        if let Some(e) = results {
+            return match e {
+                hyoka::results::ResultsError::Io { .. } => EXIT_FAILURE,
+                _ => EXIT_INVALID_INPUT,
+            };
         }
         if let Some(e) = cause.downcast_ref::<hyoka::meta::MetaError>() {
             return match e {

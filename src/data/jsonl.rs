@@ -312,10 +312,23 @@ fn parse_human(m: &Map<String, Value>) -> Result<BTreeMap<String, HumanRating>, 
     Ok(out)
 }
 
+/// The largest rating magnitude accepted: 2^53, the last integer f64 keeps exactly. Ratings are
+/// small numbers; beyond this, sums of squares in the statistics overflow (1e308 gave NaN and
+/// ±inf correlations).
+pub const MAX_RATING: f64 = 9_007_199_254_740_992.0;
+
 fn finite(n: &serde_json::Number, field: &str) -> Result<f64, (String, String)> {
-    n.as_f64()
+    let x = n
+        .as_f64()
         .filter(|x| x.is_finite())
-        .ok_or_else(|| (field.to_string(), format!("not a finite number: {n}")))
+        .ok_or_else(|| (field.to_string(), format!("not a finite number: {n}")))?;
+    if x.abs() > MAX_RATING {
+        return Err((
+            field.to_string(),
+            format!("{n} is out of range: ratings must lie within ±2^53 ({MAX_RATING})"),
+        ));
+    }
+    Ok(x)
 }
 
 fn optional_string(

@@ -79,17 +79,51 @@ impl ItemLayout {
     }
 }
 
+/// A prompt's token limit, and the text length beyond which no tokenization can meet it: no
+/// token covers more bytes than the vocabulary's longest entry, and normalisation (NFC/NFKC
+/// composition) shrinks text at most `NORMALISATION_SLACK`-fold, so a text of more bytes than
+/// `max_bytes` needs more than `max_tokens` tokens. Such texts are refused (a response) or left
+/// out (context turns) before anything is tokenized: tokenizing a 50 MB response took minutes
+/// and gigabytes only to refuse it.
+#[derive(Clone, Copy, Debug)]
+pub struct TextFit {
+    pub max_tokens: usize,
+    pub max_bytes: usize,
+}
+
+/// How much text composition can shrink (three Hangul jamo, 9 bytes, compose to one 3-byte
+/// syllable), with room to spare.
+const NORMALISATION_SLACK: usize = 4;
+
+impl TextFit {
+    pub fn new(tokenizer: &Tokenizer, max_tokens: usize) -> Self {
+        let longest = tokenizer
+            .get_vocab(true)
+            .keys()
+            .map(String::len)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        TextFit {
+            max_tokens,
+            max_bytes: max_tokens
+                .saturating_mul(longest)
+                .saturating_mul(NORMALISATION_SLACK),
+        }
+    }
+}
+
 /// Tokenize `item` for every aspect of the builder's rubric, dropping the oldest context turns
-/// while the longest sequence exceeds `max_tokens`.
+/// while the longest sequence exceeds `fit.max_tokens`.
 pub fn layout_item(
     builder: &PromptBuilder,
     template: &ChatTemplate,
     tokenizer: &Tokenizer,
     item: &Item,
-    max_tokens: usize,
+    fit: &TextFit,
 ) -> Result<ItemLayout, JudgeError> {
     let rubric = builder.rubric();
-    fit_context(builder, item, max_tokens, |prompt| {
+    fit_context(builder, item, fit, |prompt| {
         let shared = template.render(&prompt.messages, true)?;
         let mut per_aspect: Vec<Vec<Vec<u32>>> = Vec::with_capacity(rubric.aspects.len());
         for (a, aspect) in rubric.aspects.iter().enumerate() {
@@ -135,16 +169,16 @@ pub fn layout_item(
 }
 
 /// json mode: the whole prompt (answer prefix included) as the trunk, dropping the oldest
-/// context turns while prompt + `reserve` answer tokens exceed `max_tokens`.
+/// context turns while prompt + `reserve` answer tokens exceed `fit.max_tokens`.
 pub fn layout_prompt(
     builder: &PromptBuilder,
     template: &ChatTemplate,
     tokenizer: &Tokenizer,
     item: &Item,
-    max_tokens: usize,
+    fit: &TextFit,
     reserve: usize,
 ) -> Result<ItemLayout, JudgeError> {
-    let (trunk, dropped_turns, truncated) = fit_context(builder, item, max_tokens, |prompt| {
+    let (trunk, dropped_turns, truncated) = fit_context(builder, item, fit, |prompt| {
         let trunk = encode(
             tokenizer,
             &format!(
@@ -167,20 +201,41 @@ pub fn layout_prompt(
 }
 
 /// Render and tokenize with the most recent context turns the rubric allows, dropping the oldest
-/// while `build` says more than `max_tokens` are needed. Returns what `build` made, the context
-/// turns left out, and whether turns had to go for the prompt to fit.
+/// while `build` says more than `fit.max_tokens` are needed. Returns what `build` made, the
+/// context turns left out, and whether turns had to go for the prompt to fit. Turns (and
+/// responses) too long to fit whatever their tokens are never tokenized.
 fn fit_context<T>(
     builder: &PromptBuilder,
     item: &Item,
-    max_tokens: usize,
+    fit: &TextFit,
     mut build: impl FnMut(&crate::prompt::JudgePrompt) -> Result<(T, usize), JudgeError>,
 ) -> Result<(T, usize, bool), JudgeError> {
+    let max_tokens = fit.max_tokens;
+    let response = item.response.text.len();
+    if response > fit.max_bytes {
+        return Err(JudgeError::TextTooLong {
+            item: item.id.clone(),
+            bytes: response,
+            max_bytes: fit.max_bytes,
+            max: max_tokens,
+        });
+    }
     let allowed = builder
         .rubric()
         .max_context_turns
         .unwrap_or(usize::MAX)
         .min(item.context.len());
-    let mut keep = allowed;
+    // The most recent turns whose text, with the response, could still fit.
+    let mut bytes = response;
+    let fitting = item.context[item.context.len() - allowed..]
+        .iter()
+        .rev()
+        .take_while(|t| {
+            bytes = bytes.saturating_add(t.text.len());
+            bytes <= fit.max_bytes
+        })
+        .count();
+    let mut keep = fitting;
     loop {
         let (made, needed) = build(&builder.render_keeping(item, keep)?)?;
         if needed <= max_tokens {

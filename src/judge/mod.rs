@@ -32,6 +32,15 @@ pub enum JudgeError {
         tokens: usize,
         max: usize,
     },
+    #[error(
+        "item {item}: the response is {bytes} bytes, more than any prompt of {max} tokens can hold ({max_bytes} bytes at the vocabulary's longest token); not tokenized"
+    )]
+    TextTooLong {
+        item: String,
+        bytes: usize,
+        max_bytes: usize,
+        max: usize,
+    },
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(transparent)]
@@ -39,7 +48,7 @@ pub enum JudgeError {
 }
 
 /// One aspect's result.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct AspectScore {
     /// The most probable valid score (the lowest one on a tie).
     pub score: i64,
@@ -55,7 +64,7 @@ pub struct AspectScore {
     pub greedy: Option<Greedy>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct Greedy {
     pub text: String,
     pub score: Option<i64>,

@@ -1,24 +1,18 @@
 //! A whole judge run: items × rubric × one or more judge models → scores.jsonl, resumable.
 
 use super::json::{Decoding, JsonFormat, JsonJudgment, item_seed};
-use super::layout::{ItemLayout, common_header, layout_item, layout_prompt};
+use super::layout::{ItemLayout, TextFit, common_header, layout_item, layout_prompt};
 use super::{AspectScore, JudgeError, Scorer, plan_batches};
 use crate::data::Item;
 use crate::model::LoadedModel;
 use crate::model::device::{device_name, dtype_name};
 use crate::prompt::PromptBuilder;
-use crate::results::{ModelId, Provenance, ResultsError, ResultsFile, RubricId};
+use crate::results::record::{Answer, JudgeAnswer};
+use crate::results::runner::{self, Outcome, RunError, RunSummary, ScoreTask};
+use crate::results::{AspectTargets, Body, JudgeRecord, ModelId, Provenance, RubricId, Task};
 use crate::rubric::{OutputMode, Rubric};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, json};
 use std::path::Path;
-
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error(transparent)]
-    Judge(#[from] JudgeError),
-    #[error(transparent)]
-    Results(#[from] ResultsError),
-}
 
 pub struct RunOptions {
     /// Padded tokens per forward pass.
@@ -38,26 +32,24 @@ pub struct RunOptions {
 #[derive(Clone, Debug)]
 struct Judgment {
     aspects: Vec<AspectScore>,
-    answer: Option<(String, String)>,
+    answer: Option<Answer>,
 }
 
 impl From<JsonJudgment> for Judgment {
     fn from(j: JsonJudgment) -> Self {
         Judgment {
             aspects: j.aspects,
-            answer: Some((j.reason, j.text)),
+            answer: Some(Answer {
+                reason: j.reason,
+                text: j.text,
+            }),
         }
     }
 }
 
-/// What a run did, for the closing summary.
+/// What the judge's prompts cost, for the closing summary.
 #[derive(Debug, Default)]
-pub struct RunSummary {
-    pub scored: usize,
-    pub skipped_finished: usize,
-    /// Error lines of an earlier run taken out of the file, their items scored again.
-    pub retried: usize,
-    pub failed: Vec<String>,
+pub struct JudgeStats {
     /// Tokens prefilled, and what one full prompt per aspect would have needed.
     pub forward_tokens: usize,
     pub naive_tokens: usize,
@@ -70,7 +62,7 @@ pub struct Judge<'a> {
     pub rubric_source: &'a str,
 }
 
-impl Judge<'_> {
+impl<'a> Judge<'a> {
     pub fn provenance(&self, opts: &RunOptions) -> Provenance {
         let mut settings = Map::new();
         if self.rubric.output == OutputMode::Json {
@@ -94,11 +86,20 @@ impl Judge<'_> {
         }
         Provenance {
             hyoka: crate::VERSION.into(),
-            task: "judge".into(),
+            task: Task::Judge,
             rubric: Some(RubricId {
                 name: self.rubric.name.clone(),
                 source: self.rubric_source.into(),
                 hash: self.rubric.hash(),
+                aspects: self
+                    .rubric
+                    .aspects
+                    .iter()
+                    .map(|a| AspectTargets {
+                        key: a.key.clone(),
+                        human: a.human.clone(),
+                    })
+                    .collect(),
             }),
             models: self
                 .models
@@ -119,7 +120,7 @@ impl Judge<'_> {
         }
     }
 
-    /// Score every item not yet in `output`, appending one line per item.
+    /// Score every item not yet in `output`, appending one line per item (`results::runner`).
     /// `progress` is called with (items done, items to do).
     pub fn run(
         &self,
@@ -127,50 +128,75 @@ impl Judge<'_> {
         output: &Path,
         opts: &RunOptions,
         progress: &mut dyn FnMut(usize, usize),
-    ) -> Result<RunSummary, RunError> {
-        let provenance = self.provenance(opts);
-        let provenance_value = serde_json::to_value(&provenance).expect("provenance serialises");
-        let mut file = ResultsFile::open(output, &provenance, opts.overwrite)?;
-        let builder = PromptBuilder::new(self.rubric).expect("a validated rubric compiles");
-        let todo: Vec<&Item> = items
-            .iter()
-            .filter(|i| !file.finished.contains(&i.id))
-            .collect();
-        let mut summary = RunSummary {
-            skipped_finished: items.len() - todo.len(),
-            retried: file.retried(),
-            ..Default::default()
+    ) -> Result<(RunSummary, JudgeStats), RunError<JudgeError>> {
+        let mut task = JudgeTask {
+            judge: self,
+            opts,
+            builder: PromptBuilder::new(self.rubric).expect("a validated rubric compiles"),
+            per_model: Vec::new(),
+            formats: Vec::new(),
+            scorers: Vec::new(),
+            stats: JudgeStats::default(),
         };
+        let summary = runner::run(&mut task, items, output, opts.overwrite, progress)?;
+        Ok((summary, task.stats))
+    }
 
+    fn aspect_keys(&self) -> impl Iterator<Item = String> + '_ {
+        self.rubric.aspects.iter().map(|a| a.key.clone())
+    }
+}
+
+/// A judge run as the results runner drives it.
+struct JudgeTask<'j, 'a> {
+    judge: &'j Judge<'a>,
+    opts: &'j RunOptions,
+    builder: PromptBuilder,
+    /// Per judge, per item: its layout, or why it has none.
+    per_model: Vec<Vec<Result<ItemLayout, String>>>,
+    formats: Vec<Option<JsonFormat>>,
+    scorers: Vec<Scorer<'a>>,
+    stats: JudgeStats,
+}
+
+impl ScoreTask for JudgeTask<'_, '_> {
+    type Error = JudgeError;
+
+    fn provenance(&self) -> Provenance {
+        self.judge.provenance(self.opts)
+    }
+
+    fn plan(&mut self, items: &[Item], todo: &[usize]) -> Result<Vec<Vec<usize>>, JudgeError> {
+        let opts = self.opts;
         // Lay out every item for every judge first (tokenization is cheap next to the model):
         // the header shared by all items is then the same however the run is cut up.
-        let mut per_model: Vec<Vec<Result<ItemLayout, String>>> = Vec::new();
         let mut headers = Vec::new();
-        let mut formats: Vec<Option<JsonFormat>> = Vec::new();
-        for m in self.models {
+        for m in self.judge.models {
             let max = opts
                 .max_prompt_tokens
                 .unwrap_or(m.transformer.cfg.max_position);
-            let format = match self.rubric.output {
-                OutputMode::Json => Some(JsonFormat::new(self.rubric, &m.tokenizer)?),
+            let format = match self.judge.rubric.output {
+                OutputMode::Json => Some(JsonFormat::new(self.judge.rubric, &m.tokenizer)?),
                 OutputMode::Score => None,
             };
+            let reserve = format.as_ref().map(JsonFormat::reserve);
+            let fit = TextFit::new(&m.tokenizer, max);
             let layouts: Vec<Result<ItemLayout, String>> = items
                 .iter()
-                .map(|it| match &format {
-                    Some(f) => layout_prompt(
-                        &builder,
+                .map(|it| match reserve {
+                    Some(reserve) => layout_prompt(
+                        &self.builder,
                         &m.chat_template,
                         &m.tokenizer,
                         it,
-                        max,
-                        f.reserve(),
+                        &fit,
+                        reserve,
                     ),
-                    None => layout_item(&builder, &m.chat_template, &m.tokenizer, it, max),
+                    None => layout_item(&self.builder, &m.chat_template, &m.tokenizer, it, &fit),
                 })
                 .map(|l| l.map_err(|e| e.to_string()))
                 .collect();
-            formats.push(format);
+            self.formats.push(format);
             let ok: Vec<&ItemLayout> = layouts.iter().filter_map(|l| l.as_ref().ok()).collect();
             let header = common_header(&ok);
             headers.push(
@@ -178,184 +204,182 @@ impl Judge<'_> {
                     .map(|l| l.trunk[..header].to_vec())
                     .unwrap_or_default(),
             );
-            per_model.push(layouts);
+            self.per_model.push(layouts);
         }
-        let index: std::collections::HashMap<&str, usize> = items
-            .iter()
-            .enumerate()
-            .map(|(i, it)| (it.id.as_str(), i))
-            .collect();
-        let todo_idx: Vec<usize> = todo.iter().map(|it| index[it.id.as_str()]).collect();
-
-        let scorers: Vec<Scorer> = self
+        self.scorers = self
+            .judge
             .models
             .iter()
             .zip(&headers)
             .map(|(m, h)| Scorer::new(&m.transformer, h))
             .collect::<Result<_, _>>()?;
-        summary.forward_tokens += headers.iter().map(Vec::len).sum::<usize>();
+        self.stats.forward_tokens += headers.iter().map(Vec::len).sum::<usize>();
 
         // Batches are planned on the first judge's layout; every judge scores the same chunk,
         // and its lines are written once all judges are done with it.
-        let lens: Vec<usize> = todo_idx
+        let lens: Vec<usize> = todo
             .iter()
             .map(|&i| {
-                per_model[0][i]
+                self.per_model[0][i]
                     .as_ref()
-                    .map_or(1, |l| l.row_tokens(scorers[0].header_len()))
+                    .map_or(1, |l| l.row_tokens(self.scorers[0].header_len()))
             })
             .collect();
-        let plan = plan_batches(&lens, opts.batch_tokens);
-        let total = todo_idx.len();
-        let mut done = 0;
-        progress(0, total);
-        for chunk in plan {
-            let chunk: Vec<usize> = chunk.into_iter().map(|k| todo_idx[k]).collect();
-            // results[j][judge] = per-aspect scores, or the item's error.
-            let mut results: Vec<Vec<Result<Judgment, String>>> = vec![Vec::new(); chunk.len()];
-            for (m, scorer) in scorers.iter().enumerate() {
-                let ok: Vec<(usize, &ItemLayout)> = chunk
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(j, &i)| per_model[m][i].as_ref().ok().map(|l| (j, l)))
-                    .collect();
-                let layouts: Vec<&ItemLayout> = ok.iter().map(|(_, l)| *l).collect();
-                let mut scored: Vec<Judgment> = match &formats[m] {
-                    Some(format) => ok
-                        .iter()
-                        .map(|(j, l)| {
-                            let seed = item_seed(opts.decoding.seed, m, &items[chunk[*j]].id);
-                            Ok(scorer.write_json(format, l, opts.decoding, seed)?.into())
-                        })
-                        .collect::<Result<_, JudgeError>>()?,
-                    None if layouts.is_empty() => Vec::new(),
-                    None => scorer
-                        .score(&layouts)?
-                        .into_iter()
-                        .map(|aspects| Judgment {
-                            aspects,
-                            answer: None,
-                        })
-                        .collect(),
-                };
-                if let Some(max_new) = opts.greedy_baseline {
-                    let model = &self.models[m];
-                    let stop = stop_tokens(model);
-                    for (l, judgment) in layouts.iter().zip(scored.iter_mut()) {
-                        for (a, score) in judgment
-                            .aspects
-                            .iter_mut()
-                            .enumerate()
-                            .take(l.aspects.len())
-                        {
-                            let ids = scorer.greedy(l, a, max_new, &stop)?;
-                            let text = model
-                                .tokenizer
-                                .decode(&ids, true)
-                                .map_err(|e| JudgeError::Tokenizer(e.to_string()))?;
-                            let valid = &l.aspects[a].scores;
-                            score.greedy = Some(super::Greedy {
-                                score: super::parse_score(&text, valid),
-                                text,
-                            });
-                        }
-                    }
-                }
-                let mut scored = scored.into_iter();
-                for l in &layouts {
-                    summary.forward_tokens += l.row_tokens(scorer.header_len());
-                    summary.naive_tokens += l.naive_tokens;
-                }
-                let mut ok_iter = ok.iter().map(|(j, _)| *j).peekable();
-                for (j, &i) in chunk.iter().enumerate() {
-                    if ok_iter.peek() == Some(&j) {
-                        ok_iter.next();
-                        results[j].push(Ok(scored.next().expect("one result per layout")));
-                    } else {
-                        results[j].push(Err(per_model[m][i]
-                            .as_ref()
-                            .err()
-                            .cloned()
-                            .unwrap_or_default()));
-                    }
-                }
-            }
-            let mut lines = Vec::with_capacity(chunk.len());
-            for (j, &i) in chunk.iter().enumerate() {
-                let item = &items[i];
-                let (dropped, truncated) = per_model[0][i]
-                    .as_ref()
-                    .map_or((0, false), |l| (l.dropped_turns, l.truncated));
-                let mut line = Map::new();
-                line.insert("id".into(), json!(item.id));
-                match results[j].iter().find_map(|r| r.as_ref().err()) {
-                    Some(err) => {
-                        summary.failed.push(format!("{}: {err}", item.id));
-                        line.insert("error".into(), json!(err));
-                    }
-                    None => {
-                        let per_judge: Vec<&Judgment> = results[j]
-                            .iter()
-                            .map(|r| r.as_ref().expect("no error"))
-                            .collect();
-                        let aspects: Vec<&Vec<AspectScore>> =
-                            per_judge.iter().map(|r| &r.aspects).collect();
-                        line.insert("scores".into(), self.aspects_json(&mean_scores(&aspects)));
-                        if per_judge.len() == 1 {
-                            add_answer(&mut line, per_judge[0]);
-                        } else {
-                            let judges: Vec<Value> = per_judge
-                                .iter()
-                                .zip(self.models)
-                                .map(|(r, m)| {
-                                    let mut judge = Map::new();
-                                    judge.insert("model".into(), json!(m.files.name));
-                                    judge.insert("scores".into(), self.aspects_json(&r.aspects));
-                                    add_answer(&mut judge, r);
-                                    Value::Object(judge)
-                                })
-                                .collect();
-                            line.insert("judges".into(), Value::Array(judges));
-                        }
-                        summary.scored += 1;
-                    }
-                }
-                summary.truncated += usize::from(truncated);
-                line.insert("dropped_turns".into(), json!(dropped));
-                line.insert("truncated".into(), json!(truncated));
-                line.insert("provenance".into(), provenance_value.clone());
-                lines.push(Value::Object(line).to_string());
-            }
-            file.append(&lines)?;
-            done += chunk.len();
-            progress(done, total);
-        }
-        Ok(summary)
+        Ok(plan_batches(&lens, opts.batch_tokens)
+            .into_iter()
+            .map(|chunk| chunk.into_iter().map(|k| todo[k]).collect())
+            .collect())
     }
 
-    fn aspects_json(&self, scores: &[AspectScore]) -> Value {
-        let map: Map<String, Value> = self
-            .rubric
-            .aspects
+    fn score(&mut self, items: &[Item], chunk: &[usize]) -> Result<Vec<Outcome>, JudgeError> {
+        let opts = self.opts;
+        // results[j][judge] = per-aspect scores, or the item's error.
+        let mut results: Vec<Vec<Result<Judgment, String>>> = vec![Vec::new(); chunk.len()];
+        for (m, scorer) in self.scorers.iter().enumerate() {
+            let ok: Vec<(usize, &ItemLayout)> = chunk
+                .iter()
+                .enumerate()
+                .filter_map(|(j, &i)| self.per_model[m][i].as_ref().ok().map(|l| (j, l)))
+                .collect();
+            let layouts: Vec<&ItemLayout> = ok.iter().map(|(_, l)| *l).collect();
+            let mut scored: Vec<Judgment> = match &self.formats[m] {
+                Some(format) => ok
+                    .iter()
+                    .map(|(j, l)| {
+                        let seed = item_seed(opts.decoding.seed, m, &items[chunk[*j]].id);
+                        Ok(scorer.write_json(format, l, opts.decoding, seed)?.into())
+                    })
+                    .collect::<Result<_, JudgeError>>()?,
+                None if layouts.is_empty() => Vec::new(),
+                None => scorer
+                    .score(&layouts)?
+                    .into_iter()
+                    .map(|aspects| Judgment {
+                        aspects,
+                        answer: None,
+                    })
+                    .collect(),
+            };
+            if let Some(max_new) = opts.greedy_baseline {
+                greedy_baseline(
+                    &self.judge.models[m],
+                    scorer,
+                    &layouts,
+                    &mut scored,
+                    max_new,
+                )?;
+            }
+            let mut scored = scored.into_iter();
+            for l in &layouts {
+                self.stats.forward_tokens += l.row_tokens(scorer.header_len());
+                self.stats.naive_tokens += l.naive_tokens;
+            }
+            let mut ok_iter = ok.iter().map(|(j, _)| *j).peekable();
+            for (j, &i) in chunk.iter().enumerate() {
+                if ok_iter.peek() == Some(&j) {
+                    ok_iter.next();
+                    results[j].push(Ok(scored.next().expect("one result per layout")));
+                } else {
+                    results[j].push(Err(self.per_model[m][i]
+                        .as_ref()
+                        .err()
+                        .cloned()
+                        .unwrap_or_default()));
+                }
+            }
+        }
+        Ok(chunk
             .iter()
-            .zip(scores)
-            .map(|(a, s)| {
-                (
-                    a.key.clone(),
-                    serde_json::to_value(s).expect("scores serialise"),
-                )
+            .zip(results)
+            .map(|(&i, per_judge)| {
+                if let Some(err) = per_judge.iter().find_map(|r| r.as_ref().err()) {
+                    return Outcome::Failed(err.clone());
+                }
+                let per_judge: Vec<Judgment> = per_judge.into_iter().flatten().collect();
+                let (dropped_turns, truncated) = self.per_model[0][i]
+                    .as_ref()
+                    .map_or((0, false), |l| (l.dropped_turns, l.truncated));
+                self.stats.truncated += usize::from(truncated);
+                Outcome::Scored(Body::Judge(self.record(
+                    per_judge,
+                    dropped_turns,
+                    truncated,
+                )))
             })
-            .collect();
-        Value::Object(map)
+            .collect())
     }
 }
 
-/// json mode: the reason and the whole object as the judge wrote it.
-fn add_answer(line: &mut Map<String, Value>, judgment: &Judgment) {
-    if let Some((reason, text)) = &judgment.answer {
-        line.insert("reason".into(), json!(reason));
-        line.insert("answer".into(), json!(text));
+impl JudgeTask<'_, '_> {
+    /// One item's record from every judge's judgment (several: their mean, and each one's own).
+    fn record(
+        &self,
+        per_judge: Vec<Judgment>,
+        dropped_turns: usize,
+        truncated: bool,
+    ) -> JudgeRecord {
+        let keyed = |aspects: Vec<AspectScore>| -> Vec<(String, AspectScore)> {
+            self.judge.aspect_keys().zip(aspects).collect()
+        };
+        let aspects: Vec<&Vec<AspectScore>> = per_judge.iter().map(|r| &r.aspects).collect();
+        let scores = keyed(mean_scores(&aspects));
+        let (answer, judges) = if per_judge.len() == 1 {
+            (
+                per_judge.into_iter().next().and_then(|j| j.answer),
+                Vec::new(),
+            )
+        } else {
+            let judges = per_judge
+                .into_iter()
+                .zip(self.judge.models)
+                .map(|(j, m)| JudgeAnswer {
+                    model: m.files.name.clone(),
+                    scores: keyed(j.aspects),
+                    answer: j.answer,
+                })
+                .collect();
+            (None, judges)
+        };
+        JudgeRecord {
+            scores,
+            answer,
+            judges,
+            dropped_turns,
+            truncated,
+        }
     }
+}
+
+/// `--greedy-baseline`: what greedy generation answers after each aspect's answer prefix, and
+/// the first valid integer in it, next to each distribution.
+fn greedy_baseline(
+    model: &LoadedModel,
+    scorer: &Scorer,
+    layouts: &[&ItemLayout],
+    scored: &mut [Judgment],
+    max_new: usize,
+) -> Result<(), JudgeError> {
+    let stop = stop_tokens(model);
+    for (l, judgment) in layouts.iter().zip(scored.iter_mut()) {
+        for (a, score) in judgment
+            .aspects
+            .iter_mut()
+            .enumerate()
+            .take(l.aspects.len())
+        {
+            let ids = scorer.greedy(l, a, max_new, &stop)?;
+            let text = model
+                .tokenizer
+                .decode(&ids, true)
+                .map_err(|e| JudgeError::Tokenizer(e.to_string()))?;
+            let valid = &l.aspects[a].scores;
+            score.greedy = Some(super::Greedy {
+                score: super::parse_score(&text, valid),
+                text,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Tokens that end an answer: the model's eos and the usual end-of-turn markers.

@@ -28,7 +28,7 @@ fn bertscore_column<'f>(frame: &'f Frame, which: &str) -> Result<&'f Column, Met
     frame
         .columns
         .iter()
-        .find(|c| c.family == Family::BertScore && c.label.ends_with(&format!(" {which}")))
+        .find(|c| c.family == Family::BertScore && c.statistic.name() == which)
         .ok_or_else(|| {
             MetaError::Input(format!(
                 "combining needs BERTScore {which} results (pass a `hyoka bertscore` output)"
@@ -48,10 +48,12 @@ pub fn add_combined(frame: &mut Frame, w: f64, which: &str) -> Result<f64, MetaE
         .cloned()
         .collect();
     for c in judges {
-        let what = c.label.replacen("judge", "combined", 1);
+        let label = Column::label_of(Family::Combined, c.run.as_deref(), c.statistic);
         frame.columns.push(Column {
-            label: format!("{what} (w={w})"),
+            label: format!("{label} (w={w})"),
             family: Family::Combined,
+            statistic: c.statistic,
+            run: c.run.clone(),
             aspect: c.aspect.clone(),
             human: c.human.clone(),
             values: combine(&c.values, &b, mean_b, w),

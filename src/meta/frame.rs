@@ -2,10 +2,10 @@
 
 use super::MetaError;
 use crate::data::Item;
-use serde::Deserialize;
+use crate::results::reader::read_records;
+use crate::results::{Body, Task};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::io::BufReader;
 use std::path::Path;
 
 /// What a column holds (how the report groups and draws it).
@@ -18,11 +18,38 @@ pub enum Family {
     Combined,
 }
 
+/// Which number of a results record a column holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Statistic {
+    /// A judge's most probable score.
+    Argmax,
+    /// A judge's expected score.
+    Expected,
+    P,
+    R,
+    F,
+}
+
+impl Statistic {
+    pub fn name(self) -> &'static str {
+        match self {
+            Statistic::Argmax => "argmax",
+            Statistic::Expected => "expected",
+            Statistic::P => "P",
+            Statistic::R => "R",
+            Statistic::F => "F",
+        }
+    }
+}
+
 /// One score per item (None: no score line, or an error line).
 #[derive(Clone, Debug)]
 pub struct Column {
     pub label: String,
     pub family: Family,
+    pub statistic: Statistic,
+    /// The name that tells several results files of one kind apart (None: the only one).
+    pub run: Option<String>,
     /// The rubric aspect a judge column scores; None for BERTScore.
     pub aspect: Option<String>,
     /// Human keys the rubric says this aspect is compared with (its `human` field).
@@ -39,6 +66,21 @@ pub struct Frame {
     /// Provenance of each results file read, in order.
     pub sources: Vec<Value>,
     index: HashMap<String, usize>,
+}
+
+impl Column {
+    /// "judge argmax", "judge[name] expected", "BERTScore[name] F", "combined argmax" …
+    pub fn label_of(family: Family, run: Option<&str>, statistic: Statistic) -> String {
+        let source = match family {
+            Family::JudgeArgmax | Family::JudgeExpected => "judge",
+            Family::BertScore => "BERTScore",
+            Family::Combined => "combined",
+        };
+        match run {
+            Some(n) => format!("{source}[{n}] {}", statistic.name()),
+            None => format!("{source} {}", statistic.name()),
+        }
+    }
 }
 
 impl Frame {
@@ -90,203 +132,104 @@ impl Frame {
         }
     }
 
-    /// Read a `hyoka judge` or `hyoka bertscore` results file and add its columns. `name` tells
-    /// several judges apart in the labels (None: plain "judge"). The judge's rubric (resolved
-    /// from the provenance when its hash still matches) says which human keys each aspect targets.
+    /// Read a `hyoka judge` or `hyoka bertscore` results file (typed records, one run, one line
+    /// per item) and add its columns. `name` tells several judges apart in the labels (None:
+    /// plain "judge"). Which human keys each aspect targets comes from the run's provenance.
     pub fn add_results(&mut self, path: &Path, name: Option<&str>) -> Result<usize, MetaError> {
-        let io = |source| MetaError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
-        let mut task: Option<String> = None;
-        let mut judge_aspects: Vec<String> = Vec::new();
-        let mut values: HashMap<String, Vec<Option<f64>>> = HashMap::new();
+        let n = self.items.len();
+        // Judge: per aspect (in first-seen order), argmax and expected columns; BERTScore: P, R, F.
+        let mut judge: Vec<(String, Vec<Option<f64>>, Vec<Option<f64>>)> = Vec::new();
+        let mut prf = [vec![None; n], vec![None; n], vec![None; n]];
         let mut matched = 0;
-        // Each item once, every line from one run: a second line for an item, or a line of
-        // another run (other model, settings, version), would change the correlations silently.
-        let mut seen: HashMap<String, usize> = HashMap::new();
-        let mut first_run: Option<(Value, crate::results::Provenance)> = None;
-        for line in crate::data::lines::Lines::new(reader, crate::data::lines::MAX_LINE_BYTES) {
-            let line = line.map_err(|e| match e {
-                crate::data::lines::ReadError::Io(e) => io(e),
-                crate::data::lines::ReadError::TooLong { line, .. } => MetaError::Invalid {
-                    path: path.to_path_buf(),
-                    line,
-                    field: String::new(),
-                    message: e.to_string(),
-                },
-            })?;
-            let i = line.number - 1;
-            let invalid = |field: &str, message: String| MetaError::Invalid {
-                path: path.to_path_buf(),
-                line: i + 1,
-                field: field.into(),
-                message,
-            };
-            let line = line.text.map_err(|e| invalid("", e.to_string()))?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            let v: Value =
-                serde_json::from_str(&line).map_err(|e| invalid("", format!("not JSON: {e}")))?;
-            let id = v
-                .get("id")
-                .and_then(Value::as_str)
-                .ok_or_else(|| invalid("id", "missing or not a string".into()))?;
-            let this_task = v
-                .pointer("/provenance/task")
-                .and_then(Value::as_str)
-                .ok_or_else(|| {
-                    invalid(
-                        "provenance.task",
-                        "missing: not a hyoka results file".into(),
-                    )
-                })?;
-            match &task {
-                None => {
-                    task = Some(this_task.to_string());
-                    self.sources.push(v["provenance"].clone());
-                }
-                Some(t) if t != this_task => {
-                    return Err(invalid(
-                        "provenance.task",
-                        format!("{this_task} after {t} lines: one run per file"),
-                    ));
-                }
-                _ => {}
-            }
-            // Lines of one run carry the same provenance: compared as JSON first, and read as a
-            // provenance only when they differ (the device may, the rest may not).
-            let this_run = &v["provenance"];
-            match &first_run {
-                None => {
-                    first_run = Some((
-                        this_run.clone(),
-                        parse_provenance(this_run).map_err(|e| invalid("provenance", e))?,
-                    ))
-                }
-                Some((first_value, _)) if first_value == this_run => {}
-                Some((_, first)) => {
-                    let run = parse_provenance(this_run).map_err(|e| invalid("provenance", e))?;
-                    if let Some((what, theirs, ours)) = first.difference(&run) {
-                        return Err(invalid(
-                            "provenance",
-                            format!(
-                                "from another run than the file's first line ({what}: {theirs} there, {ours} here); one run per file"
-                            ),
-                        ));
-                    }
-                }
-            }
-            if let Some(first) = seen.insert(id.to_string(), i + 1) {
-                return Err(invalid(
-                    "id",
-                    format!("{id:?} again (first on line {first}): one line per item"),
-                ));
-            }
-            let Some(&row) = self.index.get(id) else {
-                continue;
+        let provenance = read_records(path, |_, _, record| {
+            let Some(&row) = self.index.get(&record.id) else {
+                return Ok(());
             };
             matched += 1;
-            if v.get("error").is_some() {
-                continue;
-            }
-            match this_task {
-                "judge" => {
-                    let scores = v
-                        .get("scores")
-                        .and_then(Value::as_object)
-                        .ok_or_else(|| invalid("scores", "missing".into()))?;
-                    for (aspect, s) in scores {
-                        if !judge_aspects.contains(aspect) {
-                            judge_aspects.push(aspect.clone());
-                        }
-                        for (what, field) in [("argmax", "score"), ("expected", "expected")] {
-                            let x = s.get(field).and_then(Value::as_f64).ok_or_else(|| {
-                                invalid(
-                                    &format!("scores.{aspect}.{field}"),
-                                    "missing or not a number".into(),
-                                )
-                            })?;
-                            values
-                                .entry(format!("{what}\u{0}{aspect}"))
-                                .or_insert_with(|| vec![None; self.items.len()])[row] = Some(x);
-                        }
+            match record.body {
+                Err(_) => {}
+                Ok(Body::Judge(j)) => {
+                    for (aspect, s) in j.scores {
+                        let k = match judge.iter().position(|(a, ..)| *a == aspect) {
+                            Some(k) => k,
+                            None => {
+                                judge.push((aspect, vec![None; n], vec![None; n]));
+                                judge.len() - 1
+                            }
+                        };
+                        judge[k].1[row] = Some(s.score as f64);
+                        judge[k].2[row] = Some(s.expected);
                     }
                 }
-                "bertscore" => {
-                    for key in ["P", "R", "F"] {
-                        let x = v
-                            .pointer(&format!("/bertscore/{key}"))
-                            .and_then(Value::as_f64)
-                            .ok_or_else(|| {
-                                invalid(
-                                    &format!("bertscore.{key}"),
-                                    "missing or not a number".into(),
-                                )
-                            })?;
-                        values
-                            .entry(key.to_string())
-                            .or_insert_with(|| vec![None; self.items.len()])[row] = Some(x);
+                Ok(Body::BertScore(s)) => {
+                    for (column, x) in prf.iter_mut().zip([s.p, s.r, s.f]) {
+                        column[row] = Some(x);
                     }
                 }
-                other => {
-                    return Err(invalid(
-                        "provenance.task",
-                        format!("`{other}` results cannot be meta-evaluated"),
-                    ));
-                }
             }
-        }
-        let empty = || vec![None; self.items.len()];
-        match task.as_deref() {
-            Some("judge") => {
-                let targets = rubric_targets(self.sources.last());
-                let prefix = name.map_or("judge".to_string(), |n| format!("judge[{n}]"));
-                for (what, family) in [
-                    ("argmax", Family::JudgeArgmax),
-                    ("expected", Family::JudgeExpected),
+            Ok(())
+        })?;
+        let Some(provenance) = provenance else {
+            return Err(MetaError::Input(format!(
+                "{}: no results in this file",
+                path.display()
+            )));
+        };
+        let run = name.map(String::from);
+        match provenance.task {
+            Task::Judge => {
+                let targets = provenance
+                    .rubric
+                    .as_ref()
+                    .map(|r| r.aspects.clone())
+                    .unwrap_or_default();
+                let human = |aspect: &str| -> Vec<String> {
+                    targets
+                        .iter()
+                        .find(|t| t.key == aspect)
+                        .map(|t| t.human.clone())
+                        .unwrap_or_default()
+                };
+                let (argmax, expected): (Vec<_>, Vec<_>) = judge
+                    .into_iter()
+                    .map(|(aspect, a, e)| ((aspect.clone(), a), (aspect, e)))
+                    .unzip();
+                for (statistic, family, columns) in [
+                    (Statistic::Argmax, Family::JudgeArgmax, argmax),
+                    (Statistic::Expected, Family::JudgeExpected, expected),
                 ] {
-                    for aspect in &judge_aspects {
-                        let v = values
-                            .remove(&format!("{what}\u{0}{aspect}"))
-                            .unwrap_or_else(empty);
-                        let human = targets
-                            .iter()
-                            .find(|(k, _)| k == aspect)
-                            .map(|(_, h)| h.clone())
-                            .unwrap_or_default();
+                    for (aspect, values) in columns {
                         self.columns.push(Column {
-                            label: format!("{prefix} {what}"),
+                            label: Column::label_of(family, run.as_deref(), statistic),
                             family,
-                            aspect: Some(aspect.clone()),
-                            human,
-                            values: v,
+                            statistic,
+                            run: run.clone(),
+                            human: human(&aspect),
+                            aspect: Some(aspect),
+                            values,
                         });
                     }
                 }
             }
-            Some(_) => {
-                let suffix = name.map_or(String::new(), |n| format!("[{n}]"));
-                for key in ["P", "R", "F"] {
-                    let v = values.remove(key).unwrap_or_else(empty);
+            Task::BertScore => {
+                for (statistic, values) in [Statistic::P, Statistic::R, Statistic::F]
+                    .into_iter()
+                    .zip(prf)
+                {
                     self.columns.push(Column {
-                        label: format!("BERTScore{suffix} {key}"),
+                        label: Column::label_of(Family::BertScore, run.as_deref(), statistic),
                         family: Family::BertScore,
+                        statistic,
+                        run: run.clone(),
                         aspect: None,
                         human: Vec::new(),
-                        values: v,
+                        values,
                     });
                 }
             }
-            None => {
-                return Err(MetaError::Input(format!(
-                    "{}: no results in this file",
-                    path.display()
-                )));
-            }
         }
+        self.sources
+            .push(serde_json::to_value(&provenance).expect("provenance serialises"));
         Ok(matched)
     }
 
@@ -306,31 +249,6 @@ impl Frame {
             None => column.label.clone(),
         }
     }
-}
-
-/// (aspect key, human keys) of the rubric a judge run used, when it can still be found with the
-/// same hash (a built-in, or a rubric file still at its path and unchanged).
-fn rubric_targets(provenance: Option<&Value>) -> Vec<(String, Vec<String>)> {
-    let Some(id) = provenance.and_then(|p| p.get("rubric")) else {
-        return Vec::new();
-    };
-    let (Some(source), Some(hash)) = (id["source"].as_str(), id["hash"].as_str()) else {
-        return Vec::new();
-    };
-    let name = source.strip_prefix("builtin:").unwrap_or(source);
-    match crate::rubric::Rubric::resolve(name) {
-        Ok((r, _)) if r.hash() == hash => r
-            .aspects
-            .iter()
-            .map(|a| (a.key.clone(), a.human.clone()))
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// A results line's provenance, read as one.
-fn parse_provenance(v: &Value) -> Result<crate::results::Provenance, String> {
-    crate::results::Provenance::deserialize(v).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -364,6 +282,8 @@ mod tests {
         Column {
             label: "judge expected".into(),
             family: Family::JudgeExpected,
+            statistic: Statistic::Expected,
+            run: None,
             aspect: Some(aspect.into()),
             human: human.iter().map(|h| h.to_string()).collect(),
             values: vec![Some(1.0)],

@@ -11,7 +11,7 @@ mod summary;
 
 pub use agreement::{AspectMatrix, HumanAspect, RaterBasis, aspect_matrix, rater_agreement};
 pub use combine::{FitW, W_GRID, add_combined, fit_w, in_dev_half};
-pub use frame::{Column, Family, Frame};
+pub use frame::{Column, Family, Frame, Statistic};
 pub use levels::{Bootstrap, Cell, Level, Stat, correlate};
 pub use summary::{MetaOptions, Summary, format_r};
 
@@ -33,6 +33,8 @@ pub enum MetaError {
     },
     #[error(transparent)]
     Data(#[from] crate::data::DataError),
+    #[error(transparent)]
+    Results(#[from] crate::results::ResultsError),
     #[error("{0}")]
     Input(String),
 }

@@ -3,7 +3,7 @@
 
 mod svg;
 
-use crate::meta::{Family, Frame, Level, Summary, format_r};
+use crate::meta::{Family, Frame, Level, Statistic, Summary, format_r};
 use serde_json::{Map, Value, json};
 use std::fmt::Write;
 
@@ -175,8 +175,8 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
             Family::JudgeExpected | Family::Combined | Family::BertScore
         )
     }) {
-        if c.family == Family::Combined && c.label.contains("argmax")
-            || c.family == Family::BertScore && !c.label.ends_with(" F")
+        if c.family == Family::Combined && c.statistic == Statistic::Argmax
+            || c.family == Family::BertScore && c.statistic != Statistic::F
         {
             continue;
         }

@@ -1,135 +1,18 @@
-//! Stage 8 — results files: JSONL, one line per item, appended and flushed as work finishes, so
+//! The output file of a run: JSONL, one line per item, appended and synced as work finishes, so
 //! a killed run restarted with the same arguments continues after the last finished item.
 //! Every line carries the provenance of the run that wrote it; a restart refuses a file written
-//! by a different run (model, rubric, dtype or hyoka version).
+//! by a different run (model, rubric, dtype, settings or hyoka version).
 
-use serde::{Deserialize, Serialize};
+use super::ResultsError;
+use super::provenance::Provenance;
+use serde::Deserialize;
 use std::collections::HashSet;
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, thiserror::Error)]
-pub enum ResultsError {
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}:{line}: {message}", path.display())]
-    Corrupt {
-        path: PathBuf,
-        line: usize,
-        message: String,
-    },
-    #[error("{}:{line}: written by a different run ({what} differs: {theirs} vs now {ours}); use another output file or --overwrite", path.display())]
-    Mismatch {
-        path: PathBuf,
-        line: usize,
-        what: String,
-        theirs: String,
-        ours: String,
-    },
-    #[error("{}: another hyoka run is writing this file (it is locked); wait for it, or write to another file", path.display())]
-    Locked { path: PathBuf },
-    #[error("{}:{line}: cannot be merged with the first input: another run ({what} differs: {theirs} vs {ours})", path.display())]
-    Incompatible {
-        path: PathBuf,
-        line: usize,
-        what: String,
-        theirs: String,
-        ours: String,
-    },
-}
-
-/// What identifies a run's results: lines of one file must agree on all of it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Provenance {
-    pub hyoka: String,
-    pub task: String,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub rubric: Option<RubricId>,
-    pub models: Vec<ModelId>,
-    pub dtype: String,
-    pub device: String,
-    /// Task settings that change the numbers (judge decoding; BERTScore layer, idf, baseline …).
-    #[serde(skip_serializing_if = "serde_json::Map::is_empty", default)]
-    pub settings: serde_json::Map<String, serde_json::Value>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RubricId {
-    pub name: String,
-    pub source: String,
-    /// sha256 of the rubric (scales, wording, templates).
-    pub hash: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ModelId {
-    pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub revision: Option<String>,
-    pub sha256: String,
-    pub arch: String,
-    /// sha256 of the chat template the prompts went through.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub chat_template: Option<String>,
-}
-
-impl Provenance {
-    /// The first difference that makes two runs' results incomparable (the device is not one:
-    /// a run may move between GPUs, or from GPU to CPU).
-    pub fn difference(&self, other: &Provenance) -> Option<(String, String, String)> {
-        if self.hyoka != other.hyoka {
-            return Some(("hyoka version".into(), s(&self.hyoka), s(&other.hyoka)));
-        }
-        if self.task != other.task {
-            return Some(("task".into(), s(&self.task), s(&other.task)));
-        }
-        if self.rubric != other.rubric {
-            return Some(("rubric".into(), s(&self.rubric), s(&other.rubric)));
-        }
-        if self.models != other.models {
-            return Some(("model".into(), s(&self.models), s(&other.models)));
-        }
-        if self.dtype != other.dtype {
-            return Some(("dtype".into(), s(&self.dtype), s(&other.dtype)));
-        }
-        if self.settings != other.settings {
-            return Some(("settings".into(), s(&self.settings), s(&other.settings)));
-        }
-        None
-    }
-}
-
-impl Provenance {
-    /// An error naming `path:line` when `other` (read there) comes from an incomparable run.
-    pub fn ensure_same(
-        &self,
-        other: &Provenance,
-        path: &Path,
-        line: usize,
-    ) -> Result<(), ResultsError> {
-        match other.difference(self) {
-            Some((what, theirs, ours)) => Err(ResultsError::Incompatible {
-                path: path.to_path_buf(),
-                line,
-                what,
-                theirs,
-                ours,
-            }),
-            None => Ok(()),
-        }
-    }
-}
-
-fn s<T: Serialize>(v: &T) -> String {
-    serde_json::to_string(v).unwrap_or_default()
-}
-
-/// What every results line starts with: the item and the run that wrote it.
+/// What a resume needs of a line: the item and the run that wrote it, and whether it failed.
 #[derive(Deserialize)]
-pub struct LineHead {
+struct LineHead {
     pub id: String,
     pub provenance: Provenance,
     /// Set on the line of an item that could not be scored.
@@ -138,7 +21,7 @@ pub struct LineHead {
 }
 
 impl LineHead {
-    pub fn parse(line: &str) -> Result<LineHead, serde_json::Error> {
+    fn parse(line: &str) -> Result<LineHead, serde_json::Error> {
         serde_json::from_str(line)
     }
 }

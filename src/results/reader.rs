@@ -1,0 +1,67 @@
+//! Reading results back (`meta`, `merge`, `eval`): every line a typed record, all of one run,
+//! one line per item — a second line for an item, or a line of another run (other model,
+//! settings, version), would change the correlations silently.
+
+use super::ResultsError;
+use super::provenance::Provenance;
+use super::record::Record;
+use crate::data::lines::{Line, Lines, MAX_LINE_BYTES, ReadError};
+use std::collections::HashMap;
+use std::io::BufReader;
+use std::path::Path;
+
+/// Call `each(line number, line text, record)` for every line of the results file `path`, in
+/// order; the provenance of its run (None: no lines).
+pub fn read_records(
+    path: &Path,
+    mut each: impl FnMut(usize, &str, Record) -> Result<(), ResultsError>,
+) -> Result<Option<Provenance>, ResultsError> {
+    let io = |source| ResultsError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let corrupt = |line: usize, message: String| ResultsError::Corrupt {
+        path: path.to_path_buf(),
+        line,
+        message,
+    };
+    let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
+    let mut first: Option<Provenance> = None;
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for line in Lines::new(reader, MAX_LINE_BYTES) {
+        let Line { number, text, .. } = line.map_err(|e| match e {
+            ReadError::Io(e) => io(e),
+            ReadError::TooLong { line, .. } => corrupt(line, e.to_string()),
+        })?;
+        let text = text.map_err(|e| corrupt(number, e.to_string()))?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        let record = Record::parse(&text).map_err(|e| corrupt(number, e.to_string()))?;
+        match &first {
+            None => first = Some(record.provenance.clone()),
+            Some(p) if *p == record.provenance => {}
+            Some(p) => {
+                if let Some((what, theirs, ours)) = record.provenance.difference(p) {
+                    return Err(corrupt(
+                        number,
+                        format!(
+                            "provenance: from another run than the file's first line ({what}: {theirs} here, {ours} there); one run per file"
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(earlier) = seen.insert(record.id.clone(), number) {
+            return Err(corrupt(
+                number,
+                format!(
+                    "id: {:?} again (first on line {earlier}): one line per item",
+                    record.id
+                ),
+            ));
+        }
+        each(number, &text, record)?;
+    }
+    Ok(first)
+}

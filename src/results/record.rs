@@ -1,0 +1,369 @@
+//! One results line, typed: an item's scores (or why it has none) and the run that wrote it.
+//!
+//! The JSON layout is the one users read: `{"id", "scores"|"bertscore"|"error", …,
+//! "provenance"}`. Lines are read by the provenance's task, field by field, so a bad line is
+//! named down to its field.
+
+use super::provenance::{Provenance, Task};
+use crate::bertscore::Prf;
+use crate::judge::AspectScore;
+use serde_json::{Map, Value, json};
+
+/// A results line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub id: String,
+    /// The scores, or why the item has none (an error line, scored again by a rerun).
+    pub body: Result<Body, String>,
+    pub provenance: Provenance,
+}
+
+/// What a scorer found for one item. One arm per scorer (see `provenance::Task`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Body {
+    Judge(JudgeRecord),
+    BertScore(Prf),
+}
+
+/// A judge's (or the mean of several judges') scores for one item.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JudgeRecord {
+    /// Per aspect key, in rubric order; with several judges, their mean distribution.
+    pub scores: Vec<(String, AspectScore)>,
+    /// json mode, one judge: the reason and the whole object as written.
+    pub answer: Option<Answer>,
+    /// Several judges: each one's own scores and answer.
+    pub judges: Vec<JudgeAnswer>,
+    /// Context turns left out, and whether they went for the prompt to fit.
+    pub dropped_turns: usize,
+    pub truncated: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    pub reason: String,
+    pub text: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct JudgeAnswer {
+    pub model: String,
+    pub scores: Vec<(String, AspectScore)>,
+    pub answer: Option<Answer>,
+}
+
+/// A line that is not a record: the field at fault (empty: the whole line) and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
+    }
+}
+
+fn field_error(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+impl Record {
+    pub fn task(&self) -> Task {
+        self.provenance.task
+    }
+
+    /// The line as written to a results file (no newline).
+    pub fn to_line(&self) -> String {
+        let mut line = Map::new();
+        line.insert("id".into(), json!(self.id));
+        match &self.body {
+            Err(message) => {
+                line.insert("error".into(), json!(message));
+            }
+            Ok(Body::Judge(j)) => {
+                line.insert("scores".into(), scores_json(&j.scores));
+                add_answer(&mut line, j.answer.as_ref());
+                if !j.judges.is_empty() {
+                    let judges = j
+                        .judges
+                        .iter()
+                        .map(|a| {
+                            let mut judge = Map::new();
+                            judge.insert("model".into(), json!(a.model));
+                            judge.insert("scores".into(), scores_json(&a.scores));
+                            add_answer(&mut judge, a.answer.as_ref());
+                            Value::Object(judge)
+                        })
+                        .collect();
+                    line.insert("judges".into(), Value::Array(judges));
+                }
+                line.insert("dropped_turns".into(), json!(j.dropped_turns));
+                line.insert("truncated".into(), json!(j.truncated));
+            }
+            Ok(Body::BertScore(prf)) => {
+                line.insert(
+                    "bertscore".into(),
+                    json!({"P": finite(prf.p), "R": finite(prf.r), "F": finite(prf.f)}),
+                );
+            }
+        }
+        line.insert(
+            "provenance".into(),
+            serde_json::to_value(&self.provenance).expect("provenance serialises"),
+        );
+        Value::Object(line).to_string()
+    }
+
+    /// Read one line; the provenance's task says which fields it has.
+    pub fn parse(text: &str) -> Result<Record, FieldError> {
+        let v: Value =
+            serde_json::from_str(text).map_err(|e| field_error("", format!("not JSON: {e}")))?;
+        let Value::Object(line) = v else {
+            return Err(field_error("", "not a JSON object"));
+        };
+        let id = match line.get("id") {
+            Some(Value::String(s)) => s.clone(),
+            _ => return Err(field_error("id", "missing or not a string")),
+        };
+        let provenance = line
+            .get("provenance")
+            .ok_or_else(|| field_error("provenance", "missing: not a hyoka results file"))?;
+        let provenance: Provenance = serde_json::from_value(provenance.clone())
+            .map_err(|e| field_error("provenance", e.to_string()))?;
+        let body = match line.get("error") {
+            Some(e) => Err(e
+                .as_str()
+                .map(String::from)
+                .unwrap_or_else(|| e.to_string())),
+            None => Ok(match provenance.task {
+                Task::Judge => Body::Judge(read_judge(&line)?),
+                Task::BertScore => Body::BertScore(read_prf(&line)?),
+            }),
+        };
+        Ok(Record {
+            id,
+            body,
+            provenance,
+        })
+    }
+}
+
+/// Non-finite numbers cannot be written as JSON numbers; they are refused before (baselines),
+/// so this only keeps a line valid JSON.
+fn finite(x: f64) -> Value {
+    if x.is_finite() { json!(x) } else { Value::Null }
+}
+
+fn scores_json(scores: &[(String, AspectScore)]) -> Value {
+    Value::Object(
+        scores
+            .iter()
+            .map(|(k, s)| {
+                (
+                    k.clone(),
+                    serde_json::to_value(s).expect("scores serialise"),
+                )
+            })
+            .collect(),
+    )
+}
+
+fn add_answer(line: &mut Map<String, Value>, answer: Option<&Answer>) {
+    if let Some(a) = answer {
+        line.insert("reason".into(), json!(a.reason));
+        line.insert("answer".into(), json!(a.text));
+    }
+}
+
+fn read_scores(v: Option<&Value>, at: &str) -> Result<Vec<(String, AspectScore)>, FieldError> {
+    let scores = v
+        .and_then(Value::as_object)
+        .ok_or_else(|| field_error(at, "missing or not an object"))?;
+    scores
+        .iter()
+        .map(|(aspect, s)| {
+            for key in ["score", "expected"] {
+                if !s.get(key).is_some_and(Value::is_number) {
+                    return Err(field_error(
+                        format!("{at}.{aspect}.{key}"),
+                        "missing or not a number",
+                    ));
+                }
+            }
+            serde_json::from_value(s.clone())
+                .map(|score| (aspect.clone(), score))
+                .map_err(|e| field_error(format!("{at}.{aspect}"), e.to_string()))
+        })
+        .collect()
+}
+
+fn read_answer(v: &Map<String, Value>, at: &str) -> Result<Option<Answer>, FieldError> {
+    match (v.get("reason"), v.get("answer")) {
+        (None, None) => Ok(None),
+        (Some(Value::String(reason)), Some(Value::String(text))) => Ok(Some(Answer {
+            reason: reason.clone(),
+            text: text.clone(),
+        })),
+        _ => Err(field_error(
+            format!("{at}reason"),
+            "`reason` and `answer` must both be strings",
+        )),
+    }
+}
+
+fn read_judge(line: &Map<String, Value>) -> Result<JudgeRecord, FieldError> {
+    let judges = match line.get("judges") {
+        None => Vec::new(),
+        Some(Value::Array(js)) => js
+            .iter()
+            .enumerate()
+            .map(|(i, j)| {
+                let at = format!("judges[{i}]");
+                let j = j
+                    .as_object()
+                    .ok_or_else(|| field_error(&at, "not an object"))?;
+                Ok(JudgeAnswer {
+                    model: j
+                        .get("model")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| field_error(format!("{at}.model"), "missing"))?
+                        .to_string(),
+                    scores: read_scores(j.get("scores"), &format!("{at}.scores"))?,
+                    answer: read_answer(j, &format!("{at}."))?,
+                })
+            })
+            .collect::<Result<_, FieldError>>()?,
+        Some(_) => return Err(field_error("judges", "not an array")),
+    };
+    let dropped_turns = match line.get("dropped_turns") {
+        None => 0,
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| field_error("dropped_turns", "not a count"))?,
+    };
+    let truncated = match line.get("truncated") {
+        None => false,
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| field_error("truncated", "not true or false"))?,
+    };
+    Ok(JudgeRecord {
+        scores: read_scores(line.get("scores"), "scores")?,
+        answer: read_answer(line, "")?,
+        judges,
+        dropped_turns,
+        truncated,
+    })
+}
+
+fn read_prf(line: &Map<String, Value>) -> Result<Prf, FieldError> {
+    let get = |key: &str| {
+        line.get("bertscore")
+            .and_then(|b| b.get(key))
+            .and_then(Value::as_f64)
+            .ok_or_else(|| field_error(format!("bertscore.{key}"), "missing or not a number"))
+    };
+    Ok(Prf {
+        p: get("P")?,
+        r: get("R")?,
+        f: get("F")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::ModelId;
+
+    fn provenance(task: Task) -> Provenance {
+        Provenance {
+            hyoka: "test".into(),
+            task,
+            rubric: None,
+            models: vec![ModelId {
+                name: "m".into(),
+                revision: None,
+                sha256: "0".into(),
+                arch: "llama".into(),
+                chat_template: None,
+            }],
+            dtype: "f32".into(),
+            device: "cpu".into(),
+            settings: Map::new(),
+        }
+    }
+
+    #[test]
+    fn lines_read_back_as_written() {
+        let score = AspectScore::from_distribution(&[1, 2, 3], &[0.2, 0.5, 0.3], 0.01);
+        let records = [
+            Record {
+                id: "a".into(),
+                body: Ok(Body::Judge(JudgeRecord {
+                    scores: vec![("x".into(), score.clone()), ("y".into(), score.clone())],
+                    answer: Some(Answer {
+                        reason: "理由".into(),
+                        text: "{}".into(),
+                    }),
+                    judges: Vec::new(),
+                    dropped_turns: 2,
+                    truncated: true,
+                })),
+                provenance: provenance(Task::Judge),
+            },
+            Record {
+                id: "b".into(),
+                body: Ok(Body::Judge(JudgeRecord {
+                    scores: vec![("x".into(), score.clone())],
+                    answer: None,
+                    judges: vec![JudgeAnswer {
+                        model: "m".into(),
+                        scores: vec![("x".into(), score)],
+                        answer: None,
+                    }],
+                    dropped_turns: 0,
+                    truncated: false,
+                })),
+                provenance: provenance(Task::Judge),
+            },
+            Record {
+                id: "c".into(),
+                body: Ok(Body::BertScore(Prf {
+                    p: 0.5,
+                    r: 0.25,
+                    f: 1.0 / 3.0,
+                })),
+                provenance: provenance(Task::BertScore),
+            },
+            Record {
+                id: "d".into(),
+                body: Err("no context turn".into()),
+                provenance: provenance(Task::BertScore),
+            },
+        ];
+        for r in &records {
+            assert_eq!(&Record::parse(&r.to_line()).expect("parses"), r);
+        }
+    }
+
+    #[test]
+    fn a_bad_field_is_named() {
+        let line = r#"{"id":"a","scores":{"x":{"score":1,"expectd":1.0,"distribution":{},"off_scale":0}},"provenance":{"hyoka":"t","task":"judge","models":[],"dtype":"f32","device":"cpu"}}"#;
+        let e = Record::parse(line).expect_err("no expected");
+        assert_eq!(e.field, "scores.x.expected");
+        let line = r#"{"id":"a","bertscore":{"P":1,"R":1},"provenance":{"hyoka":"t","task":"bertscore","models":[],"dtype":"f32","device":"cpu"}}"#;
+        assert_eq!(Record::parse(line).expect_err("no F").field, "bertscore.F");
+        let line = r#"{"id":"a","provenance":{"hyoka":"t","task":"rouge","models":[],"dtype":"f32","device":"cpu"}}"#;
+        assert_eq!(Record::parse(line).expect_err("task").field, "provenance");
+    }
+}

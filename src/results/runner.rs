@@ -1,0 +1,122 @@
+//! The one runner: a scorer plans and scores, the runner owns the output file — locked,
+//! appended to and synced chunk by chunk, resumed after the last finished item, error lines of
+//! an earlier run scored again, a run with other settings refused.
+
+use super::ResultsError;
+use super::file::ResultsFile;
+use super::provenance::Provenance;
+use super::record::{Body, Record};
+use crate::data::Item;
+use std::path::Path;
+
+/// A scorer, as the runner sees it.
+pub trait ScoreTask {
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Every setting that changes a number (a rerun with any other is refused).
+    fn provenance(&self) -> Provenance;
+
+    /// Prepare to score `todo` (indices into `items`, the items not yet in the output; all of
+    /// `items` may matter, e.g. a shared prompt header or idf weights) and return the chunks to
+    /// score, in order: each is written (and synced) as soon as it is scored.
+    fn plan(&mut self, items: &[Item], todo: &[usize]) -> Result<Vec<Vec<usize>>, Self::Error>;
+
+    /// Score one chunk: one outcome per index of `chunk`, in its order.
+    fn score(&mut self, items: &[Item], chunk: &[usize]) -> Result<Vec<Outcome>, Self::Error>;
+}
+
+/// What became of one item.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    Scored(Body),
+    /// This item could not be scored (written as an error line; a rerun tries again).
+    Failed(String),
+    /// The item has nothing to score by definition (BERTScore of an opening turn: no previous
+    /// turn). Written as an error line like a failure, but not counted as one.
+    NotApplicable(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError<E: std::error::Error + 'static> {
+    #[error(transparent)]
+    Task(E),
+    #[error("results file")]
+    Results(#[source] ResultsError),
+}
+
+impl<E: std::error::Error + 'static> From<ResultsError> for RunError<E> {
+    fn from(e: ResultsError) -> Self {
+        RunError::Results(e)
+    }
+}
+
+/// What a run did, for the closing summary.
+#[derive(Debug, Default)]
+pub struct RunSummary {
+    pub scored: usize,
+    /// Items already in the output (finished by an earlier run).
+    pub skipped_finished: usize,
+    /// Error lines of an earlier run taken out of the file, their items scored again.
+    pub retried: usize,
+    /// "id: why" of each failed item.
+    pub failed: Vec<String>,
+    /// "id: why" of each item with nothing to score.
+    pub not_applicable: Vec<String>,
+}
+
+/// Score every item of `items` not yet in `output` with `task`, writing one line per item.
+/// `progress` is called with (items done, items to do).
+pub fn run<T: ScoreTask>(
+    task: &mut T,
+    items: &[Item],
+    output: &Path,
+    overwrite: bool,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<RunSummary, RunError<T::Error>> {
+    let provenance = task.provenance();
+    let mut file = ResultsFile::open(output, &provenance, overwrite)?;
+    let todo: Vec<usize> = (0..items.len())
+        .filter(|&i| !file.finished.contains(&items[i].id))
+        .collect();
+    let mut summary = RunSummary {
+        skipped_finished: items.len() - todo.len(),
+        retried: file.retried(),
+        ..Default::default()
+    };
+    let chunks = task.plan(items, &todo).map_err(RunError::Task)?;
+    let total: usize = chunks.iter().map(Vec::len).sum();
+    let mut done = 0;
+    progress(0, total);
+    for chunk in chunks {
+        let outcomes = task.score(items, &chunk).map_err(RunError::Task)?;
+        assert_eq!(outcomes.len(), chunk.len(), "one outcome per item");
+        let mut lines = Vec::with_capacity(chunk.len());
+        for (&i, outcome) in chunk.iter().zip(outcomes) {
+            let id = &items[i].id;
+            let body = match outcome {
+                Outcome::Scored(body) => {
+                    summary.scored += 1;
+                    Ok(body)
+                }
+                Outcome::Failed(why) => {
+                    summary.failed.push(format!("{id}: {why}"));
+                    Err(why)
+                }
+                Outcome::NotApplicable(why) => {
+                    summary.not_applicable.push(format!("{id}: {why}"));
+                    Err(why)
+                }
+            };
+            let record = Record {
+                id: id.clone(),
+                body,
+                provenance: provenance.clone(),
+            };
+            lines.push(record.to_line());
+        }
+        file.append(&lines)?;
+        done += chunk.len();
+        progress(done, total);
+    }
+    Ok(summary)
+}
