@@ -225,6 +225,32 @@ fn every_command_help_explains_more_than_its_one_line_summary() {
             "`hyoka {cmd} --help` lacks {phrase:?}:\n{help}"
         );
     }
+    // One exit-code table, shown by every command.
+    for cmd in [
+        &[][..],
+        &["judge"],
+        &["bertscore"],
+        &["meta"],
+        &["eval"],
+        &["merge"],
+        &["validate"],
+        &["bench"],
+        &["import"],
+        &["rubrics"],
+    ] {
+        let out = hyoka(&[cmd, &["--help"]].concat());
+        let help = text(&out.stdout);
+        for code in [
+            "  2  usage",
+            "  3  invalid input",
+            "  4  finished, but some items failed",
+        ] {
+            assert!(
+                help.contains(code),
+                "`hyoka {cmd:?} --help` lacks {code:?}:\n{help}"
+            );
+        }
+    }
 }
 
 /// Bad input files get a clear error naming file and line, exit 3, bounded memory — never a
@@ -445,4 +471,93 @@ fn bad_flag_values_exit_2_and_reason_bounds_are_checked() {
             && err.contains("huge.toml: json.reason_max_tokens: at most 1048576"),
         "{err}"
     );
+}
+
+/// Ratings too large for the statistics (1e308 gave NaN and ±inf correlations) are refused at
+/// the input edge, naming file, line and field.
+#[test]
+fn ratings_beyond_2_pow_53_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |human: &str| {
+        format!(
+            r#"{{"id": "a", "context": [{{"speaker": "U", "text": "hi"}}], "response": {{"speaker": "S", "text": "hello"}}, "human": {human}}}"#
+        )
+    };
+    let ok = write(
+        dir.path(),
+        "ok.jsonl",
+        &line(r#"{"q": [9007199254740992, -3]}"#),
+    );
+    assert!(hyoka(&["validate", &ok]).status.success());
+    for (name, human, field) in [
+        ("big.jsonl", r#"{"q": 1e308}"#, "human.q"),
+        ("list.jsonl", r#"{"q": [1, -1e300]}"#, "human.q[1]"),
+    ] {
+        let path = write(
+            dir.path(),
+            name,
+            &format!(
+                "{}\n{}\n",
+                line(r#"{"q": 1}"#).replace("\"a\"", "\"z\""),
+                line(human)
+            ),
+        );
+        let out = hyoka(&["validate", &path]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{err}");
+        assert!(
+            err.contains(&format!("{name}:2")) && err.contains(field) && err.contains("2^53"),
+            "{err}"
+        );
+    }
+}
+
+/// `meta` pairs a judge's aspects with the human ratings its rubric named (`human = [...]`)
+/// from the results' provenance: the rubric file is not read again (it may have moved or
+/// changed since the run).
+#[test]
+fn meta_takes_human_targets_from_the_provenance() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = common::fixtures().join("meta/items.jsonl");
+    let judge = std::fs::read_to_string(common::fixtures().join("meta/judge.jsonl")).unwrap();
+    // The items are rated for coherence and overall. The judge's second aspect is renamed
+    // "quality": with no rubric to say otherwise it is compared with every human aspect; its
+    // run's provenance says it targets coherence only, and the rubric file is gone.
+    let quality = judge.replace(r#""overall": {"score""#, r#""quality": {"score""#);
+    assert_ne!(quality, judge, "the fixture has an overall aspect");
+    let targeted = quality.replace(
+        r#""rubric": {"name": "fixture", "source": "fixture", "hash": "0"}"#,
+        r#""rubric": {"name": "gone", "source": "/nonexistent/rubric.toml", "hash": "0", "aspects": [{"key": "coherence"}, {"key": "quality", "human": ["coherence"]}]}"#,
+    );
+    assert_ne!(targeted, quality, "the fixture names its rubric");
+    let run = |name: &str, content: &str| {
+        let scores = write(dir.path(), name, content);
+        let json = dir.path().join("summary.json");
+        let out = hyoka(&[
+            "meta",
+            "-i",
+            items.to_str().unwrap(),
+            "-s",
+            &scores,
+            "--bootstrap",
+            "0",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+        // The human aspects the judge's quality column is correlated with.
+        let mut humans: Vec<String> = v["correlations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["row"] == "judge expected · quality" && c["level"] == "item")
+            .map(|c| c["human"].as_str().unwrap().to_string())
+            .collect();
+        humans.sort();
+        humans
+    };
+    assert_eq!(run("plain.jsonl", &quality), ["coherence", "overall"]);
+    assert_eq!(run("targeted.jsonl", &targeted), ["coherence"]);
 }

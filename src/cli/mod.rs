@@ -1,6 +1,4 @@
-//! Subcommands. Exit codes: 0 success, 1 failure (I/O, model, internal), 2 command-line usage,
-//! 3 invalid input (a data file or rubric that fails validation), 4 finished, but some items
-//! failed or were skipped (listed on stderr and in the output).
+//! Subcommands, and the exit codes every one of them uses (`EXIT_CODES`, shown by `--help`).
 
 mod bench_cmd;
 mod bertscore_cmd;
@@ -21,6 +19,19 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_INVALID_INPUT: u8 = 3;
 pub const EXIT_PARTIAL: u8 = 4;
 
+/// The exit codes, as `--help` shows them (README.md has the same table).
+pub const EXIT_CODES: &str = "Exit codes:
+  0  success: every item scored (or nothing left to do)
+  1  failure: I/O, a model that cannot load, an internal error
+  2  usage: a bad flag or flag value, including one this build or machine cannot use
+     (--dtype f64, --device cuda without CUDA)
+  3  invalid input: an items, rubric or results file that fails validation (named as
+     FILE:LINE: FIELD: bad UTF-8, a line over 64 MiB, a rating beyond ±2^53, a repeated
+     item, lines of another run), or an output written by another run or locked by a
+     running one
+  4  finished, but some items failed or input lines were skipped: listed on stderr, and
+     failed items have an `error` line that a rerun scores again";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "hyoka",
@@ -29,8 +40,7 @@ pub const EXIT_PARTIAL: u8 = 4;
     long_about = "hyoka (評価) scores dialogue responses with LLM judges and BERTScore running \
 in-process, offline, and checks them against human ratings.\n\n\
 Items are JSONL, one dialogue item per line (see `hyoka validate --help` and README.md).",
-    after_help = "Exit codes: 0 success, 1 failure, 2 usage error, 3 invalid input (data or rubric), \
-4 finished but some items failed or were skipped."
+    after_help = EXIT_CODES
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -42,30 +52,45 @@ pub struct Cli {
 /// also replace the long `--help` text their option structs carry.
 pub enum Command {
     /// Convert a dataset into hyoka's items JSONL.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = EXIT_CODES)]
     Import(data_cmd::Import),
-    #[command(about = "Check an items JSONL file strictly and print what it holds")]
+    #[command(
+        about = "Check an items JSONL file strictly and print what it holds",
+        after_help = EXIT_CODES
+    )]
     Validate(data_cmd::Validate),
     /// List, show and check rubrics, and print the exact prompt a judge would see.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = EXIT_CODES)]
     Rubrics(rubrics_cmd::Rubrics),
-    #[command(about = "Score items with LLM judges: valid integer scores and their distributions")]
+    #[command(
+        about = "Score items with LLM judges: valid integer scores and their distributions",
+        after_help = EXIT_CODES
+    )]
     Judge(judge_cmd::JudgeArgs),
     #[command(
-        about = "BERTScore of responses against references or the last context turn (bert_score 0.3.13)"
+        about = "BERTScore of responses against references or the last context turn (bert_score 0.3.13)",
+        after_help = EXIT_CODES
     )]
     Bertscore(bertscore_cmd::BertScoreArgs),
     #[command(
-        about = "Correlations of judge / BERTScore / combined scores with human ratings (the paper's tables)"
+        about = "Correlations of judge / BERTScore / combined scores with human ratings (the paper's tables)",
+        after_help = EXIT_CODES
     )]
     Meta(meta_cmd::MetaArgs),
     #[command(
-        about = "Evaluate end to end: judge + BERTScore + meta-evaluation + report in one folder"
+        about = "Evaluate end to end: judge + BERTScore + meta-evaluation + report in one folder",
+        after_help = EXIT_CODES
     )]
     Eval(eval_cmd::EvalArgs),
-    #[command(about = "Join `hyoka eval --shard` folders and write their report")]
+    #[command(
+        about = "Join `hyoka eval --shard` folders and write their report",
+        after_help = EXIT_CODES
+    )]
     Merge(eval_cmd::MergeArgs),
-    #[command(about = "Measure prefill speed on real judge prompts (tokens/s, items/s)")]
+    #[command(
+        about = "Measure prefill speed on real judge prompts (tokens/s, items/s)",
+        after_help = EXIT_CODES
+    )]
     Bench(bench_cmd::BenchArgs),
 }
 
