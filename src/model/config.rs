@@ -61,6 +61,9 @@ pub enum RopeScaling {
         high_freq_factor: f64,
         original_max_position: f64,
     },
+    /// One divisor per frequency, as llama.cpp stores any frequency-dependent scaling in GGUF
+    /// (`rope_freqs.weight`: Llama 3.1's llama3 factors, computed by its converter).
+    Factors(Vec<f64>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -336,13 +339,32 @@ impl TransformerConfig {
             })
             .collect();
         let theta = get_f("rope.freq_base").unwrap_or(10000.0);
-        let scaling = match (
-            meta_str(ct, &format!("{a}.rope.scaling.type")).as_deref(),
-            get_f("rope.scaling.factor"),
-        ) {
-            (Some("linear"), Some(factor)) => RopeScaling::Linear { factor },
-            _ => RopeScaling::None,
+        // llama.cpp writes rope.scaling.type none | linear | yarn | longrope; llama3 scaling
+        // comes as a `rope_freqs.weight` tensor instead (read with the weights, `load_gguf`).
+        let unsupported = |what: String| ModelError::Unsupported {
+            origin: origin.to_string(),
+            what,
         };
+        let scaling = match meta_str(ct, &format!("{a}.rope.scaling.type")).as_deref() {
+            None | Some("none") => RopeScaling::None,
+            Some("linear") => match get_f("rope.scaling.factor") {
+                None => RopeScaling::None,
+                Some(factor) if factor.is_finite() && factor > 0.0 => {
+                    RopeScaling::Linear { factor }
+                }
+                Some(f) => return Err(unsupported(format!("rope.scaling.factor {f}"))),
+            },
+            Some(other) => {
+                return Err(unsupported(format!(
+                    "rope scaling {other:?} in the GGUF metadata (supported: none, linear, and llama3 frequency factors in rope_freqs.weight)"
+                )));
+            }
+        };
+        if scaling != RopeScaling::None && ct.tensor_infos.contains_key("rope_freqs.weight") {
+            return Err(unsupported(
+                "rope_freqs.weight together with linear rope scaling".into(),
+            ));
+        }
         let mut ropes = vec![Rope { theta, scaling }];
         if arch == Arch::Gemma3 {
             ropes.push(Rope {

@@ -223,6 +223,40 @@ pub fn load_gguf(
     load_gguf_content(path, read_gguf(path)?, dtype, device, mode)
 }
 
+/// The per-frequency rope divisors llama.cpp's converter stores for llama3 scaling (Llama 3.1
+/// and later), one per pair of head dimensions; None without them.
+fn rope_factors(
+    path: &Path,
+    content: &gguf_file::Content,
+    head_dim: usize,
+) -> Result<Option<Vec<f64>>, ModelError> {
+    const NAME: &str = "rope_freqs.weight";
+    if !content.tensor_infos.contains_key(NAME) {
+        return Ok(None);
+    }
+    let bad = |message: String| ModelError::Missing {
+        origin: path.display().to_string(),
+        message: format!("{NAME}: {message}"),
+    };
+    let mut file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+    let factors: Vec<f64> = content
+        .tensor(&mut file, NAME, &Device::Cpu)
+        .and_then(|t| t.dequantize(&Device::Cpu))
+        .and_then(|t| t.flatten_all()?.to_dtype(DType::F64)?.to_vec1::<f64>())
+        .map_err(|e| bad(e.to_string()))?;
+    if factors.len() != head_dim / 2 {
+        return Err(bad(format!(
+            "{} factors for a head dimension of {head_dim} (needs {})",
+            factors.len(),
+            head_dim / 2
+        )));
+    }
+    if let Some(f) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+        return Err(bad(format!("a factor of {f}: must be finite and > 0")));
+    }
+    Ok(Some(factors))
+}
+
 /// Load a GGUF file whose header was already read.
 pub fn load_gguf_content(
     path: &Path,
@@ -240,7 +274,10 @@ pub fn load_gguf_content(
             origin: origin.clone(),
             message: "no token_embd.weight tensor".into(),
         })?;
-    let cfg = TransformerConfig::from_gguf(&content, vocab, &origin)?;
+    let mut cfg = TransformerConfig::from_gguf(&content, vocab, &origin)?;
+    if let Some(factors) = rope_factors(path, &content, cfg.head_dim)? {
+        cfg.ropes[0].scaling = config::RopeScaling::Factors(factors);
+    }
     let weights = weights::Weights::gguf(
         path,
         content,
