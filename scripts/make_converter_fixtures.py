@@ -85,6 +85,7 @@ def train_tokenizer(folder: Path) -> None:
     spm.SentencePieceTrainer.train(
         input=str(corpus), model_prefix=str(folder / "tokenizer"), vocab_size=480, model_type="bpe",
         byte_fallback=True, character_coverage=1.0, split_digits=True, add_dummy_prefix=True,
+        remove_extra_whitespaces=False,
         bos_id=1, eos_id=2, unk_id=0, pad_id=-1, normalization_rule_name="identity",
         num_threads=1, minloglevel=2,
     )
@@ -143,7 +144,8 @@ def main() -> None:
             logits = logits[-KEEP_LAST:]
         expected[f"logits.{n}"] = logits.to(torch.float32).contiguous()
     save_file(expected, out / "expected.safetensors")
-    # The SentencePiece tokenizer itself: token ids of Japanese text (with BOS, as the Llama-2
+    # The SentencePiece tokenizer itself (whitespace kept as written, as in Llama 2's
+    # tokenizer.model): token ids of Japanese text (with BOS, as the Llama-2
     # family's tokenizers add it), by the sentencepiece library.
     texts = SENTENCES + ["未知の語：鰻丼と麒麟", "Hello, world! 123", "  二つの空白", "改行\nのある文"]
     (out / "tokens.json").write_text(json.dumps(

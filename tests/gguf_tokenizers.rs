@@ -2,8 +2,10 @@
 //! family's own tokenizer.json (read by the `tokenizers` library as transformers does):
 //! Llama 3's byte-level BPE with the pre-tokenizer name llama.cpp gives it, `llama-bpe` (Swallow-8B,
 //! ELYZA-JP-8B), on every DBDC3-ja utterance and on digits, English and chat special tokens.
-//! A pre-tokenizer name hyoka does not know, or a SentencePiece GGUF vocabulary, is an error
-//! naming it (candle alone falls back to GPT-2's split rule silently).
+//! SentencePiece (`llama`) vocabularies: a converter-written GGUF against the sentencepiece
+//! library, and Gemma 3's GGUF against its tokenizer.json. A pre-tokenizer name or tokenizer
+//! model hyoka does not know is an error naming it (candle alone falls back to GPT-2's split
+//! rule silently).
 
 mod common;
 
@@ -181,7 +183,7 @@ fn llama_bpe_gguf_tokenizes_like_llama3_tokenizer_json() {
 }
 
 #[test]
-fn unknown_pre_tokenizers_and_sentencepiece_vocabularies_are_refused() {
+fn unknown_pre_tokenizers_and_tokenizer_models_are_refused() {
     let Some(dir) = common::test_model("llama-3-tokenizer") else {
         return;
     };
@@ -195,12 +197,86 @@ fn unknown_pre_tokenizers_and_sentencepiece_vocabularies_are_refused() {
         err.contains("`tekken`") && err.contains("llama-bpe") && err.contains("--tokenizer"),
         "{err}"
     );
-    let mut spm = gguf_metadata(&json, "default", 1);
-    spm.metadata
-        .insert("tokenizer.ggml.model".into(), Value::String("llama".into()));
-    let err = from_gguf_content(&spm, "x.gguf").unwrap_err().to_string();
+    let mut rwkv = gguf_metadata(&json, "default", 1);
+    rwkv.metadata
+        .insert("tokenizer.ggml.model".into(), Value::String("rwkv".into()));
+    let err = from_gguf_content(&rwkv, "x.gguf").unwrap_err().to_string();
     assert!(
-        err.contains("`llama`") && err.contains("--tokenizer"),
+        err.contains("`rwkv`") && err.contains("--tokenizer"),
         "{err}"
+    );
+}
+
+/// A SentencePiece (`llama`) vocabulary as llama.cpp's converter writes it from a
+/// tokenizer.model (scripts/make_converter_fixtures.py: BPE with byte fallback trained on
+/// Japanese, as the Llama-2-based Japanese models have) against the sentencepiece library's own
+/// ids: known pieces, unknown characters through bytes, digits, spaces and newlines.
+#[test]
+fn sentencepiece_gguf_tokenizes_like_sentencepiece() {
+    let dir = common::fixtures().join("converter/llama3-rope");
+    let content = {
+        let mut f = std::fs::File::open(dir.join("model.gguf")).unwrap();
+        Content::read(&mut f).unwrap()
+    };
+    let tokenizer = from_gguf_content(&content, "model.gguf").unwrap();
+    let cases: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tokens.json")).unwrap()).unwrap();
+    assert!(cases.len() >= 10);
+    for case in &cases {
+        let text = case["text"].as_str().unwrap();
+        let want: Vec<u32> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_u64().unwrap() as u32)
+            .collect();
+        let got = tokenizer.encode(text, true).unwrap().get_ids().to_vec();
+        assert_eq!(got, want, "{text:?}");
+        let back = tokenizer.decode(&got, true).unwrap();
+        assert_eq!(back, text, "decoding {text:?}");
+    }
+}
+
+/// Gemma 3's GGUF (a 262k-piece SentencePiece vocabulary, no space prefix) tokenized from its own
+/// metadata, against Gemma 3's tokenizer.json read by the `tokenizers` library: every DBDC3-ja
+/// utterance and chat-template text with its special tokens.
+#[test]
+fn gemma3_gguf_vocabulary_tokenizes_like_its_tokenizer_json() {
+    let (Some(gguf), Some(reference)) = (
+        common::test_model("gemma-3-270m-q4_k_m.gguf"),
+        common::test_model("gemma-3-tokenizer"),
+    ) else {
+        return;
+    };
+    let content = {
+        let mut f = std::fs::File::open(&gguf).unwrap();
+        Content::read(&mut f).unwrap()
+    };
+    let ours = from_gguf_content(&content, "gemma3.gguf").unwrap();
+    let reference = tokenizers::Tokenizer::from_file(reference.join("tokenizer.json")).unwrap();
+    let mut texts = utterances();
+    texts.extend(
+        [
+            "<start_of_turn>user\nこんにちは<end_of_turn>\n<start_of_turn>model\n",
+            "12345 と 1,234,567 円、２０２４年",
+            "Hello, world!  two spaces\n\nand\ttab",
+            "「こんにちは」、と彼は言った。……本当？ 🍣",
+        ]
+        .map(String::from),
+    );
+    let mut differ = Vec::new();
+    for text in &texts {
+        let want = reference.encode(text.as_str(), false).unwrap();
+        let got = ours.encode(text.as_str(), false).unwrap();
+        if got.get_ids() != want.get_ids() {
+            differ.push(text.clone());
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} of {} texts differ, e.g. {:?}",
+        differ.len(),
+        texts.len(),
+        &differ[..differ.len().min(3)]
     );
 }

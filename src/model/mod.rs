@@ -9,6 +9,7 @@ pub mod fused;
 mod layers;
 pub mod matrix;
 pub mod source;
+mod spm_gguf;
 pub mod tokenizer;
 pub mod transformer;
 pub mod weights;

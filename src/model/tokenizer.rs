@@ -1,5 +1,5 @@
 //! The judge model's tokenizer: tokenizer.json when the model has one, else built from GGUF
-//! metadata (gpt2-style BPE vocabularies, as llama.cpp stores them).
+//! metadata (gpt2-style BPE vocabularies here, SentencePiece ones in `spm_gguf`).
 
 use super::ModelError;
 use candle_core::quantized::gguf_file;
@@ -65,13 +65,17 @@ pub fn from_gguf_content(
     origin: &str,
 ) -> Result<Tokenizer, ModelError> {
     let model = super::config::meta_str(content, "tokenizer.ggml.model").unwrap_or_default();
-    if model != "gpt2" {
-        return Err(ModelError::Unsupported {
-            origin: origin.into(),
-            what: format!(
-                "GGUF tokenizer model `{model}` (hyoka builds gpt2-style BPE vocabularies from GGUF metadata; for SentencePiece models pass the model's tokenizer.json with --tokenizer)"
-            ),
-        });
+    match model.as_str() {
+        "gpt2" => {}
+        "llama" => return super::spm_gguf::from_gguf(content, origin),
+        _ => {
+            return Err(ModelError::Unsupported {
+                origin: origin.into(),
+                what: format!(
+                    "GGUF tokenizer model `{model}` (hyoka builds `gpt2` BPE and `llama` SentencePiece vocabularies from GGUF metadata; pass the model's tokenizer.json with --tokenizer)"
+                ),
+            });
+        }
     }
     let pre = super::config::meta_str(content, "tokenizer.ggml.pre").unwrap_or_default();
     let fixed = pre_tokenizer(&pre).ok_or_else(|| ModelError::Unsupported {

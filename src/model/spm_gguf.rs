@@ -1,0 +1,160 @@
+//! SentencePiece vocabularies stored in GGUF (`tokenizer.ggml.model = llama`: llm-jp-3,
+//! ELYZA-japanese-Llama-2, Swallow-Llama-2, gemma-2-jpn, sarashina …) as a `tokenizers`
+//! pipeline that tokenizes as llama.cpp's SPM tokenizer does: spaces as "▁" (with a leading one
+//! unless `add_space_prefix` is false), then the highest-scored merge of adjacent symbols until
+//! none is in the vocabulary, bytes of what is left as `<0xXX>` tokens. BPE merges derived from
+//! the scores (a merge ranks as the score of the piece it makes), as transformers' GGUF loader
+//! builds them; control and user-defined tokens are matched whole in text.
+
+use super::ModelError;
+use candle_core::quantized::gguf_file::{Content, Value};
+use std::collections::HashMap;
+use tokenizers::decoders::byte_fallback::ByteFallback;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip;
+use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
+use tokenizers::processors::template::TemplateProcessing;
+use tokenizers::{AddedToken, DecoderWrapper, NormalizerWrapper, Tokenizer};
+
+/// llama.cpp's token types (`tokenizer.ggml.token_type`).
+const CONTROL: i32 = 3;
+const USER_DEFINED: i32 = 4;
+const BYTE: i32 = 6;
+
+pub fn from_gguf(content: &Content, origin: &str) -> Result<Tokenizer, ModelError> {
+    let bad = |message: String| ModelError::Missing {
+        origin: origin.into(),
+        message: format!("SentencePiece vocabulary: {message}"),
+    };
+    let get = |key: &str| content.metadata.get(key);
+    let array = |key: &str| -> Result<&Vec<Value>, ModelError> {
+        get(key)
+            .ok_or_else(|| bad(format!("no {key}")))?
+            .to_vec()
+            .map_err(|e| bad(format!("{key}: {e}")))
+    };
+    let tokens: Vec<String> = array("tokenizer.ggml.tokens")?
+        .iter()
+        .map(|v| v.to_string().cloned())
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad(format!("tokenizer.ggml.tokens: {e}")))?;
+    let scores: Vec<f32> = array("tokenizer.ggml.scores")?
+        .iter()
+        .map(Value::to_f32)
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad(format!("tokenizer.ggml.scores: {e}")))?;
+    let types: Vec<i32> = match get("tokenizer.ggml.token_type") {
+        Some(v) => v
+            .to_vec()
+            .and_then(|vs| vs.iter().map(Value::to_i32).collect())
+            .map_err(|e| bad(format!("tokenizer.ggml.token_type: {e}")))?,
+        None => vec![1; tokens.len()],
+    };
+    if scores.len() != tokens.len() || types.len() != tokens.len() {
+        return Err(bad(format!(
+            "{} tokens, {} scores, {} token types",
+            tokens.len(),
+            scores.len(),
+            types.len()
+        )));
+    }
+    let id_of = |key: &str| get(key).and_then(|v| v.to_u32().ok());
+    let flag = |key: &str, default: bool| get(key).and_then(|v| v.to_bool().ok()).unwrap_or(default);
+    let token = |id: Option<u32>| id.and_then(|i| tokens.get(i as usize)).cloned();
+    let unk = token(id_of("tokenizer.ggml.unknown_token_id"));
+    let bos = token(id_of("tokenizer.ggml.bos_token_id"));
+    let add_space_prefix = flag("tokenizer.ggml.add_space_prefix", true);
+    let add_bos = flag("tokenizer.ggml.add_bos_token", true);
+
+    let vocab: HashMap<String, u32> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
+    let merges = merges_from_scores(&tokens, &scores, &types, &vocab);
+    let mut bpe = BPE::builder()
+        .vocab_and_merges(vocab.into_iter().collect::<tokenizers::models::bpe::Vocab>(), merges)
+        .byte_fallback(true)
+        .fuse_unk(true);
+    if let Some(unk) = &unk {
+        bpe = bpe.unk_token(unk.clone());
+    }
+    let bpe = bpe.build().map_err(|e| bad(e.to_string()))?;
+
+    let mut tokenizer = Tokenizer::new(bpe);
+    let mut normalizers: Vec<NormalizerWrapper> = Vec::new();
+    if add_space_prefix {
+        normalizers.push(Prepend::new("▁".into()).into());
+    }
+    normalizers.push(
+        Replace::new(" ", "▁")
+            .map_err(|e| bad(e.to_string()))?
+            .into(),
+    );
+    tokenizer
+        .with_normalizer(Some(NormalizerSequence::new(normalizers)))
+        .map_err(|e| bad(e.to_string()))?;
+    let mut decoders: Vec<DecoderWrapper> = vec![
+        Replace::new("▁", " ").map_err(|e| bad(e.to_string()))?.into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ];
+    if add_space_prefix {
+        decoders.push(Strip::new(' ', 1, 0).into());
+    }
+    tokenizer.with_decoder(Some(DecoderSequence::new(decoders)));
+    // Control and user-defined tokens are whole tokens wherever they appear in text (chat
+    // templates write <s>, [INST], <start_of_turn> … as text).
+    let specials: Vec<AddedToken> = tokens
+        .iter()
+        .zip(&types)
+        .filter(|(_, t)| matches!(**t, CONTROL | USER_DEFINED))
+        .map(|(tok, t)| AddedToken::from(tok.clone(), *t == CONTROL))
+        .collect();
+    tokenizer
+        .add_special_tokens(specials)
+        .map_err(|e| bad(e.to_string()))?;
+    if let (true, Some(bos)) = (add_bos, bos) {
+        let id = tokenizer.token_to_id(&bos).unwrap_or_default();
+        let post = TemplateProcessing::builder()
+            .try_single(format!("{bos} $A"))
+            .and_then(|b| b.try_pair(format!("{bos} $A {bos} $B")))
+            .map_err(|e| bad(e.to_string()))?
+            .special_tokens(vec![(bos, id)])
+            .build()
+            .map_err(|e| bad(e.to_string()))?;
+        tokenizer.with_post_processor(Some(post));
+    }
+    Ok(tokenizer)
+}
+
+/// Every split of a normal piece into two pieces of the vocabulary is a merge, ranked by the
+/// score of the piece it makes (SentencePiece BPE merges the best-scored pair first; ties keep
+/// the vocabulary's order).
+fn merges_from_scores(
+    tokens: &[String],
+    scores: &[f32],
+    types: &[i32],
+    vocab: &HashMap<String, u32>,
+) -> Vec<(String, String)> {
+    let mut ranked: Vec<(f32, u32, String, String)> = Vec::new();
+    for (id, piece) in tokens.iter().enumerate() {
+        if matches!(types[id], CONTROL | USER_DEFINED) {
+            continue;
+        }
+        for (split, _) in piece.char_indices().skip(1) {
+            let (left, right) = piece.split_at(split);
+            if let (Some(l), Some(r)) = (vocab.get(left), vocab.get(right)) {
+                // Pieces of byte tokens or specials never merge in SentencePiece.
+                let normal = |i: &u32| !matches!(types[*i as usize], CONTROL | USER_DEFINED | BYTE);
+                if normal(l) && normal(r) {
+                    ranked.push((scores[id], id as u32, left.to_string(), right.to_string()));
+                }
+            }
+        }
+    }
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    ranked.into_iter().map(|(_, _, l, r)| (l, r)).collect()
+}
