@@ -9,32 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const RUBRIC: &str = r#"
-name = "short"
-description = "a short rubric for tests"
-output = "score"
-[prompt]
-user = """
-Rate the last reply.
-{% for t in context %}
-{{ t.label }}: {{ t.text }}
-{% endfor %}
-{{ response.label }}: {{ response.text }}
-"""
-answer = "{{ aspect.name }}: "
-[[aspects]]
-key = "fit"
-name = "Fit"
-min = 0
-max = 1
-definition = "fits the context"
-[[aspects]]
-key = "quality"
-name = "Quality"
-min = 1
-max = 5
-definition = "overall"
-"#;
+use common::SHORT_RUBRIC as RUBRIC;
 
 /// Items enough that a run lasts a few seconds on two cores, one item per batch.
 const ITEMS: usize = 40;

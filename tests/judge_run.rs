@@ -7,32 +7,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const RUBRIC: &str = r#"
-name = "short"
-description = "a short rubric for tests"
-output = "score"
-[prompt]
-user = """
-Rate the last reply.
-{% for t in context %}
-{{ t.label }}: {{ t.text }}
-{% endfor %}
-{{ response.label }}: {{ response.text }}
-"""
-answer = "{{ aspect.name }}: "
-[[aspects]]
-key = "fit"
-name = "Fit"
-min = 0
-max = 1
-definition = "fits the context"
-[[aspects]]
-key = "quality"
-name = "Quality"
-min = 1
-max = 5
-definition = "overall"
-"#;
+use common::SHORT_RUBRIC as RUBRIC;
 
 struct Setup {
     dir: tempfile::TempDir,

@@ -128,3 +128,46 @@ fn mbert_wordpiece_matches_bert_legacy() {
         }
     }
 }
+
+/// A text far longer than the encoder's 512 tokens is cut before it is tokenized, to the same
+/// ids as the whole text truncated: Japanese without spaces, spaced words after a run of
+/// whitespace, with both encoders' pipelines (XLM-R SentencePiece, BERT WordPiece).
+#[test]
+fn long_texts_keep_their_first_tokens() {
+    let encoders = [
+        common::test_model("multilingual-e5-small"),
+        common::test_model("all-MiniLM-L6-v2"),
+    ];
+    let japanese = "おなかがすいてきましたね。私はお寿司が食べたいです。".repeat(20_000);
+    let spaced = format!(
+        "{}{}",
+        " \u{0007}\n".repeat(100_000),
+        "the crab was wonderful and it snowed every day ".repeat(20_000)
+    );
+    for dir in encoders.into_iter().flatten() {
+        let loaded = BertScorer::load(
+            dir.to_str().unwrap(),
+            Depth::Layer(Some(1)),
+            DType::F32,
+            &Device::Cpu,
+        )
+        .unwrap();
+        for text in [&japanese, &spaced] {
+            // The whole text, as the tokenizer truncates it itself.
+            let whole = loaded
+                .scorer
+                .tokenizer
+                .encode(text.trim(), true)
+                .unwrap()
+                .get_ids()
+                .to_vec();
+            assert_eq!(whole.len(), 512, "{}", dir.display());
+            assert_eq!(
+                loaded.scorer.encode(text).unwrap(),
+                whole,
+                "{}",
+                dir.display()
+            );
+        }
+    }
+}

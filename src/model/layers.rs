@@ -46,14 +46,16 @@ impl Linear {
 }
 
 pub struct RmsNorm {
+    /// In f32 whatever the model's dtype: the norm is computed in f32.
     weight: Tensor,
     eps: f64,
 }
 
 impl RmsNorm {
-    /// Gemma stores `w - 1` and multiplies by `1 + w`: fold the 1 in once here.
+    /// Gemma stores `w - 1` and multiplies by `1 + w`: fold the 1 in once here, in f32 as
+    /// transformers does (`1.0 + weight.float()`); formed in bf16, 1 + w keeps 8 bits.
     pub fn load(w: &Weights, name: &str, eps: f64, plus_one: bool) -> Result<Self> {
-        let weight = w.get(name)?;
+        let weight = w.get_as(name, DType::F32)?;
         let weight = if plus_one { (weight + 1.0)? } else { weight };
         Ok(RmsNorm { weight, eps })
     }
@@ -62,11 +64,7 @@ impl RmsNorm {
         // Normalise in f32 as transformers does, whatever the model dtype.
         let dtype = x.dtype();
         let xf = x.to_dtype(DType::F32)?;
-        let y = candle_nn::ops::rms_norm(
-            &xf.contiguous()?,
-            &self.weight.to_dtype(DType::F32)?,
-            self.eps as f32,
-        )?;
+        let y = candle_nn::ops::rms_norm(&xf.contiguous()?, &self.weight, self.eps as f32)?;
         y.to_dtype(dtype)
     }
 }

@@ -61,7 +61,8 @@ pub fn from_gguf(content: &Content, origin: &str) -> Result<Tokenizer, ModelErro
         )));
     }
     let id_of = |key: &str| get(key).and_then(|v| v.to_u32().ok());
-    let flag = |key: &str, default: bool| get(key).and_then(|v| v.to_bool().ok()).unwrap_or(default);
+    let flag =
+        |key: &str, default: bool| get(key).and_then(|v| v.to_bool().ok()).unwrap_or(default);
     let token = |id: Option<u32>| id.and_then(|i| tokens.get(i as usize)).cloned();
     let unk = token(id_of("tokenizer.ggml.unknown_token_id"));
     let bos = token(id_of("tokenizer.ggml.bos_token_id"));
@@ -75,7 +76,12 @@ pub fn from_gguf(content: &Content, origin: &str) -> Result<Tokenizer, ModelErro
         .collect();
     let merges = merges_from_scores(&tokens, &scores, &types, &vocab);
     let mut bpe = BPE::builder()
-        .vocab_and_merges(vocab.into_iter().collect::<tokenizers::models::bpe::Vocab>(), merges)
+        .vocab_and_merges(
+            vocab
+                .into_iter()
+                .collect::<tokenizers::models::bpe::Vocab>(),
+            merges,
+        )
         .byte_fallback(true)
         .fuse_unk(true);
     if let Some(unk) = &unk {
@@ -97,7 +103,9 @@ pub fn from_gguf(content: &Content, origin: &str) -> Result<Tokenizer, ModelErro
         .with_normalizer(Some(NormalizerSequence::new(normalizers)))
         .map_err(|e| bad(e.to_string()))?;
     let mut decoders: Vec<DecoderWrapper> = vec![
-        Replace::new("▁", " ").map_err(|e| bad(e.to_string()))?.into(),
+        Replace::new("▁", " ")
+            .map_err(|e| bad(e.to_string()))?
+            .into(),
         ByteFallback::new().into(),
         Fuse::new().into(),
     ];

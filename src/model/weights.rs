@@ -132,6 +132,11 @@ impl Weights {
 
     /// The tensor with this Hugging Face name, in the model's dtype, on its device.
     pub fn get(&self, name: &str) -> Result<Tensor> {
+        self.get_as(name, self.dtype)
+    }
+
+    /// The tensor with this Hugging Face name, in `dtype`, on the model's device.
+    pub fn get_as(&self, name: &str, dtype: DType) -> Result<Tensor> {
         let t = match &self.source {
             Source::Safetensors(st) => st
                 .load(name, &self.device)
@@ -151,7 +156,7 @@ impl Weights {
                 t
             }
         };
-        t.to_dtype(self.dtype)
+        t.to_dtype(dtype)
     }
 
     /// llama.cpp's name for a GGUF model's tensor, and — for Llama's q and k, whose rows

@@ -41,3 +41,31 @@ pub fn test_model(name: &str) -> Option<PathBuf> {
 pub fn dbdc3_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/dbdc3-ja")
 }
+
+/// A two-aspect score rubric (0–1 fit, 1–5 quality) for judge runs on the small test models.
+pub const SHORT_RUBRIC: &str = r#"
+name = "short"
+description = "a short rubric for tests"
+output = "score"
+[prompt]
+user = """
+Rate the last reply.
+{% for t in context %}
+{{ t.label }}: {{ t.text }}
+{% endfor %}
+{{ response.label }}: {{ response.text }}
+"""
+answer = "{{ aspect.name }}: "
+[[aspects]]
+key = "fit"
+name = "Fit"
+min = 0
+max = 1
+definition = "fits the context"
+[[aspects]]
+key = "quality"
+name = "Quality"
+min = 1
+max = 5
+definition = "overall"
+"#;
