@@ -211,19 +211,9 @@ impl BertScorer {
             }))
             .map_err(|e| BertScoreError::Tokenizer(e.to_string()))?;
         tokenizer.with_padding(None);
-        let longest = tokenizer
-            .get_vocab(true)
-            .keys()
-            .map(String::len)
-            .max()
-            .unwrap_or(1)
-            .max(1);
-        // Bytes of visible text that `max_length` tokens cannot cover even at the longest
-        // piece, with 4× slack for normalisation (see `visible_prefix`).
-        let prefix_bytes = max_length
-            .saturating_add(1)
-            .saturating_mul(longest)
-            .saturating_mul(4);
+        // Visible text that more tokens than are kept cannot cover (see `visible_prefix`).
+        let prefix_bytes =
+            crate::model::tokenizer::bytes_beyond(&tokenizer, max_length.saturating_add(1));
         let special = ["[CLS]", "[SEP]", "<s>", "</s>"]
             .iter()
             .filter_map(|t| tokenizer.token_to_id(t))
@@ -360,7 +350,7 @@ pub fn best_of(prfs: &[Prf]) -> Prf {
 }
 
 /// The start of `text` that holds every token a truncation to `max_length` keeps, given
-/// `limit` = (max_length + 1) × longest piece × 4 bytes: it ends `limit` visible bytes in (not
+/// `limit` = bytes_beyond(max_length + 1): it ends `limit` visible bytes in (not
 /// whitespace or control characters, which tokenizers may drop), more than max_length tokens
 /// can cover, then runs on to the end of that word — pre-tokenizers cut words apart at
 /// whitespace, so the words kept tokenize as in the whole text. In a run without spaces

@@ -79,36 +79,21 @@ impl ItemLayout {
     }
 }
 
-/// A prompt's token limit, and the text length beyond which no tokenization can meet it: no
-/// token covers more bytes than the vocabulary's longest entry, and normalisation (NFC/NFKC
-/// composition) shrinks text at most `NORMALISATION_SLACK`-fold, so a text of more bytes than
-/// `max_bytes` needs more than `max_tokens` tokens. Such texts are refused (a response) or left
-/// out (context turns) before anything is tokenized: tokenizing a 50 MB response took minutes
-/// and gigabytes only to refuse it.
+/// A prompt's token limit, and the text length beyond which no tokenization can meet it
+/// (`tokenizer::bytes_beyond`). Such texts are refused (a response) or left out (context turns)
+/// before anything is tokenized: tokenizing a 50 MB response took minutes and gigabytes only
+/// to refuse it.
 #[derive(Clone, Copy, Debug)]
 pub struct TextFit {
     pub max_tokens: usize,
     pub max_bytes: usize,
 }
 
-/// How much text composition can shrink (three Hangul jamo, 9 bytes, compose to one 3-byte
-/// syllable), with room to spare.
-const NORMALISATION_SLACK: usize = 4;
-
 impl TextFit {
     pub fn new(tokenizer: &Tokenizer, max_tokens: usize) -> Self {
-        let longest = tokenizer
-            .get_vocab(true)
-            .keys()
-            .map(String::len)
-            .max()
-            .unwrap_or(1)
-            .max(1);
         TextFit {
             max_tokens,
-            max_bytes: max_tokens
-                .saturating_mul(longest)
-                .saturating_mul(NORMALISATION_SLACK),
+            max_bytes: crate::model::tokenizer::bytes_beyond(tokenizer, max_tokens),
         }
     }
 }

@@ -7,6 +7,24 @@ use candle_core::quantized::tokenizer::TokenizerFromGguf;
 use std::path::Path;
 use tokenizers::Tokenizer;
 
+/// Bytes of text that `tokens` tokens of this vocabulary cannot cover, whatever the text: no
+/// token covers more bytes than the longest piece, and normalisation shrinks text at most
+/// 4-fold (composition: three Hangul jamo, 9 bytes, make one 3-byte syllable), so a text of
+/// more bytes needs more tokens. Lets long texts be measured before they are tokenized.
+pub fn bytes_beyond(tokenizer: &Tokenizer, tokens: usize) -> usize {
+    const NORMALISATION_SLACK: usize = 4;
+    let longest = tokenizer
+        .get_vocab(true)
+        .keys()
+        .map(String::len)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    tokens
+        .saturating_mul(longest)
+        .saturating_mul(NORMALISATION_SLACK)
+}
+
 /// `tokenizer_json` overrides; otherwise a model folder's tokenizer.json, a tokenizer.json beside
 /// a GGUF file, or the GGUF's own vocabulary.
 pub fn load_tokenizer(
