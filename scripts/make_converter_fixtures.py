@@ -93,46 +93,34 @@ def train_tokenizer(folder: Path) -> None:
     (folder / "tokenizer.vocab").unlink()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--llama-cpp", type=Path, help="llama.cpp source folder (the sdist's vendor/llama.cpp)")
-    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "hyoka-llama-cpp")
-    args = ap.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    llama_cpp = args.llama_cpp or llama_cpp_dir(args.work)
+def models(vocab: int) -> dict:
+    from transformers import Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig
+    from transformers import MistralConfig, MistralForCausalLM
+    common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=1,
+                  eos_token_id=2, pad_token_id=0)
+    return {
+        # Llama 3.1's scaling, with an original context of 64 so that it matters here.
+        "llama3-rope": (LlamaForCausalLM, LlamaConfig(
+            **common, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
+        # No sliding window: llama.cpp's converter does not store Mistral's (7B v0.1's 4,096), so
+        # llama.cpp and hyoka compute GGUF Mistrals without one; v0.2 and later have none.
+        "mistral": (MistralForCausalLM, MistralConfig(**common, rope_theta=10000.0, sliding_window=None,
+                                                      tie_word_embeddings=False)),
+        "gemma2": (Gemma2ForCausalLM, Gemma2Config(**common, head_dim=16, query_pre_attn_scalar=16, sliding_window=6,
+                                                   attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                                                   hidden_activation="gelu_pytorch_tanh")),
+        # Gemma 3's own layer pattern (5 sliding, 1 full): GGUF stores no pattern, llama.cpp
+        # assumes this one.
+        "gemma3": (Gemma3ForCausalLM, Gemma3TextConfig(
+            **{**common, "num_hidden_layers": 6}, head_dim=16, query_pre_attn_scalar=16, sliding_window=6,
+            rope_local_base_freq=20000.0, rope_theta=1000000.0, hidden_activation="gelu_pytorch_tanh")),
+    }
 
-    name = "llama3-rope"
-    out = OUT / name
-    out.mkdir(parents=True, exist_ok=True)
-    hf = Path(tempfile.mkdtemp(prefix="hyoka-hf-"))
-    train_tokenizer(hf)
-    import sentencepiece as spm
-    sp = spm.SentencePieceProcessor(model_file=str(hf / "tokenizer.model"))
-    vocab = sp.get_piece_size()
-    config = LlamaConfig(
-        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=1,
-        eos_token_id=2, tie_word_embeddings=False,
-        rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
-    )
-    config._attn_implementation = "eager"
-    torch.manual_seed(4321)
-    model = LlamaForCausalLM(config).eval().to(torch.float32)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    model.save_pretrained(hf, safe_serialization=True)
-    (hf / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
-        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "legacy": False,
-    }))
 
-    gguf = out / "model.gguf"
-    env = {**os.environ, "PYTHONPATH": str(llama_cpp / "gguf-py")}
-    subprocess.run([sys.executable, str(llama_cpp / "convert_hf_to_gguf.py"), str(hf), "--outtype", "f32",
-                    "--outfile", str(gguf)], check=True, env=env)
-
+def expected_logits(model, vocab: int) -> dict:
     gen = torch.Generator().manual_seed(77)
     expected = {}
     for n, length in enumerate(PROMPT_LENGTHS):
@@ -143,16 +131,70 @@ def main() -> None:
         if length > 100:
             logits = logits[-KEEP_LAST:]
         expected[f"logits.{n}"] = logits.to(torch.float32).contiguous()
-    save_file(expected, out / "expected.safetensors")
+    return expected
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-cpp", type=Path, help="llama.cpp source folder (the sdist's vendor/llama.cpp)")
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "hyoka-llama-cpp")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    llama_cpp = args.llama_cpp or llama_cpp_dir(args.work)
+    env = {**os.environ, "PYTHONPATH": str(llama_cpp / "gguf-py")}
+
+    tokenizer_dir = Path(tempfile.mkdtemp(prefix="hyoka-spm-"))
+    train_tokenizer(tokenizer_dir)
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=str(tokenizer_dir / "tokenizer.model"))
+    vocab = sp.get_piece_size()
+
+    for index, (name, (cls, config)) in enumerate(models(vocab).items()):
+        out = OUT / name
+        out.mkdir(parents=True, exist_ok=True)
+        hf = Path(tempfile.mkdtemp(prefix="hyoka-hf-"))
+        config._attn_implementation = "eager"
+        torch.manual_seed(4321 + index)
+        model = cls(config).eval().to(torch.float32)
+        # Perturb every parameter: norm weights, biases and Gemma's (1 + w) all matter.
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.1)
+        model.save_pretrained(hf, safe_serialization=True)
+        shutil.copy(tokenizer_dir / "tokenizer.model", hf / "tokenizer.model")
+        (hf / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
+            "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "legacy": False,
+        }))
+        # f32: the checkpoint's own logits are the reference. q8_0: the checkpoint with the
+        # weights the GGUF holds, dequantized by transformers' GGUF loader.
+        save_file(expected_logits(model, vocab), out / "expected.f32.safetensors")
+        for outtype in ("f32", "q8_0"):
+            gguf = out / f"{outtype}.gguf"
+            subprocess.run([sys.executable, str(llama_cpp / "convert_hf_to_gguf.py"), str(hf), "--outtype", outtype,
+                            "--outfile", str(gguf)], check=True, env=env, stdout=subprocess.DEVNULL)
+        from transformers import AutoModelForCausalLM
+        dequantized = AutoModelForCausalLM.from_pretrained(str(out), gguf_file="q8_0.gguf",
+                                                           dtype=torch.float32).state_dict()
+        quantized = cls(config).eval().to(torch.float32)
+        missing, unexpected = quantized.load_state_dict(dequantized, strict=False)
+        assert not unexpected and all("rotary" in m or "lm_head" in m for m in missing), (missing, unexpected)
+        if any("lm_head" in m for m in missing):
+            quantized.tie_weights()
+        save_file(expected_logits(quantized, vocab), out / "expected.q8_0.safetensors")
+        for stray in out.glob("*.json"):
+            stray.unlink()
+        shutil.rmtree(hf)
+        print(f"wrote {out.relative_to(ROOT)}")
+
     # The SentencePiece tokenizer itself (whitespace kept as written, as in Llama 2's
-    # tokenizer.model): token ids of Japanese text (with BOS, as the Llama-2
-    # family's tokenizers add it), by the sentencepiece library.
+    # tokenizer.model): token ids of Japanese text (with BOS, as the Llama-2 family's
+    # tokenizers add it), by the sentencepiece library; every GGUF above carries it.
     texts = SENTENCES + ["未知の語：鰻丼と麒麟", "Hello, world! 123", "  二つの空白", "改行\nのある文"]
-    (out / "tokens.json").write_text(json.dumps(
+    (OUT / "tokens.json").write_text(json.dumps(
         [{"text": t, "ids": [1] + sp.encode(t)} for t in texts], ensure_ascii=False, indent=0) + "\n",
         encoding="utf-8")
-    shutil.rmtree(hf)
-    print(f"wrote {out.relative_to(ROOT)}")
+    shutil.rmtree(tokenizer_dir)
 
 
 if __name__ == "__main__":

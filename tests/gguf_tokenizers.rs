@@ -213,12 +213,12 @@ fn unknown_pre_tokenizers_and_tokenizer_models_are_refused() {
 /// ids: known pieces, unknown characters through bytes, digits, spaces and newlines.
 #[test]
 fn sentencepiece_gguf_tokenizes_like_sentencepiece() {
-    let dir = common::fixtures().join("converter/llama3-rope");
+    let dir = common::fixtures().join("converter");
     let content = {
-        let mut f = std::fs::File::open(dir.join("model.gguf")).unwrap();
+        let mut f = std::fs::File::open(dir.join("llama3-rope/f32.gguf")).unwrap();
         Content::read(&mut f).unwrap()
     };
-    let tokenizer = from_gguf_content(&content, "model.gguf").unwrap();
+    let tokenizer = from_gguf_content(&content, "f32.gguf").unwrap();
     let cases: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(dir.join("tokens.json")).unwrap()).unwrap();
     assert!(cases.len() >= 10);

@@ -368,7 +368,7 @@ impl TransformerConfig {
         let mut ropes = vec![Rope { theta, scaling }];
         if arch == Arch::Gemma3 {
             ropes.push(Rope {
-                theta: 10000.0,
+                theta: get_f("rope.freq_base_swa").unwrap_or(10000.0),
                 scaling: RopeScaling::None,
             });
         }
