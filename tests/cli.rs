@@ -561,3 +561,14 @@ fn meta_takes_human_targets_from_the_provenance() {
     assert_eq!(run("plain.jsonl", &quality), ["coherence", "overall"]);
     assert_eq!(run("targeted.jsonl", &targeted), ["coherence"]);
 }
+
+/// `meta` reads a results file's first line bounded too: an endless line is refused at once
+/// (exit 3), not read until memory runs out.
+#[test]
+fn meta_refuses_an_endless_results_line() {
+    let items = common::fixtures().join("meta/items.jsonl");
+    let out = hyoka(&["meta", "-i", items.to_str().unwrap(), "-s", "/dev/zero"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("/dev/zero:1"), "{err}");
+}

@@ -95,19 +95,10 @@ impl StatsArgs {
     }
 }
 
-/// The task a results file holds, from its first line.
-fn results_task(path: &Path) -> anyhow::Result<String> {
-    use std::io::BufRead;
-    let file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
-    for line in std::io::BufReader::new(file).lines() {
-        let line = line.with_context(|| format!("{}", path.display()))?;
-        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
-            if let Some(t) = v.pointer("/provenance/task").and_then(|t| t.as_str()) {
-                return Ok(t.to_string());
-            }
-        }
-    }
-    anyhow::bail!("{}: no results lines", path.display())
+/// The task a results file holds, from its first line (read bounded and typed).
+fn results_task(path: &Path) -> anyhow::Result<hyoka::results::Task> {
+    hyoka::results::reader::first_task(path)?
+        .ok_or_else(|| anyhow::anyhow!("{}: no results lines", path.display()))
 }
 
 /// One half of the dialogues, as --fit-w splits them.
@@ -126,7 +117,7 @@ pub fn load_frame(items: &Path, scores: &[PathBuf]) -> anyhow::Result<Frame> {
 /// `load_frame` over items already read.
 fn load_frame_of(items: Vec<hyoka::data::Item>, scores: &[PathBuf]) -> anyhow::Result<Frame> {
     let mut frame = Frame::new(items);
-    let tasks: Vec<String> = scores
+    let tasks: Vec<hyoka::results::Task> = scores
         .iter()
         .map(|p| results_task(p))
         .collect::<anyhow::Result<_>>()?;

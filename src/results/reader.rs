@@ -10,6 +10,33 @@ use std::collections::HashMap;
 use std::io::BufReader;
 use std::path::Path;
 
+/// The task of the run that wrote `path`, from its first line (None: no lines).
+pub fn first_task(path: &Path) -> Result<Option<super::Task>, ResultsError> {
+    let io = |source| ResultsError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let corrupt = |line: usize, message: String| ResultsError::Corrupt {
+        path: path.to_path_buf(),
+        line,
+        message,
+    };
+    let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
+    for line in Lines::new(reader, MAX_LINE_BYTES) {
+        let Line { number, text, .. } = line.map_err(|e| match e {
+            ReadError::Io(e) => io(e),
+            ReadError::TooLong { line, .. } => corrupt(line, e.to_string()),
+        })?;
+        let text = text.map_err(|e| corrupt(number, e.to_string()))?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        let record = Record::parse(&text).map_err(|e| corrupt(number, e.to_string()))?;
+        return Ok(Some(record.task()));
+    }
+    Ok(None)
+}
+
 /// Call `each(line number, line text, record)` for every line of the results file `path`, in
 /// order; the provenance of its run (None: no lines).
 pub fn read_records(
