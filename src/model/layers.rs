@@ -109,23 +109,17 @@ pub fn inv_freq(rope: &Rope, head_dim: usize, device: &Device) -> Result<Tensor>
     let freqs: Vec<f32> = (0..head_dim / 2)
         .map(|i| {
             let f = 1.0 / rope.theta.powf(2.0 * i as f64 / head_dim as f64);
-            (match &rope.scaling {
+            (match rope.scaling {
                 RopeScaling::None => f,
                 RopeScaling::Linear { factor } => f / factor,
                 // llama.cpp: theta / freq_factors[i] (checked to have head_dim / 2 at load).
-                RopeScaling::Factors(factors) => f / factors[i],
+                RopeScaling::Factors(ref factors) => f / factors[i],
                 RopeScaling::Llama3 {
                     factor,
                     low_freq_factor,
                     high_freq_factor,
                     original_max_position,
                 } => {
-                    let (factor, low_freq_factor, high_freq_factor, original_max_position) = (
-                        *factor,
-                        *low_freq_factor,
-                        *high_freq_factor,
-                        *original_max_position,
-                    );
                     let low_wavelen = original_max_position / low_freq_factor;
                     let high_wavelen = original_max_position / high_freq_factor;
                     let wavelen = 2.0 * std::f64::consts::PI / f;

@@ -63,8 +63,8 @@ pub fn from_gguf(content: &Content, origin: &str) -> Result<Tokenizer, ModelErro
     let id_of = |key: &str| get(key).and_then(|v| v.to_u32().ok());
     let flag =
         |key: &str, default: bool| get(key).and_then(|v| v.to_bool().ok()).unwrap_or(default);
-    let token = |id: Option<u32>| id.and_then(|i| tokens.get(i as usize)).cloned();
-    let unk = token(id_of("tokenizer.ggml.unknown_token_id"));
+    let token = |id: Option<u32>| id.and_then(|i| Some((i, tokens.get(i as usize)?.clone())));
+    let unk = token(id_of("tokenizer.ggml.unknown_token_id")).map(|(_, t)| t);
     let bos = token(id_of("tokenizer.ggml.bos_token_id"));
     let add_space_prefix = flag("tokenizer.ggml.add_space_prefix", true);
     let add_bos = flag("tokenizer.ggml.add_bos_token", true);
@@ -124,8 +124,7 @@ pub fn from_gguf(content: &Content, origin: &str) -> Result<Tokenizer, ModelErro
     tokenizer
         .add_special_tokens(specials)
         .map_err(|e| bad(e.to_string()))?;
-    if let (true, Some(bos)) = (add_bos, bos) {
-        let id = tokenizer.token_to_id(&bos).unwrap_or_default();
+    if let (true, Some((id, bos))) = (add_bos, bos) {
         let post = TemplateProcessing::builder()
             .try_single(format!("{bos} $A"))
             .and_then(|b| b.try_pair(format!("{bos} $A {bos} $B")))

@@ -12,29 +12,10 @@ use std::path::Path;
 
 /// The task of the run that wrote `path`, from its first line (None: no lines).
 pub fn first_task(path: &Path) -> Result<Option<super::Task>, ResultsError> {
-    let io = |source| ResultsError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let corrupt = |line: usize, message: String| ResultsError::Corrupt {
-        path: path.to_path_buf(),
-        line,
-        message,
-    };
-    let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
-    for line in Lines::new(reader, MAX_LINE_BYTES) {
-        let Line { number, text, .. } = line.map_err(|e| match e {
-            ReadError::Io(e) => io(e),
-            ReadError::TooLong { line, .. } => corrupt(line, e.to_string()),
-        })?;
-        let text = text.map_err(|e| corrupt(number, e.to_string()))?;
-        if text.trim().is_empty() {
-            continue;
-        }
-        let record = Record::parse(&text).map_err(|e| corrupt(number, e.to_string()))?;
-        return Ok(Some(record.task()));
-    }
-    Ok(None)
+    records(path)?
+        .next()
+        .transpose()
+        .map(|r| r.map(|(_, _, record)| record.task()))
 }
 
 /// Call `each(line number, line text, record)` for every line of the results file `path`, in
@@ -43,28 +24,15 @@ pub fn read_records(
     path: &Path,
     mut each: impl FnMut(usize, &str, Record) -> Result<(), ResultsError>,
 ) -> Result<Option<Provenance>, ResultsError> {
-    let io = |source| ResultsError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
     let corrupt = |line: usize, message: String| ResultsError::Corrupt {
         path: path.to_path_buf(),
         line,
         message,
     };
-    let reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
     let mut first: Option<Provenance> = None;
     let mut seen: HashMap<String, usize> = HashMap::new();
-    for line in Lines::new(reader, MAX_LINE_BYTES) {
-        let Line { number, text, .. } = line.map_err(|e| match e {
-            ReadError::Io(e) => io(e),
-            ReadError::TooLong { line, .. } => corrupt(line, e.to_string()),
-        })?;
-        let text = text.map_err(|e| corrupt(number, e.to_string()))?;
-        if text.trim().is_empty() {
-            continue;
-        }
-        let record = Record::parse(&text).map_err(|e| corrupt(number, e.to_string()))?;
+    for line in records(path)? {
+        let (number, text, record) = line?;
         match &first {
             None => first = Some(record.provenance.clone()),
             Some(p) if *p == record.provenance => {}
@@ -91,4 +59,40 @@ pub fn read_records(
         each(number, &text, record)?;
     }
     Ok(first)
+}
+
+/// The non-blank lines of `path` as (line number, text, record), read bounded and as UTF-8.
+fn records(
+    path: &Path,
+) -> Result<impl Iterator<Item = Result<(usize, String, Record), ResultsError>>, ResultsError> {
+    let path = path.to_path_buf();
+    let file = std::fs::File::open(&path).map_err(|source| ResultsError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(
+        Lines::new(BufReader::new(file), MAX_LINE_BYTES).filter_map(move |line| {
+            let corrupt = |line: usize, message: String| ResultsError::Corrupt {
+                path: path.clone(),
+                line,
+                message,
+            };
+            let read = (|| {
+                let Line { number, text, .. } = line.map_err(|e| match e {
+                    ReadError::Io(source) => ResultsError::Io {
+                        path: path.clone(),
+                        source,
+                    },
+                    ReadError::TooLong { line, .. } => corrupt(line, e.to_string()),
+                })?;
+                let text = text.map_err(|e| corrupt(number, e.to_string()))?;
+                if text.trim().is_empty() {
+                    return Ok(None);
+                }
+                let record = Record::parse(&text).map_err(|e| corrupt(number, e.to_string()))?;
+                Ok(Some((number, text, record)))
+            })();
+            read.transpose()
+        }),
+    )
 }

@@ -83,44 +83,8 @@ impl Record {
 
     /// The line as written to a results file (no newline).
     pub fn to_line(&self) -> String {
-        let mut line = Map::new();
-        line.insert("id".into(), json!(self.id));
-        match &self.body {
-            Err(message) => {
-                line.insert("error".into(), json!(message));
-            }
-            Ok(Body::Judge(j)) => {
-                line.insert("scores".into(), scores_json(&j.scores));
-                add_answer(&mut line, j.answer.as_ref());
-                if !j.judges.is_empty() {
-                    let judges = j
-                        .judges
-                        .iter()
-                        .map(|a| {
-                            let mut judge = Map::new();
-                            judge.insert("model".into(), json!(a.model));
-                            judge.insert("scores".into(), scores_json(&a.scores));
-                            add_answer(&mut judge, a.answer.as_ref());
-                            Value::Object(judge)
-                        })
-                        .collect();
-                    line.insert("judges".into(), Value::Array(judges));
-                }
-                line.insert("dropped_turns".into(), json!(j.dropped_turns));
-                line.insert("truncated".into(), json!(j.truncated));
-            }
-            Ok(Body::BertScore(prf)) => {
-                line.insert(
-                    "bertscore".into(),
-                    json!({"P": finite(prf.p), "R": finite(prf.r), "F": finite(prf.f)}),
-                );
-            }
-        }
-        line.insert(
-            "provenance".into(),
-            serde_json::to_value(&self.provenance).expect("provenance serialises"),
-        );
-        Value::Object(line).to_string()
+        let provenance = serde_json::to_value(&self.provenance).expect("provenance serialises");
+        line(&self.id, &self.body, &provenance)
     }
 
     /// Read one line; the provenance's task says which fields it has.
@@ -155,6 +119,46 @@ impl Record {
             provenance,
         })
     }
+}
+
+/// A results line (no newline): the item, its scores or error, and its run's provenance as
+/// JSON (serialised once per run by the runner).
+pub fn line(id: &str, body: &Result<Body, String>, provenance: &Value) -> String {
+    let mut line = Map::new();
+    line.insert("id".into(), json!(id));
+    match body {
+        Err(message) => {
+            line.insert("error".into(), json!(message));
+        }
+        Ok(Body::Judge(j)) => {
+            line.insert("scores".into(), scores_json(&j.scores));
+            add_answer(&mut line, j.answer.as_ref());
+            if !j.judges.is_empty() {
+                let judges = j
+                    .judges
+                    .iter()
+                    .map(|a| {
+                        let mut judge = Map::new();
+                        judge.insert("model".into(), json!(a.model));
+                        judge.insert("scores".into(), scores_json(&a.scores));
+                        add_answer(&mut judge, a.answer.as_ref());
+                        Value::Object(judge)
+                    })
+                    .collect();
+                line.insert("judges".into(), Value::Array(judges));
+            }
+            line.insert("dropped_turns".into(), json!(j.dropped_turns));
+            line.insert("truncated".into(), json!(j.truncated));
+        }
+        Ok(Body::BertScore(prf)) => {
+            line.insert(
+                "bertscore".into(),
+                json!({"P": finite(prf.p), "R": finite(prf.r), "F": finite(prf.f)}),
+            );
+        }
+    }
+    line.insert("provenance".into(), provenance.clone());
+    Value::Object(line).to_string()
 }
 
 /// Non-finite numbers cannot be written as JSON numbers; they are refused before (baselines),

@@ -5,7 +5,7 @@
 use super::ResultsError;
 use super::file::ResultsFile;
 use super::provenance::Provenance;
-use super::record::{Body, Record};
+use super::record::{self, Body};
 use crate::data::Item;
 use std::path::Path;
 
@@ -74,6 +74,7 @@ pub fn run<T: ScoreTask>(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<RunSummary, RunError<T::Error>> {
     let provenance = task.provenance();
+    let provenance_json = serde_json::to_value(&provenance).expect("provenance serialises");
     let mut file = ResultsFile::open(output, &provenance, overwrite)?;
     let todo: Vec<usize> = (0..items.len())
         .filter(|&i| !file.finished.contains(&items[i].id))
@@ -107,12 +108,7 @@ pub fn run<T: ScoreTask>(
                     Err(why)
                 }
             };
-            let record = Record {
-                id: id.clone(),
-                body,
-                provenance: provenance.clone(),
-            };
-            lines.push(record.to_line());
+            lines.push(record::line(id, &body, &provenance_json));
         }
         file.append(&lines)?;
         done += chunk.len();
