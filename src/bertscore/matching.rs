@@ -192,18 +192,26 @@ impl BertScorer {
                 Tensor::from_vec(v, (b, 1), device)
             };
             let (h_floor, r_floor) = (floor(|f| f.0)?, floor(|f| f.1)?);
-            for (l, table) in emb.layers.iter().enumerate() {
+            // P and R of every layer stay on the device and come back in one transfer.
+            let mut per_layer = Vec::with_capacity(emb.layers.len());
+            for table in &emb.layers {
                 let h = table.index_select(&h_idx, 0)?.reshape((b, lh, ()))?;
                 let r = table.index_select(&r_idx, 0)?.reshape((b, lr, ()))?;
                 let sim = (h.matmul(&r.t()?.contiguous()?)?.broadcast_mul(&keep)? - &penalty)?;
                 let p =
                     (sim.max(D::Minus1)?.broadcast_maximum(&h_floor)? * &h_w)?.sum(D::Minus1)?;
                 let r = (sim.max(1)?.broadcast_maximum(&r_floor)? * &r_w)?.sum(D::Minus1)?;
-                let p: Vec<f32> = p.to_vec1()?;
-                let r: Vec<f32> = r.to_vec1()?;
+                per_layer.push(Tensor::stack(&[p, r], 0)?);
+            }
+            let pr: Vec<Vec<Vec<f32>>> = Tensor::stack(&per_layer, 0)?.to_vec3()?;
+            for (l, pr) in pr.iter().enumerate() {
                 for k in 0..b {
                     let zero = h_empty[k] || r_empty[k];
-                    let (pk, rk) = if zero { (0.0, 0.0) } else { (p[k], r[k]) };
+                    let (pk, rk) = if zero {
+                        (0.0, 0.0)
+                    } else {
+                        (pr[0][k], pr[1][k])
+                    };
                     out[l].push(Prf::from_pr(pk, rk));
                 }
             }

@@ -55,6 +55,13 @@ impl BertScoreRun<'_> {
                 Against::LastTurn => "last-turn",
             }),
         );
+        let encoder = &self.scorer.encoder;
+        if encoder.dtype() == candle_core::DType::F32
+            && !encoder.device().is_cpu()
+            && crate::model::device::tf32()
+        {
+            settings.insert("tf32".into(), json!(true));
+        }
         if let Some((path, b)) = &self.baseline {
             settings.insert(
                 "baseline".into(),

@@ -78,17 +78,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| path.display().to_string())?;
     }
     let tokens: usize = prompts.iter().map(Vec::len).sum();
-    let windows = t.windows();
     let sync = || device.synchronize();
 
     // Warm-up (allocations, kernel caches).
-    let b = Batch::new(&prompts[..1], 0, &windows, t.dtype(), t.device())?;
+    let b = Batch::new(&prompts[..1], 0, t.device())?;
     t.forward(&b, None)?;
     sync()?;
 
     let start = Instant::now();
     for p in &prompts {
-        let b = Batch::new(std::slice::from_ref(p), 0, &windows, t.dtype(), t.device())?;
+        let b = Batch::new(std::slice::from_ref(p), 0, t.device())?;
         let (h, _) = t.forward(&b, None)?;
         t.logits_at(&h, &[(0, p.len() - 1)], None)?;
     }
@@ -100,7 +99,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     for batch in &plan {
         let rows: Vec<Vec<u32>> = batch.iter().map(|&i| prompts[i].clone()).collect();
-        let b = Batch::new(&rows, 0, &windows, t.dtype(), t.device())?;
+        let b = Batch::new(&rows, 0, t.device())?;
         let (h, _) = t.forward(&b, None)?;
         let at: Vec<(usize, usize)> = rows
             .iter()

@@ -208,7 +208,7 @@ impl JsonFormat {
                 let (_, l) = model.extend(Some(&kv), &q.path)?;
                 log_probs.push(log_softmax_row(&l)?);
             }
-            let (dist, off) = targets.distribution(&log_probs);
+            let (dist, off) = targets.distribution(|q, t| log_probs[q][t as usize] as f64);
             let mut score = AspectScore::from_distribution(&targets.scores, &dist, off);
             let pick = if decoding.temperature > 0.0 {
                 let weights: Vec<f64> = dist

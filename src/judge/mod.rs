@@ -128,13 +128,7 @@ impl<'m> Scorer<'m> {
     /// One forward pass over these items; per item, per aspect, the result.
     pub fn score(&self, items: &[&ItemLayout]) -> Result<Vec<Vec<AspectScore>>, JudgeError> {
         let rows: Vec<_> = items.iter().map(|l| l.row(self.header)).collect();
-        let batch = Batch::from_rows(
-            &rows,
-            self.header,
-            &self.model.windows(),
-            self.model.dtype(),
-            self.model.device(),
-        )?;
+        let batch = Batch::from_rows(&rows, self.header, self.model.device())?;
         let (hidden, _) = self.model.forward(&batch, self.header_kv.as_ref())?;
         let mut at = Vec::new();
         let positions: Vec<Vec<Vec<usize>>> = items
@@ -147,8 +141,22 @@ impl<'m> Scorer<'m> {
             }
         }
         let logits = self.model.logits_at(&hidden, &at, None)?;
+        // Normalised over the vocabulary on the device; only the columns the scores read come
+        // back (a few per aspect, not queries × vocabulary).
         let log_probs = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1)?;
-        let log_probs: Vec<Vec<f32>> = to_rows(&log_probs)?;
+        let mut columns: Vec<u32> = items
+            .iter()
+            .flat_map(|l| l.aspects.iter().flat_map(|t| t.tokens()))
+            .collect();
+        columns.sort_unstable();
+        columns.dedup();
+        let picked = Tensor::from_slice(&columns, columns.len(), log_probs.device())?;
+        let log_probs = to_rows(&log_probs.index_select(&picked, 1)?)?;
+        let column = |t: u32| {
+            columns
+                .binary_search(&t)
+                .expect("a column per target token")
+        };
         let mut next = 0;
         let mut out = Vec::with_capacity(items.len());
         for (layout, per_aspect) in items.iter().zip(&positions) {
@@ -156,7 +164,7 @@ impl<'m> Scorer<'m> {
             for (targets, pos) in layout.aspects.iter().zip(per_aspect) {
                 let lp = &log_probs[next..next + pos.len()];
                 next += pos.len();
-                let (dist, off) = targets.distribution(lp);
+                let (dist, off) = targets.distribution(|q, t| lp[q][column(t)] as f64);
                 aspects.push(AspectScore::from_distribution(&targets.scores, &dist, off));
             }
             out.push(aspects);

@@ -57,17 +57,22 @@ impl ScoreTargets {
         }
     }
 
-    /// Probabilities from the log-softmax over the whole vocabulary at each query node
-    /// (`log_probs[q][token]`, queries in `self.queries` order).
+    /// The tokens whose log-probabilities `distribution` reads (at some query node).
+    pub fn tokens(&self) -> impl Iterator<Item = u32> + '_ {
+        self.paths.iter().flatten().copied()
+    }
+
+    /// Probabilities from `log_prob(q, token)`, the log-softmax over the whole vocabulary at
+    /// query node q (in `self.queries` order), read for `tokens()` only.
     /// Returns (normalised distribution over `scores`, mass outside the valid scores).
-    pub fn distribution(&self, log_probs: &[Vec<f32>]) -> (Vec<f64>, f64) {
+    pub fn distribution(&self, log_prob: impl Fn(usize, u32) -> f64) -> (Vec<f64>, f64) {
         let index: BTreeMap<&[u32], usize> = self
             .queries
             .iter()
             .enumerate()
             .map(|(i, q)| (q.path.as_slice(), i))
             .collect();
-        let lp = |node: &[u32], token: u32| log_probs[index[node]][token as usize] as f64;
+        let lp = |node: &[u32], token: u32| log_prob(index[node], token);
         // log P(stop at node): 1 - sum of the probabilities of its valid continuations.
         let stop = |node: &[u32]| -> f64 {
             let mut next: Vec<u32> = self
@@ -114,6 +119,10 @@ fn common_prefix(seqs: &[Vec<u32>]) -> usize {
 mod tests {
     use super::*;
 
+    fn at(log_probs: &[Vec<f32>]) -> impl Fn(usize, u32) -> f64 + '_ {
+        |q, t| log_probs[q][t as usize] as f64
+    }
+
     fn log_softmax(logits: &[f32]) -> Vec<f32> {
         let m = logits.iter().cloned().fold(f32::MIN, f32::max);
         let lse = m + logits.iter().map(|l| (l - m).exp()).sum::<f32>().ln();
@@ -131,7 +140,7 @@ mod tests {
         logits[10] = 2.0;
         logits[11] = 1.0;
         logits[12] = -1.0;
-        let (dist, off) = t.distribution(&[log_softmax(&logits)]);
+        let (dist, off) = t.distribution(at(&[log_softmax(&logits)]));
         let e = [2f64.exp(), 1f64.exp(), (-1f64).exp()];
         let z: f64 = e.iter().sum();
         for (d, x) in dist.iter().zip(e) {
@@ -156,7 +165,7 @@ mod tests {
         let mut after = vec![-10f32; 8];
         after[6] = 0.0; // P("0" | "1") = 0.5 against …
         after[7] = 0.0; // … anything else (stopping)
-        let (dist, _) = t.distribution(&[log_softmax(&root), log_softmax(&after)]);
+        let (dist, _) = t.distribution(at(&[log_softmax(&root), log_softmax(&after)]));
         assert!(
             (dist[0] - 0.5).abs() < 1e-3 && (dist[1] - 0.5).abs() < 1e-3,
             "{dist:?}"

@@ -1,14 +1,18 @@
 //! A batch of prompts of different lengths for one forward pass: right-padded token ids, per-row
-//! positions, and additive attention masks (causal, key padding, sliding window), all relative
-//! to an optional shared prefix whose keys and values were computed once.
+//! positions, and the attention masks (causal, key padding, sliding window), all relative to an
+//! optional shared prefix whose keys and values were computed once.
 //!
 //! A row can also be a small tree: a trunk followed by branches that each see the trunk and
 //! themselves but not each other, with positions continuing from the end of the trunk. The judge
 //! puts an item's prompt in the trunk and one branch per aspect, so every aspect shares one
 //! prefill of the item.
+//!
+//! Masks are never held whole: the batch keeps, per key, its position and segment (rows × keys
+//! numbers, on the device), and `mask` builds the block of queries attention is working on from
+//! them, on the device. A host mask of rows × len × keys was 4.3 GB for one 32k-token row.
 
 use candle_core::{DType, Device, Result, Tensor};
-use std::collections::BTreeMap;
+use std::ops::Range;
 
 /// One row: a trunk and branches that continue it independently.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -52,115 +56,200 @@ pub struct Batch {
     pub lens: Vec<usize>,
     /// Length of the shared prefix every row continues.
     pub prefix_len: usize,
-    /// Additive masks (batch, 1, len, prefix + len), one per sliding window (None = full).
-    masks: BTreeMap<Option<usize>, Tensor>,
+    /// (batch, prefix + len) f32: every key's absolute position, then its segment (0: prefix or
+    /// trunk, k: branch k). Queries are the last `len` keys.
+    key_pos: Tensor,
+    key_seg: Tensor,
 }
 
-/// The most negative finite value of a dtype: masked scores must stay finite so that a row with
-/// every key masked (a padding row) gives a uniform softmax instead of NaN.
-pub fn mask_value(dtype: DType) -> f32 {
-    match dtype {
-        DType::F16 => -65504.0,
-        DType::BF16 => -3.38e38,
-        _ => f32::MIN,
-    }
-}
+/// The additive mask value: the most negative f32, as transformers uses. Masks are added to f32
+/// scores (whatever the model dtype), where it stays finite: f16's −65504 plus a negative score
+/// rounded to −inf, and a row with every key masked gave NaN.
+pub const MASKED: f32 = f32::MIN;
 
 impl Batch {
     /// Plain rows (no branches) continuing a shared prefix of `prefix_len` tokens.
-    pub fn new(
-        rows: &[Vec<u32>],
-        prefix_len: usize,
-        windows: &[Option<usize>],
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn new(rows: &[Vec<u32>], prefix_len: usize, device: &Device) -> Result<Self> {
         let rows: Vec<Row> = rows.iter().map(|r| Row::plain(r.clone())).collect();
-        Self::from_rows(&rows, prefix_len, windows, dtype, device)
+        Self::from_rows(&rows, prefix_len, device)
     }
 
-    /// `windows` lists the sliding windows the model's layers use (None for full attention).
-    pub fn from_rows(
-        rows: &[Row],
-        prefix_len: usize,
-        windows: &[Option<usize>],
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn from_rows(rows: &[Row], prefix_len: usize, device: &Device) -> Result<Self> {
         let b = rows.len();
         let len = rows.iter().map(Row::len).max().unwrap_or(0).max(1);
-        let mut ids = vec![0u32; b * len];
-        // Per token: absolute position and segment (0 = trunk, k = branch k).
-        let mut pos = vec![0usize; b * len];
-        let mut seg = vec![0usize; b * len];
-        for (r, row) in rows.iter().enumerate() {
-            let base = r * len;
-            let mut i = 0;
-            for (t, &tok) in row.trunk.iter().enumerate() {
-                ids[base + i] = tok;
-                pos[base + i] = prefix_len + t;
-                i += 1;
-            }
-            for (k, branch) in row.branches.iter().enumerate() {
-                for (t, &tok) in branch.iter().enumerate() {
-                    ids[base + i] = tok;
-                    pos[base + i] = prefix_len + row.trunk.len() + t;
-                    seg[base + i] = k + 1;
-                    i += 1;
-                }
-            }
-            for j in i..len {
-                // Padding continues the positions so that tables stay in range.
-                pos[base + j] = prefix_len + j;
-            }
-        }
-        let lens: Vec<usize> = rows.iter().map(Row::len).collect();
         let keys = prefix_len + len;
-        let neg = mask_value(dtype);
-        let mut masks = BTreeMap::new();
-        for &window in windows {
-            if masks.contains_key(&window) {
-                continue;
+        let mut ids = vec![0u32; b * len];
+        let mut pos = vec![0u32; b * len];
+        let mut key_pos = vec![0f32; b * keys];
+        let mut key_seg = vec![0f32; b * keys];
+        for (r, row) in rows.iter().enumerate() {
+            let mut tokens = Vec::with_capacity(len);
+            tokens.extend(row.trunk.iter().enumerate().map(|(t, &id)| (id, t, 0)));
+            for (k, branch) in row.branches.iter().enumerate() {
+                let at = row.trunk.len();
+                tokens.extend(
+                    branch
+                        .iter()
+                        .enumerate()
+                        .map(|(t, &id)| (id, at + t, k + 1)),
+                );
             }
-            let mut m = vec![neg; b * len * keys];
-            for (r, &row_len) in lens.iter().enumerate() {
-                let base = r * len;
-                for i in 0..len {
-                    let q_pos = pos[base + i];
-                    let within = |k_pos: usize| window.is_none_or(|w| q_pos - k_pos < w);
-                    let out = &mut m[(base + i) * keys..(base + i + 1) * keys];
-                    for (k, slot) in out.iter_mut().enumerate().take(prefix_len) {
-                        if k <= q_pos && within(k) {
-                            *slot = 0.0;
-                        }
-                    }
-                    if i >= row_len {
-                        // A padding query: let it see the prefix or itself so it stays finite.
-                        out[prefix_len + i] = 0.0;
-                        continue;
-                    }
-                    for j in 0..=i {
-                        let (k_pos, k_seg, q_seg) = (pos[base + j], seg[base + j], seg[base + i]);
-                        if (k_seg == 0 || k_seg == q_seg) && within(k_pos) {
-                            out[prefix_len + j] = 0.0;
-                        }
-                    }
-                }
+            // Padding continues the positions in the trunk: every padding key lies after every
+            // real query of its row (so causality hides it), and every query sees at least
+            // itself (so no softmax row is empty).
+            tokens.extend((tokens.len()..len).map(|j| (0, j, 0)));
+            for (i, (id, p, seg)) in tokens.into_iter().enumerate() {
+                ids[r * len + i] = id;
+                pos[r * len + i] = (prefix_len + p) as u32;
+                key_pos[r * keys + prefix_len + i] = (prefix_len + p) as f32;
+                key_seg[r * keys + prefix_len + i] = seg as f32;
             }
-            let t = Tensor::from_vec(m, (b, 1, len, keys), device)?.to_dtype(dtype)?;
-            masks.insert(window, t);
+            for (k, slot) in key_pos[r * keys..r * keys + prefix_len]
+                .iter_mut()
+                .enumerate()
+            {
+                *slot = k as f32;
+            }
         }
-        let positions: Vec<u32> = pos.iter().map(|&p| p as u32).collect();
         Ok(Batch {
             ids: Tensor::from_vec(ids, (b, len), device)?,
-            positions: Tensor::from_vec(positions, (b, len), device)?,
-            lens,
+            positions: Tensor::from_vec(pos, (b, len), device)?,
+            lens: rows.iter().map(Row::len).collect(),
             prefix_len,
-            masks,
+            key_pos: Tensor::from_vec(key_pos, (b, keys), device)?,
+            key_seg: Tensor::from_vec(key_seg, (b, keys), device)?,
         })
     }
 
-    pub fn mask(&self, window: Option<usize>) -> &Tensor {
-        &self.masks[&window]
+    /// The additive f32 mask (rows, 1, queries, keys) of the batch rows `rows`, for the queries
+    /// `queries` (indices within the rows) against the first `keys` keys (prefix included),
+    /// for layers with sliding window `window` (None: full attention). Built on the device.
+    ///
+    /// A query sees a key when the key is not after it, within the window, and in the prefix,
+    /// the trunk or the query's own branch: with positions p and segments s,
+    /// `0 ≤ p_q − p_k < window` and `s_k · (s_k − s_q) = 0`.
+    pub fn mask(
+        &self,
+        window: Option<usize>,
+        rows: Range<usize>,
+        queries: Range<usize>,
+        keys: usize,
+    ) -> Result<Tensor> {
+        let nr = rows.len();
+        let at =
+            |t: &Tensor, from: usize, n: usize| t.narrow(0, rows.start, nr)?.narrow(1, from, n);
+        let q_from = self.prefix_len + queries.start;
+        let (q_pos, q_seg) = (
+            at(&self.key_pos, q_from, queries.len())?.unsqueeze(2)?,
+            at(&self.key_seg, q_from, queries.len())?.unsqueeze(2)?,
+        );
+        let (k_pos, k_seg) = (
+            at(&self.key_pos, 0, keys)?.unsqueeze(1)?,
+            at(&self.key_seg, 0, keys)?.unsqueeze(1)?,
+        );
+        let ahead = q_pos.broadcast_sub(&k_pos)?;
+        let mut seen = ahead.ge(0f64)?;
+        if let Some(w) = window {
+            seen = (seen * ahead.lt(w as f64)?)?;
+        }
+        let other_branch = k_seg.broadcast_mul(&k_seg.broadcast_sub(&q_seg)?)?;
+        let seen = (seen * other_branch.eq(0f64)?)?;
+        // seen · (−MASKED) + MASKED: exactly 0 where seen, MASKED elsewhere.
+        seen.to_dtype(DType::F32)?
+            .affine(-(MASKED as f64), MASKED as f64)?
+            .unsqueeze(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rule written out per element, on the host (how masks were built before).
+    fn reference(rows: &[Row], prefix: usize, window: Option<usize>) -> Vec<f32> {
+        let len = rows.iter().map(Row::len).max().unwrap_or(0).max(1);
+        let keys = prefix + len;
+        let mut m = vec![MASKED; rows.len() * len * keys];
+        for (r, row) in rows.iter().enumerate() {
+            let mut pos = Vec::new();
+            let mut seg = Vec::new();
+            pos.extend((0..row.trunk.len()).map(|t| prefix + t));
+            seg.extend(std::iter::repeat_n(0, row.trunk.len()));
+            for (k, br) in row.branches.iter().enumerate() {
+                pos.extend((0..br.len()).map(|t| prefix + row.trunk.len() + t));
+                seg.extend(std::iter::repeat_n(k + 1, br.len()));
+            }
+            for i in 0..len {
+                let out = &mut m[(r * len + i) * keys..(r * len + i + 1) * keys];
+                let q_pos = pos.get(i).copied().unwrap_or(prefix + i);
+                let within = |k_pos: usize| window.is_none_or(|w| q_pos - k_pos < w);
+                for (k, slot) in out.iter_mut().enumerate().take(prefix) {
+                    if k <= q_pos && within(k) {
+                        *slot = 0.0;
+                    }
+                }
+                if i >= row.len() {
+                    // A padding query: only finiteness matters; it sees at least itself.
+                    out[prefix + i] = 0.0;
+                    continue;
+                }
+                for j in 0..=i {
+                    if (seg[j] == 0 || seg[j] == seg[i]) && within(pos[j]) {
+                        out[prefix + j] = 0.0;
+                    }
+                }
+            }
+        }
+        m
+    }
+
+    #[test]
+    fn device_masks_follow_the_rule_for_trees_windows_and_padding() {
+        let rows = vec![
+            Row {
+                trunk: vec![1, 2, 3],
+                branches: vec![vec![4, 5], vec![6], vec![7, 8, 9]],
+            },
+            Row::plain(vec![1, 2]),
+            Row {
+                trunk: vec![],
+                branches: vec![vec![3, 4]],
+            },
+            Row::plain((0..9).collect()),
+        ];
+        for prefix in [0, 3] {
+            let batch = Batch::from_rows(&rows, prefix, &Device::Cpu).unwrap();
+            let len = 9;
+            for window in [None, Some(2), Some(5)] {
+                let want = reference(&rows, prefix, window);
+                let keys = prefix + len;
+                // Whole, and in blocks of rows × queries × leading keys, as attention asks.
+                for (r0, nr, q0, nq) in [(0, 4, 0, len), (1, 2, 2, 4), (3, 1, 7, 2)] {
+                    let k = prefix + q0 + nq;
+                    let got = batch.mask(window, r0..r0 + nr, q0..q0 + nq, k).unwrap();
+                    assert_eq!(got.dims(), &[nr, 1, nq, k]);
+                    let got: Vec<f32> = got.flatten_all().unwrap().to_vec1().unwrap();
+                    for r in 0..nr {
+                        for q in 0..nq {
+                            let got = &got[(r * nq + q) * k..][..k];
+                            if q0 + q >= rows[r0 + r].len() {
+                                // A padding query's output is never read: it only has to see
+                                // some key, so that its softmax stays finite.
+                                assert!(got.contains(&0.0));
+                                continue;
+                            }
+                            let expect = &want[((r0 + r) * len + q0 + q) * keys..][..k];
+                            assert_eq!(
+                                got,
+                                expect,
+                                "prefix {prefix} window {window:?} row {} query {}",
+                                r0 + r,
+                                q0 + q
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }

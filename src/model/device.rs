@@ -43,11 +43,14 @@ pub fn parse_device(spec: &str) -> Result<Device, ModelError> {
     }
 }
 
-/// `f32`, `bf16` or `f16`; the default is f32 on CPU (fast GEMM, exact) and bf16 on GPUs.
+/// `f32`, `bf16` or `f16`. The default (`None`) depends on the device: f32 on the CPU (its GEMMs
+/// are fast and exact in f32); bf16 on NVIDIA GPUs of compute capability 8.0 or more (Ampere
+/// on), whose bf16 kernels candle builds; f16 on older NVIDIA GPUs (T4, V100: candle has no
+/// bf16 kernels for them) and on Apple GPUs (bf16 needs Metal 3.1). Softmax, norm statistics and
+/// masks are f32 in every dtype.
 pub fn parse_dtype(spec: Option<&str>, device: &Device) -> Result<DType, ModelError> {
     match spec {
-        None if device.is_cpu() => Ok(DType::F32),
-        None => Ok(DType::BF16),
+        None => Ok(default_dtype(device)),
         Some("f32") => Ok(DType::F32),
         Some("bf16") => Ok(DType::BF16),
         Some("f16") => Ok(DType::F16),
@@ -56,6 +59,74 @@ pub fn parse_dtype(spec: Option<&str>, device: &Device) -> Result<DType, ModelEr
             message: "must be f32, bf16 or f16".into(),
         }),
     }
+}
+
+/// The dtype `parse_dtype` picks when none is asked for.
+pub fn default_dtype(device: &Device) -> DType {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => DType::F32,
+        candle_core::DeviceLocation::Metal { .. } => DType::F16,
+        candle_core::DeviceLocation::Cuda { .. } => match compute_capability(device) {
+            Some((major, _)) if major < 8 => DType::F16,
+            _ => DType::BF16,
+        },
+    }
+}
+
+/// (major, minor) compute capability of a CUDA device; None elsewhere.
+pub fn compute_capability(device: &Device) -> Option<(i32, i32)> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(d) = device {
+        use candle_core::cuda_backend::cudarc::driver::{result, sys::CUdevice_attribute as A};
+        let cu = d.cuda_stream().context().cu_device();
+        // Safety: `cu` is the device of a live context (held by `d`); reading an attribute
+        // has no other precondition. candle reads the same attributes the same way.
+        let get = |a| unsafe { result::device::get_attribute(cu, a) }.ok();
+        return Some((
+            get(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            get(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ));
+    }
+    let _ = device;
+    None
+}
+
+/// The device as the logs and `--help` describe it: `cuda:0 (compute capability 8.9)`.
+pub fn describe_device(device: &Device) -> String {
+    match compute_capability(device) {
+        Some((major, minor)) => format!(
+            "{} (compute capability {major}.{minor})",
+            device_name(device)
+        ),
+        None => device_name(device),
+    }
+}
+
+/// `--tf32`: f32 GEMMs on NVIDIA GPUs may run on TF32 tensor cores (inputs rounded to 10-bit
+/// mantissas, f32 accumulation). Process-wide, as candle's switch is. Refused elsewhere.
+pub fn set_tf32(device: &Device, on: bool) -> Result<(), ModelError> {
+    #[cfg(feature = "cuda")]
+    if device.is_cuda() {
+        candle_core::cuda_backend::set_gemm_reduced_precision_f32(on);
+        return Ok(());
+    }
+    if on {
+        return Err(ModelError::Device {
+            spec: device_name(device),
+            message: "--tf32 applies to NVIDIA GPUs (--device cuda) only".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether f32 GEMMs may use TF32 (`set_tf32`), for the provenance.
+pub fn tf32() -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        candle_core::cuda_backend::gemm_reduced_precision_f32()
+    }
+    #[cfg(not(feature = "cuda"))]
+    false
 }
 
 /// How a device is named in outputs.

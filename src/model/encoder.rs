@@ -161,13 +161,14 @@ impl Block {
     }
 
     fn forward(&self, x: &Tensor, layout: &TokenLayout, heads: usize) -> Result<Tensor> {
-        let ctx = fused::attention(&self.qkv.forward(x, Epilogue::None)?, layout, heads)?;
+        let qkv = self.qkv.forward(x, layout, Epilogue::None)?;
+        let ctx = fused::attention(&qkv, layout, heads)?;
         let x = self
             .o
-            .forward(&ctx, Epilogue::AddNorm(x, &self.attn_norm))?;
-        let up = self.up.forward(&x, Epilogue::Gelu)?;
+            .forward(&ctx, layout, Epilogue::AddNorm(x, &self.attn_norm))?;
+        let up = self.up.forward(&x, layout, Epilogue::Gelu)?;
         self.down
-            .forward(&up, Epilogue::AddNorm(&x, &self.out_norm))
+            .forward(&up, layout, Epilogue::AddNorm(&x, &self.out_norm))
     }
 }
 
@@ -179,6 +180,8 @@ pub struct Encoder {
     emb_norm: LayerNorm,
     blocks: Vec<Block>,
     device: Device,
+    /// Right-padded rows and candle's ops even where hyoka's CPU kernels could run.
+    padded: bool,
 }
 
 impl Encoder {
@@ -213,6 +216,7 @@ impl Encoder {
             token_type,
             emb_norm,
             blocks,
+            padded: false,
         })
     }
 
@@ -228,15 +232,21 @@ impl Encoder {
         self.blocks.len()
     }
 
+    /// Run the GPUs' path (right-padded rows, candle's ops) on the CPU too, to test it there.
+    pub fn use_padded_rows(&mut self) {
+        self.padded = true;
+    }
+
     /// Hidden states after every loaded layer (index 0: the embeddings) for the sequences
     /// `ids`, each (tokens, hidden) with every sequence's rows back to back in order. With
     /// `all_layers` false only the last.
     pub fn forward(&self, ids: &[Vec<u32>], all_layers: bool) -> Result<Vec<Tensor>> {
-        let layout = TokenLayout::new(
-            ids.iter().map(Vec::len).collect(),
-            self.dtype(),
-            &self.device,
-        )?;
+        let lens = ids.iter().map(Vec::len).collect();
+        let layout = if self.padded {
+            TokenLayout::padded(lens, &self.device)?
+        } else {
+            TokenLayout::new(lens, self.dtype(), &self.device)?
+        };
         let shape = layout.shape(self.cfg.hidden);
         let rows: usize = shape[..shape.len() - 1].iter().product();
         let (mut flat, mut pos) = (Vec::with_capacity(rows), Vec::with_capacity(rows));

@@ -61,8 +61,11 @@ impl RmsNorm {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // Normalise in f32 as transformers does, whatever the model dtype.
-        let dtype = x.dtype();
+        self.forward_as(x, x.dtype())
+    }
+
+    /// Normalised in f32 as transformers does, whatever the model dtype; returned in `dtype`.
+    pub fn forward_as(&self, x: &Tensor, dtype: DType) -> Result<Tensor> {
         let xf = x.to_dtype(DType::F32)?;
         let y = candle_nn::ops::rms_norm(&xf.contiguous()?, &self.weight, self.eps as f32)?;
         y.to_dtype(dtype)

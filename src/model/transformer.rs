@@ -53,6 +53,7 @@ pub struct Transformer {
     dtype: DType,
     device: Device,
     weights_mode: WeightsMode,
+    attention_elements: usize,
 }
 
 impl Transformer {
@@ -120,6 +121,7 @@ impl Transformer {
             dtype: w.dtype(),
             device: w.device().clone(),
             weights_mode: w.mode(),
+            attention_elements: ATTENTION_ELEMENTS,
             cfg,
         })
     }
@@ -138,6 +140,16 @@ impl Transformer {
 
     pub fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    /// The dtype of the residual stream (and of `forward`'s hidden states): the model dtype,
+    /// except f32 for f16 models (see `forward`).
+    pub fn residual_dtype(&self) -> DType {
+        if self.dtype == DType::F16 {
+            DType::F32
+        } else {
+            self.dtype
+        }
     }
 
     /// How the weights are held (stored or expanded).
@@ -170,16 +182,8 @@ impl Transformer {
         &self.device
     }
 
-    /// The sliding windows the layers use (None = full attention), for building batch masks.
-    pub fn windows(&self) -> Vec<Option<usize>> {
-        let mut w: Vec<Option<usize>> = self.cfg.layers.iter().map(|l| l.sliding_window).collect();
-        w.sort();
-        w.dedup();
-        w
-    }
-
-    /// Run the batch; returns the final hidden states (batch, len, hidden), before the final
-    /// norm, and every layer's keys and values.
+    /// Run the batch; returns the final hidden states (batch, len, hidden) in
+    /// `residual_dtype`, before the final norm, and every layer's keys and values.
     pub fn forward(
         &self,
         batch: &Batch,
@@ -192,48 +196,46 @@ impl Transformer {
                 "batch built for another prefix length"
             );
         }
+        // f16 holds at most 65504: Gemma's residual stream passes that (activations of 1e4 and
+        // more), so in f16 the stream is kept in f32 and only the layers' GEMMs run in f16.
+        let (dtype, stream) = (self.dtype, self.residual_dtype());
         let mut x = self
             .embed
-            .rows(&batch.ids.flatten_all()?, self.dtype)?
+            .rows(&batch.ids.flatten_all()?, dtype)?
             .reshape((b, len, self.cfg.hidden_size))?;
         if let Some(scale) = self.cfg.embed_scale {
             // transformers casts the scale to the model dtype before multiplying.
-            let scale = Tensor::new(scale as f32, &self.device)?.to_dtype(self.dtype)?;
+            let scale = Tensor::new(scale as f32, &self.device)?.to_dtype(dtype)?;
             x = x.broadcast_mul(&scale)?;
         }
+        let mut x = x.to_dtype(stream)?;
         let tables: Vec<(Tensor, Tensor)> = self
             .inv_freqs
             .iter()
-            .map(|f| rope_tables(f, &batch.positions, self.dtype))
+            .map(|f| rope_tables(f, &batch.positions, dtype))
             .collect::<Result<_>>()?;
         let mut kvs = Vec::with_capacity(self.blocks.len());
         for (i, block) in self.blocks.iter().enumerate() {
             let kind = &self.cfg.layers[i];
             let (cos, sin) = &tables[kind.rope];
-            let residual = x.clone();
-            let h = block.input_norm.forward(&x)?;
+            let h = block.input_norm.forward_as(&x, dtype)?;
             let past = prefix.map(|p| &p.layers[i]);
-            let (h, kv) = self.attention(
-                &block.attn,
-                &h,
-                cos,
-                sin,
-                batch.mask(kind.sliding_window),
-                past,
-            )?;
+            let (h, kv) =
+                self.attention(&block.attn, &h, cos, sin, batch, kind.sliding_window, past)?;
             kvs.push(kv);
             let h = match &block.post_attn_norm {
-                Some(n) => n.forward(&h)?,
-                None => h,
+                Some(n) => n.forward_as(&h, stream)?,
+                None => h.to_dtype(stream)?,
             };
-            x = (residual + h)?;
-            let residual = x.clone();
-            let h = block.mlp.forward(&block.pre_mlp_norm.forward(&x)?)?;
+            x = (x + h)?;
+            let h = block
+                .mlp
+                .forward(&block.pre_mlp_norm.forward_as(&x, dtype)?)?;
             let h = match &block.post_mlp_norm {
-                Some(n) => n.forward(&h)?,
-                None => h,
+                Some(n) => n.forward_as(&h, stream)?,
+                None => h.to_dtype(stream)?,
             };
-            x = (residual + h)?;
+            x = (x + h)?;
         }
         Ok((x, kvs))
     }
@@ -244,7 +246,8 @@ impl Transformer {
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        mask: &Tensor,
+        batch: &Batch,
+        window: Option<usize>,
         past: Option<&LayerKv>,
     ) -> Result<(Tensor, LayerKv)> {
         let cfg = &self.cfg;
@@ -276,13 +279,7 @@ impl Transformer {
             }
             None => (k.clone(), v.clone()),
         };
-        let out = self.attend(
-            &q,
-            &k_all,
-            &v_all,
-            mask,
-            past.map_or(0, |(pk, _)| pk.dim(2).unwrap_or(0)),
-        )?;
+        let out = self.attend(&q, &k_all, &v_all, batch, window)?;
         let out = out
             .transpose(1, 2)?
             .reshape((b, len, cfg.num_heads * cfg.head_dim))?;
@@ -290,53 +287,69 @@ impl Transformer {
     }
 
     /// softmax(q·kᵀ·scale + mask)·v for q (b, heads, len, d) and k, v (b, kv_heads, keys, d),
-    /// where the last `len` keys belong to the queries (the rest is a prefix).
+    /// where the last `len` keys belong to the queries (the rest is the batch's prefix).
     ///
     /// Grouped-query attention without copying k and v: the heads that share a kv head are laid
     /// out one after another, so q viewed as (b, kv_heads, group·len, d) multiplies k directly.
+    /// Scores are computed for a block of rows × queries at a time (`AttentionPlan`), masked and
+    /// normalised in f32.
     fn attend(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        mask: &Tensor,
-        prefix: usize,
+        batch: &Batch,
+        window: Option<usize>,
     ) -> Result<Tensor> {
         let cfg = &self.cfg;
         let (b, heads, len, d) = q.dims4()?;
+        let prefix = batch.prefix_len;
         let kv = cfg.num_kv_heads;
         let group = heads / kv;
-        let mut outs = Vec::with_capacity(len.div_ceil(QUERY_BLOCK));
-        let mut start = 0;
-        while start < len {
-            let n = QUERY_BLOCK.min(len - start);
-            let keys = prefix + start + n;
-            let qb = q
-                .narrow(2, start, n)?
-                .contiguous()?
-                .reshape((b, kv, group * n, d))?;
-            let kb = k.narrow(2, 0, keys)?;
-            let vb = v.narrow(2, 0, keys)?;
-            let mut scores = (qb * cfg.attn_scale)?.matmul(&kb.t()?)?;
-            if let Some(cap) = cfg.attn_softcap {
-                scores = ((scores / cap)?.tanh()? * cap)?;
+        let plan = AttentionPlan::new(b, heads, len, prefix + len, self.attention_elements)?;
+        let mut row_outs = Vec::with_capacity(b.div_ceil(plan.rows));
+        for rows in plan.row_chunks() {
+            let nr = rows.len();
+            let (q, k, v) = (
+                q.narrow(0, rows.start, nr)?,
+                k.narrow(0, rows.start, nr)?,
+                v.narrow(0, rows.start, nr)?,
+            );
+            let mut outs = Vec::with_capacity(len.div_ceil(plan.queries));
+            for queries in plan.query_blocks() {
+                let n = queries.len();
+                // Keys after the block's last query are masked for all of it: never computed.
+                let keys = prefix + queries.end;
+                let qb =
+                    q.narrow(2, queries.start, n)?
+                        .contiguous()?
+                        .reshape((nr, kv, group * n, d))?;
+                let kb = k.narrow(2, 0, keys)?;
+                let vb = v.narrow(2, 0, keys)?;
+                let mut scores = (qb * cfg.attn_scale)?.matmul(&kb.t()?)?;
+                if let Some(cap) = cfg.attn_softcap {
+                    scores = ((scores / cap)?.tanh()? * cap)?;
+                }
+                let mask = batch.mask(window, rows.clone(), queries, keys)?;
+                let scores = scores
+                    .to_dtype(DType::F32)?
+                    .reshape((nr, kv, group, n, keys))?
+                    .broadcast_add(&mask.unsqueeze(2)?)?;
+                let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(self.dtype)?;
+                let out = probs
+                    .reshape((nr, kv, group * n, keys))?
+                    .matmul(&vb.contiguous()?)?;
+                outs.push(out.reshape((nr, heads, n, d))?);
             }
-            let mb = mask.narrow(2, start, n)?.narrow(3, 0, keys)?.unsqueeze(2)?;
-            let scores = scores
-                .reshape((b, kv, group, n, keys))?
-                .broadcast_add(&mb)?;
-            let probs = candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?
-                .to_dtype(self.dtype)?;
-            let out = probs
-                .reshape((b, kv, group * n, keys))?
-                .matmul(&vb.contiguous()?)?;
-            outs.push(out.reshape((b, heads, n, d))?);
-            start += n;
+            row_outs.push(cat_or_single(outs, 2)?);
         }
-        if outs.len() == 1 {
-            return Ok(outs.remove(0));
-        }
-        Tensor::cat(&outs, 2)
+        cat_or_single(row_outs, 0)
+    }
+
+    /// The most attention scores (rows × heads × queries × keys) one block may hold; see
+    /// `ATTENTION_ELEMENTS`. Lowered by tests to run the split path on small batches.
+    pub fn set_attention_elements(&mut self, limit: usize) {
+        self.attention_elements = limit;
     }
 
     /// Compute the keys and values of a prefix once, to be continued by many rows.
@@ -348,13 +361,7 @@ impl Transformer {
     /// last token (1, vocab). Token-by-token generation is this, one token at a time.
     pub fn extend(&self, prefix: Option<&PrefixKv>, tokens: &[u32]) -> Result<(PrefixKv, Tensor)> {
         let start = prefix.map_or(0, |p| p.len);
-        let batch = Batch::new(
-            &[tokens.to_vec()],
-            start,
-            &self.windows(),
-            self.dtype,
-            &self.device,
-        )?;
+        let batch = Batch::new(&[tokens.to_vec()], start, &self.device)?;
         let (hidden, kvs) = self.forward(&batch, prefix)?;
         let logits = self.decode_logits(&hidden, &[(0, tokens.len() - 1)])?;
         let layers = match prefix {
@@ -398,7 +405,7 @@ impl Transformer {
         // The expanded head's arithmetic (a judge reads probabilities): a few vocabulary rows
         // expanded, or the whole head expanded a slice at a time.
         self.head(hidden, at, |picked| match rows {
-            Some(r) => picked.matmul(&self.lm_head.rows(r, self.dtype)?.t()?),
+            Some(r) => picked.matmul(&self.lm_head.rows(r, picked.dtype())?.t()?),
             None => self.lm_head.matmul_t_chunked(picked, HEAD_CHUNK_ROWS),
         })
     }
@@ -431,3 +438,57 @@ const HEAD_CHUNK_ROWS: usize = 16384;
 /// Queries per block: keys after a block's last query are masked for every query of the block,
 /// so they are never computed (causal attention does about half the work of full attention).
 const QUERY_BLOCK: usize = 256;
+
+/// Attention scores one block may hold (rows × heads × queries × keys): 2^28, 1 GiB in f32. It
+/// bounds the memory of attention whatever the batch, and keeps every kernel that sweeps the
+/// scores (mask add, softmax, the products) far below 2^31 elements: candle's CUDA softmax
+/// indexes its rows with 32-bit integers.
+pub const ATTENTION_ELEMENTS: usize = 1 << 28;
+
+/// How attention splits a batch: `rows` batch rows and `queries` queries at a time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionPlan {
+    pub rows: usize,
+    pub queries: usize,
+    batch: usize,
+    len: usize,
+}
+
+impl AttentionPlan {
+    /// For `batch` rows of `len` queries over at most `keys` keys each, `heads` query heads,
+    /// blocks of at most `limit` scores. Fails only when one query's scores over every head
+    /// exceed the limit (tens of millions of keys).
+    pub fn new(batch: usize, heads: usize, len: usize, keys: usize, limit: usize) -> Result<Self> {
+        let per_query = heads * keys.max(1);
+        let queries = QUERY_BLOCK.min(len.max(1)).min(limit / per_query);
+        if queries == 0 {
+            candle_core::bail!(
+                "attention over {keys} keys with {heads} heads needs more than {limit} scores for one query"
+            );
+        }
+        let rows = (limit / (per_query * queries)).clamp(1, batch.max(1));
+        Ok(AttentionPlan {
+            rows,
+            queries,
+            batch,
+            len,
+        })
+    }
+
+    pub fn row_chunks(&self) -> impl Iterator<Item = std::ops::Range<usize>> + use<> {
+        let (step, end) = (self.rows, self.batch);
+        (0..end).step_by(step).map(move |s| s..(s + step).min(end))
+    }
+
+    pub fn query_blocks(&self) -> impl Iterator<Item = std::ops::Range<usize>> + use<> {
+        let (step, end) = (self.queries, self.len);
+        (0..end).step_by(step).map(move |s| s..(s + step).min(end))
+    }
+}
+
+fn cat_or_single(mut parts: Vec<Tensor>, dim: usize) -> Result<Tensor> {
+    if parts.len() == 1 {
+        return Ok(parts.remove(0));
+    }
+    Tensor::cat(&parts, dim)
+}

@@ -69,3 +69,34 @@ min = 1
 max = 5
 definition = "overall"
 "#;
+
+/// The device the parity tests run on: HYOKA_TEST_DEVICE = cpu (default), cuda, cuda:N or metal
+/// (scripts/gpu_check.sh sets it).
+pub fn device() -> candle_core::Device {
+    let spec = std::env::var("HYOKA_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
+    hyoka::model::device::parse_device(&spec).expect("HYOKA_TEST_DEVICE names a usable device")
+}
+
+/// The dtype the parity tests run in: HYOKA_TEST_DTYPE = f32 (default), bf16 or f16.
+pub fn dtype() -> candle_core::DType {
+    let spec = std::env::var("HYOKA_TEST_DTYPE").unwrap_or_else(|_| "f32".into());
+    hyoka::model::device::parse_dtype(Some(&spec), &device())
+        .expect("HYOKA_TEST_DTYPE is f32, bf16 or f16")
+}
+
+/// A test's tolerance in the dtype it runs in. The references are f32 (transformers, bert_score),
+/// so bf16 (8 significant bits) and f16 (11) are held to what those formats can give; each test
+/// states its three numbers and prints the worst difference it saw.
+pub fn tol(f32: f64, bf16: f64, f16: f64) -> f64 {
+    match dtype() {
+        candle_core::DType::BF16 => bf16,
+        candle_core::DType::F16 => f16,
+        _ => f32,
+    }
+}
+
+/// HYOKA_TEST_ENCODER=padded: BERTScore encoders run the GPUs' path (right-padded rows,
+/// candle's ops) on the CPU in f32 too.
+pub fn encoder_padded() -> bool {
+    std::env::var("HYOKA_TEST_ENCODER").as_deref() == Ok("padded")
+}

@@ -67,9 +67,10 @@ impl Dense {
         })
     }
 
-    /// x (…, in) → (…, out) with the epilogue applied.
-    pub fn forward(&self, x: &Tensor, epilogue: Epilogue) -> Result<Tensor> {
-        if cpu::runs(x.device(), x.dtype()) {
+    /// x (rows in `layout`, in) → (…, out) with the epilogue applied: hyoka's CPU kernel on
+    /// packed rows, candle's ops on padded rows.
+    pub fn forward(&self, x: &Tensor, layout: &TokenLayout, epilogue: Epilogue) -> Result<Tensor> {
+        if let TokenLayout::Packed { .. } = layout {
             return cpu::dense(self, x, epilogue);
         }
         let dims = x.dims();
@@ -94,8 +95,8 @@ pub enum TokenLayout {
     /// Every sequence's rows back to back, (tokens, hidden): hyoka's CPU kernels, which so never
     /// compute a padding row.
     Packed { lens: Vec<usize> },
-    /// Right-padded (batch, width, hidden), with an additive key mask (batch, 1, 1, width) of
-    /// 0 or the dtype's minimum: candle's ops. `real`: the indices of the real rows among the
+    /// Right-padded (batch, width, hidden), with an additive f32 key mask (batch, 1, 1, width)
+    /// of 0 or f32's minimum: candle's ops. `real`: the indices of the real rows among the
     /// batch × width, to pack the outputs.
     Padded {
         lens: Vec<usize>,
@@ -111,16 +112,16 @@ impl TokenLayout {
         if cpu::runs(device, dtype) {
             return Ok(TokenLayout::Packed { lens });
         }
-        Self::padded(lens, dtype, device)
+        Self::padded(lens, device)
     }
 
-    pub fn padded(lens: Vec<usize>, dtype: DType, device: &candle_core::Device) -> Result<Self> {
+    pub fn padded(lens: Vec<usize>, device: &candle_core::Device) -> Result<Self> {
         let width = lens.iter().copied().max().unwrap_or(0);
         let bias: Vec<f32> = lens
             .iter()
             .flat_map(|&l| (0..width).map(move |j| if j < l { 0.0 } else { f32::MIN }))
             .collect();
-        let bias = Tensor::from_vec(bias, (lens.len(), 1, 1, width), device)?.to_dtype(dtype)?;
+        let bias = Tensor::from_vec(bias, (lens.len(), 1, 1, width), device)?;
         let real: Vec<u32> = lens
             .iter()
             .enumerate()
@@ -192,8 +193,11 @@ pub fn attention(qkv: &Tensor, layout: &TokenLayout, heads: usize) -> Result<Ten
     };
     let q = (part(0)? / (d as f64).sqrt())?;
     let (k, v) = (part(1)?, part(2)?);
-    let scores = q.matmul(&k.t()?)?.broadcast_add(bias)?;
-    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    // Masked and normalised in f32 whatever the dtype (f16 cannot hold the mask value).
+    let scores = q.matmul(&k.t()?)?;
+    let dtype = scores.dtype();
+    let scores = scores.to_dtype(DType::F32)?.broadcast_add(bias)?;
+    let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(dtype)?;
     probs.matmul(&v)?.transpose(1, 2)?.reshape((b, n, h))
 }
 
@@ -264,13 +268,13 @@ mod tests {
                 && matches!(padded, TokenLayout::Padded { .. })
         );
         let (x32, x64) = (
-            TokenLayout::padded(lens.clone(), DType::F32, &Device::Cpu)?.pack(&x)?,
+            TokenLayout::padded(lens.clone(), &Device::Cpu)?.pack(&x)?,
             f64s(&x),
         );
         assert_eq!(x32.dims(), packed.shape(hidden).as_slice());
 
-        let q32 = qkv.forward(&x32, Epilogue::None)?;
-        let q64 = qkv64.forward(&x64, Epilogue::None)?;
+        let q32 = qkv.forward(&x32, &packed, Epilogue::None)?;
+        let q64 = qkv64.forward(&x64, &padded, Epilogue::None)?;
         assert!(max_diff(&q32, &q64, &padded) < 1e-5);
         // 6 heads of 8: AVX2 tiles where the CPU has them; 4 heads of 12: GEMM calls.
         for heads in [6, 4] {
@@ -286,13 +290,13 @@ mod tests {
         }
         let ctx32 = attention(&q32, &packed, heads)?;
         let ctx64 = attention(&q64, &padded, heads)?;
-        let g32 = up.forward(&x32, Epilogue::Gelu)?;
-        let g64 = up64.forward(&x64, Epilogue::Gelu)?;
+        let g32 = up.forward(&x32, &packed, Epilogue::Gelu)?;
+        let g64 = up64.forward(&x64, &padded, Epilogue::Gelu)?;
         assert!(max_diff(&g32, &g64, &padded) < 1e-5);
         let o = dense(hidden, hidden, 20);
-        let n32 = o.forward(&ctx32, Epilogue::AddNorm(&x32, &norm))?;
+        let n32 = o.forward(&ctx32, &packed, Epilogue::AddNorm(&x32, &norm))?;
         // candle's fused layer_norm has no f64 kernel: the definition, spelled out.
-        let y = (as64(&o).forward(&ctx64, Epilogue::None)? + &x64)?;
+        let y = (as64(&o).forward(&ctx64, &padded, Epilogue::None)? + &x64)?;
         let centred = y.broadcast_sub(&y.mean_keepdim(D::Minus1)?)?;
         let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
         let n64 = centred
