@@ -18,14 +18,16 @@ step() { # NAME COMMAND...: run, keep the log, print PASS/FAIL and the worst dif
   if "$@" > "$log/$name.log" 2>&1; then echo "PASS  $name"; else echo "FAIL  $name (log: $log/$name.log)"; status=1; fi
   grep -h "worst\|max |Δ|" "$log/$name.log" | sed 's/^/      /' | sort -u | head -20
 }
-suites=(--test runtime_parity --test judge_parity --test gguf_parity --test bertscore_parity
-        --test multilingual_encoder --test judge_json --test stored_weights)
+# The suites that take their device and dtype from the environment.
+suites=(--test runtime_parity --test judge_parity --test gguf_parity --test bertscore_parity)
 if [ "$feature" = cuda ] && ! command -v nvcc > /dev/null; then eval "$(scripts/cuda_toolchain.sh)"; fi
 step build cargo build --release --features "$feature"
 step import target/release/hyoka import dbdc3 ../shared/datasets/dbdc3-ja -o "$log/items.jsonl"
 for dtype in bf16 f16 f32; do
   step "suite-$dtype" env HYOKA_TEST_DEVICE="$device" HYOKA_TEST_DTYPE="$dtype" \
     cargo test --release --features "$feature" "${suites[@]}" -- --nocapture
+  step "attention-2^31-$dtype" env HYOKA_TEST_DEVICE="$device" HYOKA_TEST_DTYPE="$dtype" \
+    cargo test --release --features "$feature" --test attention_scale -- --ignored --nocapture
 done
 step bench-bertscore scripts/bench_bertscore.sh 20000 "$(nproc)" "$device"
 grep -h "pairs/s\|ratio" "$log/bench-bertscore.log" | sed 's/^/      /'

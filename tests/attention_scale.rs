@@ -8,6 +8,8 @@
 //! Heavy for a test (about a minute on 2 cores, 3 GB): `#[ignore]`d, run by scripts/test.sh
 //! in release, and its peak RSS goes in the closing note.
 
+mod common;
+
 use candle_core::{DType, Device, Tensor};
 use hyoka::model::transformer::{ATTENTION_ELEMENTS, AttentionPlan};
 use hyoka::model::{Batch, load_safetensors_dir};
@@ -90,8 +92,10 @@ fn peak_rss_mb() -> f64 {
 fn a_batch_past_2_31_scores_runs_split_and_matches_its_rows_alone() {
     let dir = tempfile::tempdir().unwrap();
     write_model(dir.path());
-    let model =
-        load_safetensors_dir(dir.path(), DType::F32, &Device::Cpu, Default::default()).unwrap();
+    // HYOKA_TEST_DEVICE / HYOKA_TEST_DTYPE: scripts/gpu_check.sh runs this on the GPU, where
+    // the 32-bit index limit is.
+    let (device, dtype) = (common::device(), common::dtype());
+    let model = load_safetensors_dir(dir.path(), dtype, &device, Default::default()).unwrap();
     let rows: Vec<Vec<u32>> = (0..ROWS)
         .map(|r| {
             (0..LEN - r)
@@ -104,7 +108,7 @@ fn a_batch_past_2_31_scores_runs_split_and_matches_its_rows_alone() {
     let plan = AttentionPlan::new(ROWS, HEADS, LEN, LEN, ATTENTION_ELEMENTS).unwrap();
     assert!(plan.rows * HEADS * plan.queries * LEN <= ATTENTION_ELEMENTS && plan.rows < ROWS);
 
-    let batch = Batch::new(&rows, 0, &Device::Cpu).unwrap();
+    let batch = Batch::new(&rows, 0, &device).unwrap();
     let (hidden, _) = model.forward(&batch, None).unwrap();
     let last: Vec<(usize, usize)> = rows
         .iter()
@@ -123,7 +127,7 @@ fn a_batch_past_2_31_scores_runs_split_and_matches_its_rows_alone() {
         scores as f64, plan.rows, plan.queries
     );
     for r in [0, ROWS / 2, ROWS - 1] {
-        let alone = Batch::new(&rows[r..r + 1], 0, &Device::Cpu).unwrap();
+        let alone = Batch::new(&rows[r..r + 1], 0, &device).unwrap();
         let (h, _) = model.forward(&alone, None).unwrap();
         let got: Vec<Vec<f32>> = model
             .logits_at(&h, &[(0, rows[r].len() - 1)], None)

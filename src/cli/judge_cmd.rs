@@ -67,7 +67,10 @@ pub struct JudgeArgs {
 /// How judge prompts are batched and fitted: flags shared by `judge` and `eval`.
 #[derive(Args, Debug)]
 pub struct BatchArgs {
-    /// Padded tokens per forward pass (rows × longest row).
+    /// Padded tokens per forward pass (rows × longest row). A batch's memory is about
+    /// batch tokens × (hidden + MLP width) activations plus its attention blocks, which hold at
+    /// most 2^28 scores (1 GiB in f32, about three such buffers at once) whatever the batch or
+    /// prompt length; no mask of rows × tokens × tokens is ever built.
     #[arg(long, default_value_t = 4096)]
     pub batch_tokens: usize,
     /// Longest prompt in tokens; longer ones lose their oldest context turns (default: the

@@ -243,7 +243,8 @@ fn to_rows(t: &Tensor) -> Result<Vec<Vec<f32>>, JudgeError> {
 
 /// Group items into batches whose padded size (rows × longest row) stays within `budget`
 /// tokens; longest first, so rows of a batch have similar lengths. Every batch holds at least
-/// one item.
+/// one item. The budget bounds activations (tokens × hidden, tokens × MLP width); attention
+/// bounds its own scores (`transformer::ATTENTION_ELEMENTS`), so long rows need no smaller one.
 pub fn plan_batches(lens: &[usize], budget: usize) -> Vec<Vec<usize>> {
     let mut order: Vec<usize> = (0..lens.len()).collect();
     order.sort_by(|&a, &b| lens[b].cmp(&lens[a]).then(a.cmp(&b)));

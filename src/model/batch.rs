@@ -12,6 +12,8 @@
 //! them, on the device. A host mask of rows × len × keys was 4.3 GB for one 32k-token row.
 
 use candle_core::{DType, Device, Result, Tensor};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ops::Range;
 
 /// One row: a trunk and branches that continue it independently.
@@ -60,7 +62,18 @@ pub struct Batch {
     /// trunk, k: branch k). Queries are the last `len` keys.
     key_pos: Tensor,
     key_seg: Tensor,
+    /// Masks built for this batch, kept across layers when all of them are small
+    /// (`MASK_CACHE_BYTES`): attention asks for the same blocks in every layer.
+    cache: RefCell<HashMap<MaskKey, Tensor>>,
+    cacheable: bool,
 }
+
+/// (window, first row, rows, first query, queries, keys).
+type MaskKey = (Option<usize>, usize, usize, usize, usize, usize);
+
+/// A batch keeps its masks across layers when one window's whole mask (rows × len × keys, f32)
+/// fits here; larger batches (a 16k-token prompt: 1 GB) rebuild each block in every layer.
+const MASK_CACHE_BYTES: usize = 64 << 20;
 
 /// The additive mask value: the most negative f32, as transformers uses. Masks are added to f32
 /// scores (whatever the model dtype), where it stays finite: f16's −65504 plus a negative score
@@ -118,6 +131,8 @@ impl Batch {
             prefix_len,
             key_pos: Tensor::from_vec(key_pos, (b, keys), device)?,
             key_seg: Tensor::from_vec(key_seg, (b, keys), device)?,
+            cache: RefCell::new(HashMap::new()),
+            cacheable: b * len * keys * 4 <= MASK_CACHE_BYTES,
         })
     }
 
@@ -135,24 +150,56 @@ impl Batch {
         queries: Range<usize>,
         keys: usize,
     ) -> Result<Tensor> {
-        let nr = rows.len();
+        let key = (
+            window,
+            rows.start,
+            rows.len(),
+            queries.start,
+            queries.len(),
+            keys,
+        );
+        if let Some(m) = self.cache.borrow().get(&key) {
+            return Ok(m.clone());
+        }
+        let mask = self.build_mask(window, rows, queries, keys)?;
+        if self.cacheable {
+            self.cache.borrow_mut().insert(key, mask.clone());
+        }
+        Ok(mask)
+    }
+
+    fn build_mask(
+        &self,
+        window: Option<usize>,
+        rows: Range<usize>,
+        queries: Range<usize>,
+        keys: usize,
+    ) -> Result<Tensor> {
+        let (nr, nq) = (rows.len(), queries.len());
         let at =
             |t: &Tensor, from: usize, n: usize| t.narrow(0, rows.start, nr)?.narrow(1, from, n);
         let q_from = self.prefix_len + queries.start;
         let (q_pos, q_seg) = (
-            at(&self.key_pos, q_from, queries.len())?.unsqueeze(2)?,
-            at(&self.key_seg, q_from, queries.len())?.unsqueeze(2)?,
+            at(&self.key_pos, q_from, nq)?.unsqueeze(2)?.contiguous()?,
+            at(&self.key_seg, q_from, nq)?.unsqueeze(2)?.contiguous()?,
         );
-        let (k_pos, k_seg) = (
-            at(&self.key_pos, 0, keys)?.unsqueeze(1)?,
-            at(&self.key_seg, 0, keys)?.unsqueeze(1)?,
-        );
-        let ahead = q_pos.broadcast_sub(&k_pos)?;
-        let mut seen = ahead.ge(0f64)?;
+        // The keys side materialised at the block's shape (row copies), so that every op below
+        // has a contiguous left side: candle's CPU ops fall back to per-element indexing when
+        // both sides are broadcast (a 16k-token prompt took twice as long that way).
+        let full = |t: &Tensor| {
+            at(t, 0, keys)?
+                .unsqueeze(1)?
+                .broadcast_as((nr, nq, keys))?
+                .contiguous()
+        };
+        let (k_pos, k_seg) = (full(&self.key_pos)?, full(&self.key_seg)?);
+        // behind = p_k − p_q: seen when ≤ 0 (not after the query) and > −window.
+        let behind = k_pos.broadcast_sub(&q_pos)?;
+        let mut seen = behind.le(0f64)?;
         if let Some(w) = window {
-            seen = (seen * ahead.lt(w as f64)?)?;
+            seen = (seen * behind.gt(-(w as f64))?)?;
         }
-        let other_branch = k_seg.broadcast_mul(&k_seg.broadcast_sub(&q_seg)?)?;
+        let other_branch = (k_seg.broadcast_sub(&q_seg)? * &k_seg)?;
         let seen = (seen * other_branch.eq(0f64)?)?;
         // seen · (−MASKED) + MASKED: exactly 0 where seen, MASKED elsewhere.
         seen.to_dtype(DType::F32)?
