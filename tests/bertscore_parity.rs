@@ -53,6 +53,17 @@ fn strings(v: &Value) -> Vec<String> {
         .collect()
 }
 
+/// A fixture case's candidates and, per candidate, its references.
+fn case_texts(case: &Value) -> (Vec<String>, Vec<Vec<String>>) {
+    let refs = case["refs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(strings)
+        .collect();
+    (strings(&case["cands"]), refs)
+}
+
 #[test]
 fn scores_match_bert_score() {
     let fx = fixtures();
@@ -65,13 +76,7 @@ fn scores_match_bert_score() {
         let layer = case["layer"].as_u64().unwrap() as usize;
         let loaded = load(&dir, Depth::Layer(Some(layer)));
         assert_eq!(loaded.layer, layer);
-        let cands = strings(&case["cands"]);
-        let refs: Vec<Vec<String>> = case["refs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(strings)
-            .collect();
+        let (cands, refs) = case_texts(case);
         let cand_refs: Vec<&str> = cands.iter().map(String::as_str).collect();
         let ref_refs: Vec<Vec<&str>> = refs
             .iter()
@@ -211,13 +216,7 @@ fn padded_rows_match_packed_rows() {
         )
         .unwrap();
         padded.scorer.encoder.use_padded_rows();
-        let cands = strings(&case["cands"]);
-        let refs: Vec<Vec<String>> = case["refs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(strings)
-            .collect();
+        let (cands, refs) = case_texts(case);
         let c: Vec<&str> = cands.iter().map(String::as_str).collect();
         let r: Vec<Vec<&str>> = refs
             .iter()
