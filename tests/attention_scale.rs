@@ -23,18 +23,10 @@ const ROWS: usize = 17;
 const LEN: usize = 2048;
 
 fn random(shape: &[usize], seed: u64, scale: f64) -> Tensor {
-    let mut state = seed;
+    let mut rng = hyoka::rng::SplitMix64(seed);
     let n: usize = shape.iter().product();
     let v: Vec<f32> = (0..n)
-        .map(|_| {
-            // SplitMix64, uniform in [-scale, scale).
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            (((z >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0) as f32 * scale as f32
-        })
+        .map(|_| ((rng.next_f64() * 2.0 - 1.0) * scale) as f32)
         .collect();
     Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
 }

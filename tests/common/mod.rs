@@ -80,7 +80,9 @@ pub fn device() -> candle_core::Device {
 /// The dtype the parity tests run in: HYOKA_TEST_DTYPE = f32 (default), bf16 or f16.
 pub fn dtype() -> candle_core::DType {
     let spec = std::env::var("HYOKA_TEST_DTYPE").unwrap_or_else(|_| "f32".into());
-    hyoka::model::device::parse_dtype(Some(&spec), &device())
+    // An explicit dtype does not depend on the device: none is opened here (on a GPU, every
+    // `tol` call would otherwise open one).
+    hyoka::model::device::parse_dtype(Some(&spec), &candle_core::Device::Cpu)
         .expect("HYOKA_TEST_DTYPE is f32, bf16 or f16")
 }
 
