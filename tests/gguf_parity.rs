@@ -4,7 +4,7 @@
 
 mod common;
 
-use hyoka::model::{Batch, Transformer, WeightsMode, load_gguf, load_tokenizer};
+use hyoka::model::{Batch, Products, Transformer, WeightsMode, load_gguf, load_tokenizer};
 use serde_json::Value;
 
 /// Both sides dequantize the same blocks to f32; what differs is the order of float sums
@@ -29,7 +29,7 @@ fn ids(v: &Value) -> Vec<u32> {
 
 /// Greedy continuation reusing the prompt's keys and values; stops at the model's eos.
 fn greedy(model: &Transformer, prompt: &[u32], steps: usize, eos: &[u32]) -> Vec<u32> {
-    let (mut kv, mut logits) = model.extend(None, prompt).unwrap();
+    let (mut kv, mut logits) = model.extend(None, prompt, Products::ByRowCount).unwrap();
     let mut out: Vec<u32> = Vec::new();
     for _ in 0..steps {
         let next = logits.argmax(1).unwrap().to_vec1::<u32>().unwrap()[0];
@@ -37,7 +37,7 @@ fn greedy(model: &Transformer, prompt: &[u32], steps: usize, eos: &[u32]) -> Vec
         if eos.contains(&next) {
             break;
         }
-        (kv, logits) = model.extend(Some(&kv), &[next]).unwrap();
+        (kv, logits) = model.extend(Some(&kv), &[next], Products::RowWise).unwrap();
     }
     out
 }

@@ -6,7 +6,7 @@ mod common;
 
 use candle_core::{Device, Tensor};
 use hyoka::model::transformer::{ATTENTION_ELEMENTS, AttentionPlan};
-use hyoka::model::{Batch, Row, Transformer, load_safetensors_dir};
+use hyoka::model::{Batch, KvCache, Products, Row, Transformer, load_safetensors_dir};
 
 const ARCHS: [&str; 6] = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"];
 /// Logit tolerance against transformers in f32 (the fixtures' logits span about ±1 on
@@ -263,5 +263,92 @@ fn attention_split_into_small_blocks_matches() {
                 assert!(max_diff(a, b) <= same, "{arch}: prefixed split vs whole");
             }
         }
+    }
+}
+
+/// Rows decoded on a `KvCache`, the way batched json decoding runs: uneven steps (rows feeding
+/// 0–3 tokens, the rest dead padding), probe branches read and dropped, the cache growing from
+/// 2 slots, finished rows dropped — with and without a shared header copied into every row.
+/// Every position read equals transformers' logits for the whole prompt.
+#[test]
+fn decoding_steps_on_a_cache_match_transformers() {
+    for arch in ARCHS {
+        let (model, cases) = load(arch);
+        let mut worst = 0f32;
+        // (header length, rows as (case, tokens up to)): four prompts of 7, 1, 23 and 12
+        // tokens; then the longest split after 9 tokens, continued by two rows.
+        let scenarios: [(usize, Vec<(usize, usize)>); 2] = [
+            (0, (0..4).map(|c| (c, cases[c].ids.len())).collect()),
+            (9, vec![(2, cases[2].ids.len()), (2, 12)]),
+        ];
+        for (header, rows) in scenarios {
+            let head = (header > 0).then(|| model.prefix(&cases[2].ids[..header]).unwrap());
+            let mut cache = KvCache::new(&model, rows.len(), head.as_ref(), 2).unwrap();
+            let mut live: Vec<usize> = (0..rows.len()).collect();
+            let mut fed = vec![header; rows.len()];
+            for step in 0.. {
+                if live.is_empty() {
+                    break;
+                }
+                let feeds: Vec<Row> = live
+                    .iter()
+                    .map(|&i| {
+                        let (c, end) = rows[i];
+                        let ids = &cases[c].ids[..end];
+                        let stop = (fed[i] + (step + i) % 4).min(end);
+                        // A probe of the next two tokens: read now, fed for real later.
+                        let probe = &ids[stop..(stop + 2).min(end)];
+                        Row {
+                            trunk: ids[fed[i]..stop].to_vec(),
+                            branches: if step % 2 == 1 && !probe.is_empty() {
+                                vec![probe.to_vec()]
+                            } else {
+                                Vec::new()
+                            },
+                        }
+                    })
+                    .collect();
+                let hidden = model.step(&mut cache, &feeds, Products::RowWise).unwrap();
+                for (r, (&i, row)) in live.iter().zip(&feeds).enumerate() {
+                    let case = &cases[rows[i].0];
+                    let mut at = Vec::new();
+                    let mut positions = Vec::new();
+                    for t in 0..row.trunk.len() {
+                        at.push((r, t));
+                        positions.push(fed[i] + t);
+                    }
+                    for (k, probe) in row.branches.iter().enumerate() {
+                        for t in 0..probe.len() {
+                            at.push((r, row.branch_start(k) + t));
+                            positions.push(fed[i] + row.trunk.len() + t);
+                        }
+                    }
+                    fed[i] += row.trunk.len();
+                    if at.is_empty() {
+                        continue;
+                    }
+                    let got = model.decode_logits(&hidden, &at).unwrap();
+                    for (g, &p) in got.to_vec2::<f32>().unwrap().iter().zip(&positions) {
+                        let Some(e) = p.checked_sub(case.first()).map(|q| &case.logits[q]) else {
+                            continue;
+                        };
+                        let d = max_diff(g, e);
+                        worst = worst.max(d);
+                        assert!(
+                            d <= tol(),
+                            "{arch}: header {header} row {i} position {p} (step {step}): {d}"
+                        );
+                    }
+                }
+                let keep: Vec<usize> = (0..live.len())
+                    .filter(|&r| fed[live[r]] < rows[live[r]].1)
+                    .collect();
+                if keep.len() < live.len() {
+                    cache.retain(&keep).unwrap();
+                    live = keep.iter().map(|&r| live[r]).collect();
+                }
+            }
+        }
+        eprintln!("{arch}: worst |Δlogit| decoding on a cache vs transformers {worst:.2e}");
     }
 }

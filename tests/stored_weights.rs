@@ -82,7 +82,7 @@ fn check(name: &str) {
                 .remove(0);
             // Decoding: the next-token logits of the same prompt, through `extend`.
             let decoding = m
-                .extend(None, &ids)
+                .extend(None, &ids, hyoka::model::Products::ByRowCount)
                 .unwrap()
                 .1
                 .to_vec2::<f32>()

@@ -11,7 +11,7 @@
 use super::targets::ScoreTargets;
 use super::token_bytes::TokenBytes;
 use super::{AspectScore, JudgeError};
-use crate::model::{PrefixKv, Transformer};
+use crate::model::{KvCache, PrefixKv, Products, Row, Transformer};
 use crate::rng::SplitMix64;
 use crate::rubric::Rubric;
 use candle_core::Tensor;
@@ -145,7 +145,8 @@ impl JsonFormat {
         self.open.len() + self.reason_max_tokens + close + fixed
     }
 
-    /// Write the object after `prompt` (the tokens after `header`'s keys and values).
+    /// Write the object after `prompt` (the tokens after `header`'s keys and values), one token
+    /// at a time through `Transformer::extend`: the reference `decode_batch` is tested against.
     pub fn decode(
         &self,
         model: &Transformer,
@@ -154,100 +155,113 @@ impl JsonFormat {
         decoding: Decoding,
         seed: u64,
     ) -> Result<JsonJudgment, JudgeError> {
-        let mut rng = SplitMix64(seed);
-        let mut text: Vec<u8> = self
-            .bytes
-            .concat(&self.open)
-            .expect("checked at construction");
-        let mut fed = prompt.to_vec();
-        fed.extend_from_slice(&self.open);
-        let (mut kv, mut logits) = model.extend(header, &fed)?;
-
-        // The reason.
-        let reason_start = text.len();
-        let mut state = StrState::READY;
-        let mut reason_tokens = 0;
-        let closing_tokens: Vec<u32> = loop {
-            let at_limit = reason_tokens >= self.reason_max_tokens;
-            if at_limit && state == StrState::READY {
-                break self.close_rest[0].clone().expect("checked at construction");
-            }
-            let logits_host: Vec<f32> = logits
-                .flatten_all()?
-                .to_dtype(candle_core::DType::F32)?
-                .to_vec1()?;
-            let choice =
-                self.choose_reason_token(&logits_host, state, at_limit, decoding, &mut rng)?;
-            match choice {
-                Step::Continue(id, next) => {
-                    text.extend_from_slice(self.bytes.get(id).expect("allowed tokens have bytes"));
-                    state = next;
-                    reason_tokens += 1;
-                    (kv, logits) = model.extend(Some(&kv), &[id])?;
+        let (mut writer, mut feed) = Writer::start(self, prompt, decoding, seed);
+        let mut kv: Option<PrefixKv> = None;
+        let mut products = Products::ByRowCount;
+        loop {
+            let (next, logits) = model.extend(kv.as_ref().or(header), &feed.tokens, products)?;
+            products = Products::RowWise;
+            let read = if feed.log_probs {
+                let mut rows = vec![log_softmax_rows(&logits)?.remove(0)];
+                for probe in &feed.probes {
+                    let (_, l) = model.extend(Some(&next), probe, products)?;
+                    rows.push(log_softmax_rows(&l)?.remove(0));
                 }
-                Step::Close(id, consumed) => {
-                    let mut tokens = vec![id];
-                    tokens.extend_from_slice(
-                        self.close_rest[consumed]
-                            .as_deref()
-                            .expect("only writable rests are allowed"),
-                    );
-                    break tokens;
-                }
-            }
-        };
-        let reason_bytes = text[reason_start..].to_vec();
-        text.extend_from_slice(&self.close_reason);
-        (kv, logits) = model.extend(Some(&kv), &closing_tokens)?;
-
-        // The integers.
-        let mut aspects = Vec::with_capacity(self.aspects.len());
-        for (i, (targets, after)) in self.aspects.iter().enumerate() {
-            let mut log_probs = vec![log_softmax_row(&logits)?];
-            for q in &targets.queries[1..] {
-                let (_, l) = model.extend(Some(&kv), &q.path)?;
-                log_probs.push(log_softmax_row(&l)?);
-            }
-            let (dist, off) = targets.distribution(|q, t| log_probs[q][t as usize] as f64);
-            let mut score = AspectScore::from_distribution(&targets.scores, &dist, off);
-            let pick = if decoding.temperature > 0.0 {
-                let weights: Vec<f64> = dist
-                    .iter()
-                    .map(|p| p.powf(1.0 / decoding.temperature))
-                    .collect();
-                rng.pick(&weights)
+                Read::LogProbs(rows)
             } else {
-                targets
-                    .scores
-                    .iter()
-                    .position(|s| *s == score.score)
-                    .expect("argmax is a valid score")
+                Read::Logits(logits_rows(&logits)?.remove(0))
             };
-            score.score = targets.scores[pick];
-            text.extend_from_slice(score.score.to_string().as_bytes());
-            text.extend_from_slice(after.text.as_bytes());
-            aspects.push(score);
-            if i + 1 < self.aspects.len() {
-                let mut tokens = targets.paths[pick].clone();
-                tokens.extend_from_slice(&after.tokens);
-                (kv, logits) = model.extend(Some(&kv), &tokens)?;
+            kv = Some(next);
+            match writer.advance(read)? {
+                Some(f) => feed = f,
+                None => return writer.finish(),
             }
         }
-        text.extend_from_slice(b"\n}");
-        let text = String::from_utf8(text).map_err(|_| {
-            JudgeError::Grammar("the answer is not UTF-8 (a bug in the grammar)".into())
-        })?;
-        let reason_json = format!("\"{}\"", String::from_utf8_lossy(&reason_bytes));
-        let reason: String = serde_json::from_str(&reason_json).map_err(|e| {
-            JudgeError::Grammar(format!(
-                "the reason is not a JSON string (a bug in the grammar): {e}"
-            ))
-        })?;
-        Ok(JsonJudgment {
-            text,
-            reason,
-            aspects,
-        })
+    }
+
+    /// Write the objects after several prompts together, each row with its own grammar state
+    /// and draws: one forward pass per step for all of them, on one preallocated cache
+    /// (`model::decode`). Each answer is the one `decode` writes for its prompt alone.
+    pub fn decode_batch(
+        &self,
+        model: &Transformer,
+        header: Option<&PrefixKv>,
+        prompts: &[&[u32]],
+        decoding: Decoding,
+        seeds: &[u64],
+    ) -> Result<Vec<JsonJudgment>, JudgeError> {
+        let mut writers = Vec::with_capacity(prompts.len());
+        let mut feeds = Vec::with_capacity(prompts.len());
+        for (prompt, &seed) in prompts.iter().zip(seeds) {
+            let (w, f) = Writer::start(self, prompt, decoding, seed);
+            writers.push(w);
+            feeds.push(Some(f));
+        }
+        let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+        let mut cache = KvCache::new(model, prompts.len(), header, longest + self.reserve())?;
+        // Row r of the cache writes item live[r]'s answer; finished rows only pad until
+        // enough of them are dropped together.
+        let mut live: Vec<usize> = (0..prompts.len()).collect();
+        let mut products = Products::ByRowCount;
+        while live.iter().any(|&i| feeds[i].is_some()) {
+            let rows: Vec<Row> = live
+                .iter()
+                .map(|&i| match &feeds[i] {
+                    Some(f) => Row {
+                        trunk: f.tokens.clone(),
+                        branches: f.probes.clone(),
+                    },
+                    None => Row::default(),
+                })
+                .collect();
+            let hidden = model.step(&mut cache, &rows, products)?;
+            products = Products::RowWise;
+            let (mut logits_at, mut log_probs_at) = (Vec::new(), Vec::new());
+            for (r, (row, &i)) in rows.iter().zip(&live).enumerate() {
+                let (Some(f), Some(end)) = (&feeds[i], row.trunk_end()) else {
+                    continue;
+                };
+                if f.log_probs {
+                    log_probs_at.push((r, end));
+                    for (k, probe) in row.branches.iter().enumerate() {
+                        log_probs_at.push((r, row.branch_start(k) + probe.len() - 1));
+                    }
+                } else {
+                    logits_at.push((r, end));
+                }
+            }
+            let read = |at: &[(usize, usize)]| -> Result<Option<Tensor>, JudgeError> {
+                Ok((!at.is_empty())
+                    .then(|| model.decode_logits(&hidden, at))
+                    .transpose()?)
+            };
+            let mut logits = match read(&logits_at)? {
+                Some(l) => logits_rows(&l)?.into_iter(),
+                None => Vec::new().into_iter(),
+            };
+            let mut log_probs = match read(&log_probs_at)? {
+                Some(l) => log_softmax_rows(&l)?.into_iter(),
+                None => Vec::new().into_iter(),
+            };
+            for &i in &live {
+                let Some(f) = &feeds[i] else { continue };
+                let read = if f.log_probs {
+                    Read::LogProbs(log_probs.by_ref().take(1 + f.probes.len()).collect())
+                } else {
+                    Read::Logits(logits.next().expect("one row per reading item"))
+                };
+                feeds[i] = writers[i].advance(read)?;
+            }
+            let running: Vec<usize> = (0..live.len())
+                .filter(|&r| feeds[live[r]].is_some())
+                .collect();
+            // Dropping rows copies the cache: worth it once a quarter of the rows only pad.
+            if !running.is_empty() && (live.len() - running.len()) * 4 >= live.len() {
+                cache.retain(&running)?;
+                live = running.iter().map(|&r| live[r]).collect();
+            }
+        }
+        writers.into_iter().map(Writer::finish).collect()
     }
 
     /// The next reason token under the grammar: greedy or drawn among the allowed tokens.
@@ -314,6 +328,181 @@ impl JsonFormat {
             }
         }
         Some(Step::Continue(id, state))
+    }
+}
+
+/// What an item feeds next, and what it reads after it.
+struct Feed {
+    tokens: Vec<u32>,
+    /// Branches after `tokens` whose next-token log-probabilities are read too: the paths of a
+    /// score written in several tokens. They are not part of the answer.
+    probes: Vec<Vec<u32>>,
+    /// Log-probabilities are read (a score's distribution), else logits (a reason token).
+    log_probs: bool,
+}
+
+/// What a feed gave: the logits after its last token, or the log-probabilities after it and
+/// after each probe.
+enum Read {
+    Logits(Vec<f32>),
+    LogProbs(Vec<Vec<f32>>),
+}
+
+#[derive(Clone, Copy)]
+enum Phase {
+    Reason { state: StrState, tokens: usize },
+    Score(usize),
+}
+
+/// One item's answer being written: its grammar state, its draws and its text.
+struct Writer<'f> {
+    format: &'f JsonFormat,
+    decoding: Decoding,
+    rng: SplitMix64,
+    phase: Phase,
+    text: Vec<u8>,
+    reason: std::ops::Range<usize>,
+    aspects: Vec<AspectScore>,
+}
+
+impl<'f> Writer<'f> {
+    fn start(
+        format: &'f JsonFormat,
+        prompt: &[u32],
+        decoding: Decoding,
+        seed: u64,
+    ) -> (Self, Feed) {
+        let text = format
+            .bytes
+            .concat(&format.open)
+            .expect("checked at construction");
+        let mut tokens = prompt.to_vec();
+        tokens.extend_from_slice(&format.open);
+        let writer = Writer {
+            format,
+            decoding,
+            rng: SplitMix64(seed),
+            phase: Phase::Reason {
+                state: StrState::READY,
+                tokens: 0,
+            },
+            reason: text.len()..text.len(),
+            text,
+            aspects: Vec::with_capacity(format.aspects.len()),
+        };
+        let feed = Feed {
+            tokens,
+            probes: Vec::new(),
+            log_probs: false,
+        };
+        (writer, feed)
+    }
+
+    /// Take what the last feed gave; what to feed next, or None when the object is written.
+    fn advance(&mut self, read: Read) -> Result<Option<Feed>, JudgeError> {
+        let f = self.format;
+        match (self.phase, read) {
+            (Phase::Reason { state, tokens }, Read::Logits(logits)) => {
+                let at_limit = tokens >= f.reason_max_tokens;
+                let closing = if at_limit && state == StrState::READY {
+                    f.close_rest[0].clone().expect("checked at construction")
+                } else {
+                    let choice = f.choose_reason_token(
+                        &logits,
+                        state,
+                        at_limit,
+                        self.decoding,
+                        &mut self.rng,
+                    )?;
+                    match choice {
+                        Step::Continue(id, next) => {
+                            let bytes = f.bytes.get(id).expect("allowed tokens have bytes");
+                            self.text.extend_from_slice(bytes);
+                            self.phase = Phase::Reason {
+                                state: next,
+                                tokens: tokens + 1,
+                            };
+                            return Ok(Some(Feed {
+                                tokens: vec![id],
+                                probes: Vec::new(),
+                                log_probs: false,
+                            }));
+                        }
+                        Step::Close(id, consumed) => {
+                            let mut tokens = vec![id];
+                            let rest = f.close_rest[consumed].as_deref();
+                            tokens
+                                .extend_from_slice(rest.expect("only writable rests are allowed"));
+                            tokens
+                        }
+                    }
+                };
+                self.reason.end = self.text.len();
+                self.text.extend_from_slice(&f.close_reason);
+                Ok(Some(self.score_feed(0, closing)))
+            }
+            (Phase::Score(i), Read::LogProbs(rows)) => {
+                let (targets, after) = &f.aspects[i];
+                let (dist, off) = targets.distribution(|q, t| rows[q][t as usize] as f64);
+                let mut score = AspectScore::from_distribution(&targets.scores, &dist, off);
+                let pick = if self.decoding.temperature > 0.0 {
+                    let weights: Vec<f64> = dist
+                        .iter()
+                        .map(|p| p.powf(1.0 / self.decoding.temperature))
+                        .collect();
+                    self.rng.pick(&weights)
+                } else {
+                    targets
+                        .scores
+                        .iter()
+                        .position(|s| *s == score.score)
+                        .expect("argmax is a valid score")
+                };
+                score.score = targets.scores[pick];
+                self.text
+                    .extend_from_slice(score.score.to_string().as_bytes());
+                self.text.extend_from_slice(after.text.as_bytes());
+                self.aspects.push(score);
+                if i + 1 == f.aspects.len() {
+                    self.text.extend_from_slice(b"\n}");
+                    return Ok(None);
+                }
+                let mut tokens = targets.paths[pick].clone();
+                tokens.extend_from_slice(&after.tokens);
+                Ok(Some(self.score_feed(i + 1, tokens)))
+            }
+            _ => Err(JudgeError::Grammar(
+                "a reading does not match the answer's state (a bug in the decoder)".into(),
+            )),
+        }
+    }
+
+    /// Feed `tokens`, which end where aspect `i`'s score starts, and probe its longer paths.
+    fn score_feed(&mut self, i: usize, tokens: Vec<u32>) -> Feed {
+        self.phase = Phase::Score(i);
+        let queries = &self.format.aspects[i].0.queries;
+        Feed {
+            tokens,
+            probes: queries[1..].iter().map(|q| q.path.clone()).collect(),
+            log_probs: true,
+        }
+    }
+
+    fn finish(self) -> Result<JsonJudgment, JudgeError> {
+        let text = String::from_utf8(self.text).map_err(|_| {
+            JudgeError::Grammar("the answer is not UTF-8 (a bug in the grammar)".into())
+        })?;
+        let reason_json = format!("\"{}\"", &text[self.reason.clone()]);
+        let reason: String = serde_json::from_str(&reason_json).map_err(|e| {
+            JudgeError::Grammar(format!(
+                "the reason is not a JSON string (a bug in the grammar): {e}"
+            ))
+        })?;
+        Ok(JsonJudgment {
+            text,
+            reason,
+            aspects: self.aspects,
+        })
     }
 }
 
@@ -412,12 +601,19 @@ fn encode_exact(
     Ok(ids)
 }
 
-fn log_softmax_row(logits: &Tensor) -> Result<Vec<f32>, JudgeError> {
+/// Each row of (n, vocab) logits as f32 on the host.
+fn logits_rows(logits: &Tensor) -> Result<Vec<Vec<f32>>, JudgeError> {
+    Ok(logits.to_dtype(candle_core::DType::F32)?.to_vec2()?)
+}
+
+/// Each row's log-softmax, computed row by row on the device (a row's values do not depend on
+/// the rows read with it).
+fn log_softmax_rows(logits: &Tensor) -> Result<Vec<Vec<f32>>, JudgeError> {
     let l = candle_nn::ops::log_softmax(
         &logits.to_dtype(candle_core::DType::F32)?,
         candle_core::D::Minus1,
     )?;
-    Ok(l.flatten_all()?.to_vec1()?)
+    Ok(l.to_vec2()?)
 }
 
 /// A per-item seed, so that an item's draws do not depend on which others share its run.

@@ -9,7 +9,7 @@ pub mod run;
 pub mod targets;
 pub mod token_bytes;
 
-use crate::model::{Batch, ModelError, PrefixKv, Transformer};
+use crate::model::{Batch, ModelError, PrefixKv, Products, Transformer};
 use candle_core::Tensor;
 use layout::ItemLayout;
 use serde::Serialize;
@@ -174,20 +174,22 @@ impl<'m> Scorer<'m> {
 }
 
 impl Scorer<'_> {
-    /// json mode: the object this judge writes for one item (see `json`).
+    /// json mode: the objects this judge writes for several items, decoded together (see
+    /// `json`); `seeds` one per item.
     pub fn write_json(
         &self,
         format: &json::JsonFormat,
-        layout: &ItemLayout,
+        layouts: &[&ItemLayout],
         decoding: json::Decoding,
-        seed: u64,
-    ) -> Result<json::JsonJudgment, JudgeError> {
-        format.decode(
+        seeds: &[u64],
+    ) -> Result<Vec<json::JsonJudgment>, JudgeError> {
+        let prompts: Vec<&[u32]> = layouts.iter().map(|l| &l.trunk[self.header..]).collect();
+        format.decode_batch(
             self.model,
             self.header_kv.as_ref(),
-            &layout.trunk[self.header..],
+            &prompts,
             decoding,
-            seed,
+            seeds,
         )
     }
 
@@ -202,7 +204,9 @@ impl Scorer<'_> {
     ) -> Result<Vec<u32>, JudgeError> {
         let mut prompt = layout.trunk[self.header..].to_vec();
         prompt.extend_from_slice(&layout.aspects[aspect].stem);
-        let (mut kv, mut logits) = self.model.extend(self.header_kv.as_ref(), &prompt)?;
+        let (mut kv, mut logits) =
+            self.model
+                .extend(self.header_kv.as_ref(), &prompt, Products::ByRowCount)?;
         let mut out = Vec::new();
         for _ in 0..max_new {
             let next = logits
@@ -213,7 +217,7 @@ impl Scorer<'_> {
                 break;
             }
             out.push(next);
-            (kv, logits) = self.model.extend(Some(&kv), &[next])?;
+            (kv, logits) = self.model.extend(Some(&kv), &[next], Products::RowWise)?;
         }
         Ok(out)
     }

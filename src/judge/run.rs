@@ -243,14 +243,18 @@ impl ScoreTask for JudgeTask<'_, '_> {
                 .collect();
             let layouts: Vec<&ItemLayout> = ok.iter().map(|(_, l)| *l).collect();
             let mut scored: Vec<Judgment> = match &self.formats[m] {
-                Some(format) => ok
-                    .iter()
-                    .map(|(j, l)| {
-                        let seed = item_seed(opts.decoding.seed, m, &items[chunk[*j]].id);
-                        Ok(scorer.write_json(format, l, opts.decoding, seed)?.into())
-                    })
-                    .collect::<Result<_, JudgeError>>()?,
-                None if layouts.is_empty() => Vec::new(),
+                None | Some(_) if layouts.is_empty() => Vec::new(),
+                Some(format) => {
+                    let seeds: Vec<u64> = ok
+                        .iter()
+                        .map(|(j, _)| item_seed(opts.decoding.seed, m, &items[chunk[*j]].id))
+                        .collect();
+                    scorer
+                        .write_json(format, &layouts, opts.decoding, &seeds)?
+                        .into_iter()
+                        .map(Judgment::from)
+                        .collect()
+                }
                 None => scorer
                     .score(&layouts)?
                     .into_iter()

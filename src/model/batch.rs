@@ -11,6 +11,7 @@
 //! numbers, on the device), and `mask` builds the block of queries attention is working on from
 //! them, on the device. A host mask of rows × len × keys was 4.3 GB for one 32k-token row.
 
+use super::matrix::Products;
 use candle_core::{DType, Device, Result, Tensor};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -66,6 +67,39 @@ pub struct Batch {
     /// (`MASK_CACHE_BYTES`): attention asks for the same blocks in every layer.
     cache: RefCell<HashMap<MaskKey, Tensor>>,
     cacheable: bool,
+    /// How its linear maps choose their kernels.
+    pub products: Products,
+}
+
+/// A decoding step's tokens: each row from its next position, padded with dead tokens.
+fn step_tokens(rows: &[Row], next: &[usize]) -> Vec<Vec<Token>> {
+    let len = rows.iter().map(Row::len).max().unwrap_or(0).max(1);
+    rows.iter()
+        .zip(next)
+        .map(|(row, &next)| {
+            let mut tokens = row_tokens(row, next);
+            let end = next + row.len();
+            tokens.extend((row.len()..len).map(|_| (0, end, DEAD)));
+            tokens
+        })
+        .collect()
+}
+
+/// A row's tokens from position `start`: the trunk, then each branch after it.
+fn row_tokens(row: &Row, start: usize) -> Vec<Token> {
+    let mut tokens = Vec::with_capacity(row.len());
+    tokens.extend(
+        row.trunk
+            .iter()
+            .enumerate()
+            .map(|(t, &id)| (id, start + t, TRUNK)),
+    );
+    let at = start + row.trunk.len();
+    for (k, branch) in row.branches.iter().enumerate() {
+        let seg = FIRST_BRANCH + k as f32;
+        tokens.extend(branch.iter().enumerate().map(|(t, &id)| (id, at + t, seg)));
+    }
+    tokens
 }
 
 /// (window, first row, rows, first query, queries, keys).
@@ -80,6 +114,25 @@ const MASK_CACHE_BYTES: usize = 64 << 20;
 /// rounded to −inf, and a row with every key masked gave NaN.
 pub const MASKED: f32 = f32::MIN;
 
+/// Segments: keys of segment 0 (the prefix, a row's trunk) are seen by every later query of
+/// the row; keys of a branch only by that branch's queries; dead keys (a decoding step's
+/// padding, a probe branch once read) by no live query.
+const TRUNK: f32 = 0.0;
+const DEAD: f32 = 1.0;
+const FIRST_BRANCH: f32 = 2.0;
+
+/// Keys a batch continues that differ per row (a `decode::KvCache`'s slots): each slot's
+/// position and segment, `slots` per row, rows `stride` apart.
+pub struct RowKeys<'a> {
+    pub positions: &'a [f32],
+    pub segments: &'a [f32],
+    pub slots: usize,
+    pub stride: usize,
+}
+
+/// A batch's token: id, position, segment.
+type Token = (u32, usize, f32);
+
 impl Batch {
     /// Plain rows (no branches) continuing a shared prefix of `prefix_len` tokens.
     pub fn new(rows: &[Vec<u32>], prefix_len: usize, device: &Device) -> Result<Self> {
@@ -88,40 +141,77 @@ impl Batch {
     }
 
     pub fn from_rows(rows: &[Row], prefix_len: usize, device: &Device) -> Result<Self> {
-        let b = rows.len();
         let len = rows.iter().map(Row::len).max().unwrap_or(0).max(1);
+        let tokens: Vec<Vec<Token>> = rows
+            .iter()
+            .map(|row| {
+                let mut tokens = row_tokens(row, prefix_len);
+                // Padding continues the positions in the trunk: every padding key lies after
+                // every real query of its row (so causality hides it), and every query sees at
+                // least itself (so no softmax row is empty).
+                tokens.extend((tokens.len()..len).map(|j| (0, prefix_len + j, TRUNK)));
+                tokens
+            })
+            .collect();
+        let positions: Vec<f32> = (0..prefix_len).map(|k| k as f32).collect();
+        let segments = vec![TRUNK; prefix_len];
+        let shared = |_| (&positions[..], &segments[..]);
+        Self::assemble(rows, tokens, shared, prefix_len, device)
+    }
+
+    /// One decoding step of rows that keep their own keys: row r continues the slots of
+    /// `keys` row r, its trunk at positions `next[r]`…, its branches after the trunk (read, then
+    /// dead). Rows feeding fewer tokens than the longest are padded with dead tokens, which only
+    /// dead queries see (each sees itself, so no softmax row is empty).
+    pub fn after_slots(
+        rows: &[Row],
+        next: &[usize],
+        keys: RowKeys,
+        device: &Device,
+    ) -> Result<Self> {
+        let tokens = step_tokens(rows, next);
+        let row_keys = |r: usize| {
+            let at = r * keys.stride..r * keys.stride + keys.slots;
+            (&keys.positions[at.clone()], &keys.segments[at])
+        };
+        Self::assemble(rows, tokens, row_keys, keys.slots, device)
+    }
+
+    /// What a decoding step leaves in its slots, per row: (position, segment) of each of the
+    /// batch's tokens, the trunk live and everything else dead.
+    pub fn slots_after(rows: &[Row], next: &[usize]) -> Vec<Vec<(f32, f32)>> {
+        step_tokens(rows, next)
+            .into_iter()
+            .map(|tokens| {
+                let seg = |s: f32| if s == TRUNK { TRUNK } else { DEAD };
+                tokens.iter().map(|&(_, p, s)| (p as f32, seg(s))).collect()
+            })
+            .collect()
+    }
+
+    fn assemble<'k>(
+        rows: &[Row],
+        tokens: Vec<Vec<Token>>,
+        prefix_keys: impl Fn(usize) -> (&'k [f32], &'k [f32]),
+        prefix_len: usize,
+        device: &Device,
+    ) -> Result<Self> {
+        let b = rows.len();
+        let len = tokens.first().map_or(1, Vec::len);
         let keys = prefix_len + len;
         let mut ids = vec![0u32; b * len];
         let mut pos = vec![0u32; b * len];
         let mut key_pos = vec![0f32; b * keys];
         let mut key_seg = vec![0f32; b * keys];
-        for (r, row) in rows.iter().enumerate() {
-            let mut tokens = Vec::with_capacity(len);
-            tokens.extend(row.trunk.iter().enumerate().map(|(t, &id)| (id, t, 0)));
-            for (k, branch) in row.branches.iter().enumerate() {
-                let at = row.trunk.len();
-                tokens.extend(
-                    branch
-                        .iter()
-                        .enumerate()
-                        .map(|(t, &id)| (id, at + t, k + 1)),
-                );
-            }
-            // Padding continues the positions in the trunk: every padding key lies after every
-            // real query of its row (so causality hides it), and every query sees at least
-            // itself (so no softmax row is empty).
-            tokens.extend((tokens.len()..len).map(|j| (0, j, 0)));
+        for (r, tokens) in tokens.into_iter().enumerate() {
+            let (p, s) = prefix_keys(r);
+            key_pos[r * keys..r * keys + prefix_len].copy_from_slice(p);
+            key_seg[r * keys..r * keys + prefix_len].copy_from_slice(s);
             for (i, (id, p, seg)) in tokens.into_iter().enumerate() {
                 ids[r * len + i] = id;
-                pos[r * len + i] = (prefix_len + p) as u32;
-                key_pos[r * keys + prefix_len + i] = (prefix_len + p) as f32;
-                key_seg[r * keys + prefix_len + i] = seg as f32;
-            }
-            for (k, slot) in key_pos[r * keys..r * keys + prefix_len]
-                .iter_mut()
-                .enumerate()
-            {
-                *slot = k as f32;
+                pos[r * len + i] = p as u32;
+                key_pos[r * keys + prefix_len + i] = p as f32;
+                key_seg[r * keys + prefix_len + i] = seg;
             }
         }
         Ok(Batch {
@@ -133,7 +223,14 @@ impl Batch {
             key_seg: Tensor::from_vec(key_seg, (b, keys), device)?,
             cache: RefCell::new(HashMap::new()),
             cacheable: b * len * keys * 4 <= MASK_CACHE_BYTES,
+            products: Products::ByRowCount,
         })
+    }
+
+    /// The same batch, its products through `products` (decoding steps: `RowWise`).
+    pub fn with_products(mut self, products: Products) -> Self {
+        self.products = products;
+        self
     }
 
     /// The additive f32 mask (rows, 1, queries, keys) of the batch rows `rows`, for the queries
@@ -298,5 +395,39 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod step_tests {
+    use super::*;
+
+    #[test]
+    fn a_step_after_slots_hides_dead_slots_from_live_queries() {
+        // Two rows of 4 slots: row 0 has 2 live then 2 dead, row 1 has 4 live.
+        let positions = vec![0., 1., 2., 2., 0., 1., 2., 3.];
+        let segments = vec![0., 0., 1., 1., 0., 0., 0., 0.];
+        let keys = RowKeys {
+            positions: &positions,
+            segments: &segments,
+            slots: 4,
+            stride: 4,
+        };
+        let rows = vec![Row::plain(vec![7]), Row::plain(vec![8, 9])];
+        let b = Batch::after_slots(&rows, &[2, 4], keys, &Device::Cpu).unwrap();
+        let m: Vec<f32> = b
+            .mask(None, 0..2, 0..2, 6)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let seen: Vec<u8> = m.iter().map(|&x| u8::from(x == 0.0)).collect();
+        eprintln!("{seen:?}");
+        // row 0 query 0 (live, position 2): sees slots 0, 1 and itself (slot 4).
+        assert_eq!(&seen[0..6], &[1, 1, 0, 0, 1, 0]);
+        // row 1 query 0 (position 4) and query 1 (position 5).
+        assert_eq!(&seen[12..18], &[1, 1, 1, 1, 1, 0]);
+        assert_eq!(&seen[18..24], &[1, 1, 1, 1, 1, 1]);
     }
 }

@@ -2,7 +2,7 @@
 //! rotary position tables.
 
 use super::config::{Activation, Rope, RopeScaling};
-use super::matrix::Matrix;
+use super::matrix::{Matrix, Products};
 use super::weights::Weights;
 use candle_core::{D, DType, Device, Module, Result, Tensor};
 
@@ -28,15 +28,15 @@ impl Linear {
         self.weight.bytes()
     }
 
-    /// x (…, in) → (…, out), as one GEMM over all leading dimensions.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// x (…, in) → (…, out), as one product over all leading dimensions.
+    pub fn forward(&self, x: &Tensor, products: Products) -> Result<Tensor> {
         let dims = x.dims();
         let (rows, inner) = (x.elem_count() / dims[dims.len() - 1], dims[dims.len() - 1]);
         let mut out_dims = dims.to_vec();
         *out_dims.last_mut().expect("at least one dimension") = self.weight.dims()?.0;
         let y = self
             .weight
-            .matmul_t(&x.reshape((rows, inner))?)?
+            .product(&x.reshape((rows, inner))?, products)?
             .reshape(out_dims)?;
         match &self.bias {
             Some(b) => y.broadcast_add(b),
@@ -97,13 +97,14 @@ impl Mlp {
             .sum()
     }
 
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = self.gate.forward(x)?;
+    pub fn forward(&self, x: &Tensor, products: Products) -> Result<Tensor> {
+        let gate = self.gate.forward(x, products)?;
         let gate = match self.act {
             Activation::Silu => candle_nn::ops::silu(&gate)?,
             Activation::GeluTanh => candle_nn::Activation::NewGelu.forward(&gate)?,
         };
-        self.down.forward(&(gate * self.up.forward(x)?)?)
+        self.down
+            .forward(&(gate * self.up.forward(x, products)?)?, products)
     }
 }
 

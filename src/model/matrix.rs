@@ -38,6 +38,20 @@ impl WeightsMode {
 /// and GEMM: decoding steps (one row per sequence), never a prompt's prefill.
 pub const DECODE_ROWS: usize = 8;
 
+/// How a product with a quantized matrix chooses its kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Products {
+    /// Expansion and GEMM above [`DECODE_ROWS`] rows, the quantized kernels at or below: a
+    /// prompt's prefill, or a few tokens.
+    #[default]
+    ByRowCount,
+    /// The quantized kernels one row at a time, whatever the rows: decoding many sequences at
+    /// once, where each row's result must be what it is when that sequence is decoded alone.
+    /// candle's x86 kernels for several rows (repacked Q4_K/Q6_K/Q8_0 tiles) do not give each
+    /// row what it gets alone: measured on SmolLM2's GGUF, logits moved by up to 0.57.
+    RowWise,
+}
+
 /// A (out, in) weight matrix.
 #[derive(Clone)]
 pub enum Matrix {
@@ -94,9 +108,23 @@ impl Matrix {
     /// x (rows, in) · Wᵀ → (rows, out) in x's dtype: expansion and GEMM for many rows, the
     /// quantized kernels for at most [`DECODE_ROWS`].
     pub fn matmul_t(&self, x: &Tensor) -> Result<Tensor> {
+        self.product(x, Products::ByRowCount)
+    }
+
+    /// x · Wᵀ with the kernel `products` chooses.
+    pub fn product(&self, x: &Tensor, products: Products) -> Result<Tensor> {
         let rows = x.dim(0)?;
-        match self {
-            Matrix::Quantized(q) if rows <= DECODE_ROWS => quantized_product(q, x),
+        match (self, products) {
+            (Matrix::Quantized(q), Products::RowWise) if rows > 1 => {
+                let each: Vec<Tensor> = (0..rows)
+                    .map(|r| quantized_product(q, &x.narrow(0, r, 1)?))
+                    .collect::<Result<_>>()?;
+                Tensor::cat(&each, 0)
+            }
+            (Matrix::Quantized(q), Products::RowWise) => quantized_product(q, x),
+            (Matrix::Quantized(q), Products::ByRowCount) if rows <= DECODE_ROWS => {
+                quantized_product(q, x)
+            }
             _ => x.matmul(&self.expand(x.dtype())?.t()?),
         }
     }
@@ -104,10 +132,7 @@ impl Matrix {
     /// x · Wᵀ through the quantized kernels whatever the rows (each row on its own, so the
     /// result of a row does not depend on the others); dense matrices as `matmul_t`.
     pub fn matvec_t(&self, x: &Tensor) -> Result<Tensor> {
-        match self {
-            Matrix::Quantized(q) => quantized_product(q, x),
-            Matrix::Dense(_) => self.matmul_t(x),
-        }
+        self.product(x, Products::RowWise)
     }
 
     /// x · Wᵀ with the matrix expanded `chunk` rows at a time: the arithmetic of the expanded

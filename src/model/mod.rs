@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod config;
+pub mod decode;
 pub mod device;
 pub mod encoder;
 pub mod fused;
@@ -16,7 +17,8 @@ pub mod weights;
 
 pub use batch::{Batch, Row};
 pub use config::{Arch, TransformerConfig};
-pub use matrix::WeightsMode;
+pub use decode::KvCache;
+pub use matrix::{Products, WeightsMode};
 pub use tokenizer::load_tokenizer;
 pub use transformer::{PrefixKv, Transformer};
 

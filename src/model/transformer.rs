@@ -9,7 +9,7 @@
 use super::batch::Batch;
 use super::config::TransformerConfig;
 use super::layers::{Linear, Mlp, RmsNorm, inv_freq, rope_tables};
-use super::matrix::{Matrix, WeightsMode};
+use super::matrix::{Matrix, Products, WeightsMode};
 use super::weights::Weights;
 use candle_core::{DType, Device, Result, Tensor};
 
@@ -189,13 +189,24 @@ impl Transformer {
         batch: &Batch,
         prefix: Option<&PrefixKv>,
     ) -> Result<(Tensor, Vec<LayerKv>)> {
-        let (b, len) = batch.ids.dims2()?;
         if let Some(p) = prefix {
             assert_eq!(
                 p.len, batch.prefix_len,
                 "batch built for another prefix length"
             );
         }
+        self.run(batch, prefix.map_or(Past::Fresh, Past::Shared))
+    }
+
+    /// Run a batch that continues rows' own keys and values (`decode::KvCache`'s layers,
+    /// (rows, kv_heads, capacity, head_dim)): the batch's keys and values are written into
+    /// them at slot `batch.prefix_len`. Returns the final hidden states as `forward`.
+    pub(super) fn forward_cached(&self, batch: &Batch, layers: &[LayerKv]) -> Result<Tensor> {
+        Ok(self.run(batch, Past::Cached(layers))?.0)
+    }
+
+    fn run(&self, batch: &Batch, past: Past) -> Result<(Tensor, Vec<LayerKv>)> {
+        let (b, len) = batch.ids.dims2()?;
         // f16 holds at most 65504: Gemma's residual stream passes that (activations of 1e4 and
         // more), so in f16 the stream is kept in f32 and only the layers' GEMMs run in f16.
         let (dtype, stream) = (self.dtype, self.residual_dtype());
@@ -219,10 +230,16 @@ impl Transformer {
             let kind = &self.cfg.layers[i];
             let (cos, sin) = &tables[kind.rope];
             let h = block.input_norm.forward_as(&x, dtype)?;
-            let past = prefix.map(|p| &p.layers[i]);
+            let past = match past {
+                Past::Fresh => LayerPast::Fresh,
+                Past::Shared(p) => LayerPast::Shared(&p.layers[i]),
+                Past::Cached(layers) => LayerPast::Cached(&layers[i]),
+            };
             let (h, kv) =
                 self.attention(&block.attn, &h, cos, sin, batch, kind.sliding_window, past)?;
-            kvs.push(kv);
+            if let Some(kv) = kv {
+                kvs.push(kv);
+            }
             let h = match &block.post_attn_norm {
                 Some(n) => n.forward_as(&h, stream)?,
                 None => h.to_dtype(stream)?,
@@ -230,7 +247,7 @@ impl Transformer {
             x = (x + h)?;
             let h = block
                 .mlp
-                .forward(&block.pre_mlp_norm.forward_as(&x, dtype)?)?;
+                .forward(&block.pre_mlp_norm.forward_as(&x, dtype)?, batch.products)?;
             let h = match &block.post_mlp_norm {
                 Some(n) => n.forward_as(&h, stream)?,
                 None => h.to_dtype(stream)?,
@@ -248,8 +265,8 @@ impl Transformer {
         sin: &Tensor,
         batch: &Batch,
         window: Option<usize>,
-        past: Option<&LayerKv>,
-    ) -> Result<(Tensor, LayerKv)> {
+        past: LayerPast,
+    ) -> Result<(Tensor, Option<LayerKv>)> {
         let cfg = &self.cfg;
         let (b, len, _) = x.dims3()?;
         let heads = |t: Tensor, n: usize| {
@@ -257,9 +274,10 @@ impl Transformer {
                 .transpose(1, 2)?
                 .contiguous()
         };
-        let mut q = heads(a.q.forward(x)?, cfg.num_heads)?;
-        let mut k = heads(a.k.forward(x)?, cfg.num_kv_heads)?;
-        let v = heads(a.v.forward(x)?, cfg.num_kv_heads)?;
+        let products = batch.products;
+        let mut q = heads(a.q.forward(x, products)?, cfg.num_heads)?;
+        let mut k = heads(a.k.forward(x, products)?, cfg.num_kv_heads)?;
+        let v = heads(a.v.forward(x, products)?, cfg.num_kv_heads)?;
         if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
             q = qn.forward(&q)?;
             k = kn.forward(&k)?;
@@ -267,7 +285,7 @@ impl Transformer {
         let q = candle_nn::rotary_emb::rope(&q.contiguous()?, cos, sin)?;
         let k = candle_nn::rotary_emb::rope(&k.contiguous()?, cos, sin)?;
         let (k_all, v_all) = match past {
-            Some((pk, pv)) => {
+            LayerPast::Shared((pk, pv)) => {
                 let expand = |t: &Tensor| -> Result<Tensor> {
                     let (_, n, p, d) = t.dims4()?;
                     t.broadcast_as((b, n, p, d))?.contiguous()
@@ -277,13 +295,21 @@ impl Transformer {
                     Tensor::cat(&[&expand(pv)?, &v], 2)?,
                 )
             }
-            None => (k.clone(), v.clone()),
+            LayerPast::Cached((ck, cv)) => {
+                // Written in place: the keys of earlier steps are never copied again.
+                let at = batch.prefix_len;
+                ck.slice_set(&k, 2, at)?;
+                cv.slice_set(&v, 2, at)?;
+                (ck.narrow(2, 0, at + len)?, cv.narrow(2, 0, at + len)?)
+            }
+            LayerPast::Fresh => (k.clone(), v.clone()),
         };
         let out = self.attend(&q, &k_all, &v_all, batch, window)?;
         let out = out
             .transpose(1, 2)?
             .reshape((b, len, cfg.num_heads * cfg.head_dim))?;
-        Ok((a.o.forward(&out)?, (k, v)))
+        let kv = (!matches!(past, LayerPast::Cached(_))).then_some((k, v));
+        Ok((a.o.forward(&out, products)?, kv))
     }
 
     /// softmax(q·kᵀ·scale + mask)·v for q (b, heads, len, d) and k, v (b, kv_heads, keys, d),
@@ -325,6 +351,7 @@ impl Transformer {
                         .contiguous()?
                         .reshape((nr, kv, group * n, d))?;
                 let kb = k.narrow(2, 0, keys)?;
+                // A view: a decoding cache's values are not copied for each step.
                 let vb = v.narrow(2, 0, keys)?;
                 let mut scores = (qb * cfg.attn_scale)?.matmul(&kb.t()?)?;
                 if let Some(cap) = cfg.attn_softcap {
@@ -336,9 +363,7 @@ impl Transformer {
                     .reshape((nr, kv, group, n, keys))?
                     .broadcast_add(&mask.unsqueeze(2)?)?;
                 let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(self.dtype)?;
-                let out = probs
-                    .reshape((nr, kv, group * n, keys))?
-                    .matmul(&vb.contiguous()?)?;
+                let out = probs.reshape((nr, kv, group * n, keys))?.matmul(&vb)?;
                 outs.push(out.reshape((nr, heads, n, d))?);
             }
             row_outs.push(cat_or_single(outs, 2)?);
@@ -354,14 +379,20 @@ impl Transformer {
 
     /// Compute the keys and values of a prefix once, to be continued by many rows.
     pub fn prefix(&self, ids: &[u32]) -> Result<PrefixKv> {
-        Ok(self.extend(None, ids)?.0)
+        Ok(self.extend(None, ids, Products::ByRowCount)?.0)
     }
 
     /// Continue `prefix` (or start) with `tokens`: the longer prefix, and the logits after the
-    /// last token (1, vocab). Token-by-token generation is this, one token at a time.
-    pub fn extend(&self, prefix: Option<&PrefixKv>, tokens: &[u32]) -> Result<(PrefixKv, Tensor)> {
+    /// last token (1, vocab). Token-by-token generation is this, one token at a time (with
+    /// `Products::RowWise`, as `decode` steps run).
+    pub fn extend(
+        &self,
+        prefix: Option<&PrefixKv>,
+        tokens: &[u32],
+        products: Products,
+    ) -> Result<(PrefixKv, Tensor)> {
         let start = prefix.map_or(0, |p| p.len);
-        let batch = Batch::new(&[tokens.to_vec()], start, &self.device)?;
+        let batch = Batch::new(&[tokens.to_vec()], start, &self.device)?.with_products(products);
         let (hidden, kvs) = self.forward(&batch, prefix)?;
         let logits = self.decode_logits(&hidden, &[(0, tokens.len() - 1)])?;
         let layers = match prefix {
@@ -387,7 +418,7 @@ impl Transformer {
     /// Next-token logits (n, vocab) for decoding: through the quantized kernels when the head is
     /// quantized (each position on its own, so a position's logits do not depend on how many
     /// are read with it); otherwise as `logits_at`.
-    fn decode_logits(&self, hidden: &Tensor, at: &[(usize, usize)]) -> Result<Tensor> {
+    pub fn decode_logits(&self, hidden: &Tensor, at: &[(usize, usize)]) -> Result<Tensor> {
         self.head(hidden, at, |picked| match &self.lm_head {
             Matrix::Quantized(_) => self.lm_head.matvec_t(picked),
             Matrix::Dense(_) => self.lm_head.matmul_t_chunked(picked, HEAD_CHUNK_ROWS),
@@ -429,6 +460,23 @@ impl Transformer {
             None => Ok(logits),
         }
     }
+}
+
+/// The keys and values a forward pass continues.
+#[derive(Clone, Copy)]
+enum Past<'a> {
+    Fresh,
+    /// One prefix every row continues (its keys broadcast over the rows).
+    Shared(&'a PrefixKv),
+    /// Every row's own keys, preallocated (written in place).
+    Cached(&'a [LayerKv]),
+}
+
+#[derive(Clone, Copy)]
+enum LayerPast<'a> {
+    Fresh,
+    Shared(&'a LayerKv),
+    Cached(&'a LayerKv),
 }
 
 /// Vocabulary rows of a quantized (or differently typed) output head expanded at once when all
