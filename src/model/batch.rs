@@ -423,7 +423,6 @@ mod step_tests {
             .to_vec1()
             .unwrap();
         let seen: Vec<u8> = m.iter().map(|&x| u8::from(x == 0.0)).collect();
-        eprintln!("{seen:?}");
         // row 0 query 0 (live, position 2): sees slots 0, 1 and itself (slot 4).
         assert_eq!(&seen[0..6], &[1, 1, 0, 0, 1, 0]);
         // row 1 query 0 (position 4) and query 1 (position 5).
