@@ -78,14 +78,6 @@ impl KvCache {
         self.next.len()
     }
 
-    /// Bytes its keys and values hold.
-    pub fn bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes())
-            .sum()
-    }
-
     /// Keep only the rows `keep` (in that order): finished sequences stop costing work.
     pub fn retain(&mut self, keep: &[usize]) -> Result<()> {
         if keep.len() == self.rows() && keep.iter().enumerate().all(|(i, &r)| i == r) {
