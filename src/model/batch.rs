@@ -71,7 +71,7 @@ pub struct Batch {
     pub products: Products,
 }
 
-/// A decoding step's tokens: each row from its next position, padded with dead tokens.
+/// A decoding step's tokens: each row from its next position, padded after its end.
 fn step_tokens(rows: &[Row], next: &[usize]) -> Vec<Vec<Token>> {
     let len = rows.iter().map(Row::len).max().unwrap_or(0).max(1);
     rows.iter()
@@ -79,7 +79,7 @@ fn step_tokens(rows: &[Row], next: &[usize]) -> Vec<Vec<Token>> {
         .map(|(row, &next)| {
             let mut tokens = row_tokens(row, next);
             let end = next + row.len();
-            tokens.extend((row.len()..len).map(|_| (0, end, DEAD)));
+            tokens.extend((row.len()..len).map(|j| (0, end + j - row.len(), TRUNK)));
             tokens
         })
         .collect()
@@ -115,20 +115,9 @@ const MASK_CACHE_BYTES: usize = 64 << 20;
 pub const MASKED: f32 = f32::MIN;
 
 /// Segments: keys of segment 0 (the prefix, a row's trunk) are seen by every later query of
-/// the row; keys of a branch only by that branch's queries; dead keys (a decoding step's
-/// padding, a probe branch once read) by no live query.
+/// the row; keys of a branch only by that branch's queries.
 const TRUNK: f32 = 0.0;
-const DEAD: f32 = 1.0;
-const FIRST_BRANCH: f32 = 2.0;
-
-/// Keys a batch continues that differ per row (a `decode::KvCache`'s slots): each slot's
-/// position and segment, `slots` per row, rows `stride` apart.
-pub struct RowKeys<'a> {
-    pub positions: &'a [f32],
-    pub segments: &'a [f32],
-    pub slots: usize,
-    pub stride: usize,
-}
+const FIRST_BRANCH: f32 = 1.0;
 
 /// A batch's token: id, position, segment.
 type Token = (u32, usize, f32);
@@ -159,34 +148,11 @@ impl Batch {
         Self::assemble(rows, tokens, shared, prefix_len, device)
     }
 
-    /// One decoding step of rows that keep their own keys: row r continues the slots of
-    /// `keys` row r, its trunk at positions `next[r]`…, its branches after the trunk (read, then
-    /// dead). Rows feeding fewer tokens than the longest are padded with dead tokens, which only
-    /// dead queries see (each sees itself, so no softmax row is empty).
-    pub fn after_slots(
-        rows: &[Row],
-        next: &[usize],
-        keys: RowKeys,
-        device: &Device,
-    ) -> Result<Self> {
-        let tokens = step_tokens(rows, next);
-        let row_keys = |r: usize| {
-            let at = r * keys.stride..r * keys.stride + keys.slots;
-            (&keys.positions[at.clone()], &keys.segments[at])
-        };
-        Self::assemble(rows, tokens, row_keys, keys.slots, device)
-    }
-
-    /// What a decoding step leaves in its slots, per row: (position, segment) of each of the
-    /// batch's tokens, the trunk live and everything else dead.
-    pub fn slots_after(rows: &[Row], next: &[usize]) -> Vec<Vec<(f32, f32)>> {
-        step_tokens(rows, next)
-            .into_iter()
-            .map(|tokens| {
-                let seg = |s: f32| if s == TRUNK { TRUNK } else { DEAD };
-                tokens.iter().map(|&(_, p, s)| (p as f32, seg(s))).collect()
-            })
-            .collect()
+    /// A decoding step's tokens (`decode::KvCache`): each row from its next position, padded.
+    /// Its masks are not used: each segment of a row attends with its own (`decode::Segment`).
+    pub fn stepping(rows: &[Row], next: &[usize], device: &Device) -> Result<Self> {
+        let none = |_| (&[][..], &[][..]);
+        Self::assemble(rows, step_tokens(rows, next), none, 0, device)
     }
 
     fn assemble<'k>(
@@ -395,38 +361,5 @@ mod tests {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod step_tests {
-    use super::*;
-
-    #[test]
-    fn a_step_after_slots_hides_dead_slots_from_live_queries() {
-        // Two rows of 4 slots: row 0 has 2 live then 2 dead, row 1 has 4 live.
-        let positions = vec![0., 1., 2., 2., 0., 1., 2., 3.];
-        let segments = vec![0., 0., 1., 1., 0., 0., 0., 0.];
-        let keys = RowKeys {
-            positions: &positions,
-            segments: &segments,
-            slots: 4,
-            stride: 4,
-        };
-        let rows = vec![Row::plain(vec![7]), Row::plain(vec![8, 9])];
-        let b = Batch::after_slots(&rows, &[2, 4], keys, &Device::Cpu).unwrap();
-        let m: Vec<f32> = b
-            .mask(None, 0..2, 0..2, 6)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1()
-            .unwrap();
-        let seen: Vec<u8> = m.iter().map(|&x| u8::from(x == 0.0)).collect();
-        // row 0 query 0 (live, position 2): sees slots 0, 1 and itself (slot 4).
-        assert_eq!(&seen[0..6], &[1, 1, 0, 0, 1, 0]);
-        // row 1 query 0 (position 4) and query 1 (position 5).
-        assert_eq!(&seen[12..18], &[1, 1, 1, 1, 1, 0]);
-        assert_eq!(&seen[18..24], &[1, 1, 1, 1, 1, 1]);
     }
 }

@@ -8,6 +8,7 @@
 
 use super::batch::Batch;
 use super::config::TransformerConfig;
+use super::decode::Segment;
 use super::layers::{Linear, Mlp, RmsNorm, inv_freq, rope_tables};
 use super::matrix::{Matrix, Products, WeightsMode};
 use super::weights::Weights;
@@ -178,6 +179,12 @@ impl Transformer {
         blocks + self.embed.bytes() + head
     }
 
+    /// Bytes of keys and values one token takes over all layers, in the model's dtype.
+    pub fn kv_bytes_per_slot(&self) -> usize {
+        let c = &self.cfg;
+        c.num_layers() * c.num_kv_heads * c.head_dim * 2 * self.dtype.size_in_bytes()
+    }
+
     pub fn device(&self) -> &Device {
         &self.device
     }
@@ -198,11 +205,16 @@ impl Transformer {
         self.run(batch, prefix.map_or(Past::Fresh, Past::Shared))
     }
 
-    /// Run a batch that continues rows' own keys and values (`decode::KvCache`'s layers,
-    /// (rows, kv_heads, capacity, head_dim)): the batch's keys and values are written into
-    /// them at slot `batch.prefix_len`. Returns the final hidden states as `forward`.
-    pub(super) fn forward_cached(&self, batch: &Batch, layers: &[LayerKv]) -> Result<Tensor> {
-        Ok(self.run(batch, Past::Cached(layers))?.0)
+    /// Run a decoding step on rows' own keys and values (`decode::KvCache`'s layers,
+    /// (rows, kv_heads, capacity, head_dim)): each segment's keys and values are written into
+    /// its row at its slot. Returns the final hidden states as `forward`.
+    pub(super) fn forward_cached(
+        &self,
+        batch: &Batch,
+        layers: &[LayerKv],
+        segments: &[Segment],
+    ) -> Result<Tensor> {
+        Ok(self.run(batch, Past::Cached(layers, segments))?.0)
     }
 
     fn run(&self, batch: &Batch, past: Past) -> Result<(Tensor, Vec<LayerKv>)> {
@@ -233,7 +245,7 @@ impl Transformer {
             let past = match past {
                 Past::Fresh => LayerPast::Fresh,
                 Past::Shared(p) => LayerPast::Shared(&p.layers[i]),
-                Past::Cached(layers) => LayerPast::Cached(&layers[i]),
+                Past::Cached(layers, segments) => LayerPast::Cached(&layers[i], segments),
             };
             let (h, kv) =
                 self.attention(&block.attn, &h, cos, sin, batch, kind.sliding_window, past)?;
@@ -284,32 +296,73 @@ impl Transformer {
         }
         let q = candle_nn::rotary_emb::rope(&q.contiguous()?, cos, sin)?;
         let k = candle_nn::rotary_emb::rope(&k.contiguous()?, cos, sin)?;
-        let (k_all, v_all) = match past {
+        let out = match past {
             LayerPast::Shared((pk, pv)) => {
                 let expand = |t: &Tensor| -> Result<Tensor> {
                     let (_, n, p, d) = t.dims4()?;
                     t.broadcast_as((b, n, p, d))?.contiguous()
                 };
-                (
-                    Tensor::cat(&[&expand(pk)?, &k], 2)?,
-                    Tensor::cat(&[&expand(pv)?, &v], 2)?,
-                )
+                let k_all = Tensor::cat(&[&expand(pk)?, &k], 2)?;
+                let v_all = Tensor::cat(&[&expand(pv)?, &v], 2)?;
+                self.attend(&q, &k_all, &v_all, batch, window)?
             }
-            LayerPast::Cached((ck, cv)) => {
-                // Written in place: the keys of earlier steps are never copied again.
-                let at = batch.prefix_len;
-                ck.slice_set(&k, 2, at)?;
-                cv.slice_set(&v, 2, at)?;
-                (ck.narrow(2, 0, at + len)?, cv.narrow(2, 0, at + len)?)
+            LayerPast::Cached(cache, segments) => {
+                self.attend_segments(&q, &k, &v, cache, segments, window)?
             }
-            LayerPast::Fresh => (k.clone(), v.clone()),
+            LayerPast::Fresh => self.attend(&q, &k, &v, batch, window)?,
         };
-        let out = self.attend(&q, &k_all, &v_all, batch, window)?;
         let out = out
             .transpose(1, 2)?
             .reshape((b, len, cfg.num_heads * cfg.head_dim))?;
-        let kv = (!matches!(past, LayerPast::Cached(_))).then_some((k, v));
+        let kv = (!matches!(past, LayerPast::Cached(..))).then_some((k, v));
         Ok((a.o.forward(&out, products)?, kv))
+    }
+
+    /// Attention of a decoding step on a cache: each segment (a row's trunk, or one of its
+    /// branches) writes its keys and values into its row at its slot and attends, on its own,
+    /// over the slots of its row before it — the arithmetic of that row decoded alone through
+    /// `extend`, whatever else the batch holds (`decode` says why that matters). Padding
+    /// queries get zeros.
+    fn attend_segments(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        (ck, cv): &LayerKv,
+        segments: &[Segment],
+        window: Option<usize>,
+    ) -> Result<Tensor> {
+        let (b, heads, len, d) = q.dims4()?;
+        let mut parts: Vec<Vec<Tensor>> = vec![Vec::new(); b];
+        let mut filled = vec![0; b];
+        for s in segments {
+            let take = |t: &Tensor| {
+                t.narrow(0, s.row, 1)?
+                    .narrow(2, s.start, s.len)?
+                    .contiguous()
+            };
+            let slot = s.batch.prefix_len;
+            let (row_k, row_v) = (ck.narrow(0, s.row, 1)?, cv.narrow(0, s.row, 1)?);
+            row_k.slice_set(&take(k)?, 2, slot)?;
+            row_v.slice_set(&take(v)?, 2, slot)?;
+            let keys = slot + s.len;
+            let (row_k, row_v) = (row_k.narrow(2, 0, keys)?, row_v.narrow(2, 0, keys)?);
+            debug_assert_eq!(filled[s.row], s.start, "a row's segments in order");
+            parts[s.row].push(self.attend(&take(q)?, &row_k, &row_v, &s.batch, window)?);
+            filled[s.row] = s.start + s.len;
+        }
+        let rows = parts
+            .into_iter()
+            .zip(filled)
+            .map(|(mut row, filled)| {
+                if filled < len {
+                    let pad = (1, heads, len - filled, d);
+                    row.push(Tensor::zeros(pad, q.dtype(), q.device())?);
+                }
+                cat_or_single(row, 2)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        cat_or_single(rows, 0)
     }
 
     /// softmax(q·kᵀ·scale + mask)·v for q (b, heads, len, d) and k, v (b, kv_heads, keys, d),
@@ -468,15 +521,15 @@ enum Past<'a> {
     Fresh,
     /// One prefix every row continues (its keys broadcast over the rows).
     Shared(&'a PrefixKv),
-    /// Every row's own keys, preallocated (written in place).
-    Cached(&'a [LayerKv]),
+    /// Every row's own keys, preallocated (written in place), and the segments of the step.
+    Cached(&'a [LayerKv], &'a [Segment]),
 }
 
 #[derive(Clone, Copy)]
 enum LayerPast<'a> {
     Fresh,
     Shared(&'a LayerKv),
-    Cached(&'a LayerKv),
+    Cached(&'a LayerKv, &'a [Segment]),
 }
 
 /// Vocabulary rows of a quantized (or differently typed) output head expanded at once when all
