@@ -325,6 +325,17 @@ fn quantized_product(q: &Arc<QTensor>, x: &Tensor) -> Result<Tensor> {
 mod tests {
     use super::*;
 
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar()
+            .unwrap()
+    }
+
     /// `dots_t` is x · Wᵀ of the expanded matrix (candle's dequantization and GEMM as the
     /// reference), and a row's result is the same to the bit alone or among others.
     #[test]
@@ -340,14 +351,7 @@ mod tests {
                 .matmul(&m.expand(DType::F32).unwrap().t().unwrap())
                 .unwrap();
             let got = m.dots_t(&x).unwrap();
-            let d: f32 = (&got - &want)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar()
-                .unwrap();
+            let d = max_diff(&got, &want);
             assert!(d < 1e-4, "{dtype:?}: {d}");
             for r in 0..5 {
                 let alone = m.dots_t(&x.narrow(0, r, 1).unwrap()).unwrap();
@@ -361,14 +365,7 @@ mod tests {
         let x = Tensor::randn(0f32, 1.0, (3, 100), &dev).unwrap();
         let got = Matrix::Dense(w.clone()).dots_t(&x).unwrap();
         let want = x.matmul(&w.t().unwrap()).unwrap();
-        let d: f32 = (&got - &want)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar()
-            .unwrap();
+        let d = max_diff(&got, &want);
         assert!(d < 1e-4, "dense: {d}");
     }
 }
