@@ -230,19 +230,20 @@ impl JsonFormat {
                     logits_at.push((r, end));
                 }
             }
-            let read = |at: &[(usize, usize)]| -> Result<Option<Tensor>, JudgeError> {
-                Ok((!at.is_empty())
-                    .then(|| model.decode_logits(&hidden, at))
-                    .transpose()?)
-            };
-            let mut logits = match read(&logits_at)? {
-                Some(l) => logits_rows(&l)?.into_iter(),
-                None => Vec::new().into_iter(),
-            };
-            let mut log_probs = match read(&log_probs_at)? {
-                Some(l) => log_softmax_rows(&l)?.into_iter(),
-                None => Vec::new().into_iter(),
-            };
+            // One pass over the output head for every position read this step.
+            let (mut logits, mut log_probs) = (Vec::new().into_iter(), Vec::new().into_iter());
+            if !logits_at.is_empty() || !log_probs_at.is_empty() {
+                let n = logits_at.len();
+                logits_at.append(&mut log_probs_at);
+                let all = model.decode_logits(&hidden, &logits_at)?;
+                if n > 0 {
+                    logits = logits_rows(&all.narrow(0, 0, n)?)?.into_iter();
+                }
+                if logits_at.len() > n {
+                    let rest = all.narrow(0, n, logits_at.len() - n)?;
+                    log_probs = log_softmax_rows(&rest)?.into_iter();
+                }
+            }
             for &i in &live {
                 let Some(f) = &feeds[i] else { continue };
                 let read = if f.log_probs {

@@ -71,15 +71,17 @@ pub struct Batch {
     pub products: Products,
 }
 
-/// A decoding step's tokens: each row from its next position, padded after its end.
-fn step_tokens(rows: &[Row], next: &[usize]) -> Vec<Vec<Token>> {
+/// Each row's tokens from its start position, right-padded to the longest row. Padding
+/// continues the positions in the trunk: every padding key lies after every real query of its
+/// row (so causality hides it), and every query sees at least itself (so no softmax row is
+/// empty).
+fn padded_tokens(rows: &[Row], start: impl Fn(usize) -> usize) -> Vec<Vec<Token>> {
     let len = rows.iter().map(Row::len).max().unwrap_or(0).max(1);
     rows.iter()
-        .zip(next)
-        .map(|(row, &next)| {
-            let mut tokens = row_tokens(row, next);
-            let end = next + row.len();
-            tokens.extend((row.len()..len).map(|j| (0, end + j - row.len(), TRUNK)));
+        .enumerate()
+        .map(|(r, row)| {
+            let mut tokens = row_tokens(row, start(r));
+            tokens.extend((row.len()..len).map(|j| (0, start(r) + j, TRUNK)));
             tokens
         })
         .collect()
@@ -130,18 +132,7 @@ impl Batch {
     }
 
     pub fn from_rows(rows: &[Row], prefix_len: usize, device: &Device) -> Result<Self> {
-        let len = rows.iter().map(Row::len).max().unwrap_or(0).max(1);
-        let tokens: Vec<Vec<Token>> = rows
-            .iter()
-            .map(|row| {
-                let mut tokens = row_tokens(row, prefix_len);
-                // Padding continues the positions in the trunk: every padding key lies after
-                // every real query of its row (so causality hides it), and every query sees at
-                // least itself (so no softmax row is empty).
-                tokens.extend((tokens.len()..len).map(|j| (0, prefix_len + j, TRUNK)));
-                tokens
-            })
-            .collect();
+        let tokens = padded_tokens(rows, |_| prefix_len);
         let positions: Vec<f32> = (0..prefix_len).map(|k| k as f32).collect();
         let segments = vec![TRUNK; prefix_len];
         let shared = |_| (&positions[..], &segments[..]);
@@ -152,7 +143,7 @@ impl Batch {
     /// Its masks are not used: each segment of a row attends with its own (`decode::Segment`).
     pub fn stepping(rows: &[Row], next: &[usize], device: &Device) -> Result<Self> {
         let none = |_| (&[][..], &[][..]);
-        Self::assemble(rows, step_tokens(rows, next), none, 0, device)
+        Self::assemble(rows, padded_tokens(rows, |r| next[r]), none, 0, device)
     }
 
     fn assemble<'k>(

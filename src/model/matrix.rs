@@ -46,8 +46,9 @@ pub enum Products {
     /// prompt's prefill, or a few tokens.
     #[default]
     ByRowCount,
-    /// The quantized kernels one row at a time, whatever the rows: decoding many sequences at
-    /// once, where each row's result must be what it is when that sequence is decoded alone.
+    /// Each row on its own, whatever the rows (the quantized kernels row by row, or
+    /// `Matrix::dots_t` where candle has only scalar kernels): decoding many sequences at once,
+    /// where each row's result must be what it is when that sequence is decoded alone.
     /// candle's x86 kernels for several rows (repacked Q4_K/Q6_K/Q8_0 tiles) do not give each
     /// row what it gets alone: measured on SmolLM2's GGUF, logits moved by up to 0.57.
     RowWise,
@@ -148,6 +149,7 @@ impl Matrix {
         let (out, k) = self.dims()?;
         let n = x.dim(0)?;
         let xs: Vec<f32> = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+        let dot = dot_kernel();
         let parts: Vec<Vec<f32>> = (0..out.div_ceil(DOT_BLOCK_ROWS))
             .into_par_iter()
             .map(|b| {
@@ -255,13 +257,17 @@ const DOT_BLOCK_ROWS: usize = 256;
 
 /// Σ aᵢbᵢ, summed in an order fixed by the machine alone (never by what is computed beside
 /// it): fused multiply-adds in 4 × 8 lanes where the CPU has AVX2 and FMA, else eight lanes the
-/// compiler vectorises.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+/// compiler vectorises. Chosen once per product, not per dot.
+fn dot_kernel() -> fn(&[f32], &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the features the function is compiled for were just detected.
-        return unsafe { dot_avx2(a, b) };
+        return |a, b| unsafe { dot_avx2(a, b) };
     }
+    dot_lanes
+}
+
+fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ca

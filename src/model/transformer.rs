@@ -432,7 +432,13 @@ impl Transformer {
 
     /// Compute the keys and values of a prefix once, to be continued by many rows.
     pub fn prefix(&self, ids: &[u32]) -> Result<PrefixKv> {
-        Ok(self.extend(None, ids, Products::ByRowCount)?.0)
+        // No logits: the header's last token is continued, never read.
+        let batch = Batch::new(&[ids.to_vec()], 0, &self.device)?;
+        let (_, layers) = self.forward(&batch, None)?;
+        Ok(PrefixKv {
+            layers,
+            len: ids.len(),
+        })
     }
 
     /// Continue `prefix` (or start) with `tokens`: the longer prefix, and the logits after the
