@@ -8,18 +8,37 @@ llama-cpp-python sdist on PyPI, which vendors llama.cpp: pass the unpacked sdist
 --work when it is not given). Nothing of llama.cpp is committed, only the small GGUF files it
 writes.
 
-Models:
+Models (2 layers, hidden 32, intermediate 256, except Gemma 3's 6 layers):
 - `llama3-rope`: Llama with Llama 3.1's `llama3` rope scaling (original context 64, so the
   scaling matters at the positions tested). The converter stores the scaling as the
-  `rope_freqs.weight` tensor. Its vocabulary is a SentencePiece BPE model with byte fallback
-  trained here on Japanese sentences (tokenizer.model), converted as llama.cpp converts
-  llm-jp / ELYZA-Llama-2 / Swallow-Llama-2 tokenizers (`tokenizer.ggml.model = llama`).
+  `rope_freqs.weight` tensor.
+- `mistral` (no sliding window: GGUF cannot carry it), `gemma2` (soft-capping, sliding window),
+  `gemma3` (its 5 sliding : 1 full layer pattern, two rope bases, q/k norms).
+- `qwen2` (q/k/v biases, untied head), `qwen3` (q/k norms, tied head).
 
-For each: model.gguf (f32, so that logits compare at 1e-4), and expected.safetensors with the
-token ids and every position's logits (`ids.N`, `logits.N`; the last 16 positions of the long
-prompt), from transformers in float32 with eager attention.
+Vocabularies, both trained here on Japanese sentences:
+- SentencePiece BPE with byte fallback (tokenizer.model; llama, mistral, gemma2, gemma3),
+  converted as llama.cpp converts llm-jp / ELYZA-Llama-2 / Swallow-Llama-2 / Gemma tokenizers
+  (`tokenizer.ggml.model = llama`); tokens.json: the sentencepiece library's ids.
+- Byte-level BPE with Qwen2.5's own pre-tokenizer (NFC, its split pattern, byte level) and chat
+  special tokens (tokenizer.json; qwen2, qwen3), converted as llama.cpp converts Qwen2.5 and Qwen3
+  (`gpt2`, pre-tokenizer `qwen2`); tokens.qwen2.json: transformers' ids. The converter names a
+  BPE pre-tokenizer by hashing the ids of a check string, which only a real vocabulary of a known
+  family reproduces: for this trained one the name is given (`qwen2`, what it finds for Qwen2.5).
 
-Needs torch, transformers, sentencepiece, safetensors (scripts/requirements-reference.txt).
+Types, each written by llama.cpp: f16 and q8_0 by convert_hf_to_gguf.py, q4_k_m from the f16 file
+by llama.cpp's quantizer (`llama_model_quantize` through llama-cpp-python, built from the same
+sdist). As llama.cpp does for real models whose row length is no multiple of 256 (Qwen2.5-0.5B's
+896), q4_k_m keeps Q4_K/Q6_K for ffn_down (256 columns) and falls back to Q5_0/Q8_0 elsewhere.
+
+For each model and type: <type>.gguf and expected.<type>.safetensors with token ids and
+logits (`ids.N`, `logits.N`; the last 16 positions of the long prompt) computed by transformers
+in float32 with eager attention on the checkpoint holding the weights transformers dequantizes
+from that GGUF; for q8_0 and q4_k_m also llama.cpp's own logits on the prompts of at most 8
+tokens (`llama_cpp.logits.N`), where quantized kernels run.
+
+Needs torch, transformers, sentencepiece, tokenizers, safetensors (scripts/requirements-reference.txt) and
+llama-cpp-python 0.3.36 built from source (`pip install llama-cpp-python==0.3.36`).
 Run: python scripts/make_converter_fixtures.py [--llama-cpp DIR]
 """
 
@@ -36,7 +55,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "converter"
@@ -78,7 +97,7 @@ def llama_cpp_dir(work: Path) -> Path:
     return target
 
 
-def train_tokenizer(folder: Path) -> None:
+def train_sentencepiece(folder: Path) -> None:
     import sentencepiece as spm
     corpus = folder / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES * 4) + "\n", encoding="utf-8")
@@ -91,32 +110,75 @@ def train_tokenizer(folder: Path) -> None:
     )
     corpus.unlink()
     (folder / "tokenizer.vocab").unlink()
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "legacy": False,
+    }))
 
 
-def models(vocab: int) -> dict:
+# Qwen2.5's tokenizer.json split pattern (digits one by one).
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def train_qwen2_bpe(folder: Path) -> None:
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    english = ["The weather is nice today, isn't it?", "I've been told he's there: 3 cats & 12 dogs."]
+    trainer = trainers.BpeTrainer(vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator((SENTENCES + english) * 4, trainer)
+    # Qwen's special tokens follow the vocabulary, as in Qwen2.5 (ids 151643…).
+    tok.add_special_tokens(QWEN2_SPECIALS)
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "Qwen2Tokenizer", "add_bos_token": False, "bos_token": None,
+        "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
+    }))
+
+
+def models() -> dict:
+    """name -> (vocabulary, model class, config without vocab_size)."""
     from transformers import Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig
-    from transformers import MistralConfig, MistralForCausalLM
-    common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=1,
-                  eos_token_id=2, pad_token_id=0)
+    from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    # intermediate 256: ffn_down rows are whole K-quant blocks, the other rows (32) are not.
+    common = dict(hidden_size=32, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6)
+    spm_ids = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)
     return {
         # Llama 3.1's scaling, with an original context of 64 so that it matters here.
-        "llama3-rope": (LlamaForCausalLM, LlamaConfig(
-            **common, tie_word_embeddings=False,
+        "llama3-rope": ("spm", LlamaForCausalLM, lambda v: LlamaConfig(
+            **common, **spm_ids, vocab_size=v, tie_word_embeddings=False,
             rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                              "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
         # No sliding window: llama.cpp's converter does not store Mistral's (7B v0.1's 4,096), so
         # llama.cpp and hyoka compute GGUF Mistrals without one; v0.2 and later have none.
-        "mistral": (MistralForCausalLM, MistralConfig(**common, rope_theta=10000.0, sliding_window=None,
-                                                      tie_word_embeddings=False)),
-        "gemma2": (Gemma2ForCausalLM, Gemma2Config(**common, head_dim=16, query_pre_attn_scalar=16, sliding_window=6,
-                                                   attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
-                                                   hidden_activation="gelu_pytorch_tanh")),
+        "mistral": ("spm", MistralForCausalLM, lambda v: MistralConfig(
+            **common, **spm_ids, vocab_size=v, rope_theta=10000.0, sliding_window=None, tie_word_embeddings=False)),
+        "gemma2": ("spm", Gemma2ForCausalLM, lambda v: Gemma2Config(
+            **common, **spm_ids, vocab_size=v, head_dim=16, query_pre_attn_scalar=16, sliding_window=6,
+            attn_logit_softcapping=50.0, final_logit_softcapping=30.0, hidden_activation="gelu_pytorch_tanh")),
         # Gemma 3's own layer pattern (5 sliding, 1 full): GGUF stores no pattern, llama.cpp
         # assumes this one.
-        "gemma3": (Gemma3ForCausalLM, Gemma3TextConfig(
-            **{**common, "num_hidden_layers": 6}, head_dim=16, query_pre_attn_scalar=16, sliding_window=6,
-            rope_local_base_freq=20000.0, rope_theta=1000000.0, hidden_activation="gelu_pytorch_tanh")),
+        "gemma3": ("spm", Gemma3ForCausalLM, lambda v: Gemma3TextConfig(
+            **{**common, "num_hidden_layers": 6}, **spm_ids, vocab_size=v, head_dim=16, query_pre_attn_scalar=16,
+            sliding_window=6, rope_local_base_freq=20000.0, rope_theta=1000000.0,
+            hidden_activation="gelu_pytorch_tanh")),
+        # Qwen2.5: biases on q/k/v, untied head (as the 7B/14B judges).
+        "qwen2": ("qwen2", Qwen2ForCausalLM, lambda v: Qwen2Config(
+            **common, vocab_size=v, rope_theta=1000000.0, tie_word_embeddings=False, use_sliding_window=False,
+            eos_token_id=v - 1, pad_token_id=v - 3)),
+        # Qwen3: q/k norms, no biases, head_dim apart from hidden / heads, tied head.
+        "qwen3": ("qwen2", Qwen3ForCausalLM, lambda v: Qwen3Config(
+            **common, vocab_size=v, head_dim=16, rope_theta=1000000.0, tie_word_embeddings=True,
+            use_sliding_window=False, eos_token_id=v - 1, pad_token_id=v - 3)),
     }
 
 
@@ -134,6 +196,72 @@ def expected_logits(model, vocab: int) -> dict:
     return expected
 
 
+# The converter run as a script, with the BPE pre-tokenizer name given rather than found by hash
+# (argv: llama.cpp folder, name, then the converter's own arguments).
+CONVERT_NAMING_PRE = (
+    "import runpy, sys\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "import conversion.base as base\n"
+    "name = sys.argv[2]\n"
+    "base.TextModel.get_vocab_base_pre = lambda self, tokenizer: name\n"
+    "script = sys.argv[1] + '/convert_hf_to_gguf.py'\n"
+    "sys.argv = [script] + sys.argv[3:]\n"
+    "runpy.run_path(script, run_name='__main__')\n"
+)
+
+
+def convert(llama_cpp: Path, hf: Path, outtype: str, gguf: Path, pre: str | None, env: dict) -> None:
+    args = [str(hf), "--outtype", outtype, "--outfile", str(gguf)]
+    if pre is None:
+        cmd = [sys.executable, str(llama_cpp / "convert_hf_to_gguf.py"), *args]
+    else:
+        cmd = [sys.executable, "-c", CONVERT_NAMING_PRE, str(llama_cpp), pre, *args]
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+
+
+def quantize_q4_k_m(source: Path, target: Path) -> None:
+    import ctypes
+    import llama_cpp
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    params.nthread = 1
+    if llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params)) != 0:
+        raise RuntimeError(f"llama_model_quantize failed on {source}")
+
+
+def dequantized_model(cls, config, folder: Path, gguf: str):
+    """The checkpoint holding the weights transformers' GGUF loader dequantizes from `gguf`."""
+    # Qwen3 with the checkpoint's config: transformers' GGUF config reader misses its head_dim
+    # (key_length). The others with the GGUF's, as transformers reads it (Mistral is `llama` there).
+    given = config if config.model_type == "qwen3" else None
+    weights = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=gguf, config=given,
+                                                   dtype=torch.float32).state_dict()
+    model = cls(config).eval().to(torch.float32)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    assert not unexpected and all("rotary" in m or "lm_head" in m for m in missing), (missing, unexpected)
+    if any("lm_head" in m for m in missing):
+        model.tie_weights()
+    return model
+
+
+def llama_cpp_logits(gguf: Path, expected: dict) -> dict:
+    """llama.cpp's own logits (f32 cache, no flash attention) for the prompts of at most 8 tokens,
+    every position: its quantized kernels round activations to 8 bits, as candle's do, so these
+    show the size of that rounding on this file (`llama_cpp.logits.N`)."""
+    import llama_cpp
+    model = llama_cpp.Llama(str(gguf), logits_all=True, n_ctx=512, n_threads=2, verbose=False,
+                            type_k=0, type_v=0, flash_attn=False)
+    out = {}
+    for n in range(len(PROMPT_LENGTHS)):
+        ids = [int(i) for i in expected[f"ids.{n}"]]
+        if len(ids) > 8:
+            continue
+        model.reset()
+        model.eval(ids)
+        out[f"llama_cpp.logits.{n}"] = torch.tensor(model.scores[:len(ids)], dtype=torch.float32).contiguous()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", type=Path, help="llama.cpp source folder (the sdist's vendor/llama.cpp)")
@@ -143,16 +271,19 @@ def main() -> None:
     llama_cpp = args.llama_cpp or llama_cpp_dir(args.work)
     env = {**os.environ, "PYTHONPATH": str(llama_cpp / "gguf-py")}
 
-    tokenizer_dir = Path(tempfile.mkdtemp(prefix="hyoka-spm-"))
-    train_tokenizer(tokenizer_dir)
-    import sentencepiece as spm
-    sp = spm.SentencePieceProcessor(model_file=str(tokenizer_dir / "tokenizer.model"))
-    vocab = sp.get_piece_size()
+    vocabularies = {"spm": Path(tempfile.mkdtemp(prefix="hyoka-spm-")),
+                    "qwen2": Path(tempfile.mkdtemp(prefix="hyoka-bpe-"))}
+    train_sentencepiece(vocabularies["spm"])
+    train_qwen2_bpe(vocabularies["qwen2"])
+    tokenizers = {kind: AutoTokenizer.from_pretrained(str(folder)) for kind, folder in vocabularies.items()}
 
-    for index, (name, (cls, config)) in enumerate(models(vocab).items()):
+    for index, (name, (kind, cls, make_config)) in enumerate(models().items()):
         out = OUT / name
-        out.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
         hf = Path(tempfile.mkdtemp(prefix="hyoka-hf-"))
+        vocab = len(tokenizers[kind])
+        config = make_config(vocab)
         config._attn_implementation = "eager"
         torch.manual_seed(4321 + index)
         model = cls(config).eval().to(torch.float32)
@@ -161,40 +292,39 @@ def main() -> None:
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.1)
         model.save_pretrained(hf, safe_serialization=True)
-        shutil.copy(tokenizer_dir / "tokenizer.model", hf / "tokenizer.model")
-        (hf / "tokenizer_config.json").write_text(json.dumps({
-            "tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
-            "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "legacy": False,
-        }))
-        # f32: the checkpoint's own logits are the reference. q8_0: the checkpoint with the
-        # weights the GGUF holds, dequantized by transformers' GGUF loader.
-        save_file(expected_logits(model, vocab), out / "expected.f32.safetensors")
-        for outtype in ("f32", "q8_0"):
-            gguf = out / f"{outtype}.gguf"
-            subprocess.run([sys.executable, str(llama_cpp / "convert_hf_to_gguf.py"), str(hf), "--outtype", outtype,
-                            "--outfile", str(gguf)], check=True, env=env, stdout=subprocess.DEVNULL)
-        from transformers import AutoModelForCausalLM
-        dequantized = AutoModelForCausalLM.from_pretrained(str(out), gguf_file="q8_0.gguf",
-                                                           dtype=torch.float32).state_dict()
-        quantized = cls(config).eval().to(torch.float32)
-        missing, unexpected = quantized.load_state_dict(dequantized, strict=False)
-        assert not unexpected and all("rotary" in m or "lm_head" in m for m in missing), (missing, unexpected)
-        if any("lm_head" in m for m in missing):
-            quantized.tie_weights()
-        save_file(expected_logits(quantized, vocab), out / "expected.q8_0.safetensors")
+        for f in vocabularies[kind].iterdir():
+            shutil.copy(f, hf / f.name)
+        pre = None if kind == "spm" else kind
+        convert(llama_cpp, hf, "f16", out / "f16.gguf", pre, env)
+        convert(llama_cpp, hf, "q8_0", out / "q8_0.gguf", pre, env)
+        quantize_q4_k_m(out / "f16.gguf", out / "q4_k_m.gguf")
+        for outtype in ("f16", "q8_0", "q4_k_m"):
+            reference = dequantized_model(cls, config, out, f"{outtype}.gguf")
+            expected = expected_logits(reference, vocab)
+            if outtype != "f16":
+                expected |= llama_cpp_logits(out / f"{outtype}.gguf", expected)
+            save_file(expected, out / f"expected.{outtype}.safetensors")
         for stray in out.glob("*.json"):
             stray.unlink()
         shutil.rmtree(hf)
         print(f"wrote {out.relative_to(ROOT)}")
 
-    # The SentencePiece tokenizer itself (whitespace kept as written, as in Llama 2's
-    # tokenizer.model): token ids of Japanese text (with BOS, as the Llama-2 family's
-    # tokenizers add it), by the sentencepiece library; every GGUF above carries it.
+    # The vocabularies themselves: token ids of Japanese text. SentencePiece: by the
+    # sentencepiece library, with BOS as the Llama-2 family's tokenizers add it. Qwen2 BPE: by
+    # transformers (no BOS), including chat special tokens.
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=str(vocabularies["spm"] / "tokenizer.model"))
     texts = SENTENCES + ["未知の語：鰻丼と麒麟", "Hello, world! 123", "  二つの空白", "改行\nのある文"]
     (OUT / "tokens.json").write_text(json.dumps(
         [{"text": t, "ids": [1] + sp.encode(t)} for t in texts], ensure_ascii=False, indent=0) + "\n",
         encoding="utf-8")
-    shutil.rmtree(tokenizer_dir)
+    qwen = tokenizers["qwen2"]
+    texts += ["<|im_start|>user\nこんにちは<|im_end|>\n<|im_start|>assistant\n", "か\u3099ぎ（NFC で「がぎ」）", "I've 33333 cats"]
+    (OUT / "tokens.qwen2.json").write_text(json.dumps(
+        [{"text": t, "ids": qwen.encode(t)} for t in texts], ensure_ascii=False, indent=0) + "\n",
+        encoding="utf-8")
+    for folder in vocabularies.values():
+        shutil.rmtree(folder)
 
 
 if __name__ == "__main__":

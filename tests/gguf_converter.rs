@@ -1,7 +1,7 @@
-//! GGUF files written by llama.cpp's own converter (convert_hf_to_gguf.py from the llama-cpp-python
-//! sdist; fixtures: scripts/make_converter_fixtures.py), f32 and q8_0, of llama (llama3 rope),
-//! mistral, gemma2 and gemma3, against HF transformers: every position's logits, in both
-//! weights modes.
+//! GGUF files written by llama.cpp itself (convert_hf_to_gguf.py from the llama-cpp-python sdist
+//! for f16 and q8_0, its quantizer for q4_k_m; fixtures: scripts/make_converter_fixtures.py) of
+//! llama (llama3 rope), mistral, gemma2, gemma3, qwen2 and qwen3, against HF transformers on the
+//! weights it dequantizes from each file: every position's logits, in both weights modes.
 
 mod common;
 
@@ -9,14 +9,18 @@ use candle_core::{DType, Device};
 use hyoka::model::{Batch, Transformer, WeightsMode, load_gguf};
 
 const TOL: f32 = 1e-4;
-/// Stored quantized weights run llama.cpp's quantized kernels for passes of at most 8 tokens,
-/// which round activations to 8 bits: within this share of the row's logit range.
-const QUANTIZED_KERNELS_TOL: f32 = 0.02;
+/// Stored quantized weights run quantized kernels for passes of at most 8 tokens, which round
+/// activations to 8 bits as llama.cpp's do: there hyoka's distance to transformers must be of
+/// the size of llama.cpp's own on the same file (per prompt, as a share of each position's
+/// logit range; measured ratios 0.7–1.3).
+const QUANTIZED_KERNELS_RATIO: f32 = 1.5;
 
 struct Case {
     ids: Vec<u32>,
     /// Expected logits of the last `logits.len()` positions.
     logits: Vec<Vec<f32>>,
+    /// llama.cpp's logits at every position, for prompts of at most 8 tokens of quantized files.
+    llama_cpp: Option<Vec<Vec<f32>>>,
 }
 
 fn cases(name: &str, kind: &str) -> Vec<Case> {
@@ -37,6 +41,9 @@ fn cases(name: &str, kind: &str) -> Vec<Case> {
                     .map(|i| i as u32)
                     .collect(),
                 logits: expected[&format!("logits.{n}")].to_vec2::<f32>().unwrap(),
+                llama_cpp: expected
+                    .get(&format!("llama_cpp.logits.{n}"))
+                    .map(|t| t.to_vec2::<f32>().unwrap()),
             })
         })
         .collect()
@@ -54,10 +61,35 @@ fn logits(model: &Transformer, ids: &[u32]) -> Vec<Vec<f32>> {
         .unwrap()
 }
 
-/// Every position's logits of `name`'s `kind` GGUF (f32, q8_0) against transformers, in both
-/// weights modes: the f32 file against the checkpoint it was converted from, the q8_0 file
-/// against the checkpoint holding the weights transformers dequantizes from it.
-fn check(name: &str, kind: &str) {
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max)
+}
+
+/// The largest difference at any position, as a share of that position's expected logit range.
+fn max_share_of_range(got: &[Vec<f32>], expected: &[Vec<f32>]) -> f32 {
+    got.iter()
+        .zip(expected)
+        .map(|(g, e)| {
+            let (lo, hi) = e
+                .iter()
+                .fold((f32::MAX, f32::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+            max_diff(g, e) / (hi - lo)
+        })
+        .fold(0.0f32, f32::max)
+}
+
+/// Every position's logits of `name`'s GGUFs (f16, q8_0, q4_k_m) against transformers, in both
+/// weights modes, each against the checkpoint holding the weights transformers dequantizes from it.
+fn check(name: &str) {
+    for kind in ["f16", "q8_0", "q4_k_m"] {
+        check_kind(name, kind);
+    }
+}
+
+fn check_kind(name: &str, kind: &str) {
     let path = common::fixtures()
         .join("converter")
         .join(name)
@@ -70,24 +102,22 @@ fn check(name: &str, kind: &str) {
             let got = logits(&model, &case.ids);
             let first = case.ids.len() - case.logits.len();
             let quantized_kernels =
-                kind != "f32" && mode == WeightsMode::Stored && case.ids.len() <= 8;
-            for (i, e) in case.logits.iter().enumerate() {
-                let d = got[first + i]
-                    .iter()
-                    .zip(e)
-                    .map(|(x, y)| (x - y).abs())
-                    .fold(0.0f32, f32::max);
-                let tol = if quantized_kernels {
-                    let (lo, hi) = e
-                        .iter()
-                        .fold((f32::MAX, f32::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
-                    QUANTIZED_KERNELS_TOL * (hi - lo)
-                } else {
-                    TOL
-                };
+                kind != "f16" && mode == WeightsMode::Stored && case.ids.len() <= 8;
+            if quantized_kernels {
+                let llama_cpp = case.llama_cpp.as_ref().expect("llama.cpp's logits");
+                let ours = max_share_of_range(&got, &case.logits);
+                let theirs = max_share_of_range(llama_cpp, &case.logits);
                 assert!(
-                    d <= tol,
-                    "{name} {kind} {mode:?} prompt {n} position {}: max |diff| {d} > {tol}",
+                    ours <= QUANTIZED_KERNELS_RATIO * theirs,
+                    "{name} {kind} prompt {n}: {ours} of the logit range from transformers, llama.cpp {theirs}"
+                );
+                continue;
+            }
+            for (i, e) in case.logits.iter().enumerate() {
+                let d = max_diff(&got[first + i], e);
+                assert!(
+                    d <= TOL,
+                    "{name} {kind} {mode:?} prompt {n} position {}: max |diff| {d} > {TOL}",
                     first + i
                 );
             }
@@ -100,26 +130,57 @@ fn check(name: &str, kind: &str) {
 /// transformers with it.
 #[test]
 fn llama_with_llama3_rope_scaling() {
-    check("llama3-rope", "f32");
-    check("llama3-rope", "q8_0");
+    check("llama3-rope");
 }
 
 #[test]
 fn mistral() {
-    check("mistral", "f32");
-    check("mistral", "q8_0");
+    check("mistral");
 }
 
 /// Gemma 2: soft-capping, sliding windows, norms stored as 1 + w by the converter.
 #[test]
 fn gemma2() {
-    check("gemma2", "f32");
-    check("gemma2", "q8_0");
+    check("gemma2");
 }
 
 /// Gemma 3: sliding and full layers with their own rope bases, q/k norms.
 #[test]
 fn gemma3() {
-    check("gemma3", "f32");
-    check("gemma3", "q8_0");
+    check("gemma3");
+}
+
+/// Qwen2 (Qwen2.5): q/k/v biases, untied head.
+#[test]
+fn qwen2() {
+    check("qwen2");
+}
+
+/// Qwen3: q/k norms, a head size apart from hidden / heads, tied head.
+#[test]
+fn qwen3() {
+    check("qwen3");
+}
+
+/// The q4_k_m files hold what llama.cpp writes for real small models: K-quant blocks where a
+/// row is whole 256-value blocks (ffn_down), Q5_0/Q8_0 elsewhere — so the test above covers
+/// both kinds of kernels.
+#[test]
+fn q4_k_m_files_mix_k_quants_and_fallbacks() {
+    use candle_core::quantized::{GgmlDType, gguf_file::Content};
+    let path = common::fixtures().join("converter/qwen3/q4_k_m.gguf");
+    let content = Content::read(&mut std::fs::File::open(path).unwrap()).unwrap();
+    let types: Vec<GgmlDType> = content
+        .tensor_infos
+        .values()
+        .map(|t| t.ggml_dtype)
+        .collect();
+    for t in [
+        GgmlDType::Q4K,
+        GgmlDType::Q6K,
+        GgmlDType::Q5_0,
+        GgmlDType::Q8_0,
+    ] {
+        assert!(types.contains(&t), "{t:?} in {types:?}");
+    }
 }

@@ -215,10 +215,10 @@ fn unknown_pre_tokenizers_and_tokenizer_models_are_refused() {
 fn sentencepiece_gguf_tokenizes_like_sentencepiece() {
     let dir = common::fixtures().join("converter");
     let content = {
-        let mut f = std::fs::File::open(dir.join("llama3-rope/f32.gguf")).unwrap();
+        let mut f = std::fs::File::open(dir.join("llama3-rope/f16.gguf")).unwrap();
         Content::read(&mut f).unwrap()
     };
-    let tokenizer = from_gguf_content(&content, "f32.gguf").unwrap();
+    let tokenizer = from_gguf_content(&content, "f16.gguf").unwrap();
     let cases: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(dir.join("tokens.json")).unwrap()).unwrap();
     assert!(cases.len() >= 10);
@@ -234,6 +234,37 @@ fn sentencepiece_gguf_tokenizes_like_sentencepiece() {
         assert_eq!(got, want, "{text:?}");
         let back = tokenizer.decode(&got, true).unwrap();
         assert_eq!(back, text, "decoding {text:?}");
+    }
+}
+
+/// A byte-level BPE vocabulary with Qwen2.5's pre-tokenizer, as llama.cpp's converter writes
+/// it for Qwen2.5 and Qwen3 (`gpt2`, `qwen2`; scripts/make_converter_fixtures.py: trained on
+/// Japanese, chat special tokens after the vocabulary), against transformers' ids: NFC,
+/// digits one by one, English contractions, chat special tokens matched whole.
+#[test]
+fn qwen2_bpe_gguf_tokenizes_like_transformers() {
+    let dir = common::fixtures().join("converter");
+    let cases: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tokens.qwen2.json")).unwrap())
+            .unwrap();
+    assert!(cases.len() >= 15);
+    for model in ["qwen2", "qwen3"] {
+        let content = {
+            let mut f = std::fs::File::open(dir.join(model).join("f16.gguf")).unwrap();
+            Content::read(&mut f).unwrap()
+        };
+        let tokenizer = from_gguf_content(&content, "f16.gguf").unwrap();
+        for case in &cases {
+            let text = case["text"].as_str().unwrap();
+            let want: Vec<u32> = case["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_u64().unwrap() as u32)
+                .collect();
+            let got = tokenizer.encode(text, true).unwrap().get_ids().to_vec();
+            assert_eq!(got, want, "{model}: {text:?}");
+        }
     }
 }
 
