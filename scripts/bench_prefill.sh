@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prefill benchmark on real judge prompts, in one run: hyoka with its weights kept as stored and
+# Prefill and decoding benchmark on real judge prompts, in one run: hyoka with its weights kept as stored and
 # expanded at load (peak RSS of each), and llama.cpp on the same GGUF, token ids and threads
 # when llama-cpp-python is in $HYOKA_REF_PYTHON (default python3; install it with
 # CMAKE_ARGS=-DGGML_NATIVE=ON pip install llama-cpp-python).
@@ -12,15 +12,17 @@ threads="${2:-2}"
 models="${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}"
 gguf="${3:-$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf}"
 py="${HYOKA_REF_PYTHON:-python3}"
+bin="${HYOKA_BIN:-target/release/hyoka}"
+decode="${HYOKA_DECODE_TOKENS:-64}"
 work=$(mktemp -d)
-target/release/hyoka import dbdc3 ../shared/datasets/dbdc3-ja -o "$work/items.jsonl" --max-context 4 2>/dev/null
+"$bin" import dbdc3 ../shared/datasets/dbdc3-ja -o "$work/items.jsonl" --max-context 4 2>/dev/null
 for weights in stored expanded; do
-  RAYON_NUM_THREADS="$threads" /usr/bin/time -f "%M" -o "$work/rss-$weights" target/release/hyoka bench \
+  RAYON_NUM_THREADS="$threads" /usr/bin/time -f "%M" -o "$work/rss-$weights" "$bin" bench \
     --model "$gguf" --input "$work/items.jsonl" --n "$n" --weights "$weights" \
-    --rubric "${HYOKA_BENCH_RUBRIC:-dialogue6-ja}" --dump-tokens "$work/tokens.json" > "$work/hyoka-$weights.json"
+    --rubric "${HYOKA_BENCH_RUBRIC:-dialogue6-ja}" --dump-tokens "$work/tokens.json" --decode-tokens "$decode" > "$work/hyoka-$weights.json"
 done
 if "$py" -c "import llama_cpp" 2>/dev/null; then
-  "$py" scripts/bench_llama_cpp.py "$gguf" "$work/tokens.json" --threads "$threads" > "$work/llama.json"
+  "$py" scripts/bench_llama_cpp.py "$gguf" "$work/tokens.json" --threads "$threads" --decode-tokens "$decode" > "$work/llama.json"
 fi
 python3 - "$work" "$(stat -c %s "$gguf")" <<'PY'
 import json, os, sys
@@ -37,5 +39,11 @@ for m in h:
         ratio = f" = {h[m][k] / l['prefill_tok_s']:.2f}x llama.cpp" if l else ""
         print(f"  hyoka {m:8} {k[8:-6]:9} {h[m][k]:8.1f}{ratio}")
     print(f"  hyoka {m:8} judge layout {h[m]['judge_items_s']:.2f} items/s; peak RSS {rss[m]:.2f} GB")
+print(f"decoding tok/s, {s['decode_tokens']} greedy tokens after the first prompt (batch 1) / after all {s['decode_rows']}:")
+if l and l.get("decode_batch1_tok_s"):
+    print(f"  llama.cpp batch 1       {l['decode_batch1_tok_s']:8.1f}")
+for m in h:
+    ratio = f" = {h[m]['decode_batch1_tok_s'] / l['decode_batch1_tok_s']:.2f}x llama.cpp" if l and l.get("decode_batch1_tok_s") else ""
+    print(f"  hyoka {m:8} batch 1 {h[m]['decode_batch1_tok_s']:8.1f}{ratio}; {s['decode_rows']} rows {h[m]['decode_batched_tok_s']:8.1f}")
 print(f"  stored / expanded, batched prefill: {s['prefill_batched_tok_s'] / h['expanded']['prefill_batched_tok_s']:.3f}")
 PY

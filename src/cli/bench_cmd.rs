@@ -5,8 +5,8 @@ use clap::Args;
 use hyoka::data;
 use hyoka::judge::layout::{ItemLayout, TextFit, common_header, layout_item};
 use hyoka::judge::{Scorer, plan_batches};
-use hyoka::model::Batch;
 use hyoka::model::device::{device_name, dtype_name};
+use hyoka::model::{Batch, KvCache, Products, Row, Transformer};
 use hyoka::prompt::PromptBuilder;
 use hyoka::rubric::Rubric;
 use serde_json::json;
@@ -18,8 +18,10 @@ use std::time::Instant;
 #[command(long_about = "Measure prefill speed on real judge prompts.\n\n\
 Three measurements on the first N items: (1) one full prompt (first aspect) per item, batch 1; \
 (2) the same prompts batched up to --batch-tokens; (3) hyoka's judge layout (all aspects in one \
-prefill per item, shared header once). With --dump-tokens the token ids of (1) are written as \
-JSON so that another engine (scripts/bench_llama_cpp.py) can run the very same tokens.")]
+prefill per item, shared header once). Then decoding: --decode-tokens greedy tokens after \
+the first prompt alone, and after all N prompts together on one cache (json rubrics' path: rows \
+decoded together, each row's products on its own). With --dump-tokens the token ids of (1) are \
+written as JSON so that another engine (scripts/bench_llama_cpp.py) can run the very same tokens.")]
 pub struct BenchArgs {
     /// Judge model: local folder or .gguf file, or Hugging Face id.
     #[arg(long)]
@@ -35,6 +37,9 @@ pub struct BenchArgs {
     pub n: usize,
     #[arg(long, default_value_t = 4096, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub batch_tokens: usize,
+    /// Greedy tokens to decode after the prompts (0: no decoding measurement).
+    #[arg(long, default_value_t = 64)]
+    pub decode_tokens: usize,
     /// Write the prompts' token ids here (JSON: {"prompts": [[ids…], …]}).
     #[arg(long, value_name = "FILE")]
     pub dump_tokens: Option<PathBuf>,
@@ -125,6 +130,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let judge_tokens = header + judge_lens.iter().sum::<usize>();
     let naive: usize = layouts.iter().map(|l| l.naive_tokens).sum();
 
+    let (decode_1, decode_n) = if args.decode_tokens > 0 {
+        let steps = args.decode_tokens;
+        let one = decode_seconds(t, &prompts[..1], steps)?;
+        let all = decode_seconds(t, &prompts, steps)?;
+        (
+            Some(steps as f64 / one),
+            Some((steps * prompts.len()) as f64 / all),
+        )
+    } else {
+        (None, None)
+    };
+
     let params = t.parameter_count() as f64;
     let mfu = |tok_s: f64| args.peak_flops.map(|peak| 2.0 * params * tok_s / peak);
     let report = json!({
@@ -136,7 +153,39 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         "judge_items_s": items.len() as f64 / judged, "judge_forward_tokens": judge_tokens,
         "judge_naive_tokens": naive, "judge_all_aspects_s": judged,
         "mfu_batched": mfu(tokens as f64 / batched),
+        "decode_tokens": args.decode_tokens, "decode_batch1_tok_s": decode_1,
+        "decode_rows": prompts.len(), "decode_batched_tok_s": decode_n,
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Seconds to decode `steps` greedy tokens after each of `prompts`, all rows on one cache as
+/// json rubrics decode (the prompts' prefill is not timed).
+fn decode_seconds(t: &Transformer, prompts: &[Vec<u32>], steps: usize) -> anyhow::Result<f64> {
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let mut cache = KvCache::new(t, prompts.len(), None, longest + steps)?;
+    let rows: Vec<Row> = prompts.iter().map(|p| Row::plain(p.clone())).collect();
+    let hidden = t.step(&mut cache, &rows, Products::ByRowCount)?;
+    let last: Vec<(usize, usize)> = prompts
+        .iter()
+        .enumerate()
+        .map(|(r, p)| (r, p.len() - 1))
+        .collect();
+    let mut next = t
+        .decode_logits(&hidden, &last)?
+        .argmax(1)?
+        .to_vec1::<u32>()?;
+    let firsts: Vec<(usize, usize)> = (0..prompts.len()).map(|r| (r, 0)).collect();
+    let start = Instant::now();
+    for _ in 0..steps {
+        let rows: Vec<Row> = next.iter().map(|&id| Row::plain(vec![id])).collect();
+        let hidden = t.step(&mut cache, &rows, Products::RowWise)?;
+        next = t
+            .decode_logits(&hidden, &firsts)?
+            .argmax(1)?
+            .to_vec1::<u32>()?;
+    }
+    t.device().synchronize()?;
+    Ok(start.elapsed().as_secs_f64())
 }

@@ -11,6 +11,7 @@
 //! weights, the same GEMM); decoding differs by the quantized kernels' rounding of the
 //! activations (as in llama.cpp).
 
+use super::block_rows::BlockKind;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
 use rayon::prelude::*;
@@ -139,25 +140,43 @@ impl Matrix {
         self.product(x, Products::RowWise)
     }
 
-    /// x (n, in) · Wᵀ on the CPU with the matrix expanded to f32 [`DOT_BLOCK_ROWS`] rows at a
-    /// time, each output one dot product summed in a fixed order: a row's result is the same
-    /// whatever the other rows, and the block's weights are read once for all of them. For
-    /// decoding several sequences: output heads, and the matrices candle multiplies with scalar
-    /// kernels one row at a time ([`scalar_kernels_only`]); f32 activations also lose nothing
-    /// to the kernels' 8-bit rounding.
+    /// x (n, in) · Wᵀ on the CPU with the matrix expanded to f32 one row at a time (Q4_1, Q5_0,
+    /// Q5_1, Q8_0 straight from their blocks, `block_rows`; other types [`DOT_BLOCK_ROWS`] rows
+    /// at a time through candle), each output one dot product summed in a fixed order: a row's
+    /// result is the same whatever the other rows, and each weight row is expanded once for all
+    /// of them. For decoding several sequences: output heads, and the matrices candle
+    /// multiplies with scalar kernels one row at a time ([`scalar_kernels_only`]); f32
+    /// activations also lose nothing to the kernels' 8-bit rounding.
     pub fn dots_t(&self, x: &Tensor) -> Result<Tensor> {
         let (out, k) = self.dims()?;
         let n = x.dim(0)?;
         let xs: Vec<f32> = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
         let dot = dot_kernel();
+        // The matrix's rows straight from their blocks where that is implemented (one row at a
+        // time into a scratch row), else through candle's dequantization, a block of rows at once.
+        let blocks = match self {
+            Matrix::Quantized(q) if q.device().is_cpu() => BlockKind::of(q.dtype())
+                .map(|kind| Ok::<_, candle_core::Error>((kind, kind.expander(), q.data()?)))
+                .transpose()?,
+            _ => None,
+        };
         let parts: Vec<Vec<f32>> = (0..out.div_ceil(DOT_BLOCK_ROWS))
             .into_par_iter()
             .map(|b| {
                 let rows = b * DOT_BLOCK_ROWS..((b + 1) * DOT_BLOCK_ROWS).min(out);
-                let ids = Tensor::arange(rows.start as u32, rows.end as u32, &Device::Cpu)?;
-                let w: Vec<f32> = self.rows(&ids, DType::F32)?.flatten_all()?.to_vec1()?;
                 // (rows of the block, n): each weight row is read once for every x row.
                 let mut part = Vec::with_capacity(rows.len() * n);
+                if let Some((kind, expand, data)) = &blocks {
+                    let row_bytes = kind.row_bytes(k);
+                    let mut wv = vec![0f32; k];
+                    for v in rows {
+                        expand(&data[v * row_bytes..(v + 1) * row_bytes], &mut wv);
+                        part.extend(xs.chunks_exact(k).map(|xr| dot(xr, &wv)));
+                    }
+                    return Ok(part);
+                }
+                let ids = Tensor::arange(rows.start as u32, rows.end as u32, &Device::Cpu)?;
+                let w: Vec<f32> = self.rows(&ids, DType::F32)?.flatten_all()?.to_vec1()?;
                 for wv in w.chunks_exact(k) {
                     part.extend(xs.chunks_exact(k).map(|xr| dot(xr, wv)));
                 }

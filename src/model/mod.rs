@@ -2,6 +2,7 @@
 //! qwen3, gemma2 and gemma3 checkpoints (safetensors or GGUF).
 
 pub mod batch;
+pub mod block_rows;
 pub mod config;
 pub mod decode;
 pub mod device;
