@@ -171,14 +171,14 @@ impl Matrix {
                     let mut wv = vec![0f32; k];
                     for v in rows {
                         expand(&data[v * row_bytes..(v + 1) * row_bytes], &mut wv);
-                        part.extend(xs.chunks_exact(k).map(|xr| dot(xr, &wv)));
+                        dot(&xs, &wv, &mut part);
                     }
                     return Ok(part);
                 }
                 let ids = Tensor::arange(rows.start as u32, rows.end as u32, &Device::Cpu)?;
                 let w: Vec<f32> = self.rows(&ids, DType::F32)?.flatten_all()?.to_vec1()?;
                 for wv in w.chunks_exact(k) {
-                    part.extend(xs.chunks_exact(k).map(|xr| dot(xr, wv)));
+                    dot(&xs, wv, &mut part);
                 }
                 Ok(part)
             })
@@ -274,16 +274,31 @@ fn scalar_kernels_only(q: &QTensor) -> bool {
 /// Weight rows `Matrix::dots_t` expands at once: 256 rows of 4096 f32 are 4 MiB.
 const DOT_BLOCK_ROWS: usize = 256;
 
-/// Σ aᵢbᵢ, summed in an order fixed by the machine alone (never by what is computed beside
-/// it): fused multiply-adds in 4 × 8 lanes where the CPU has AVX2 and FMA, else eight lanes the
-/// compiler vectorises. Chosen once per product, not per dot.
-fn dot_kernel() -> fn(&[f32], &[f32]) -> f32 {
+/// Appends x_r · w for every row x_r of `xs` (rows of `w.len()` values).
+type DotRows = fn(&[f32], &[f32], &mut Vec<f32>);
+
+/// Σ aᵢbᵢ per row, summed in an order fixed by the machine alone (never by what is computed
+/// beside it): fused multiply-adds in 4 × 8 lanes where the CPU has AVX2 and FMA — three rows
+/// at a time, each with its own accumulators, so a row's sum is the one it gets alone — else
+/// eight lanes the compiler vectorises. Chosen once per product, not per dot.
+fn dot_kernel() -> DotRows {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the features the function is compiled for were just detected.
-        return |a, b| unsafe { dot_avx2(a, b) };
+        return |xs, w, out| {
+            let k = w.len();
+            let mut rows = xs.chunks_exact(k);
+            // SAFETY (all calls): the features the functions are compiled for were just
+            // detected.
+            while rows.len() >= 3 {
+                let x = [(); 3].map(|_| rows.next().expect("three rows left"));
+                out.extend(unsafe { dots_avx2(x, w) });
+            }
+            for x in rows {
+                out.extend(unsafe { dots_avx2([x], w) });
+            }
+        };
     }
-    dot_lanes
+    |xs, w, out| out.extend(xs.chunks_exact(w.len()).map(|x| dot_lanes(x, w)))
 }
 
 fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
@@ -303,41 +318,52 @@ fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
 }
 
+/// x_r · w for R rows at once: w's lanes are loaded once for all of them, and each row keeps
+/// its own four accumulators, updated exactly as when it is alone (R = 1).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+unsafe fn dots_avx2<const R: usize>(xs: [&[f32]; R], w: &[f32]) -> [f32; R] {
     use std::arch::x86_64::*;
-    let n = a.len().min(b.len());
-    let (pa, pb) = (a.as_ptr(), b.as_ptr());
-    let mut acc = [_mm256_setzero_ps(); 4];
+    let n = w.len();
+    assert!(xs.iter().all(|x| x.len() == n));
+    let pw = w.as_ptr();
+    let px = xs.map(|x| x.as_ptr());
+    let mut acc = [[_mm256_setzero_ps(); 4]; R];
     let mut i = 0;
-    // SAFETY (all loads): i + 8 ≤ n for every 8-float load below.
+    // SAFETY (all loads): i + 8 ≤ n for every 8-float load below, and every row has n values.
     while i + 32 <= n {
-        for (j, acc) in acc.iter_mut().enumerate() {
+        for j in 0..4 {
             let at = i + 8 * j;
-            *acc = _mm256_fmadd_ps(
-                unsafe { _mm256_loadu_ps(pa.add(at)) },
-                unsafe { _mm256_loadu_ps(pb.add(at)) },
-                *acc,
-            );
+            let wv = unsafe { _mm256_loadu_ps(pw.add(at)) };
+            for r in 0..R {
+                let xv = unsafe { _mm256_loadu_ps(px[r].add(at)) };
+                acc[r][j] = _mm256_fmadd_ps(xv, wv, acc[r][j]);
+            }
         }
         i += 32;
     }
     while i + 8 <= n {
-        let (x, y) = unsafe { (_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i))) };
-        acc[0] = _mm256_fmadd_ps(x, y, acc[0]);
+        let wv = unsafe { _mm256_loadu_ps(pw.add(i)) };
+        for r in 0..R {
+            let xv = unsafe { _mm256_loadu_ps(px[r].add(i)) };
+            acc[r][0] = _mm256_fmadd_ps(xv, wv, acc[r][0]);
+        }
         i += 8;
     }
-    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    let mut lanes = [0f32; 8];
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
-    let mut s = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
-        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
-    while i < n {
-        s += a[i] * b[i];
-        i += 1;
+    let mut sums = [0f32; R];
+    for r in 0..R {
+        let [a0, a1, a2, a3] = acc[r];
+        let sum = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+        let mut lanes = [0f32; 8];
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+        let mut s = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
+            + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+        for t in i..n {
+            s += xs[r][t] * w[t];
+        }
+        sums[r] = s;
     }
-    s
+    sums
 }
 
 /// x · Wᵀ through candle's quantized kernels, which take f32 activations.
