@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+import llama_cpp
 from llama_cpp import Llama
 
 
@@ -41,8 +42,11 @@ def main() -> None:
         llm.reset()
         llm.eval(prompts[0])
         start = time.perf_counter()
+        vocab = llm.n_vocab()
         for _ in range(args.decode_tokens):
-            llm.eval([int(np.argmax(llm.scores[llm.n_tokens - 1]))])
+            # The last evaluated token's logits, straight from llama.cpp's context.
+            last = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1), shape=(vocab,))
+            llm.eval([int(np.argmax(last))])
         decode = args.decode_tokens / (time.perf_counter() - start)
     print(json.dumps({"engine": "llama.cpp", "threads": args.threads, "prompts": len(prompts), "tokens": total,
                       "prefill_tok_s": total / secs, "decode_tokens": args.decode_tokens,
