@@ -8,7 +8,7 @@ llama-cpp-python sdist on PyPI, which vendors llama.cpp: pass the unpacked sdist
 --work when it is not given). Nothing of llama.cpp is committed, only the small GGUF files it
 writes.
 
-Models (2 layers, hidden 32, intermediate 256, except Gemma 3's 6 layers):
+Models (2 layers, hidden 64, intermediate 256, except Gemma 3's 6 layers):
 - `llama3-rope`: Llama with Llama 3.1's `llama3` rope scaling (original context 64, so the
   scaling matters at the positions tested). The converter stores the scaling as the
   `rope_freqs.weight` tensor.
@@ -148,8 +148,9 @@ def models() -> dict:
     from transformers import Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig
     from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
     from transformers import Qwen3Config, Qwen3ForCausalLM
-    # intermediate 256: ffn_down rows are whole K-quant blocks, the other rows (32) are not.
-    common = dict(hidden_size=32, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+    # intermediate 256: ffn_down rows are whole K-quant blocks, the other rows (64) are not. Hidden
+    # 64, not 32: candle's Q5_0 product asserts (in debug builds) an even number of 32-value blocks.
+    common = dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6)
     spm_ids = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)
     return {

@@ -207,33 +207,51 @@ fn unknown_pre_tokenizers_and_tokenizer_models_are_refused() {
     );
 }
 
+/// A converter fixture's tokenizer, built from its GGUF metadata.
+fn converter_tokenizer(model: &str) -> tokenizers::Tokenizer {
+    let path = common::fixtures()
+        .join("converter")
+        .join(model)
+        .join("f16.gguf");
+    let content = Content::read(&mut std::fs::File::open(&path).unwrap()).unwrap();
+    from_gguf_content(&content, "f16.gguf").unwrap()
+}
+
+/// (text, the reference tokenizer's ids) from a converter fixture's token file.
+fn token_cases(file: &str) -> Vec<(String, Vec<u32>)> {
+    let path = common::fixtures().join("converter").join(file);
+    let cases: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    cases
+        .iter()
+        .map(|case| {
+            let ids = case["ids"].as_array().unwrap();
+            (
+                case["text"].as_str().unwrap().to_string(),
+                ids.iter().map(|i| i.as_u64().unwrap() as u32).collect(),
+            )
+        })
+        .collect()
+}
+
 /// A SentencePiece (`llama`) vocabulary as llama.cpp's converter writes it from a
 /// tokenizer.model (scripts/make_converter_fixtures.py: BPE with byte fallback trained on
 /// Japanese, as the Llama-2-based Japanese models have) against the sentencepiece library's own
 /// ids: known pieces, unknown characters through bytes, digits, spaces and newlines.
 #[test]
 fn sentencepiece_gguf_tokenizes_like_sentencepiece() {
-    let dir = common::fixtures().join("converter");
-    let content = {
-        let mut f = std::fs::File::open(dir.join("llama3-rope/f16.gguf")).unwrap();
-        Content::read(&mut f).unwrap()
-    };
-    let tokenizer = from_gguf_content(&content, "f16.gguf").unwrap();
-    let cases: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("tokens.json")).unwrap()).unwrap();
+    let tokenizer = converter_tokenizer("llama3-rope");
+    let cases = token_cases("tokens.json");
     assert!(cases.len() >= 10);
-    for case in &cases {
-        let text = case["text"].as_str().unwrap();
-        let want: Vec<u32> = case["ids"]
-            .as_array()
+    for (text, want) in &cases {
+        let got = tokenizer
+            .encode(text.as_str(), true)
             .unwrap()
-            .iter()
-            .map(|i| i.as_u64().unwrap() as u32)
-            .collect();
-        let got = tokenizer.encode(text, true).unwrap().get_ids().to_vec();
-        assert_eq!(got, want, "{text:?}");
+            .get_ids()
+            .to_vec();
+        assert_eq!(&got, want, "{text:?}");
         let back = tokenizer.decode(&got, true).unwrap();
-        assert_eq!(back, text, "decoding {text:?}");
+        assert_eq!(&back, text, "decoding {text:?}");
     }
 }
 
@@ -243,27 +261,17 @@ fn sentencepiece_gguf_tokenizes_like_sentencepiece() {
 /// digits one by one, English contractions, chat special tokens matched whole.
 #[test]
 fn qwen2_bpe_gguf_tokenizes_like_transformers() {
-    let dir = common::fixtures().join("converter");
-    let cases: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("tokens.qwen2.json")).unwrap())
-            .unwrap();
+    let cases = token_cases("tokens.qwen2.json");
     assert!(cases.len() >= 15);
     for model in ["qwen2", "qwen3"] {
-        let content = {
-            let mut f = std::fs::File::open(dir.join(model).join("f16.gguf")).unwrap();
-            Content::read(&mut f).unwrap()
-        };
-        let tokenizer = from_gguf_content(&content, "f16.gguf").unwrap();
-        for case in &cases {
-            let text = case["text"].as_str().unwrap();
-            let want: Vec<u32> = case["ids"]
-                .as_array()
+        let tokenizer = converter_tokenizer(model);
+        for (text, want) in &cases {
+            let got = tokenizer
+                .encode(text.as_str(), true)
                 .unwrap()
-                .iter()
-                .map(|i| i.as_u64().unwrap() as u32)
-                .collect();
-            let got = tokenizer.encode(text, true).unwrap().get_ids().to_vec();
-            assert_eq!(got, want, "{model}: {text:?}");
+                .get_ids()
+                .to_vec();
+            assert_eq!(&got, want, "{model}: {text:?}");
         }
     }
 }
