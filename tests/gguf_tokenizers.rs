@@ -217,6 +217,11 @@ fn converter_tokenizer(model: &str) -> tokenizers::Tokenizer {
     from_gguf_content(&content, "f16.gguf").unwrap()
 }
 
+/// The ids of `text`, special tokens added as the tokenizer adds them.
+fn ids(tokenizer: &tokenizers::Tokenizer, text: &str) -> Vec<u32> {
+    tokenizer.encode(text, true).unwrap().get_ids().to_vec()
+}
+
 /// (text, the reference tokenizer's ids) from a converter fixture's token file.
 fn token_cases(file: &str) -> Vec<(String, Vec<u32>)> {
     let path = common::fixtures().join("converter").join(file);
@@ -244,11 +249,7 @@ fn sentencepiece_gguf_tokenizes_like_sentencepiece() {
     let cases = token_cases("tokens.json");
     assert!(cases.len() >= 10);
     for (text, want) in &cases {
-        let got = tokenizer
-            .encode(text.as_str(), true)
-            .unwrap()
-            .get_ids()
-            .to_vec();
+        let got = ids(&tokenizer, text);
         assert_eq!(&got, want, "{text:?}");
         let back = tokenizer.decode(&got, true).unwrap();
         assert_eq!(&back, text, "decoding {text:?}");
@@ -266,12 +267,7 @@ fn qwen2_bpe_gguf_tokenizes_like_transformers() {
     for model in ["qwen2", "qwen3"] {
         let tokenizer = converter_tokenizer(model);
         for (text, want) in &cases {
-            let got = tokenizer
-                .encode(text.as_str(), true)
-                .unwrap()
-                .get_ids()
-                .to_vec();
-            assert_eq!(&got, want, "{model}: {text:?}");
+            assert_eq!(&ids(&tokenizer, text), want, "{model}: {text:?}");
         }
     }
 }
