@@ -4,6 +4,7 @@
 # when llama-cpp-python is in $HYOKA_REF_PYTHON (default python3; install it with
 # CMAKE_ARGS=-DGGML_NATIVE=ON pip install llama-cpp-python).
 # Usage: scripts/bench_prefill.sh [N_ITEMS] [THREADS] [GGUF]
+# HYOKA_BENCH_WEIGHTS="stored" skips the expanded run (an 8B GGUF expanded to f32 needs ~32 GB).
 # Needs a release build, the test models and DBDC3 items; /usr/bin/time (Debian's `time`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ bin="${HYOKA_BIN:-target/release/hyoka}"
 decode="${HYOKA_DECODE_TOKENS:-64}"
 work=$(mktemp -d)
 "$bin" import dbdc3 ../shared/datasets/dbdc3-ja -o "$work/items.jsonl" --max-context 4 2>/dev/null
-for weights in stored expanded; do
+for weights in ${HYOKA_BENCH_WEIGHTS:-stored expanded}; do
   RAYON_NUM_THREADS="$threads" /usr/bin/time -f "%M" -o "$work/rss-$weights" "$bin" bench \
     --model "$gguf" --input "$work/items.jsonl" --n "$n" --weights "$weights" \
     --rubric "${HYOKA_BENCH_RUBRIC:-dialogue6-ja}" --dump-tokens "$work/tokens.json" --decode-tokens "$decode" > "$work/hyoka-$weights.json"
@@ -27,7 +28,7 @@ fi
 python3 - "$work" "$(stat -c %s "$gguf")" <<'PY'
 import json, os, sys
 w, size = sys.argv[1], int(sys.argv[2])
-h = {m: json.load(open(f"{w}/hyoka-{m}.json")) for m in ("stored", "expanded")}
+h = {m: json.load(open(f"{w}/hyoka-{m}.json")) for m in ("stored", "expanded") if os.path.exists(f"{w}/hyoka-{m}.json")}
 rss = {m: int(open(f"{w}/rss-{m}").read().split()[-1]) / 1e6 for m in h}
 l = json.load(open(f"{w}/llama.json")) if os.path.exists(f"{w}/llama.json") else None
 s = h["stored"]
@@ -45,5 +46,6 @@ if l and l.get("decode_batch1_tok_s"):
 for m in h:
     ratio = f" = {h[m]['decode_batch1_tok_s'] / l['decode_batch1_tok_s']:.2f}x llama.cpp" if l and l.get("decode_batch1_tok_s") else ""
     print(f"  hyoka {m:8} batch 1 {h[m]['decode_batch1_tok_s']:8.1f}{ratio}; {s['decode_rows']} rows {h[m]['decode_batched_tok_s']:8.1f}")
-print(f"  stored / expanded, batched prefill: {s['prefill_batched_tok_s'] / h['expanded']['prefill_batched_tok_s']:.3f}")
+if "expanded" in h:
+    print(f"  stored / expanded, batched prefill: {s['prefill_batched_tok_s'] / h['expanded']['prefill_batched_tok_s']:.3f}")
 PY

@@ -6,12 +6,13 @@
 //! (prefill: a batch of prompts, hundreds to thousands of tokens) expands the one matrix it
 //! needs to the compute dtype just before its GEMM — the expansion costs about one pass over
 //! the weight, amortised over every row — and frees it after; a product with few rows
-//! (token-by-token decoding) uses candle's quantized matrix-vector kernels, which read the
-//! blocks directly. Prefill numbers are exactly those of the expanded model (the same f32
-//! weights, the same GEMM); decoding differs by the quantized kernels' rounding of the
-//! activations (as in llama.cpp).
+//! (token-by-token decoding) multiplies the blocks in integers with the activations rounded to
+//! 8 bits, as llama.cpp and candle do (`block_dots`, `kquant_dots`, else candle's kernels).
+//! Prefill numbers are exactly those of the expanded model (the same f32 weights, the same
+//! GEMM); decoding differs by the activations' rounding.
 
-use super::block_rows::BlockKind;
+use super::block_dots::{BlockKind, Q8Rows, dot_rows_kernel};
+use super::kquant_dots::{self, KQuantKind, Q8KRows};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
 use rayon::prelude::*;
@@ -47,8 +48,8 @@ pub enum Products {
     /// prompt's prefill, or a few tokens.
     #[default]
     ByRowCount,
-    /// Each row on its own, whatever the rows (the quantized kernels row by row, or
-    /// `Matrix::dots_t` where candle has only scalar kernels): decoding many sequences at once,
+    /// Each row on its own, whatever the rows (`Matrix::dots_t`, or candle's kernels row by
+    /// row for the types it does not cover): decoding many sequences at once,
     /// where each row's result must be what it is when that sequence is decoded alone.
     /// candle's x86 kernels for several rows (repacked Q4_K/Q6_K/Q8_0 tiles) do not give each
     /// row what it gets alone: measured on SmolLM2's GGUF, logits moved by up to 0.57.
@@ -118,8 +119,14 @@ impl Matrix {
     pub fn product(&self, x: &Tensor, products: Products) -> Result<Tensor> {
         let rows = x.dim(0)?;
         match (self, products) {
-            // Expanding the block once for every row beats candle's scalar kernels per row.
-            (Matrix::Quantized(q), Products::RowWise) if scalar_kernels_only(q) => self.dots_t(x),
+            // Integer products here read each weight block once for every row (candle's read
+            // the matrix once per row, and are scalar loops for Q4_1/Q5_0/Q5_1).
+            (Matrix::Quantized(q), Products::RowWise) if integer_products(q) => self.dots_t(x),
+            (Matrix::Quantized(q), Products::ByRowCount)
+                if integer_products(q) && rows <= DECODE_ROWS =>
+            {
+                self.dots_t(x)
+            }
             (Matrix::Quantized(q), Products::RowWise) if rows > 1 => {
                 let each: Vec<Tensor> = (0..rows)
                     .map(|r| quantized_product(q, &x.narrow(0, r, 1)?))
@@ -140,57 +147,68 @@ impl Matrix {
         self.product(x, Products::RowWise)
     }
 
-    /// x (n, in) · Wᵀ on the CPU with the matrix expanded to f32 one row at a time (Q4_1, Q5_0,
-    /// Q5_1, Q8_0 straight from their blocks, `block_rows`; other types [`DOT_BLOCK_ROWS`] rows
-    /// at a time through candle), each output one dot product summed in a fixed order: a row's
-    /// result is the same whatever the other rows, and each weight row is expanded once for all
-    /// of them. For decoding several sequences: output heads, and the matrices candle
-    /// multiplies with scalar kernels one row at a time ([`scalar_kernels_only`]); f32
-    /// activations also lose nothing to the kernels' 8-bit rounding.
+    /// x (n, in) · Wᵀ for decoding, each row's result the same whatever the other rows, and
+    /// each weight block read once for all of them. On the CPU, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and
+    /// (with AVX2) Q4_K/Q6_K in integers on 8-bit activations (`block_dots`, `kquant_dots`:
+    /// llama.cpp's and candle's quantized products, a row's result candle's to the bit); other
+    /// matrices expanded to f32 [`DOT_BLOCK_ROWS`] rows at a time, each output one f32 dot
+    /// product summed in a fixed order. For decoding several sequences, where candle would
+    /// multiply one row at a time ([`integer_products`]).
     pub fn dots_t(&self, x: &Tensor) -> Result<Tensor> {
         let (out, k) = self.dims()?;
         let n = x.dim(0)?;
+        if n == 0 {
+            return Tensor::zeros((0, out), x.dtype(), x.device());
+        }
         let xs: Vec<f32> = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
-        let dot = dot_kernel();
-        // The matrix's rows straight from their blocks where that is implemented (one row at a
-        // time into a scratch row), else through candle's dequantization, a block of rows at once.
-        let blocks = match self {
-            Matrix::Quantized(q) if q.device().is_cpu() => BlockKind::of(q.dtype())
-                .map(|kind| Ok::<_, candle_core::Error>((kind, kind.expander(), q.data()?)))
-                .transpose()?,
-            _ => None,
+        let parts: Vec<Vec<f32>> = match self.row_kernels()? {
+            Some(RowKernels::Blocks(kind, data)) => {
+                let acts = Q8Rows::quantize(&xs, k, kind.has_min());
+                let dot = dot_rows_kernel();
+                let row_bytes = kind.row_bytes(k);
+                by_weight_rows(out, |v, part| {
+                    dot(kind, &data[v * row_bytes..(v + 1) * row_bytes], &acts, part)
+                })
+            }
+            Some(RowKernels::KQuants(kind, data)) => {
+                let acts = Q8KRows::quantize(&xs, k);
+                let row_bytes = kind.row_bytes(k);
+                by_weight_rows(out, |v, part| {
+                    kquant_dots::dot_rows(
+                        kind,
+                        &data[v * row_bytes..(v + 1) * row_bytes],
+                        &acts,
+                        part,
+                    )
+                })
+            }
+            None => {
+                let dot = dot_kernel();
+                (0..out.div_ceil(DOT_BLOCK_ROWS))
+                    .into_par_iter()
+                    .map(|b| {
+                        let rows = b * DOT_BLOCK_ROWS..((b + 1) * DOT_BLOCK_ROWS).min(out);
+                        // (rows of the block, n): each weight row is read once for every x row.
+                        let mut part = Vec::with_capacity(rows.len() * n);
+                        let ids = Tensor::arange(rows.start as u32, rows.end as u32, &Device::Cpu)?;
+                        let w: Vec<f32> = self.rows(&ids, DType::F32)?.flatten_all()?.to_vec1()?;
+                        for wv in w.chunks_exact(k) {
+                            dot(&xs, wv, &mut part);
+                        }
+                        Ok(part)
+                    })
+                    .collect::<Result<_>>()?
+            }
         };
-        let parts: Vec<Vec<f32>> = (0..out.div_ceil(DOT_BLOCK_ROWS))
-            .into_par_iter()
-            .map(|b| {
-                let rows = b * DOT_BLOCK_ROWS..((b + 1) * DOT_BLOCK_ROWS).min(out);
-                // (rows of the block, n): each weight row is read once for every x row.
-                let mut part = Vec::with_capacity(rows.len() * n);
-                if let Some((kind, expand, data)) = &blocks {
-                    let row_bytes = kind.row_bytes(k);
-                    let mut wv = vec![0f32; k];
-                    for v in rows {
-                        expand(&data[v * row_bytes..(v + 1) * row_bytes], &mut wv);
-                        dot(&xs, &wv, &mut part);
-                    }
-                    return Ok(part);
-                }
-                let ids = Tensor::arange(rows.start as u32, rows.end as u32, &Device::Cpu)?;
-                let w: Vec<f32> = self.rows(&ids, DType::F32)?.flatten_all()?.to_vec1()?;
-                for wv in w.chunks_exact(k) {
-                    dot(&xs, wv, &mut part);
-                }
-                Ok(part)
-            })
-            .collect::<Result<_>>()?;
         let mut y = vec![0f32; n * out];
-        for (b, part) in parts.iter().enumerate() {
-            let start = b * DOT_BLOCK_ROWS;
+        let mut start = 0;
+        for part in &parts {
             for (v, outs) in part.chunks_exact(n).enumerate() {
                 for (r, &o) in outs.iter().enumerate() {
                     y[r * out + start + v] = o;
                 }
             }
+            start += part.len() / n.max(1);
         }
         Tensor::from_vec(y, (n, out), x.device())?.to_dtype(x.dtype())
     }
@@ -260,19 +278,59 @@ impl Matrix {
     }
 }
 
-/// Types for which candle's CPU quantized products have no SIMD kernel (x86 or ARM): a scalar
-/// loop over blocks, 60–86% of decoding time on the test GGUFs (SmolLM2's Q4_1; Qwen2.5-0.5B's
-/// and Gemma 3 270m's Q5_0, which llama.cpp writes where 896/640 columns are no multiple of 256).
-fn scalar_kernels_only(q: &QTensor) -> bool {
+/// Whether `Matrix::dots_t` multiplies this matrix in integers itself (`block_dots`,
+/// `kquant_dots`), several rows per pass over the weights.
+fn integer_products(q: &QTensor) -> bool {
     q.device().is_cpu()
-        && matches!(
-            q.dtype(),
-            GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1
+        && (BlockKind::of(q.dtype()).is_some()
+            || (KQuantKind::of(q.dtype()).is_some() && KQuantKind::available()))
+}
+
+/// The integer row kernels for a CPU matrix, with its blocks.
+enum RowKernels<'a> {
+    Blocks(BlockKind, std::borrow::Cow<'a, [u8]>),
+    KQuants(KQuantKind, std::borrow::Cow<'a, [u8]>),
+}
+
+impl Matrix {
+    fn row_kernels(&self) -> Result<Option<RowKernels<'_>>> {
+        let Matrix::Quantized(q) = self else {
+            return Ok(None);
+        };
+        if !integer_products(q) {
+            return Ok(None);
+        }
+        Ok(
+            match (BlockKind::of(q.dtype()), KQuantKind::of(q.dtype())) {
+                (Some(kind), _) => Some(RowKernels::Blocks(kind, q.data()?)),
+                (_, Some(kind)) => Some(RowKernels::KQuants(kind, q.data()?)),
+                _ => None,
+            },
         )
+    }
+}
+
+/// `part` gets each weight row's outputs (one per activation row) for rows in order, the
+/// weight rows spread over the threads [`INT_DOT_ROWS`] at a time.
+fn by_weight_rows(out: usize, row: impl Fn(usize, &mut Vec<f32>) + Sync) -> Vec<Vec<f32>> {
+    (0..out.div_ceil(INT_DOT_ROWS))
+        .into_par_iter()
+        .map(|b| {
+            let mut part = Vec::new();
+            for v in b * INT_DOT_ROWS..((b + 1) * INT_DOT_ROWS).min(out) {
+                row(v, &mut part);
+            }
+            part
+        })
+        .collect()
 }
 
 /// Weight rows `Matrix::dots_t` expands at once: 256 rows of 4096 f32 are 4 MiB.
 const DOT_BLOCK_ROWS: usize = 256;
+
+/// Weight rows per task of an integer product: small enough that a 128-row key projection
+/// still spreads over the threads.
+const INT_DOT_ROWS: usize = 32;
 
 /// Appends x_r · w for every row x_r of `xs` (rows of `w.len()` values).
 type DotRows = fn(&[f32], &[f32], &mut Vec<f32>);
@@ -387,36 +445,59 @@ mod tests {
             .unwrap()
     }
 
-    /// `dots_t` is x · Wᵀ of the expanded matrix (candle's dequantization and GEMM as the
-    /// reference), and a row's result is the same to the bit alone or among others.
+    /// `dots_t` is x · Wᵀ — for a dense matrix that of the GEMM, for a quantized one candle's
+    /// quantized product on each row alone (8-bit activations; to the bit where candle sums as
+    /// its reference loop, within rounding for its Q4_0/Q8_0 AVX kernels) — and a row's result
+    /// is the same to the bit alone or among others, for every kind of matrix.
     #[test]
-    fn dots_t_is_the_expanded_product_and_row_independent() {
+    fn dots_t_is_candles_product_row_by_row_and_row_independent() {
         let dev = Device::Cpu;
-        // 600 output rows: two whole blocks and a partial one. 96 columns are whole quantized
-        // blocks; the dense matrix's 100 leave a tail after the eight lanes.
-        let w = Tensor::randn(0f32, 1.0, (600, 96), &dev).unwrap();
-        let x = Tensor::randn(0f32, 1.0, (5, 96), &dev).unwrap();
-        for dtype in [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0] {
-            let m = Matrix::Quantized(Arc::new(QTensor::quantize(&w, dtype).unwrap()));
-            let want = x
-                .matmul(&m.expand(DType::F32).unwrap().t().unwrap())
-                .unwrap();
-            let got = m.dots_t(&x).unwrap();
-            let d = max_diff(&got, &want);
-            assert!(d < 1e-4, "{dtype:?}: {d}");
+        // 600 output rows: several tasks' worth and a partial one. 256 columns are whole blocks
+        // of every type; the dense matrix's 100 leave a tail after the eight lanes.
+        let w = Tensor::randn(0f32, 1.0, (600, 256), &dev).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (5, 256), &dev).unwrap();
+        let dense_w = Tensor::randn(0f32, 1.0, (300, 100), &dev).unwrap();
+        let dense_x = Tensor::randn(0f32, 1.0, (5, 100), &dev).unwrap();
+        let mut cases: Vec<(String, Matrix, &Tensor, Tensor, f32)> = vec![(
+            "dense".into(),
+            Matrix::Dense(dense_w.clone()),
+            &dense_x,
+            dense_x.matmul(&dense_w.t().unwrap()).unwrap(),
+            1e-4,
+        )];
+        for dtype in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q5_0,
+            GgmlDType::Q5_1,
+            GgmlDType::Q8_0,
+            GgmlDType::Q4K,
+            GgmlDType::Q5K,
+            GgmlDType::Q6K,
+        ] {
+            let q = Arc::new(QTensor::quantize(&w, dtype).unwrap());
+            let each: Vec<Tensor> = (0..5)
+                .map(|r| quantized_product(&q, &x.narrow(0, r, 1).unwrap()).unwrap())
+                .collect();
+            let want = Tensor::cat(&each, 0).unwrap();
+            let tol = match dtype {
+                GgmlDType::Q4_0 | GgmlDType::Q8_0 => 1e-4,
+                _ => 0.0,
+            };
+            let m = Matrix::Quantized(q);
+            cases.push((format!("{dtype:?}"), m, &x, want, tol));
+        }
+        for (name, m, x, want, tol) in &cases {
+            let got = m.dots_t(x).unwrap();
+            let d = max_diff(&got, want);
+            assert!(d <= *tol, "{name}: {d}");
             for r in 0..5 {
                 let alone = m.dots_t(&x.narrow(0, r, 1).unwrap()).unwrap();
                 let together = got.narrow(0, r, 1).unwrap();
                 let same = alone.flatten_all().unwrap().to_vec1::<f32>().unwrap()
                     == together.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-                assert!(same, "{dtype:?} row {r}");
+                assert!(same, "{name} row {r}");
             }
         }
-        let w = Tensor::randn(0f32, 1.0, (300, 100), &dev).unwrap();
-        let x = Tensor::randn(0f32, 1.0, (3, 100), &dev).unwrap();
-        let got = Matrix::Dense(w.clone()).dots_t(&x).unwrap();
-        let want = x.matmul(&w.t().unwrap()).unwrap();
-        let d = max_diff(&got, &want);
-        assert!(d < 1e-4, "dense: {d}");
     }
 }

@@ -2,12 +2,13 @@
 //! qwen3, gemma2 and gemma3 checkpoints (safetensors or GGUF).
 
 pub mod batch;
-pub mod block_rows;
+pub mod block_dots;
 pub mod config;
 pub mod decode;
 pub mod device;
 pub mod encoder;
 pub mod fused;
+pub mod kquant_dots;
 mod layers;
 pub mod matrix;
 pub mod source;

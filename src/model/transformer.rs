@@ -475,13 +475,13 @@ impl Transformer {
     }
 
     /// Next-token logits (n, vocab) for decoding, a position's logits the same whatever is read
-    /// with it: on the CPU the head expanded a block at a time with fixed-order dot products
-    /// (`Matrix::dots_t`); elsewhere a quantized head through the quantized kernels one
-    /// position at a time, a dense one as `logits_at`.
+    /// with it: a quantized head through the quantized kernels, each position on its own
+    /// (`Matrix::matvec_t`); a dense one on the CPU with fixed-order dot products
+    /// (`Matrix::dots_t`), elsewhere as `logits_at`.
     pub fn decode_logits(&self, hidden: &Tensor, at: &[(usize, usize)]) -> Result<Tensor> {
         self.head(hidden, at, |picked| match &self.lm_head {
-            _ if self.device.is_cpu() => self.lm_head.dots_t(picked),
             Matrix::Quantized(_) => self.lm_head.matvec_t(picked),
+            Matrix::Dense(_) if self.device.is_cpu() => self.lm_head.dots_t(picked),
             Matrix::Dense(_) => self.lm_head.matmul_t_chunked(picked, HEAD_CHUNK_ROWS),
         })
     }

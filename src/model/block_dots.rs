@@ -1,0 +1,397 @@
+//! Decoding products of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrices in integers, on activations rounded
+//! to 8 bits: llama.cpp's and candle's quantized products, for several sequences at once.
+//!
+//! A decoding step multiplies a handful of activation rows by every weight row. Expanding the
+//! weights to f32 costs a conversion per value and four bytes of cache traffic per product;
+//! llama.cpp instead rounds each activation row to 8-bit blocks (`Q8_0`, or `Q8_1` with the
+//! block sums for the types with a minimum) and multiplies 32 integer pairs per instruction.
+//! These are those kernels, with three differences from candle's: they have AVX2 bodies for
+//! every type (candle's Q4_1/Q5_0/Q5_1 products are scalar loops), each weight block is
+//! unpacked once for up to [`ROWS_PER_LOAD`] activation rows, and each block's integer sum is
+//! scaled and added in candle's reference order (`vec_dot_unopt`): a row's result is that
+//! reference's to the bit, whatever the other rows and on any CPU.
+
+use candle_core::quantized::GgmlDType;
+use half::f16;
+
+/// Values per block of these types and of the 8-bit activations.
+pub const BLOCK: usize = 32;
+
+/// Activation rows that share one unpacking of a weight block.
+pub const ROWS_PER_LOAD: usize = 4;
+
+/// The block types multiplied here: what llama.cpp writes for matrices whose rows are no whole
+/// number of 256-value K-quant blocks (Qwen2.5-0.5B's 896 columns, Gemma 3 270m's 640), and
+/// Q8_0, common for output heads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockKind {
+    /// d: f16, 16 bytes of 4-bit values: d·(q − 8).
+    Q4_0,
+    /// d: f16, m: f16, 16 bytes of 4-bit values: d·q + m.
+    Q4_1,
+    /// d: f16, 4 bytes of fifth bits, 16 bytes of 4-bit values: d·(q − 16).
+    Q5_0,
+    /// d: f16, m: f16, 4 bytes of fifth bits, 16 bytes of 4-bit values: d·q + m.
+    Q5_1,
+    /// d: f16, 32 signed bytes: d·q.
+    Q8_0,
+}
+
+impl BlockKind {
+    pub fn of(dtype: GgmlDType) -> Option<Self> {
+        match dtype {
+            GgmlDType::Q4_0 => Some(BlockKind::Q4_0),
+            GgmlDType::Q4_1 => Some(BlockKind::Q4_1),
+            GgmlDType::Q5_0 => Some(BlockKind::Q5_0),
+            GgmlDType::Q5_1 => Some(BlockKind::Q5_1),
+            GgmlDType::Q8_0 => Some(BlockKind::Q8_0),
+            _ => None,
+        }
+    }
+
+    /// Bytes of one block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            BlockKind::Q4_0 => 18,
+            BlockKind::Q4_1 => 20,
+            BlockKind::Q5_0 => 22,
+            BlockKind::Q5_1 => 24,
+            BlockKind::Q8_0 => 34,
+        }
+    }
+
+    /// Bytes of one row of `cols` values.
+    pub fn row_bytes(self, cols: usize) -> usize {
+        cols / BLOCK * self.block_bytes()
+    }
+
+    /// Offsets in a block of its min (if any), fifth bits (if any) and values.
+    fn layout(self) -> (Option<usize>, Option<usize>, usize) {
+        match self {
+            BlockKind::Q4_0 => (None, None, 2),
+            BlockKind::Q4_1 => (Some(2), None, 4),
+            BlockKind::Q5_0 => (None, Some(2), 6),
+            BlockKind::Q5_1 => (Some(2), Some(4), 8),
+            BlockKind::Q8_0 => (None, None, 2),
+        }
+    }
+
+    /// Whether the block has a minimum (its activations then carry their block sums: Q8_1).
+    pub fn has_min(self) -> bool {
+        self.layout().0.is_some()
+    }
+}
+
+/// Activation rows rounded to 8 bits as candle's `BlockQ8_0` / `BlockQ8_1::from_float` do:
+/// per 32 values, d = max|x| / 127 (kept as f16), q = round(x / d) (halves away from zero) and,
+/// for Q8_1, s = f16(Σq)·d in f16.
+pub struct Q8Rows {
+    cols: usize,
+    qs: Vec<i8>,
+    /// Per block: d as f32 (an f16 value).
+    d: Vec<f32>,
+    /// Per block: s as f32 (an f16 value); empty for Q8_0.
+    s: Vec<f32>,
+}
+
+impl Q8Rows {
+    /// `xs`: rows of `cols` values, `cols` a multiple of 32. `with_sums` for Q8_1.
+    pub fn quantize(xs: &[f32], cols: usize, with_sums: bool) -> Self {
+        assert!(cols.is_multiple_of(BLOCK) && xs.len().is_multiple_of(cols));
+        let blocks = xs.len() / BLOCK;
+        let mut rows = Q8Rows {
+            cols,
+            qs: vec![0; xs.len()],
+            d: Vec::with_capacity(blocks),
+            s: Vec::with_capacity(if with_sums { blocks } else { 0 }),
+        };
+        for (x, q) in xs.chunks_exact(BLOCK).zip(rows.qs.chunks_exact_mut(BLOCK)) {
+            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            let d16 = f16::from_f32(d);
+            let mut sum = 0i32;
+            for (q, &v) in q.iter_mut().zip(x) {
+                *q = (v * id).round() as i8;
+                sum += *q as i32;
+            }
+            rows.d.push(d16.to_f32());
+            if with_sums {
+                rows.s.push((f16::from_f32(sum as f32) * d16).to_f32());
+            }
+        }
+        rows
+    }
+
+    pub fn len(&self) -> usize {
+        self.d.len() * BLOCK / self.cols.max(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.qs.is_empty()
+    }
+
+    fn row(&self, r: usize) -> Q8Row<'_> {
+        let blocks = self.cols / BLOCK;
+        let at = r * blocks;
+        Q8Row {
+            qs: &self.qs[r * self.cols..(r + 1) * self.cols],
+            d: &self.d[at..at + blocks],
+            s: self.s.get(at..at + blocks).unwrap_or(&[]),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Q8Row<'a> {
+    qs: &'a [i8],
+    d: &'a [f32],
+    s: &'a [f32],
+}
+
+/// Appends w · x_r for every row of `xs` (in order) to `out`; `w` is one weight row's blocks.
+pub type DotRows = fn(BlockKind, &[u8], &Q8Rows, &mut Vec<f32>);
+
+/// The kernel for this machine, chosen once per product.
+pub fn dot_rows_kernel() -> DotRows {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the feature the kernel is compiled for was just detected.
+        return |kind, w, xs, out| unsafe { avx2::dot_rows(kind, w, xs, out) };
+    }
+    dot_rows_portable
+}
+
+/// The kernel without SIMD (any CPU).
+pub fn dot_rows_portable(kind: BlockKind, w: &[u8], xs: &Q8Rows, out: &mut Vec<f32>) {
+    let (min_at, high_at, qs_at) = kind.layout();
+    let mut sums = vec![0f32; xs.len()];
+    for (b, block) in w.chunks_exact(kind.block_bytes()).enumerate() {
+        let d = read_f16(block, 0);
+        let m = min_at.map_or(0.0, |at| read_f16(block, at));
+        let high = high_at.map_or(0, |at| read_u32(block, at));
+        let mut q = [0i32; BLOCK];
+        for (j, q) in q.iter_mut().enumerate() {
+            *q = if kind == BlockKind::Q8_0 {
+                block[qs_at + j] as i8 as i32
+            } else {
+                let byte = block[qs_at + j % 16];
+                let nibble = if j < 16 { byte & 0x0F } else { byte >> 4 };
+                let v = (nibble | (((high >> j) & 1) << 4) as u8) as i32;
+                match kind {
+                    BlockKind::Q4_0 => v - 8,
+                    BlockKind::Q5_0 => v - 16,
+                    _ => v,
+                }
+            };
+        }
+        for (r, sum) in sums.iter_mut().enumerate() {
+            let x = xs.row(r);
+            let xq = &x.qs[b * BLOCK..(b + 1) * BLOCK];
+            let sumi: i32 = q.iter().zip(xq).map(|(&a, &b)| a * b as i32).sum();
+            *sum += scaled(kind, sumi, d, m, x, b);
+        }
+    }
+    out.extend(sums);
+}
+
+/// A block's contribution, in candle's `vec_dot_unopt` order: sumi·d·dₓ (+ m·sₓ).
+#[inline(always)]
+fn scaled(kind: BlockKind, sumi: i32, d: f32, m: f32, x: Q8Row, b: usize) -> f32 {
+    if kind.has_min() {
+        sumi as f32 * d * x.d[b] + m * x.s[b]
+    } else {
+        sumi as f32 * d * x.d[b]
+    }
+}
+
+fn read_f16(b: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+fn read_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{BLOCK, BlockKind, Q8Row, Q8Rows, ROWS_PER_LOAD, read_f16, read_u32, scaled};
+    use std::arch::x86_64::*;
+
+    /// 32 bytes: 0xFF where bit i of `bits` is set (llama.cpp's `bytes_from_bits_32`).
+    #[target_feature(enable = "avx2")]
+    fn bytes_from_bits(bits: u32) -> __m256i {
+        let shuffle = _mm256_set_epi64x(
+            0x0303030303030303,
+            0x0202020202020202,
+            0x0101010101010101,
+            0x0000000000000000,
+        );
+        let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuffle);
+        let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+        _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+    }
+
+    /// The block's 32 values as bytes: signed for Q4_0, Q5_0 and Q8_0, unsigned for Q4_1 and
+    /// Q5_1.
+    #[target_feature(enable = "avx2")]
+    fn unpack(kind: BlockKind, block: &[u8]) -> __m256i {
+        let (_, high_at, qs_at) = kind.layout();
+        assert!(block.len() >= qs_at + 16);
+        if kind == BlockKind::Q8_0 {
+            assert!(block.len() >= qs_at + 32);
+            // SAFETY: 32 bytes from qs_at lie in the block (asserted).
+            return unsafe { _mm256_loadu_si256(block.as_ptr().add(qs_at) as *const __m256i) };
+        }
+        // SAFETY: 16 bytes from qs_at lie in the block (asserted).
+        let qs = unsafe { _mm_loadu_si128(block.as_ptr().add(qs_at) as *const __m128i) };
+        let nibbles = _mm256_and_si256(
+            _mm256_set_m128i(_mm_srli_epi16(qs, 4), qs),
+            _mm256_set1_epi8(0x0F),
+        );
+        match (kind, high_at) {
+            // q − 16: the fifth bit clear means the value is negative.
+            (BlockKind::Q5_0, Some(at)) => {
+                let high = bytes_from_bits(read_u32(block, at));
+                _mm256_or_si256(nibbles, _mm256_andnot_si256(high, _mm256_set1_epi8(-16)))
+            }
+            (_, Some(at)) => {
+                let high = bytes_from_bits(read_u32(block, at));
+                _mm256_or_si256(nibbles, _mm256_and_si256(high, _mm256_set1_epi8(0x10)))
+            }
+            (BlockKind::Q4_0, _) => _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8)),
+            _ => nibbles,
+        }
+    }
+
+    /// Σ of 8 i32 lanes (exact).
+    #[target_feature(enable = "avx2")]
+    fn hsum(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+        _mm_cvtsi128_si32(s)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub fn dot_rows(kind: BlockKind, w: &[u8], xs: &Q8Rows, out: &mut Vec<f32>) {
+        let n = xs.len();
+        let mut r = 0;
+        while r < n {
+            let take = (n - r).min(ROWS_PER_LOAD);
+            let rows: [Q8Row; ROWS_PER_LOAD] = std::array::from_fn(|i| xs.row(r + i.min(take - 1)));
+            let sums = match take {
+                4 => dots::<4>(kind, w, &rows),
+                3 => dots::<3>(kind, w, &rows),
+                2 => dots::<2>(kind, w, &rows),
+                _ => dots::<1>(kind, w, &rows),
+            };
+            out.extend_from_slice(&sums[..take]);
+            r += take;
+        }
+    }
+
+    /// w · x for the first R of `rows`: each weight block unpacked once, each row's sum its own.
+    #[target_feature(enable = "avx2")]
+    fn dots<const R: usize>(
+        kind: BlockKind,
+        w: &[u8],
+        rows: &[Q8Row; ROWS_PER_LOAD],
+    ) -> [f32; ROWS_PER_LOAD] {
+        let (min_at, _, _) = kind.layout();
+        let signed = !kind.has_min();
+        let ones = _mm256_set1_epi16(1);
+        let mut sums = [0f32; ROWS_PER_LOAD];
+        for (b, block) in w.chunks_exact(kind.block_bytes()).enumerate() {
+            let q = unpack(kind, block);
+            // maddubs multiplies unsigned by signed bytes: signed weights give it their
+            // magnitudes and move their signs onto the activations.
+            let magnitudes = if signed { _mm256_sign_epi8(q, q) } else { q };
+            let d = read_f16(block, 0);
+            let m = min_at.map_or(0.0, |at| read_f16(block, at));
+            for (x, sum) in rows.iter().zip(&mut sums).take(R) {
+                let xq = &x.qs[b * BLOCK..(b + 1) * BLOCK];
+                // SAFETY: xq holds 32 bytes.
+                let y = unsafe { _mm256_loadu_si256(xq.as_ptr() as *const __m256i) };
+                let y = if signed { _mm256_sign_epi8(y, q) } else { y };
+                let pairs = _mm256_maddubs_epi16(magnitudes, y);
+                let sumi = hsum(_mm256_madd_epi16(pairs, ones));
+                *sum += scaled(kind, sumi, d, m, *x, b);
+            }
+        }
+        sums
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::{QMatMul, QTensor};
+    use candle_core::{Device, Module, Tensor};
+
+    /// Random weights (offset, so that Q4_1/Q5_1's minimum matters), quantized by candle: each
+    /// row's products are those of candle's own quantized matrix product on that row alone
+    /// (its 8-bit activations and its reference kernels), to the bit for the types candle
+    /// multiplies with its reference loop, on this machine's kernel and the portable one, for
+    /// 1 to 6 rows at once.
+    #[test]
+    fn products_are_candles_row_by_row() {
+        let (out, cols) = (9, 128);
+        let dev = Device::Cpu;
+        let w = (Tensor::randn(0f32, 1.0, (out, cols), &dev).unwrap() + 0.3).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (6, cols), &dev).unwrap();
+        let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+        for dtype in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q5_0,
+            GgmlDType::Q5_1,
+            GgmlDType::Q8_0,
+        ] {
+            let q = std::sync::Arc::new(QTensor::quantize(&w, dtype).unwrap());
+            let kind = BlockKind::of(dtype).unwrap();
+            let data = q.data().unwrap();
+            let row_bytes = kind.row_bytes(cols);
+            assert_eq!(data.len(), out * row_bytes);
+            let mm = QMatMul::from_arc(q.clone()).unwrap();
+            let want: Vec<Vec<f32>> = (0..6)
+                .map(|r| {
+                    let xr = x.narrow(0, r, 1).unwrap();
+                    mm.forward(&xr)
+                        .unwrap()
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1()
+                        .unwrap()
+                })
+                .collect();
+            for n in 1..=6 {
+                let rows = Q8Rows::quantize(&xs[..n * cols], cols, kind.has_min());
+                for (name, kernel) in [
+                    ("machine", dot_rows_kernel()),
+                    ("portable", dot_rows_portable as DotRows),
+                ] {
+                    for v in 0..out {
+                        let mut got = Vec::new();
+                        kernel(
+                            kind,
+                            &data[v * row_bytes..(v + 1) * row_bytes],
+                            &rows,
+                            &mut got,
+                        );
+                        for (r, &g) in got.iter().enumerate() {
+                            let e = want[r][v];
+                            // candle multiplies Q4_0 and Q8_0 with its own AVX kernels, which
+                            // sum the blocks in another order: equal to rounding there.
+                            if matches!(kind, BlockKind::Q4_0 | BlockKind::Q8_0) {
+                                assert!((g - e).abs() <= 1e-5 * e.abs().max(1.0), "{dtype:?}");
+                            } else {
+                                assert_eq!(g, e, "{dtype:?} {name} n={n} row {r} out {v}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

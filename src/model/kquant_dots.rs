@@ -1,0 +1,496 @@
+//! Decoding products of Q4_K, Q5_K and Q6_K matrices (what Q4_K_M and Q5_K_M files hold) with
+//! several activation rows per pass over the weights.
+//!
+//! candle's quantized product gives a row the same result alone or among others only one row
+//! at a time (its kernels for several rows use repacked tiles that sum differently), so a
+//! batch of decoding rows read an 8B judge's 4.9 GB of K-quant weights once per row per step.
+//! These kernels are candle's AVX2 `vec_dot_q{4,5,6}k_q8k`, operation for
+//! operation, with the weight block's unpacking (nibbles, high bits, scales) hoisted out of
+//! the loop over up to [`ROWS_PER_LOAD`] activation rows: a row's product is candle's single-row
+//! product to the bit. Activations are rounded to 8 bits as candle's `BlockQ8K::from_float`
+//! does. x86-64 with AVX2 and FMA only; elsewhere the caller keeps candle's kernels.
+
+use half::f16;
+
+/// Values per super-block of K-quants and of the 8-bit activations.
+pub const QK_K: usize = 256;
+
+/// Activation rows that share one unpacking of a weight super-block.
+pub const ROWS_PER_LOAD: usize = 4;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KQuantKind {
+    /// d, dmin: f16; 12 bytes of 6-bit scales and mins; 128 bytes of 4-bit values.
+    Q4K,
+    /// d, dmin: f16; 12 bytes of 6-bit scales and mins; 32 bytes of fifth bits; 128 bytes of
+    /// 4-bit values.
+    Q5K,
+    /// 128 bytes of low 4 bits, 64 of high 2 bits, 16 signed 8-bit scales, d: f16.
+    Q6K,
+}
+
+impl KQuantKind {
+    pub fn of(dtype: candle_core::quantized::GgmlDType) -> Option<Self> {
+        use candle_core::quantized::GgmlDType;
+        match dtype {
+            GgmlDType::Q4K => Some(KQuantKind::Q4K),
+            GgmlDType::Q5K => Some(KQuantKind::Q5K),
+            GgmlDType::Q6K => Some(KQuantKind::Q6K),
+            _ => None,
+        }
+    }
+
+    pub fn block_bytes(self) -> usize {
+        match self {
+            KQuantKind::Q4K => 144,
+            KQuantKind::Q5K => 176,
+            KQuantKind::Q6K => 210,
+        }
+    }
+
+    pub fn row_bytes(self, cols: usize) -> usize {
+        cols / QK_K * self.block_bytes()
+    }
+
+    /// Whether this machine runs these kernels.
+    pub fn available() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+}
+
+/// Activation rows rounded as candle's `BlockQ8K::from_float`: per 256 values, the value of
+/// largest magnitude m (the first such), q = round(−127/m · x) clamped to i8, d = 1/(−127/m),
+/// and the sums of each 16 q.
+pub struct Q8KRows {
+    cols: usize,
+    qs: Vec<i8>,
+    d: Vec<f32>,
+    bsums: Vec<i16>,
+}
+
+impl Q8KRows {
+    /// `xs`: rows of `cols` values, `cols` a multiple of 256.
+    pub fn quantize(xs: &[f32], cols: usize) -> Self {
+        assert!(cols.is_multiple_of(QK_K) && xs.len().is_multiple_of(cols));
+        let mut rows = Q8KRows {
+            cols,
+            qs: vec![0; xs.len()],
+            d: Vec::with_capacity(xs.len() / QK_K),
+            bsums: vec![0; xs.len() / 16],
+        };
+        let blocks = xs
+            .chunks_exact(QK_K)
+            .zip(rows.qs.chunks_exact_mut(QK_K))
+            .zip(rows.bsums.chunks_exact_mut(QK_K / 16));
+        for ((x, q), bsums) in blocks {
+            let (mut max, mut amax) = (0f32, 0f32);
+            for &v in x {
+                if amax < v.abs() {
+                    amax = v.abs();
+                    max = v;
+                }
+            }
+            if amax == 0.0 {
+                rows.d.push(0.0);
+                continue;
+            }
+            let iscale = -127f32 / max;
+            for (q, &v) in q.iter_mut().zip(x) {
+                *q = (iscale * v).round().clamp(-128.0, 127.0) as i8;
+            }
+            for (s, q16) in bsums.iter_mut().zip(q.chunks_exact(16)) {
+                *s = q16.iter().map(|&v| v as i32).sum::<i32>() as i16;
+            }
+            rows.d.push(1.0 / iscale);
+        }
+        rows
+    }
+
+    pub fn len(&self) -> usize {
+        self.qs.len() / self.cols.max(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.qs.is_empty()
+    }
+}
+
+/// Appends w · x_r for every row of `xs` (in order) to `out`; `w` is one weight row's blocks.
+/// Callers check [`KQuantKind::available`] first.
+pub fn dot_rows(kind: KQuantKind, w: &[u8], xs: &Q8KRows, out: &mut Vec<f32>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        assert!(
+            KQuantKind::available(),
+            "K-quant row kernels need AVX2 and FMA"
+        );
+        // SAFETY: the features the kernel is compiled for were just checked.
+        unsafe { avx2::dot_rows(kind, w, xs, out) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (kind, w, xs, out);
+        unreachable!("K-quant row kernels need AVX2 and FMA");
+    }
+}
+
+fn read_f16(b: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{KQuantKind, Q8KRows, QK_K, ROWS_PER_LOAD, read_f16};
+    use std::arch::x86_64::*;
+
+    /// Byte shuffles broadcasting the scales (candle's and llama.cpp's `get_scale_shuffle*`).
+    const SHUFFLE_Q6: [u8; 128] = {
+        let mut t = [0u8; 128];
+        let mut i = 0;
+        while i < 128 {
+            t[i] = (i / 8) as u8;
+            i += 1;
+        }
+        t
+    };
+    const SHUFFLE_Q4: [u8; 256] = {
+        let mut t = [0u8; 256];
+        let mut i = 0;
+        while i < 256 {
+            t[i] = (2 * (i / 32) + i % 2) as u8;
+            i += 1;
+        }
+        t
+    };
+
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum_float_8(x: __m256) -> f32 {
+        let res = _mm256_extractf128_ps(x, 1);
+        let res = _mm_add_ps(res, _mm256_castps256_ps128(x));
+        let res = _mm_add_ps(res, _mm_movehl_ps(res, res));
+        let res = _mm_add_ss(res, _mm_movehdup_ps(res));
+        _mm_cvtss_f32(res)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn load(bytes: &[u8]) -> __m256i {
+        assert!(bytes.len() >= 32);
+        // SAFETY: 32 readable bytes (asserted).
+        unsafe { _mm256_loadu_si256(bytes.as_ptr() as *const __m256i) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn load_i8(q: &[i8]) -> __m256i {
+        assert!(q.len() >= 32);
+        // SAFETY: 32 readable bytes (asserted).
+        unsafe { _mm256_loadu_si256(q.as_ptr() as *const __m256i) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub fn dot_rows(kind: KQuantKind, w: &[u8], xs: &Q8KRows, out: &mut Vec<f32>) {
+        let n = xs.len();
+        let mut r = 0;
+        while r < n {
+            let take = (n - r).min(ROWS_PER_LOAD);
+            let sums = match (kind, take) {
+                (KQuantKind::Q4K, 4) => q4k::<4>(w, xs, r),
+                (KQuantKind::Q4K, 3) => q4k::<3>(w, xs, r),
+                (KQuantKind::Q4K, 2) => q4k::<2>(w, xs, r),
+                (KQuantKind::Q4K, _) => q4k::<1>(w, xs, r),
+                (KQuantKind::Q5K, 4) => q5k::<4>(w, xs, r),
+                (KQuantKind::Q5K, 3) => q5k::<3>(w, xs, r),
+                (KQuantKind::Q5K, 2) => q5k::<2>(w, xs, r),
+                (KQuantKind::Q5K, _) => q5k::<1>(w, xs, r),
+                (KQuantKind::Q6K, 4) => q6k::<4>(w, xs, r),
+                (KQuantKind::Q6K, 3) => q6k::<3>(w, xs, r),
+                (KQuantKind::Q6K, 2) => q6k::<2>(w, xs, r),
+                (KQuantKind::Q6K, _) => q6k::<1>(w, xs, r),
+            };
+            out.extend_from_slice(&sums[..take]);
+            r += take;
+        }
+    }
+
+    /// A Q4_K / Q5_K block's 6-bit mins (8 × i16) and scales (16 × i16: the 8 scales twice),
+    /// from its 12 bytes at offset 4.
+    #[target_feature(enable = "avx2,fma")]
+    fn mins_and_scales(block: &[u8]) -> (__m128i, __m256i) {
+        const KMASK1: u32 = 0x3f3f3f3f;
+        const KMASK2: u32 = 0x0f0f0f0f;
+        const KMASK3: u32 = 0x03030303;
+        let s = &block[4..16];
+        let mut utmp = [0u32; 4];
+        for (i, u) in utmp.iter_mut().take(3).enumerate() {
+            *u = u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+        }
+        utmp[3] = ((utmp[2] >> 4) & KMASK2) | (((utmp[1] >> 6) & KMASK3) << 4);
+        let uaux = utmp[1] & KMASK1;
+        utmp[1] = (utmp[2] & KMASK2) | (((utmp[0] >> 6) & KMASK3) << 4);
+        utmp[2] = uaux;
+        utmp[0] &= KMASK1;
+        let mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32(
+            utmp[3] as i32,
+            utmp[2] as i32,
+            utmp[1] as i32,
+            utmp[0] as i32,
+        ));
+        let sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
+        (
+            _mm256_extracti128_si256(mins_and_scales, 1),
+            _mm256_set_m128i(sc128, sc128),
+        )
+    }
+
+    /// Σ mins·bsums of a Q4_K / Q5_K block for one activation block (4 × i32).
+    #[target_feature(enable = "avx2,fma")]
+    fn min_products(mins: __m128i, bsums: &[i16]) -> __m128i {
+        assert!(bsums.len() >= 16);
+        // SAFETY: 16 i16 values are 32 readable bytes (asserted).
+        let q8sums = unsafe { _mm256_loadu_si256(bsums.as_ptr() as *const __m256i) };
+        let q8s = _mm_hadd_epi16(
+            _mm256_extracti128_si256(q8sums, 0),
+            _mm256_extracti128_si256(q8sums, 1),
+        );
+        _mm_madd_epi16(mins, q8s)
+    }
+
+    /// The eight scale vectors of a Q4_K / Q5_K block, one per 32 values.
+    #[target_feature(enable = "avx2,fma")]
+    fn scale_vectors(scales: __m256i) -> [__m256i; 8] {
+        std::array::from_fn(|k| _mm256_shuffle_epi8(scales, load(&SHUFFLE_Q4[32 * k..])))
+    }
+
+    /// Σ over 8 × 32 values of scale · (q · y), as candle sums them (i32 lanes).
+    #[target_feature(enable = "avx2,fma")]
+    fn scaled_sum(q: &[__m256i; 8], sc: &[__m256i; 8], y: &[i8]) -> __m256i {
+        let mut sumi = _mm256_setzero_si256();
+        for k in 0..8 {
+            let p16 = _mm256_maddubs_epi16(q[k], load_i8(&y[32 * k..]));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc[k], p16));
+        }
+        sumi
+    }
+
+    /// Rows `first..first + R` of `xs` times one Q4_K weight row: candle's `vec_dot_q4k_q8k`.
+    #[target_feature(enable = "avx2,fma")]
+    fn q4k<const R: usize>(w: &[u8], xs: &Q8KRows, first: usize) -> [f32; ROWS_PER_LOAD] {
+        let blocks = xs.cols / QK_K;
+        let m4 = _mm256_set1_epi8(0xF);
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut acc_m = [_mm_setzero_ps(); R];
+        for (b, block) in w.chunks_exact(KQuantKind::Q4K.block_bytes()).enumerate() {
+            let (xd, xdmin) = (read_f16(block, 0), read_f16(block, 2));
+            let (mins, scales) = mins_and_scales(block);
+            let sc = scale_vectors(scales);
+            let qs = &block[16..];
+            let q: [__m256i; 8] = std::array::from_fn(|k| {
+                let bits = load(&qs[32 * (k / 2)..]);
+                let bits = if k % 2 == 0 {
+                    bits
+                } else {
+                    _mm256_srli_epi16(bits, 4)
+                };
+                _mm256_and_si256(bits, m4)
+            });
+            for r in 0..R {
+                let at = (first + r) * blocks + b;
+                let yd = xs.d[at];
+                let (d, dmin) = (yd * xd, -yd * xdmin);
+                let prod = min_products(mins, &xs.bsums[at * 16..at * 16 + 16]);
+                acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[r]);
+                let sumi = scaled_sum(&q, &sc, &xs.qs[at * QK_K..(at + 1) * QK_K]);
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+            }
+        }
+        let mut out = [0f32; ROWS_PER_LOAD];
+        for r in 0..R {
+            let m = _mm_add_ps(acc_m[r], _mm_movehl_ps(acc_m[r], acc_m[r]));
+            let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+            out[r] = hsum_float_8(acc[r]) + _mm_cvtss_f32(m);
+        }
+        out
+    }
+
+    /// Rows `first..first + R` of `xs` times one Q5_K weight row: candle's `vec_dot_q5k_q8k`.
+    #[target_feature(enable = "avx2,fma")]
+    fn q5k<const R: usize>(w: &[u8], xs: &Q8KRows, first: usize) -> [f32; ROWS_PER_LOAD] {
+        let blocks = xs.cols / QK_K;
+        let m4 = _mm256_set1_epi8(0xF);
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut summs = [0f32; R];
+        for (b, block) in w.chunks_exact(KQuantKind::Q5K.block_bytes()).enumerate() {
+            let (xd, xdmin) = (read_f16(block, 0), read_f16(block, 2));
+            let (mins, scales) = mins_and_scales(block);
+            let sc = scale_vectors(scales);
+            let hbits = load(&block[16..48]);
+            let qs = &block[48..];
+            // Value k·32 + i: nibble as in Q4_K, plus 16 where bit k of byte i of the fifth
+            // bits is set.
+            let q: [__m256i; 8] = std::array::from_fn(|k| {
+                let bits = load(&qs[32 * (k / 2)..]);
+                let bits = if k % 2 == 0 {
+                    bits
+                } else {
+                    _mm256_srli_epi16(bits, 4)
+                };
+                let mask = _mm256_set1_epi8((1u8 << k) as i8);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mask), mask);
+                _mm256_add_epi8(
+                    _mm256_and_si256(bits, m4),
+                    _mm256_and_si256(set, _mm256_set1_epi8(16)),
+                )
+            });
+            for r in 0..R {
+                let at = (first + r) * blocks + b;
+                let yd = xs.d[at];
+                let (d, dmin) = (yd * xd, -yd * xdmin);
+                let prod = min_products(mins, &xs.bsums[at * 16..at * 16 + 16]);
+                let zero = _mm_setzero_si128();
+                let hsum = _mm_hadd_epi32(_mm_hadd_epi32(prod, zero), zero);
+                summs[r] += dmin * _mm_extract_epi32(hsum, 0) as f32;
+                let sumi = scaled_sum(&q, &sc, &xs.qs[at * QK_K..(at + 1) * QK_K]);
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+            }
+        }
+        let mut out = [0f32; ROWS_PER_LOAD];
+        for r in 0..R {
+            out[r] = hsum_float_8(acc[r]) + summs[r];
+        }
+        out
+    }
+
+    /// Rows `first..first + R` of `xs` times one Q6_K weight row: candle's `vec_dot_q6k_q8k`.
+    #[target_feature(enable = "avx2,fma")]
+    fn q6k<const R: usize>(w: &[u8], xs: &Q8KRows, first: usize) -> [f32; ROWS_PER_LOAD] {
+        let blocks = xs.cols / QK_K;
+        let m4 = _mm256_set1_epi8(0xF);
+        let m2 = _mm256_set1_epi8(3);
+        let m32s = _mm256_set1_epi8(32);
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (b, block) in w.chunks_exact(KQuantKind::Q6K.block_bytes()).enumerate() {
+            let (ql, qh) = (&block[..128], &block[128..192]);
+            assert!(block.len() >= 210);
+            // SAFETY: the 16 scale bytes lie in the block (asserted).
+            let scales = unsafe { _mm_loadu_si128(block.as_ptr().add(192) as *const __m128i) };
+            let xd = read_f16(block, 208);
+            let mut q = [_mm256_setzero_si256(); 8];
+            let mut sc = [_mm256_setzero_si256(); 8];
+            for j in 0..QK_K / 128 {
+                for i in 0..4 {
+                    let at = 16 * (4 * j + i);
+                    // SAFETY: at + 16 ≤ 128 bytes of the shuffle table.
+                    let shuffle =
+                        unsafe { _mm_loadu_si128(SHUFFLE_Q6.as_ptr().add(at) as *const __m128i) };
+                    sc[4 * j + i] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuffle));
+                }
+                let bits1 = load(&ql[64 * j..]);
+                let bits2 = load(&ql[64 * j + 32..]);
+                let bits_h = load(&qh[32 * j..]);
+                let high = |shift: i32| -> __m256i {
+                    let h = match shift {
+                        0 => bits_h,
+                        2 => _mm256_srli_epi16(bits_h, 2),
+                        4 => _mm256_srli_epi16(bits_h, 4),
+                        _ => _mm256_srli_epi16(bits_h, 6),
+                    };
+                    _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)
+                };
+                q[4 * j] = _mm256_or_si256(_mm256_and_si256(bits1, m4), high(0));
+                q[4 * j + 1] = _mm256_or_si256(_mm256_and_si256(bits2, m4), high(2));
+                q[4 * j + 2] =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits1, 4), m4), high(4));
+                q[4 * j + 3] =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits2, 4), m4), high(6));
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let at = (first + r) * blocks + b;
+                let d = xs.d[at] * xd;
+                let q8 = &xs.qs[at * QK_K..(at + 1) * QK_K];
+                let mut sumi = _mm256_setzero_si256();
+                for j in 0..QK_K / 128 {
+                    let mut p = [_mm256_setzero_si256(); 4];
+                    for (i, p) in p.iter_mut().enumerate() {
+                        let k = 4 * j + i;
+                        let y = load_i8(&q8[32 * k..]);
+                        let p16 = _mm256_sub_epi16(
+                            _mm256_maddubs_epi16(q[k], y),
+                            _mm256_maddubs_epi16(m32s, y),
+                        );
+                        *p = _mm256_madd_epi16(sc[k], p16);
+                    }
+                    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[0], p[1]));
+                    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[2], p[3]));
+                }
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), *acc);
+            }
+        }
+        let mut out = [0f32; ROWS_PER_LOAD];
+        for (o, acc) in out.iter_mut().zip(acc) {
+            *o = hsum_float_8(acc);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+    use candle_core::{Device, Module, Tensor};
+    use std::sync::Arc;
+
+    /// Each row's products are those of candle's quantized product on that row alone, to the
+    /// bit, for 1 to 6 rows at once.
+    #[test]
+    fn products_are_candles_row_by_row() {
+        if !KQuantKind::available() {
+            eprintln!("no AVX2/FMA: the K-quant row kernels do not run on this machine");
+            return;
+        }
+        let (out, cols) = (7, 512);
+        let dev = Device::Cpu;
+        let w = (Tensor::randn(0f32, 1.0, (out, cols), &dev).unwrap() + 0.2).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (6, cols), &dev).unwrap();
+        let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K] {
+            let q = Arc::new(QTensor::quantize(&w, dtype).unwrap());
+            let kind = KQuantKind::of(dtype).unwrap();
+            let data = q.data().unwrap();
+            let row_bytes = kind.row_bytes(cols);
+            assert_eq!(data.len(), out * row_bytes);
+            let mm = QMatMul::from_arc(q.clone()).unwrap();
+            let want: Vec<Vec<f32>> = (0..6)
+                .map(|r| {
+                    let xr = x.narrow(0, r, 1).unwrap();
+                    mm.forward(&xr)
+                        .unwrap()
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1()
+                        .unwrap()
+                })
+                .collect();
+            for n in 1..=6 {
+                let rows = Q8KRows::quantize(&xs[..n * cols], cols);
+                for v in 0..out {
+                    let mut got = Vec::new();
+                    dot_rows(
+                        kind,
+                        &data[v * row_bytes..(v + 1) * row_bytes],
+                        &rows,
+                        &mut got,
+                    );
+                    for (r, &g) in got.iter().enumerate() {
+                        assert_eq!(g, want[r][v], "{dtype:?} n={n} row {r} out {v}");
+                    }
+                }
+            }
+        }
+    }
+}
