@@ -8,9 +8,7 @@
 //! operation, with the weight block's unpacking (nibbles, high bits, scales) hoisted out of
 //! the loop over up to [`ROWS_PER_LOAD`] activation rows: a row's product is candle's single-row
 //! product to the bit. Activations are rounded to 8 bits as candle's `BlockQ8K::from_float`
-//! does. x86-64 with AVX2 and FMA only; elsewhere the caller keeps candle's kernels.
-
-use half::f16;
+//! does. x86-64 with AVX2, FMA and F16C only; elsewhere the caller keeps candle's kernels.
 
 /// Values per super-block of K-quants and of the 8-bit activations.
 pub const QK_K: usize = 256;
@@ -122,13 +120,13 @@ impl Q8KRows {
 }
 
 /// Appends w · x_r for every row of `xs` (in order) to `out`; `w` is one weight row's blocks.
-/// Callers check [`KQuantKind::available`] first.
+/// Callers check [`KQuantKind::available`] first (AVX2, FMA and F16C).
 pub fn dot_rows(kind: KQuantKind, w: &[u8], xs: &Q8KRows, out: &mut Vec<f32>) {
     #[cfg(target_arch = "x86_64")]
     {
         assert!(
             KQuantKind::available(),
-            "K-quant row kernels need AVX2 and FMA"
+            "K-quant row kernels need AVX2, FMA and F16C"
         );
         // SAFETY: the features the kernel is compiled for were just checked.
         unsafe { avx2::dot_rows(kind, w, xs, out) }
@@ -136,17 +134,14 @@ pub fn dot_rows(kind: KQuantKind, w: &[u8], xs: &Q8KRows, out: &mut Vec<f32>) {
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (kind, w, xs, out);
-        unreachable!("K-quant row kernels need AVX2 and FMA");
+        unreachable!("K-quant row kernels need AVX2, FMA and F16C");
     }
-}
-
-fn read_f16(b: &[u8], at: usize) -> f32 {
-    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{KQuantKind, Q8KRows, QK_K, ROWS_PER_LOAD, read_f16};
+    use super::super::block_dots::avx2::read_f16;
+    use super::{KQuantKind, Q8KRows, QK_K, ROWS_PER_LOAD};
     use std::arch::x86_64::*;
 
     /// Byte shuffles broadcasting the scales (candle's and llama.cpp's `get_scale_shuffle*`).
@@ -169,7 +164,7 @@ mod avx2 {
         t
     };
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn hsum_float_8(x: __m256) -> f32 {
         let res = _mm256_extractf128_ps(x, 1);
         let res = _mm_add_ps(res, _mm256_castps256_ps128(x));
@@ -178,21 +173,21 @@ mod avx2 {
         _mm_cvtss_f32(res)
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn load(bytes: &[u8]) -> __m256i {
         assert!(bytes.len() >= 32);
         // SAFETY: 32 readable bytes (asserted).
         unsafe { _mm256_loadu_si256(bytes.as_ptr() as *const __m256i) }
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn load_i8(q: &[i8]) -> __m256i {
         assert!(q.len() >= 32);
         // SAFETY: 32 readable bytes (asserted).
         unsafe { _mm256_loadu_si256(q.as_ptr() as *const __m256i) }
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub fn dot_rows(kind: KQuantKind, w: &[u8], xs: &Q8KRows, out: &mut Vec<f32>) {
         let n = xs.len();
         let mut r = 0;
@@ -219,7 +214,7 @@ mod avx2 {
 
     /// A Q4_K / Q5_K block's 6-bit mins (8 × i16) and scales (16 × i16: the 8 scales twice),
     /// from its 12 bytes at offset 4.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn mins_and_scales(block: &[u8]) -> (__m128i, __m256i) {
         const KMASK1: u32 = 0x3f3f3f3f;
         const KMASK2: u32 = 0x0f0f0f0f;
@@ -248,7 +243,7 @@ mod avx2 {
     }
 
     /// Σ mins·bsums of a Q4_K / Q5_K block for one activation block (4 × i32).
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn min_products(mins: __m128i, bsums: &[i16]) -> __m128i {
         assert!(bsums.len() >= 16);
         // SAFETY: 16 i16 values are 32 readable bytes (asserted).
@@ -261,13 +256,13 @@ mod avx2 {
     }
 
     /// The eight scale vectors of a Q4_K / Q5_K block, one per 32 values.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn scale_vectors(scales: __m256i) -> [__m256i; 8] {
         std::array::from_fn(|k| _mm256_shuffle_epi8(scales, load(&SHUFFLE_Q4[32 * k..])))
     }
 
     /// Σ over 8 × 32 values of scale · (q · y), as candle sums them (i32 lanes).
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn scaled_sum(q: &[__m256i; 8], sc: &[__m256i; 8], y: &[i8]) -> __m256i {
         let mut sumi = _mm256_setzero_si256();
         for k in 0..8 {
@@ -278,7 +273,7 @@ mod avx2 {
     }
 
     /// Rows `first..first + R` of `xs` times one Q4_K weight row: candle's `vec_dot_q4k_q8k`.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn q4k<const R: usize>(w: &[u8], xs: &Q8KRows, first: usize) -> [f32; ROWS_PER_LOAD] {
         let blocks = xs.cols / QK_K;
         let m4 = _mm256_set1_epi8(0xF);
@@ -318,7 +313,7 @@ mod avx2 {
     }
 
     /// Rows `first..first + R` of `xs` times one Q5_K weight row: candle's `vec_dot_q5k_q8k`.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn q5k<const R: usize>(w: &[u8], xs: &Q8KRows, first: usize) -> [f32; ROWS_PER_LOAD] {
         let blocks = xs.cols / QK_K;
         let m4 = _mm256_set1_epi8(0xF);
@@ -366,7 +361,7 @@ mod avx2 {
     }
 
     /// Rows `first..first + R` of `xs` times one Q6_K weight row: candle's `vec_dot_q6k_q8k`.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn q6k<const R: usize>(w: &[u8], xs: &Q8KRows, first: usize) -> [f32; ROWS_PER_LOAD] {
         let blocks = xs.cols / QK_K;
         let m4 = _mm256_set1_epi8(0xF);

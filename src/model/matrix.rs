@@ -446,9 +446,9 @@ mod tests {
     }
 
     /// `dots_t` is x · Wᵀ — for a dense matrix that of the GEMM, for a quantized one candle's
-    /// quantized product on each row alone (8-bit activations; to the bit where candle sums as
-    /// its reference loop, within rounding for its Q4_0/Q8_0 AVX kernels) — and a row's result
-    /// is the same to the bit alone or among others, for every kind of matrix.
+    /// quantized product on each row alone (8-bit activations; to the bit for K-quants, within
+    /// float rounding for the 32-value blocks) — and a row's result is the same to the bit alone
+    /// or among others, for every kind of matrix.
     #[test]
     fn dots_t_is_candles_product_row_by_row_and_row_independent() {
         let dev = Device::Cpu;
@@ -480,9 +480,11 @@ mod tests {
                 .map(|r| quantized_product(&q, &x.narrow(0, r, 1).unwrap()).unwrap())
                 .collect();
             let want = Tensor::cat(&each, 0).unwrap();
+            // K-quants: candle's kernels operation for operation; the others sum a block's
+            // products in lanes (llama.cpp's order), candle's reference loop does not.
             let tol = match dtype {
-                GgmlDType::Q4_0 | GgmlDType::Q8_0 => 1e-4,
-                _ => 0.0,
+                GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K => 0.0,
+                _ => 1e-4,
             };
             let m = Matrix::Quantized(q);
             cases.push((format!("{dtype:?}"), m, &x, want, tol));
