@@ -394,8 +394,9 @@ pub(crate) mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::quantized::{QMatMul, QTensor};
-    use candle_core::{Device, Module, Tensor};
+    use crate::model::matrix::candle_product_by_row;
+    use candle_core::quantized::QTensor;
+    use candle_core::{Device, Tensor};
 
     /// Random weights (offset, so that Q4_1/Q5_1's minimum matters), quantized by candle: each
     /// row's products are those of candle's own quantized matrix product on that row alone (its
@@ -421,18 +422,7 @@ mod tests {
             let data = q.data().unwrap();
             let row_bytes = kind.row_bytes(cols);
             assert_eq!(data.len(), out * row_bytes);
-            let mm = QMatMul::from_arc(q.clone()).unwrap();
-            let want: Vec<Vec<f32>> = (0..6)
-                .map(|r| {
-                    let xr = x.narrow(0, r, 1).unwrap();
-                    mm.forward(&xr)
-                        .unwrap()
-                        .flatten_all()
-                        .unwrap()
-                        .to_vec1()
-                        .unwrap()
-                })
-                .collect();
+            let want = candle_product_by_row(&q, &x);
             for n in 1..=6 {
                 let rows = Q8Rows::quantize(&xs[..n * cols], cols, kind.has_min());
                 for (name, kernel) in [

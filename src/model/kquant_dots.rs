@@ -261,6 +261,22 @@ mod avx2 {
         std::array::from_fn(|k| _mm256_shuffle_epi8(scales, load(&SHUFFLE_Q4[32 * k..])))
     }
 
+    /// The 4-bit values of a Q4_K / Q5_K block, 32 per vector: the low nibbles of bytes
+    /// 32j..32j + 32, then their high nibbles, for j = 0..4.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn nibbles(qs: &[u8]) -> [__m256i; 8] {
+        let m4 = _mm256_set1_epi8(0xF);
+        std::array::from_fn(|k| {
+            let bits = load(&qs[32 * (k / 2)..]);
+            let bits = if k % 2 == 0 {
+                bits
+            } else {
+                _mm256_srli_epi16(bits, 4)
+            };
+            _mm256_and_si256(bits, m4)
+        })
+    }
+
     /// Σ over 8 × 32 values of scale · (q · y), as candle sums them (i32 lanes).
     #[target_feature(enable = "avx2,fma,f16c")]
     fn scaled_sum(q: &[__m256i; 8], sc: &[__m256i; 8], y: &[i8]) -> __m256i {
@@ -276,7 +292,6 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     fn q4k<const R: usize>(w: &[u8], xs: &Q8KRows, first: usize) -> [f32; ROWS_PER_LOAD] {
         let blocks = xs.cols / QK_K;
-        let m4 = _mm256_set1_epi8(0xF);
         let mut acc = [_mm256_setzero_ps(); R];
         let mut acc_m = [_mm_setzero_ps(); R];
         for (b, block) in w.chunks_exact(KQuantKind::Q4K.block_bytes()).enumerate() {
@@ -284,15 +299,7 @@ mod avx2 {
             let (mins, scales) = mins_and_scales(block);
             let sc = scale_vectors(scales);
             let qs = &block[16..];
-            let q: [__m256i; 8] = std::array::from_fn(|k| {
-                let bits = load(&qs[32 * (k / 2)..]);
-                let bits = if k % 2 == 0 {
-                    bits
-                } else {
-                    _mm256_srli_epi16(bits, 4)
-                };
-                _mm256_and_si256(bits, m4)
-            });
+            let q = nibbles(qs);
             for r in 0..R {
                 let at = (first + r) * blocks + b;
                 let yd = xs.d[at];
@@ -316,7 +323,6 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     fn q5k<const R: usize>(w: &[u8], xs: &Q8KRows, first: usize) -> [f32; ROWS_PER_LOAD] {
         let blocks = xs.cols / QK_K;
-        let m4 = _mm256_set1_epi8(0xF);
         let mut acc = [_mm256_setzero_ps(); R];
         let mut summs = [0f32; R];
         for (b, block) in w.chunks_exact(KQuantKind::Q5K.block_bytes()).enumerate() {
@@ -327,19 +333,11 @@ mod avx2 {
             let qs = &block[48..];
             // Value k·32 + i: nibble as in Q4_K, plus 16 where bit k of byte i of the fifth
             // bits is set.
+            let low = nibbles(qs);
             let q: [__m256i; 8] = std::array::from_fn(|k| {
-                let bits = load(&qs[32 * (k / 2)..]);
-                let bits = if k % 2 == 0 {
-                    bits
-                } else {
-                    _mm256_srli_epi16(bits, 4)
-                };
                 let mask = _mm256_set1_epi8((1u8 << k) as i8);
                 let set = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mask), mask);
-                _mm256_add_epi8(
-                    _mm256_and_si256(bits, m4),
-                    _mm256_and_si256(set, _mm256_set1_epi8(16)),
-                )
+                _mm256_add_epi8(low[k], _mm256_and_si256(set, _mm256_set1_epi8(16)))
             });
             for r in 0..R {
                 let at = (first + r) * blocks + b;
@@ -436,8 +434,9 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
-    use candle_core::{Device, Module, Tensor};
+    use crate::model::matrix::candle_product_by_row;
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
     use std::sync::Arc;
 
     /// Each row's products are those of candle's quantized product on that row alone, to the
@@ -459,18 +458,7 @@ mod tests {
             let data = q.data().unwrap();
             let row_bytes = kind.row_bytes(cols);
             assert_eq!(data.len(), out * row_bytes);
-            let mm = QMatMul::from_arc(q.clone()).unwrap();
-            let want: Vec<Vec<f32>> = (0..6)
-                .map(|r| {
-                    let xr = x.narrow(0, r, 1).unwrap();
-                    mm.forward(&xr)
-                        .unwrap()
-                        .flatten_all()
-                        .unwrap()
-                        .to_vec1()
-                        .unwrap()
-                })
-                .collect();
+            let want = candle_product_by_row(&q, &x);
             for n in 1..=6 {
                 let rows = Q8KRows::quantize(&xs[..n * cols], cols);
                 for v in 0..out {

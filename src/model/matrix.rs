@@ -430,6 +430,21 @@ fn quantized_product(q: &Arc<QTensor>, x: &Tensor) -> Result<Tensor> {
     y.to_dtype(x.dtype())
 }
 
+/// The reference of the integer kernels' tests: candle's quantized product of each row of x
+/// (n, in) on its own, as (n, out) values.
+#[cfg(test)]
+pub(crate) fn candle_product_by_row(q: &Arc<QTensor>, x: &Tensor) -> Vec<Vec<f32>> {
+    (0..x.dim(0).expect("a matrix"))
+        .map(|r| {
+            let row = x.narrow(0, r, 1).expect("row r");
+            let y = quantized_product(q, &row).expect("candle's product");
+            y.flatten_all()
+                .and_then(|y| y.to_vec1())
+                .expect("f32 values")
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,10 +491,7 @@ mod tests {
             GgmlDType::Q6K,
         ] {
             let q = Arc::new(QTensor::quantize(&w, dtype).unwrap());
-            let each: Vec<Tensor> = (0..5)
-                .map(|r| quantized_product(&q, &x.narrow(0, r, 1).unwrap()).unwrap())
-                .collect();
-            let want = Tensor::cat(&each, 0).unwrap();
+            let want = Tensor::new(candle_product_by_row(&q, &x), &dev).unwrap();
             // K-quants: candle's kernels operation for operation; the others sum a block's
             // products in lanes (llama.cpp's order), candle's reference loop does not.
             let tol = match dtype {

@@ -7,6 +7,7 @@ pub mod config;
 pub mod decode;
 pub mod device;
 pub mod encoder;
+pub mod few_queries;
 pub mod fused;
 pub mod kquant_dots;
 mod layers;

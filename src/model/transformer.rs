@@ -9,6 +9,7 @@
 use super::batch::Batch;
 use super::config::TransformerConfig;
 use super::decode::Segment;
+use super::few_queries;
 use super::layers::{Linear, Mlp, RmsNorm, inv_freq, rope_tables};
 use super::matrix::{Matrix, Products, WeightsMode};
 use super::weights::Weights;
@@ -371,7 +372,8 @@ impl Transformer {
     /// Grouped-query attention without copying k and v: the heads that share a kv head are laid
     /// out one after another, so q viewed as (b, kv_heads, group·len, d) multiplies k directly.
     /// Scores are computed for a block of rows × queries at a time (`AttentionPlan`), masked and
-    /// normalised in f32.
+    /// normalised in f32. A few queries in f32 on the CPU (decoding steps) go to `few_queries`,
+    /// which reads the keys and values in place.
     fn attend(
         &self,
         q: &Tensor,
@@ -383,6 +385,11 @@ impl Transformer {
         let cfg = &self.cfg;
         let (b, heads, len, d) = q.dims4()?;
         let prefix = batch.prefix_len;
+        if few_queries::runs(q, len) {
+            let mask = batch.mask(window, 0..b, 0..len, prefix + len)?;
+            let (scale, cap) = (cfg.attn_scale, cfg.attn_softcap);
+            return few_queries::attend(q, k, v, &mask, prefix + len, scale, cap);
+        }
         let kv = cfg.num_kv_heads;
         let group = heads / kv;
         let plan = AttentionPlan::new(b, heads, len, prefix + len, self.attention_elements)?;
