@@ -125,27 +125,10 @@ impl Kernels {
             };
         }
         Kernels {
-            dot: dot_lanes,
+            dot: crate::model::matrix::dot_lanes,
             axpy: |p, x, y| y.iter_mut().zip(x).for_each(|(y, x)| *y += p * x),
         }
     }
-}
-
-fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -359,7 +359,8 @@ fn dot_kernel() -> DotRows {
     |xs, w, out| out.extend(xs.chunks_exact(w.len()).map(|x| dot_lanes(x, w)))
 }
 
-fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
+/// a · b in eight lanes summed as the AVX2 kernels sum them (portable bodies).
+pub(crate) fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ca
