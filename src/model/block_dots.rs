@@ -349,6 +349,9 @@ pub(crate) mod avx2 {
         let mut acc = [_mm256_setzero_ps(); R];
         let mut offsets = [0f32; R];
         for (b, block) in w.chunks_exact(bytes).enumerate() {
+            // A block is at most 34 bytes: one line asked for per block covers every line.
+            // (A prefetch never faults, whatever the address; the pointer is not read.)
+            _mm_prefetch::<_MM_HINT_T0>(block.as_ptr().wrapping_add(PREFETCH_BYTES) as *const i8);
             let q = unpack(kind, block);
             // maddubs multiplies unsigned by signed bytes: signed weights give it their
             // magnitudes and move their signs onto the activations.
@@ -380,6 +383,15 @@ pub(crate) mod avx2 {
         }
         sums
     }
+
+    /// How far ahead of the block being multiplied the kernels here and in `kquant_dots` ask
+    /// for the weights' cache lines. Decoding streams every weight once per step, and with the
+    /// hardware prefetcher alone the kernels waited on each block's first line (perf: most
+    /// samples on the loads of a block's scales). Measured on an AVX-512 Xeon, 2 threads,
+    /// batch-1 decoding: none / 512 / 1,024 / 2,048 / 8,192 bytes gave 2.15 / 3.55 / 3.89 /
+    /// 4.03 / 3.55 tok/s on the synthetic Llama-3.1-8B Q4_K_M; Qwen2.5-0.5B's Q5_0/Q8_0
+    /// matrices 18.1 at 1,024, 20.0 at 2,048, 20.3 at 4,096.
+    pub(crate) const PREFETCH_BYTES: usize = 2048;
 
     #[target_feature(enable = "avx2,fma,f16c")]
     fn hsum_float_8(x: __m256) -> f32 {
