@@ -412,12 +412,31 @@ mod tests {
 
     /// Random weights (offset, so that Q4_1/Q5_1's minimum matters), quantized by candle: each
     /// row's products are those of candle's own quantized matrix product on that row alone (its
-    /// 8-bit activations and kernels), for 1 to 6 rows at once: to the bit on the portable
-    /// kernel where candle runs its reference loop (Q4_1/Q5_0/Q5_1), within float rounding
-    /// otherwise (AVX2 sums the blocks in eight lanes, as llama.cpp and candle's AVX kernels).
+    /// 8-bit activations and kernels), for 1 to 6 rows at once, with an even and an odd number
+    /// of blocks per row: to the bit on the portable kernel where candle runs its reference
+    /// loop (Q4_1/Q5_0/Q5_1), within float rounding otherwise (AVX2 sums the blocks in eight
+    /// lanes, as llama.cpp and candle's AVX kernels). Every body this CPU runs is checked, not
+    /// only the one it picks; and a row's products do not change by a bit with the other rows.
     #[test]
     fn products_are_candles_row_by_row() {
-        let (out, cols) = (9, 128);
+        let mut kernels = vec![
+            ("machine", dot_rows_kernel()),
+            ("portable", dot_rows_portable as DotRows),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2_fma_f16c() {
+            // SAFETY: the features the kernel is compiled for were just detected.
+            kernels.push(("avx2", |kind, w, xs, out| unsafe {
+                avx2::dot_rows(kind, w, xs, out)
+            }));
+        }
+        for cols in [128, 160] {
+            products_match_candle(cols, &kernels);
+        }
+    }
+
+    fn products_match_candle(cols: usize, kernels: &[(&str, DotRows)]) {
+        let out = 9;
         let dev = Device::Cpu;
         let w = (Tensor::randn(0f32, 1.0, (out, cols), &dev).unwrap() + 0.3).unwrap();
         let x = Tensor::randn(0f32, 1.0, (6, cols), &dev).unwrap();
@@ -437,10 +456,7 @@ mod tests {
             let want = candle_product_by_row(&q, &x);
             for n in 1..=6 {
                 let rows = Q8Rows::quantize(&xs[..n * cols], cols, kind.has_min());
-                for (name, kernel) in [
-                    ("machine", dot_rows_kernel()),
-                    ("portable", dot_rows_portable as DotRows),
-                ] {
+                for &(name, kernel) in kernels {
                     for v in 0..out {
                         let mut got = Vec::new();
                         kernel(
@@ -459,8 +475,22 @@ mod tests {
                             let tol = if exact { 0.0 } else { 1e-4 + 1e-5 * e.abs() };
                             assert!(
                                 (g - e).abs() <= tol,
-                                "{dtype:?} {name} n={n} row {r} out {v}: {g} vs {e}"
+                                "{dtype:?} {name} cols={cols} n={n} row {r} out {v}: {g} vs {e}"
                             );
+                            // A row gets exactly what it gets alone (batching changes no bit).
+                            let alone = Q8Rows::quantize(
+                                &xs[r * cols..(r + 1) * cols],
+                                cols,
+                                kind.has_min(),
+                            );
+                            let mut one = Vec::new();
+                            kernel(
+                                kind,
+                                &data[v * row_bytes..(v + 1) * row_bytes],
+                                &alone,
+                                &mut one,
+                            );
+                            assert_eq!(g.to_bits(), one[0].to_bits(), "{dtype:?} {name} n={n}");
                         }
                     }
                 }
