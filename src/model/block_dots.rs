@@ -240,6 +240,17 @@ pub(crate) mod avx2 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
 
+    /// The f16 at `at` in all eight lanes. A scalar conversion, whatever the intrinsics
+    /// (`read_f16`), compiles to `vpinsrw` into a register left as it was, often the kernel's
+    /// accumulator: each block's scale then waited for the previous block's sum (perf, batch
+    /// 1). Eight lanes asked for make LLVM load the value whole.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn f16_lanes(b: &[u8], at: usize) -> __m256 {
+        let bits = u16::from_le_bytes([b[at], b[at + 1]]);
+        _mm256_cvtph_ps(_mm_set1_epi16(bits as i16))
+    }
+
     /// 32 bytes: 0xFF where bit i of `bits` is set (llama.cpp's `bytes_from_bits_32`).
     #[target_feature(enable = "avx2,fma,f16c")]
     fn bytes_from_bits(bits: u32) -> __m256i {
@@ -347,7 +358,8 @@ pub(crate) mod avx2 {
         }
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); R];
-        let mut offsets = [0f32; R];
+        // The minimum's part, m·s summed block by block (every lane the same).
+        let mut offsets = [_mm256_setzero_ps(); R];
         for (b, block) in w.chunks_exact(bytes).enumerate() {
             // A block is at most 34 bytes: one line asked for per block covers every line.
             // (A prefetch never faults, whatever the address; the pointer is not read.)
@@ -356,8 +368,8 @@ pub(crate) mod avx2 {
             // maddubs multiplies unsigned by signed bytes: signed weights give it their
             // magnitudes and move their signs onto the activations.
             let magnitudes = if signed { _mm256_sign_epi8(q, q) } else { q };
-            let d = read_f16(block, 0);
-            let m = min_at.map_or(0.0, |at| read_f16(block, at));
+            let d = f16_lanes(block, 0);
+            let m = min_at.map_or(_mm256_setzero_ps(), |at| f16_lanes(block, at));
             for r in 0..R {
                 let x = &rows[r];
                 // SAFETY: b < blocks, and every row holds `blocks` blocks (asserted above).
@@ -370,16 +382,18 @@ pub(crate) mod avx2 {
                     _mm256_maddubs_epi16(magnitudes, y),
                     ones,
                 ));
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), p, acc[r]);
+                // d·dx in every lane: the scalar product, rounded the same.
+                acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), p, acc[r]);
                 if kind.has_min() {
                     // SAFETY: as above; the rows carry their block sums (asserted).
-                    offsets[r] += m * unsafe { *x.s.get_unchecked(b) };
+                    let s = unsafe { *x.s.get_unchecked(b) };
+                    offsets[r] = _mm256_add_ps(offsets[r], _mm256_mul_ps(m, _mm256_set1_ps(s)));
                 }
             }
         }
         let mut sums = [0f32; ROWS_PER_LOAD];
         for r in 0..R {
-            sums[r] = hsum_float_8(acc[r]) + offsets[r];
+            sums[r] = hsum_float_8(acc[r]) + _mm256_cvtss_f32(offsets[r]);
         }
         sums
     }
