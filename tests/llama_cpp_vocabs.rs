@@ -75,6 +75,26 @@ fn upstream_cases(dir: &Path, name: &str) -> Vec<(String, Vec<u32>)> {
     texts.into_iter().map(String::from).zip(ids).collect()
 }
 
+/// Every text's ids (no special tokens added) are the expected ones; the failure lists all
+/// texts that differ.
+fn assert_same_ids(tokenizer: &tokenizers::Tokenizer, cases: &[(String, Vec<u32>)], what: &str) {
+    let wrong: Vec<String> = cases
+        .iter()
+        .filter_map(|(text, want)| {
+            let got = tokenizer.encode(text.as_str(), false).unwrap();
+            (got.get_ids() != want.as_slice())
+                .then(|| format!("{text:?}: got {:?}, want {want:?}", got.get_ids()))
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{what}: {} of {} texts differ:\n{}",
+        wrong.len(),
+        cases.len(),
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn built_vocabularies_give_upstream_ids_on_llama_cpps_test_texts() {
     let Some(dir) = vocab_dir() else { return };
@@ -83,21 +103,7 @@ fn built_vocabularies_give_upstream_ids_on_llama_cpps_test_texts() {
             from_gguf_content(&gguf(&dir, name), name).unwrap_or_else(|e| panic!("{name}: {e}"));
         let cases = upstream_cases(&dir, name);
         assert!(cases.len() > 30, "{name}: {} cases", cases.len());
-        let wrong: Vec<String> = cases
-            .iter()
-            .filter_map(|(text, want)| {
-                let got = tokenizer.encode(text.as_str(), false).unwrap();
-                (got.get_ids() != want.as_slice())
-                    .then(|| format!("{text:?}: got {:?}, want {want:?}", got.get_ids()))
-            })
-            .collect();
-        assert!(
-            wrong.is_empty(),
-            "{name}: {} of {} texts differ:\n{}",
-            wrong.len(),
-            cases.len(),
-            wrong.join("\n")
-        );
+        assert_same_ids(&tokenizer, &cases, &format!("{name}, upstream ids"));
     }
 }
 
@@ -135,27 +141,15 @@ fn built_vocabularies_give_llama_cpps_ids_on_japanese() {
         let tokenizer = from_gguf_content(&gguf(&dir, name), name).unwrap();
         let want = fixture["ids"][name].as_array().unwrap();
         assert_eq!(want.len(), texts.len(), "{name}");
-        let wrong: Vec<String> = texts
+        let cases: Vec<(String, Vec<u32>)> = texts
             .iter()
             .zip(want)
-            .filter_map(|(text, want)| {
-                let want: Vec<u32> = want
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|i| i.as_u64().unwrap() as u32)
-                    .collect();
-                let got = tokenizer.encode(*text, false).unwrap();
-                (got.get_ids() != want.as_slice())
-                    .then(|| format!("{text:?}: got {:?}, want {want:?}", got.get_ids()))
+            .map(|(text, ids)| {
+                let ids = ids.as_array().unwrap();
+                let ids = ids.iter().map(|i| i.as_u64().unwrap() as u32).collect();
+                (text.to_string(), ids)
             })
             .collect();
-        assert!(
-            wrong.is_empty(),
-            "{name}: {} of {} texts differ from llama.cpp:\n{}",
-            wrong.len(),
-            texts.len(),
-            wrong.join("\n")
-        );
+        assert_same_ids(&tokenizer, &cases, &format!("{name}, llama.cpp's ids"));
     }
 }
