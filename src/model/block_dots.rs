@@ -12,6 +12,7 @@
 //! lanes, scaled into eight float lanes); without, candle's reference loop (`vec_dot_unopt`),
 //! whose results it reproduces to the bit.
 
+use super::act_rounding::Rounding;
 use candle_core::quantized::GgmlDType;
 use half::f16;
 
@@ -98,6 +99,10 @@ pub struct Q8Rows {
 impl Q8Rows {
     /// `xs`: rows of `cols` values, `cols` a multiple of 32. `with_sums` for Q8_1.
     pub fn quantize(xs: &[f32], cols: usize, with_sums: bool) -> Self {
+        Self::quantize_with(xs, cols, with_sums, Rounding::for_machine())
+    }
+
+    fn quantize_with(xs: &[f32], cols: usize, with_sums: bool, rounding: Rounding) -> Self {
         assert!(cols.is_multiple_of(BLOCK) && xs.len().is_multiple_of(cols));
         let blocks = xs.len() / BLOCK;
         let mut rows = Q8Rows {
@@ -107,15 +112,11 @@ impl Q8Rows {
             s: Vec::with_capacity(if with_sums { blocks } else { 0 }),
         };
         for (x, q) in xs.chunks_exact(BLOCK).zip(rows.qs.chunks_exact_mut(BLOCK)) {
-            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let amax = (rounding.max_abs)(x);
             let d = amax / 127.0;
             let id = if d != 0.0 { 1.0 / d } else { 0.0 };
             let d16 = f16::from_f32(d);
-            let mut sum = 0i32;
-            for (q, &v) in q.iter_mut().zip(x) {
-                *q = (v * id).round() as i8;
-                sum += *q as i32;
-            }
+            let sum = (rounding.round)(x, id, q);
             rows.d.push(d16.to_f32());
             if with_sums {
                 rows.s.push((f16::from_f32(sum as f32) * d16).to_f32());
@@ -418,7 +419,7 @@ pub(crate) mod avx2 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::matrix::candle_product_by_row;
     use candle_core::quantized::QTensor;
@@ -447,6 +448,77 @@ mod tests {
         }
         for cols in [128, 192] {
             products_match_candle(cols, &kernels);
+        }
+    }
+
+    /// Activation rows with the cases rounding gets wrong: values exactly halfway between two
+    /// integers once scaled (amax 127: the scale is 1), ties of magnitude of either sign, an
+    /// all-zero block, and random rows.
+    pub(crate) fn awkward_rows(cols: usize, rows: usize) -> Vec<f32> {
+        let mut xs: Vec<f32> = Tensor::randn(0f32, 1.0, rows * cols, &Device::Cpu)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        for (i, v) in xs[..cols].iter_mut().enumerate() {
+            *v = match i % 32 {
+                0 => 127.0,
+                j => (j as f32 - 16.0) * 4.0 + 0.5,
+            };
+        }
+        if rows > 1 {
+            for (i, v) in xs[cols..2 * cols].iter_mut().enumerate() {
+                let sign = if i < cols / 2 { 1.0 } else { -1.0 };
+                *v = sign
+                    * match i % 7 {
+                        0 => -3.0,
+                        3 => 3.0,
+                        _ => (i % 5) as f32 * 0.25 - 0.5,
+                    };
+            }
+            xs[cols..cols + 32].fill(0.0);
+        }
+        xs
+    }
+
+    /// The activations' bytes are candle's `BlockQ8_0` / `BlockQ8_1` (its reference
+    /// `from_float`), on the kernel this machine runs and on the portable loop.
+    #[test]
+    fn activations_round_as_candles() {
+        let (cols, n) = (256, 4);
+        let xs = awkward_rows(cols, n);
+        let t = Tensor::from_vec(xs.clone(), (n, cols), &Device::Cpu).unwrap();
+        for (dtype, sums) in [(GgmlDType::Q8_0, false), (GgmlDType::Q8_1, true)] {
+            let want = QTensor::quantize(&t, dtype)
+                .unwrap()
+                .data()
+                .unwrap()
+                .to_vec();
+            let bytes = if sums { 36 } else { 34 };
+            for (name, rows) in [
+                ("machine", Q8Rows::quantize(&xs, cols, sums)),
+                (
+                    "portable",
+                    Q8Rows::quantize_with(&xs, cols, sums, Rounding::PORTABLE),
+                ),
+            ] {
+                for (b, block) in want.chunks_exact(bytes).enumerate() {
+                    let at = |i: usize| f16::from_le_bytes([block[i], block[i + 1]]).to_f32();
+                    let qs: Vec<i8> = block[bytes - 32..].iter().map(|&q| q as i8).collect();
+                    assert_eq!(
+                        &rows.qs[b * 32..(b + 1) * 32],
+                        &qs[..],
+                        "{dtype:?} {name} {b}"
+                    );
+                    assert_eq!(
+                        rows.d[b].to_bits(),
+                        at(0).to_bits(),
+                        "{dtype:?} {name} d {b}"
+                    );
+                    if sums {
+                        assert_eq!(rows.s[b].to_bits(), at(2).to_bits(), "{name} s {b}");
+                    }
+                }
+            }
         }
     }
 

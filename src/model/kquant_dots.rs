@@ -10,6 +10,8 @@
 //! product to the bit. Activations are rounded to 8 bits as candle's `BlockQ8K::from_float`
 //! does. x86-64 with AVX2, FMA and F16C only; elsewhere the caller keeps candle's kernels.
 
+use super::act_rounding::Rounding;
+
 /// Values per super-block of K-quants and of the 8-bit activations.
 pub const QK_K: usize = 256;
 
@@ -75,6 +77,10 @@ pub struct Q8KRows {
 impl Q8KRows {
     /// `xs`: rows of `cols` values, `cols` a multiple of 256.
     pub fn quantize(xs: &[f32], cols: usize) -> Self {
+        Self::quantize_with(xs, cols, Rounding::for_machine())
+    }
+
+    fn quantize_with(xs: &[f32], cols: usize, rounding: Rounding) -> Self {
         assert!(cols.is_multiple_of(QK_K) && xs.len().is_multiple_of(cols));
         let mut rows = Q8KRows {
             cols,
@@ -87,23 +93,17 @@ impl Q8KRows {
             .zip(rows.qs.chunks_exact_mut(QK_K))
             .zip(rows.bsums.chunks_exact_mut(QK_K / 16));
         for ((x, q), bsums) in blocks {
-            let (mut max, mut amax) = (0f32, 0f32);
-            for &v in x {
-                if amax < v.abs() {
-                    amax = v.abs();
-                    max = v;
-                }
-            }
-            if amax == 0.0 {
+            // The value of largest magnitude, the first of them (llama.cpp's scan): the
+            // magnitude, then where it first occurs.
+            let amax = (rounding.max_abs)(x);
+            let Some(&max) = x.iter().find(|v| v.abs() == amax).filter(|_| amax > 0.0) else {
                 rows.d.push(0.0);
                 continue;
-            }
+            };
             let iscale = -127f32 / max;
-            for (q, &v) in q.iter_mut().zip(x) {
-                *q = (iscale * v).round().clamp(-128.0, 127.0) as i8;
-            }
-            for (s, q16) in bsums.iter_mut().zip(q.chunks_exact(16)) {
-                *s = q16.iter().map(|&v| v as i32).sum::<i32>() as i16;
+            let groups = x.chunks_exact(16).zip(q.chunks_exact_mut(16));
+            for (s, (x16, q16)) in bsums.iter_mut().zip(groups) {
+                *s = (rounding.round)(x16, iscale, q16) as i16;
             }
             rows.d.push(1.0 / iscale);
         }
@@ -452,6 +452,41 @@ mod tests {
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
     use std::sync::Arc;
+
+    /// The activations' bytes are candle's `BlockQ8K` (its `from_float`), including where two
+    /// values of opposite sign share the largest magnitude (the first one sets the sign of
+    /// the scale), on the kernel this machine runs and on the portable loop.
+    #[test]
+    fn activations_round_as_candles() {
+        let (cols, n) = (512, 4);
+        let xs = crate::model::block_dots::tests::awkward_rows(cols, n);
+        let t = Tensor::from_vec(xs.clone(), (n, cols), &Device::Cpu).unwrap();
+        let want = QTensor::quantize(&t, GgmlDType::Q8K)
+            .unwrap()
+            .data()
+            .unwrap()
+            .to_vec();
+        let bytes = 4 + QK_K + QK_K / 16 * 2;
+        for (name, rows) in [
+            ("machine", Q8KRows::quantize(&xs, cols)),
+            (
+                "portable",
+                Q8KRows::quantize_with(&xs, cols, Rounding::PORTABLE),
+            ),
+        ] {
+            for (b, block) in want.chunks_exact(bytes).enumerate() {
+                let d = f32::from_le_bytes(block[..4].try_into().unwrap());
+                let qs: Vec<i8> = block[4..4 + QK_K].iter().map(|&q| q as i8).collect();
+                let bsums: Vec<i16> = block[4 + QK_K..]
+                    .chunks_exact(2)
+                    .map(|c| i16::from_le_bytes([c[0], c[1]]))
+                    .collect();
+                assert_eq!(rows.d[b].to_bits(), d.to_bits(), "{name} d {b}");
+                assert_eq!(&rows.qs[b * QK_K..(b + 1) * QK_K], &qs[..], "{name} {b}");
+                assert_eq!(&rows.bsums[b * 16..(b + 1) * 16], &bsums[..], "{name} {b}");
+            }
+        }
+    }
 
     /// Each row's products are those of candle's quantized product on that row alone, to the
     /// bit, for 1 to 6 rows at once.

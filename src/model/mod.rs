@@ -1,6 +1,7 @@
 //! Stage 5 — the judge model: a batched causal-LM runtime in candle for llama, mistral, qwen2,
 //! qwen3, gemma2 and gemma3 checkpoints (safetensors or GGUF).
 
+mod act_rounding;
 pub mod batch;
 pub mod block_dots;
 pub mod config;
