@@ -451,6 +451,15 @@ pub(crate) mod tests {
         }
     }
 
+    /// The block types multiplied here, as candle names them.
+    pub(crate) const BLOCK_TYPES: [GgmlDType; 5] = [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q5_0,
+        GgmlDType::Q5_1,
+        GgmlDType::Q8_0,
+    ];
+
     /// Activation rows with the cases rounding gets wrong: values exactly halfway between two
     /// integers once scaled (amax 127: the scale is 1), ties of magnitude of either sign, an
     /// all-zero block, and random rows.
@@ -528,13 +537,7 @@ pub(crate) mod tests {
         let w = (Tensor::randn(0f32, 1.0, (out, cols), &dev).unwrap() + 0.3).unwrap();
         let x = Tensor::randn(0f32, 1.0, (6, cols), &dev).unwrap();
         let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
-        for dtype in [
-            GgmlDType::Q4_0,
-            GgmlDType::Q4_1,
-            GgmlDType::Q5_0,
-            GgmlDType::Q5_1,
-            GgmlDType::Q8_0,
-        ] {
+        for dtype in BLOCK_TYPES {
             let q = std::sync::Arc::new(QTensor::quantize(&w, dtype).unwrap());
             let kind = BlockKind::of(dtype).unwrap();
             let data = q.data().unwrap();

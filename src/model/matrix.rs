@@ -359,9 +359,9 @@ impl Matrix {
 
 /// y (n, out) of a product whose tasks each compute `chunk` weight rows: `task(rows, part)`
 /// appends, weight row by weight row, that row's n outputs. Each task writes its outputs
-/// straight into y, on its own thread: gathered afterwards on the calling thread, with a buffer
-/// per task, this took a tenth of a 16-row json decoding run while the other threads waited
-/// (a 16 × 152k output head per step).
+/// straight into y, on its own thread: gathered afterwards on the calling thread (a 16 × 152k
+/// output head per step), with a fresh buffer per task, the gathering, zeroing and page faults
+/// took several percent of a 16-row json decoding run while the other threads waited.
 fn by_weight_rows(
     out: usize,
     n: usize,
@@ -530,6 +530,7 @@ pub(crate) fn candle_product_by_row(q: &Arc<QTensor>, x: &Tensor) -> Vec<Vec<f32
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::block_dots::tests::BLOCK_TYPES;
 
     fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
         (a - b)
@@ -548,18 +549,14 @@ mod tests {
         let dev = Device::Cpu;
         // 300 rows: tasks of 64 rows and a shorter last one.
         let w = (Tensor::randn(0f32, 1.0, (300, 1024), &dev).unwrap() + 0.2).unwrap();
-        for dtype in [
-            GgmlDType::Q4_0,
-            GgmlDType::Q4_1,
-            GgmlDType::Q5_0,
-            GgmlDType::Q5_1,
-            GgmlDType::Q8_0,
+        let k_quants = [
             GgmlDType::Q2K,
             GgmlDType::Q3K,
             GgmlDType::Q4K,
             GgmlDType::Q5K,
             GgmlDType::Q6K,
-        ] {
+        ];
+        for dtype in BLOCK_TYPES.into_iter().chain(k_quants) {
             let q = QTensor::quantize(&w, dtype).unwrap();
             let want: Vec<f32> = q
                 .dequantize(&dev)
@@ -600,16 +597,8 @@ mod tests {
             dense_x.matmul(&dense_w.t().unwrap()).unwrap(),
             1e-4,
         )];
-        for dtype in [
-            GgmlDType::Q4_0,
-            GgmlDType::Q4_1,
-            GgmlDType::Q5_0,
-            GgmlDType::Q5_1,
-            GgmlDType::Q8_0,
-            GgmlDType::Q4K,
-            GgmlDType::Q5K,
-            GgmlDType::Q6K,
-        ] {
+        let k_quants = [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K];
+        for dtype in BLOCK_TYPES.into_iter().chain(k_quants) {
             let q = Arc::new(QTensor::quantize(&w, dtype).unwrap());
             let want = Tensor::new(candle_product_by_row(&q, &x), &dev).unwrap();
             // K-quants: candle's kernels operation for operation; the others sum a block's
