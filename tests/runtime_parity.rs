@@ -268,7 +268,7 @@ fn attention_split_into_small_blocks_matches() {
 
 /// Rows decoded on a `KvCache`, the way batched json decoding runs: uneven steps (rows feeding
 /// 0–3 tokens, the rest dead padding), probe branches read and dropped, the cache growing from
-/// 2 slots, finished rows dropped — with and without a shared header copied into every row.
+/// 2 slots, finished rows dropped — with and without a header kept once and read by every row.
 /// Every position read equals transformers' logits for the whole prompt.
 #[test]
 fn decoding_steps_on_a_cache_match_transformers() {

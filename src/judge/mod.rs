@@ -99,9 +99,10 @@ impl AspectScore {
     }
 }
 
-/// Memory the keys and values of one json decoding batch may take: every row holds the
-/// whole prompt's, header included (an 8B model in f32: about 0.5 GB per row of 2k tokens), so
-/// a larger chunk of items is decoded a few rows at a time.
+/// Memory the keys and values of one json decoding batch may take: every row holds its own
+/// item's and answer's, beside the header's kept once (an 8B model in f32: 0.25 MB per token, so
+/// rows of 500 tokens after the header take 128 MB each), so a larger chunk of items is decoded
+/// a few rows at a time.
 pub const JSON_CACHE_BYTES: usize = 2 << 30;
 
 /// Scores batches of laid-out items with one model, reusing the rubric header's keys/values.
@@ -189,7 +190,12 @@ impl Scorer<'_> {
         decoding: json::Decoding,
         seeds: &[u64],
     ) -> Result<Vec<json::JsonJudgment>, JudgeError> {
-        let longest = layouts.iter().map(|l| l.trunk.len()).max().unwrap_or(0);
+        // The header's keys and values are kept once, not per row (`KvCache`).
+        let longest = layouts
+            .iter()
+            .map(|l| l.trunk.len() - self.header)
+            .max()
+            .unwrap_or(0);
         let row_bytes = self.model.kv_bytes_per_slot() * (longest + format.reserve());
         let rows = (JSON_CACHE_BYTES / row_bytes.max(1)).max(1);
         let mut out = Vec::with_capacity(layouts.len());

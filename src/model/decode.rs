@@ -6,8 +6,11 @@
 //! forward pass (every weight read once per token per sequence). Here a step feeds every row
 //! its next tokens together: the weights are read once per step, and the past is only read.
 //!
-//! A row's token at position p lives in slot p of its row, so a row's past is always the
-//! slots before its next token, with nothing of other rows or of padding in between. Attention
+//! Every row continues one header (the rubric's instructions, most of a judge's prompt), whose
+//! keys and values are kept once and read by every row beside its own: a row's token at
+//! position p lives in slot p − h of its row (h: the header's length), so a row's past is the
+//! header and then the slots before its next token, with nothing of other rows or of padding
+//! in between. Attention
 //! runs each row's trunk, and each of its branches, on its own over exactly those slots
 //! (`Segment`): a row gets the arithmetic it gets when decoded alone, whatever else the batch
 //! holds. That matters beyond rounding: the quantized kernels round the activations to 8 bits,
@@ -24,6 +27,10 @@ use candle_core::{Device, Result, Tensor};
 pub struct KvCache {
     /// Per layer: (rows, kv_heads, capacity, head_dim), the model's dtype.
     layers: Vec<LayerKv>,
+    /// Per layer: the header's (1, kv_heads, h, head_dim), every row's first h keys.
+    header: Option<Vec<LayerKv>>,
+    header_len: usize,
+    /// Slots per row, after the header.
     capacity: usize,
     /// Per row: the position of its next token (its slots before it are written).
     next: Vec<usize>,
@@ -41,8 +48,8 @@ pub struct Segment {
 }
 
 impl KvCache {
-    /// `rows` sequences that all continue `header` (its keys copied into every row once), with
-    /// room for `capacity` slots after it; the cache grows when a step needs more.
+    /// `rows` sequences that all continue `header` (its keys and values shared, not copied),
+    /// with room for `capacity` slots of their own; the cache grows when a step needs more.
     pub fn new(
         model: &Transformer,
         rows: usize,
@@ -52,19 +59,14 @@ impl KvCache {
         let h = header.map_or(0, |p| p.len);
         let mut cache = KvCache {
             layers: Vec::new(),
-            capacity: h + capacity.max(1),
+            header: header.map(|p| p.layers.clone()),
+            header_len: h,
+            capacity: capacity.max(1),
             next: vec![h; rows],
         };
         cache.layers = (0..model.cfg.num_layers())
             .map(|_| cache.empty_layer(model, rows))
             .collect::<Result<_>>()?;
-        if let Some(header) = header {
-            for ((ck, cv), (hk, hv)) in cache.layers.iter().zip(&header.layers) {
-                let (_, kv, _, d) = hk.dims4()?;
-                ck.slice_set(&hk.broadcast_as((rows, kv, h, d))?.contiguous()?, 2, 0)?;
-                cv.slice_set(&hv.broadcast_as((rows, kv, h, d))?.contiguous()?, 2, 0)?;
-            }
-        }
         Ok(cache)
     }
 
@@ -100,9 +102,10 @@ impl KvCache {
         Ok(())
     }
 
-    /// Room for `need` slots in every row: at least double the capacity when it grows, so that
-    /// growing costs O(1) copies per slot over a run.
+    /// Room up to position `need` in every row: at least double the capacity when it grows,
+    /// so that growing costs O(1) copies per slot over a run.
     fn reserve(&mut self, model: &Transformer, need: usize) -> Result<()> {
+        let need = need.saturating_sub(self.header_len);
         if need <= self.capacity {
             return Ok(());
         }
@@ -159,7 +162,8 @@ impl Transformer {
             }
         }
         let batch = Batch::stepping(rows, &cache.next, self.device())?.with_products(products);
-        let hidden = self.forward_cached(&batch, &cache.layers, &segments)?;
+        let header = cache.header.as_deref();
+        let hidden = self.forward_cached(&batch, &cache.layers, header, &segments)?;
         for (next, row) in cache.next.iter_mut().zip(rows) {
             *next += row.trunk.len();
         }

@@ -7,7 +7,9 @@
 //! A row's result depends on its own queries, keys, values and mask only; the order of every
 //! sum is fixed, so a sequence gets the same numbers alone or among others.
 
-use candle_core::{CpuStorage, DType, Result, Storage, Tensor, bail};
+use super::expf_lanes::exp_in_place;
+use super::transformer::LayerKv;
+use candle_core::{CpuStorage, DType, Layout, Result, Storage, Tensor, bail};
 use rayon::prelude::*;
 
 /// Queries per row up to which decoding attention runs here (a step's tokens: one, or a few
@@ -19,11 +21,15 @@ pub fn runs(q: &Tensor, n: usize) -> bool {
     q.device().is_cpu() && q.dtype() == DType::F32 && n <= FEW_QUERIES
 }
 
-/// softmax(q·kᵀ·scale, soft-capped, + mask)·v: q (b, heads, n, d); k and v (b, kv_heads, ≥ keys,
-/// d), read over their first `keys` (views of a cache are read in place); mask (b, 1, n, keys),
-/// added to the scores. The heads sharing a key head are consecutive. Returns (b, heads, n, d).
+/// softmax(q·kᵀ·scale, soft-capped, + mask)·v: q (b, heads, n, d); k and v (b, kv_heads, ≥ own
+/// keys, d), read over their first `keys − h` (views of a cache are read in place), after the
+/// `h` keys and values of `shared` ((1, kv_heads, h, d), read in place by every row: a header
+/// that all rows continue); mask (b, 1, n, keys), added to the scores. The heads sharing a key
+/// head are consecutive. Returns (b, heads, n, d).
+#[allow(clippy::too_many_arguments)]
 pub fn attend(
     q: &Tensor,
+    shared: Option<&LayerKv>,
     k: &Tensor,
     v: &Tensor,
     mask: &Tensor,
@@ -34,6 +40,13 @@ pub fn attend(
     let (b, heads, n, d) = q.dims4()?;
     let kv_heads = k.dim(1)?;
     let group = heads / kv_heads;
+    let h = match shared {
+        Some((sk, _)) => sk.dim(2)?,
+        None => 0,
+    };
+    if keys < h {
+        bail!("few-query attention: {keys} keys, fewer than the {h} shared ones");
+    }
     // Scaled before the product, as the general path does.
     let qs: Vec<f32> = (q * scale)?.flatten_all()?.to_vec1()?;
     let mask: Vec<f32> = mask.flatten_all()?.to_vec1()?;
@@ -45,32 +58,38 @@ pub fn attend(
     }
     let (ks, kl) = k.storage_and_layout();
     let (vs, vl) = v.storage_and_layout();
-    let (Storage::Cpu(CpuStorage::F32(kd)), Storage::Cpu(CpuStorage::F32(vd))) = (&*ks, &*vs)
-    else {
-        bail!("few-query attention: f32 keys and values on the CPU only")
+    let own_k = InPlace::new(&ks, kl, keys - h)?;
+    let own_v = InPlace::new(&vs, vl, keys - h)?;
+    let shared_guards = shared.map(|(sk, sv)| (sk.storage_and_layout(), sv.storage_and_layout()));
+    let shared_kv = match &shared_guards {
+        Some(((sks, skl), (svs, svl))) => {
+            Some((InPlace::new(sks, skl, h)?, InPlace::new(svs, svl, h)?))
+        }
+        None => None,
     };
-    let (kst, vst) = (kl.stride(), vl.stride());
-    if kst[3] != 1 || vst[3] != 1 || k.dim(2)? < keys || v.dim(2)? < keys {
-        bail!("few-query attention: keys and values need unit stride in their last dimension");
-    }
-    let row_at = |st: &[usize], off: usize, r: usize, h: usize, j: usize| {
-        off + r * st[0] + h * st[1] + j * st[2]
-    };
-    let (k_off, v_off) = (kl.start_offset(), vl.start_offset());
     let kernels = Kernels::for_this_cpu();
     let parts: Vec<Vec<f32>> = (0..b * kv_heads)
         .into_par_iter()
         .map(|task| {
-            let (r, h) = (task / kv_heads, task % kv_heads);
+            let (r, kh) = (task / kv_heads, task % kv_heads);
+            // Key j of this row: the shared ones first, then the row's own — one order, so
+            // the sums are those over a cache holding both.
+            let key = |j: usize| match &shared_kv {
+                Some((sk, _)) if j < h => sk.row(0, kh, j, d),
+                _ => own_k.row(r, kh, j - h, d),
+            };
+            let value = |j: usize| match &shared_kv {
+                Some((_, sv)) if j < h => sv.row(0, kh, j, d),
+                _ => own_v.row(r, kh, j - h, d),
+            };
             let mut out = vec![0f32; group * n * d];
             let mut scores = vec![0f32; keys];
             for g in 0..group {
                 for i in 0..n {
-                    let at = ((r * heads + h * group + g) * n + i) * d;
+                    let at = ((r * heads + kh * group + g) * n + i) * d;
                     let query = &qs[at..at + d];
                     for (j, s) in scores.iter_mut().enumerate() {
-                        let kr = row_at(kst, k_off, r, h, j);
-                        *s = (kernels.dot)(query, &kd[kr..kr + d]);
+                        *s = (kernels.dot)(query, key(j));
                     }
                     if let Some(cap) = softcap {
                         let cap = cap as f32;
@@ -81,29 +100,56 @@ pub fn attend(
                     softmax(&mut scores);
                     let o = &mut out[(g * n + i) * d..(g * n + i + 1) * d];
                     for (j, &p) in scores.iter().enumerate() {
-                        let vr = row_at(vst, v_off, r, h, j);
-                        (kernels.axpy)(p, &vd[vr..vr + d], o);
+                        (kernels.axpy)(p, value(j), o);
                     }
                 }
             }
             out
         })
         .collect();
-    drop((ks, vs));
+    drop((ks, vs, shared_guards));
     // parts[r·kv + h] holds heads h·group.. of row r, in (head, query, d) order: concatenated
     // in task order they are (b, heads, n, d).
     let flat: Vec<f32> = parts.into_iter().flatten().collect();
     Tensor::from_vec(flat, (b, heads, n, d), q.device())
 }
 
-/// Softmax in place: max, e^(x − max), sum, divide.
+/// A (rows, heads, ≥ keys, d) f32 tensor on the CPU, read where it lies.
+struct InPlace<'a> {
+    data: &'a [f32],
+    strides: [usize; 3],
+    offset: usize,
+}
+
+impl<'a> InPlace<'a> {
+    fn new(storage: &'a Storage, layout: &Layout, keys: usize) -> Result<Self> {
+        let Storage::Cpu(CpuStorage::F32(data)) = storage else {
+            bail!("few-query attention: f32 keys and values on the CPU only")
+        };
+        let (st, dims) = (layout.stride(), layout.dims());
+        if st.len() != 4 || st[3] != 1 || dims[2] < keys {
+            bail!("few-query attention: keys and values need unit stride in their last dimension");
+        }
+        Ok(InPlace {
+            data,
+            strides: [st[0], st[1], st[2]],
+            offset: layout.start_offset(),
+        })
+    }
+
+    fn row(&self, r: usize, h: usize, j: usize, d: usize) -> &'a [f32] {
+        let at = self.offset + r * self.strides[0] + h * self.strides[1] + j * self.strides[2];
+        &self.data[at..at + d]
+    }
+}
+
+/// Softmax in place: max, e^(x − max) (libm's values, eight at a time: `expf_lanes`), sum in
+/// order, divide.
 fn softmax(xs: &mut [f32]) {
     let max = xs.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-    let mut sum = 0f32;
-    for x in xs.iter_mut() {
-        *x = (*x - max).exp();
-        sum += *x;
-    }
+    xs.iter_mut().for_each(|x| *x -= max);
+    exp_in_place(xs);
+    let sum = xs.iter().fold(0f32, |s, &x| s + x);
     xs.iter_mut().for_each(|x| *x /= sum);
 }
 
@@ -198,6 +244,52 @@ mod tests {
     use crate::model::batch::MASKED;
     use candle_core::{D, Device};
 
+    /// A header read in place before each row's own keys gives the bits of a cache holding
+    /// the header's keys copied into every row (how the decoding cache was laid out before).
+    #[test]
+    fn a_shared_header_reads_as_if_copied_into_every_row() {
+        let dev = Device::Cpu;
+        let (b, kv, group, d, h, own, cap) = (3, 2, 2, 24, 11, 6, 9);
+        let heads = kv * group;
+        let hk = Tensor::randn(0f32, 1.0, (1, kv, h, d), &dev).unwrap();
+        let hv = Tensor::randn(0f32, 1.0, (1, kv, h, d), &dev).unwrap();
+        let cache_k = Tensor::randn(0f32, 1.0, (b, kv, cap, d), &dev).unwrap();
+        let cache_v = Tensor::randn(0f32, 1.0, (b, kv, cap, d), &dev).unwrap();
+        let (k, v) = (
+            cache_k.narrow(2, 0, own).unwrap(),
+            cache_v.narrow(2, 0, own).unwrap(),
+        );
+        let copied = |header: &Tensor, rows: &Tensor| {
+            let header = header.broadcast_as((b, kv, h, d)).unwrap();
+            Tensor::cat(&[&header.contiguous().unwrap(), rows], 2).unwrap()
+        };
+        let (all_k, all_v) = (copied(&hk, &k), copied(&hv, &v));
+        let keys = h + own;
+        for n in [1, 3] {
+            let q = Tensor::randn(0f32, 1.0, (b, heads, n, d), &dev).unwrap();
+            // Row 1 masks two header keys and one of its own.
+            let mut m = vec![0f32; b * n * keys];
+            for i in 0..n {
+                for j in [3, 4, h + 1] {
+                    m[(n + i) * keys + j] = MASKED;
+                }
+            }
+            let mask = Tensor::from_vec(m, (b, 1, n, keys), &dev).unwrap();
+            let header = (hk.clone(), hv.clone());
+            let got = attend(&q, Some(&header), &k, &v, &mask, keys, 0.2, None).unwrap();
+            let want = attend(&q, None, &all_k, &all_v, &mask, keys, 0.2, None).unwrap();
+            let (got, want) = (
+                got.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                want.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            );
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits())
+            );
+        }
+    }
+
     /// The same attention through candle's ops (each query head against its key head's rows
     /// copied out), with keys and values read from a view of a larger cache, masked entries
     /// and a soft cap.
@@ -223,7 +315,7 @@ mod tests {
             }
             let mask = Tensor::from_vec(m, (b, 1, n, keys), &dev).unwrap();
             let scale = 0.125;
-            let got = attend(&q, &k, &v, &mask, keys, scale, softcap).unwrap();
+            let got = attend(&q, None, &k, &v, &mask, keys, scale, softcap).unwrap();
             let mut want = Vec::new();
             for r in 0..b {
                 for h in 0..heads {

@@ -11,6 +11,7 @@ use super::config::TransformerConfig;
 use super::decode::Segment;
 use super::few_queries;
 use super::layers::{Linear, Mlp, RmsNorm, inv_freq, rope_tables};
+use super::masked_softmax::masked_softmax;
 use super::matrix::{Matrix, Products, WeightsMode};
 use super::weights::Weights;
 use candle_core::{DType, Device, Result, Tensor};
@@ -207,15 +208,17 @@ impl Transformer {
     }
 
     /// Run a decoding step on rows' own keys and values (`decode::KvCache`'s layers,
-    /// (rows, kv_heads, capacity, head_dim)): each segment's keys and values are written into
-    /// its row at its slot. Returns the final hidden states as `forward`.
+    /// (rows, kv_heads, capacity, head_dim)), which follow `header`'s (one copy, read by every
+    /// row): each segment's keys and values are written into its row at its slot. Returns the
+    /// final hidden states as `forward`.
     pub(super) fn forward_cached(
         &self,
         batch: &Batch,
         layers: &[LayerKv],
+        header: Option<&[LayerKv]>,
         segments: &[Segment],
     ) -> Result<Tensor> {
-        Ok(self.run(batch, Past::Cached(layers, segments))?.0)
+        Ok(self.run(batch, Past::Cached(layers, header, segments))?.0)
     }
 
     fn run(&self, batch: &Batch, past: Past) -> Result<(Tensor, Vec<LayerKv>)> {
@@ -246,7 +249,9 @@ impl Transformer {
             let past = match past {
                 Past::Fresh => LayerPast::Fresh,
                 Past::Shared(p) => LayerPast::Shared(&p.layers[i]),
-                Past::Cached(layers, segments) => LayerPast::Cached(&layers[i], segments),
+                Past::Cached(layers, header, segments) => {
+                    LayerPast::Cached(&layers[i], header.map(|h| &h[i]), segments)
+                }
             };
             let (h, kv) =
                 self.attention(&block.attn, &h, cos, sin, batch, kind.sliding_window, past)?;
@@ -298,19 +303,11 @@ impl Transformer {
         let q = candle_nn::rotary_emb::rope(&q.contiguous()?, cos, sin)?;
         let k = candle_nn::rotary_emb::rope(&k.contiguous()?, cos, sin)?;
         let out = match past {
-            LayerPast::Shared((pk, pv)) => {
-                let expand = |t: &Tensor| -> Result<Tensor> {
-                    let (_, n, p, d) = t.dims4()?;
-                    t.broadcast_as((b, n, p, d))?.contiguous()
-                };
-                let k_all = Tensor::cat(&[&expand(pk)?, &k], 2)?;
-                let v_all = Tensor::cat(&[&expand(pv)?, &v], 2)?;
-                self.attend(&q, &k_all, &v_all, batch, window)?
+            LayerPast::Shared(header) => self.attend(&q, Some(header), &k, &v, batch, window)?,
+            LayerPast::Cached(cache, header, segments) => {
+                self.attend_segments(&q, &k, &v, (cache, header), segments, window)?
             }
-            LayerPast::Cached(cache, segments) => {
-                self.attend_segments(&q, &k, &v, cache, segments, window)?
-            }
-            LayerPast::Fresh => self.attend(&q, &k, &v, batch, window)?,
+            LayerPast::Fresh => self.attend(&q, None, &k, &v, batch, window)?,
         };
         let out = out
             .transpose(1, 2)?
@@ -321,19 +318,23 @@ impl Transformer {
 
     /// Attention of a decoding step on a cache: each segment (a row's trunk, or one of its
     /// branches) writes its keys and values into its row at its slot and attends, on its own,
-    /// over the slots of its row before it — the arithmetic of that row decoded alone through
-    /// `extend`, whatever else the batch holds (`decode` says why that matters). Padding
-    /// queries get zeros.
+    /// over the header's keys (`cache.1`, kept once) and the slots of its row before it — the
+    /// arithmetic of that row decoded alone through `extend`, whatever else the batch holds
+    /// (`decode` says why that matters). Padding queries get zeros.
     fn attend_segments(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        (ck, cv): &LayerKv,
+        ((ck, cv), header): (&LayerKv, Option<&LayerKv>),
         segments: &[Segment],
         window: Option<usize>,
     ) -> Result<Tensor> {
         let (b, heads, len, d) = q.dims4()?;
+        let h = match header {
+            Some((hk, _)) => hk.dim(2)?,
+            None => 0,
+        };
         let mut parts: Vec<Vec<Tensor>> = vec![Vec::new(); b];
         let mut filled = vec![0; b];
         for s in segments {
@@ -342,14 +343,16 @@ impl Transformer {
                     .narrow(2, s.start, s.len)?
                     .contiguous()
             };
-            let slot = s.batch.prefix_len;
+            // The header's keys are not in the row: its slots start after them.
+            let slot = s.batch.prefix_len - h;
             let (row_k, row_v) = (ck.narrow(0, s.row, 1)?, cv.narrow(0, s.row, 1)?);
             row_k.slice_set(&take(k)?, 2, slot)?;
             row_v.slice_set(&take(v)?, 2, slot)?;
             let keys = slot + s.len;
             let (row_k, row_v) = (row_k.narrow(2, 0, keys)?, row_v.narrow(2, 0, keys)?);
             debug_assert_eq!(filled[s.row], s.start, "a row's segments in order");
-            parts[s.row].push(self.attend(&take(q)?, &row_k, &row_v, &s.batch, window)?);
+            let q = take(q)?;
+            parts[s.row].push(self.attend(&q, header, &row_k, &row_v, &s.batch, window)?);
             filled[s.row] = s.start + s.len;
         }
         let rows = parts
@@ -366,8 +369,10 @@ impl Transformer {
         cat_or_single(rows, 0)
     }
 
-    /// softmax(q·kᵀ·scale + mask)·v for q (b, heads, len, d) and k, v (b, kv_heads, keys, d),
-    /// where the last `len` keys belong to the queries (the rest is the batch's prefix).
+    /// softmax(q·kᵀ·scale + mask)·v for q (b, heads, len, d) and the keys and values of
+    /// `shared` ((1, kv_heads, h, d): a prefix every row continues) followed by k, v (b,
+    /// kv_heads, keys, d), where the last `len` keys belong to the queries (the rest, with the
+    /// shared ones, is the batch's prefix).
     ///
     /// Grouped-query attention without copying k and v: the heads that share a kv head are laid
     /// out one after another, so q viewed as (b, kv_heads, group·len, d) multiplies k directly.
@@ -377,6 +382,7 @@ impl Transformer {
     fn attend(
         &self,
         q: &Tensor,
+        shared: Option<&LayerKv>,
         k: &Tensor,
         v: &Tensor,
         batch: &Batch,
@@ -388,8 +394,21 @@ impl Transformer {
         if few_queries::runs(q, len) {
             let mask = batch.mask(window, 0..b, 0..len, prefix + len)?;
             let (scale, cap) = (cfg.attn_scale, cfg.attn_softcap);
-            return few_queries::attend(q, k, v, &mask, prefix + len, scale, cap);
+            return few_queries::attend(q, shared, k, v, &mask, prefix + len, scale, cap);
         }
+        // Here the shared keys and values are copied before every row's own.
+        let (k, v) = match shared {
+            Some((pk, pv)) => {
+                let expand = |t: &Tensor| -> Result<Tensor> {
+                    let (_, n, p, d) = t.dims4()?;
+                    t.broadcast_as((b, n, p, d))?.contiguous()
+                };
+                let k_all = Tensor::cat(&[&expand(pk)?, k], 2)?;
+                let v_all = Tensor::cat(&[&expand(pv)?, v], 2)?;
+                (k_all, v_all)
+            }
+            None => (k.clone(), v.clone()),
+        };
         let kv = cfg.num_kv_heads;
         let group = heads / kv;
         let plan = AttentionPlan::new(b, heads, len, prefix + len, self.attention_elements)?;
@@ -418,11 +437,8 @@ impl Transformer {
                     scores = ((scores / cap)?.tanh()? * cap)?;
                 }
                 let mask = batch.mask(window, rows.clone(), queries, keys)?;
-                let scores = scores
-                    .to_dtype(DType::F32)?
-                    .reshape((nr, kv, group, n, keys))?
-                    .broadcast_add(&mask.unsqueeze(2)?)?;
-                let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(self.dtype)?;
+                let scores = scores.reshape((nr, kv, group, n, keys))?;
+                let probs = masked_softmax(&scores, &mask)?.to_dtype(self.dtype)?;
                 let out = probs.reshape((nr, kv, group * n, keys))?.matmul(&vb)?;
                 outs.push(out.reshape((nr, heads, n, d))?);
             }
@@ -536,15 +552,16 @@ enum Past<'a> {
     Fresh,
     /// One prefix every row continues (its keys broadcast over the rows).
     Shared(&'a PrefixKv),
-    /// Every row's own keys, preallocated (written in place), and the segments of the step.
-    Cached(&'a [LayerKv], &'a [Segment]),
+    /// Every row's own keys, preallocated (written in place), after those of a header every
+    /// row continues (kept once), and the segments of the step.
+    Cached(&'a [LayerKv], Option<&'a [LayerKv]>, &'a [Segment]),
 }
 
 #[derive(Clone, Copy)]
 enum LayerPast<'a> {
     Fresh,
     Shared(&'a LayerKv),
-    Cached(&'a LayerKv, &'a [Segment]),
+    Cached(&'a LayerKv, Option<&'a LayerKv>, &'a [Segment]),
 }
 
 /// Vocabulary rows of a quantized (or differently typed) output head expanded at once when all
