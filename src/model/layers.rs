@@ -3,6 +3,7 @@
 
 use super::config::{Activation, Rope, RopeScaling};
 use super::matrix::{Matrix, Products};
+use super::swiglu::silu_mul;
 use super::weights::Weights;
 use candle_core::{D, DType, Device, Module, Result, Tensor};
 
@@ -99,12 +100,12 @@ impl Mlp {
 
     pub fn forward(&self, x: &Tensor, products: Products) -> Result<Tensor> {
         let gate = self.gate.forward(x, products)?;
-        let gate = match self.act {
-            Activation::Silu => candle_nn::ops::silu(&gate)?,
-            Activation::GeluTanh => candle_nn::Activation::NewGelu.forward(&gate)?,
+        let up = self.up.forward(x, products)?;
+        let mid = match self.act {
+            Activation::Silu => silu_mul(&gate, &up)?,
+            Activation::GeluTanh => (candle_nn::Activation::NewGelu.forward(&gate)? * up)?,
         };
-        self.down
-            .forward(&(gate * self.up.forward(x, products)?)?, products)
+        self.down.forward(&mid, products)
     }
 }
 

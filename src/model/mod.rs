@@ -17,6 +17,7 @@ mod masked_softmax;
 pub mod matrix;
 pub mod source;
 mod spm_gguf;
+mod swiglu;
 pub mod tokenizer;
 pub mod transformer;
 pub mod weights;
