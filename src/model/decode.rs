@@ -27,9 +27,8 @@ use candle_core::{Device, Result, Tensor};
 pub struct KvCache {
     /// Per layer: (rows, kv_heads, capacity, head_dim), the model's dtype.
     layers: Vec<LayerKv>,
-    /// Per layer: the header's (1, kv_heads, h, head_dim), every row's first h keys.
-    header: Option<Vec<LayerKv>>,
-    header_len: usize,
+    /// The header's keys and values, (1, kv_heads, h, head_dim) per layer: every row's first h.
+    header: Option<PrefixKv>,
     /// Slots per row, after the header.
     capacity: usize,
     /// Per row: the position of its next token (its slots before it are written).
@@ -59,8 +58,7 @@ impl KvCache {
         let h = header.map_or(0, |p| p.len);
         let mut cache = KvCache {
             layers: Vec::new(),
-            header: header.map(|p| p.layers.clone()),
-            header_len: h,
+            header: header.cloned(),
             capacity: capacity.max(1),
             next: vec![h; rows],
         };
@@ -105,7 +103,7 @@ impl KvCache {
     /// Room up to position `need` in every row: at least double the capacity when it grows,
     /// so that growing costs O(1) copies per slot over a run.
     fn reserve(&mut self, model: &Transformer, need: usize) -> Result<()> {
-        let need = need.saturating_sub(self.header_len);
+        let need = need.saturating_sub(self.header.as_ref().map_or(0, |p| p.len));
         if need <= self.capacity {
             return Ok(());
         }
@@ -162,7 +160,7 @@ impl Transformer {
             }
         }
         let batch = Batch::stepping(rows, &cache.next, self.device())?.with_products(products);
-        let header = cache.header.as_deref();
+        let header = cache.header.as_ref().map(|p| p.layers.as_slice());
         let hidden = self.forward_cached(&batch, &cache.layers, header, &segments)?;
         for (next, row) in cache.next.iter_mut().zip(rows) {
             *next += row.trunk.len();

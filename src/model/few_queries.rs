@@ -58,38 +58,29 @@ pub fn attend(
     }
     let (ks, kl) = k.storage_and_layout();
     let (vs, vl) = v.storage_and_layout();
-    let own_k = InPlace::new(&ks, kl, keys - h)?;
-    let own_v = InPlace::new(&vs, vl, keys - h)?;
     let shared_guards = shared.map(|(sk, sv)| (sk.storage_and_layout(), sv.storage_and_layout()));
-    let shared_kv = match &shared_guards {
-        Some(((sks, skl), (svs, svl))) => {
-            Some((InPlace::new(sks, skl, h)?, InPlace::new(svs, svl, h)?))
-        }
-        None => None,
+    let (shared_k, shared_v) = match &shared_guards {
+        Some(((sks, skl), (svs, svl))) => (
+            Some(InPlace::new(sks, skl, h)?),
+            Some(InPlace::new(svs, svl, h)?),
+        ),
+        None => (None, None),
     };
+    let keys_of = Rows::new(shared_k, InPlace::new(&ks, kl, keys - h)?, h, d);
+    let values_of = Rows::new(shared_v, InPlace::new(&vs, vl, keys - h)?, h, d);
     let kernels = Kernels::for_this_cpu();
     let parts: Vec<Vec<f32>> = (0..b * kv_heads)
         .into_par_iter()
         .map(|task| {
             let (r, kh) = (task / kv_heads, task % kv_heads);
-            // Key j of this row: the shared ones first, then the row's own — one order, so
-            // the sums are those over a cache holding both.
-            let key = |j: usize| match &shared_kv {
-                Some((sk, _)) if j < h => sk.row(0, kh, j, d),
-                _ => own_k.row(r, kh, j - h, d),
-            };
-            let value = |j: usize| match &shared_kv {
-                Some((_, sv)) if j < h => sv.row(0, kh, j, d),
-                _ => own_v.row(r, kh, j - h, d),
-            };
             let mut out = vec![0f32; group * n * d];
             let mut scores = vec![0f32; keys];
             for g in 0..group {
                 for i in 0..n {
                     let at = ((r * heads + kh * group + g) * n + i) * d;
                     let query = &qs[at..at + d];
-                    for (j, s) in scores.iter_mut().enumerate() {
-                        *s = (kernels.dot)(query, key(j));
+                    for (s, key) in scores.iter_mut().zip(keys_of.of(r, kh, keys)) {
+                        *s = (kernels.dot)(query, key);
                     }
                     if let Some(cap) = softcap {
                         let cap = cap as f32;
@@ -99,8 +90,8 @@ pub fn attend(
                     scores.iter_mut().zip(m).for_each(|(s, m)| *s += m);
                     softmax(&mut scores);
                     let o = &mut out[(g * n + i) * d..(g * n + i + 1) * d];
-                    for (j, &p) in scores.iter().enumerate() {
-                        (kernels.axpy)(p, value(j), o);
+                    for (&p, value) in scores.iter().zip(values_of.of(r, kh, keys)) {
+                        (kernels.axpy)(p, value, o);
                     }
                 }
             }
@@ -140,6 +131,31 @@ impl<'a> InPlace<'a> {
     fn row(&self, r: usize, h: usize, j: usize, d: usize) -> &'a [f32] {
         let at = self.offset + r * self.strides[0] + h * self.strides[1] + j * self.strides[2];
         &self.data[at..at + d]
+    }
+}
+
+/// The keys (or values) a row reads, in order: the shared header's h, then the row's own.
+struct Rows<'a> {
+    shared: Option<InPlace<'a>>,
+    own: InPlace<'a>,
+    h: usize,
+    d: usize,
+}
+
+impl<'a> Rows<'a> {
+    fn new(shared: Option<InPlace<'a>>, own: InPlace<'a>, h: usize, d: usize) -> Self {
+        Rows { shared, own, h, d }
+    }
+
+    /// The first `keys` of row r, key head kh: one order, so that sums over them are those
+    /// over a cache holding the header's copy before the row's own.
+    fn of(&self, r: usize, kh: usize, keys: usize) -> impl Iterator<Item = &'a [f32]> + '_ {
+        let shared = self
+            .shared
+            .iter()
+            .flat_map(move |s| (0..self.h).map(move |j| s.row(0, kh, j, self.d)));
+        let own = (0..keys - self.h).map(move |j| self.own.row(r, kh, j, self.d));
+        shared.chain(own)
     }
 }
 

@@ -19,7 +19,8 @@ use candle_core::{DType, Device, Result, Tensor};
 /// Keys and values of one layer: (1 or batch, kv_heads, seq, head_dim).
 pub type LayerKv = (Tensor, Tensor);
 
-/// The keys and values of a shared prefix, for every layer.
+/// The keys and values of a shared prefix, for every layer (a clone shares the tensors).
+#[derive(Clone)]
 pub struct PrefixKv {
     pub layers: Vec<LayerKv>,
     pub len: usize,
