@@ -11,7 +11,7 @@
 //! numbers, on the device), and `mask` builds the block of queries attention is working on from
 //! them, on the device. A host mask of rows × len × keys was 4.3 GB for one 32k-token row.
 
-use super::matrix::Products;
+use super::matrix::{Plan, Products};
 use candle_core::{DType, Device, Result, Tensor};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -69,6 +69,9 @@ pub struct Batch {
     cacheable: bool,
     /// How its linear maps choose their kernels.
     pub products: Products,
+    /// Per token of the batch (rows × len): the length of the trunk or branch it is part of,
+    /// 0 for padding (`Plan::runs`).
+    runs: Vec<u32>,
 }
 
 /// Each row's tokens from its start position, right-padded to the longest row. Padding
@@ -160,6 +163,15 @@ impl Batch {
         let mut pos = vec![0u32; b * len];
         let mut key_pos = vec![0f32; b * keys];
         let mut key_seg = vec![0f32; b * keys];
+        let mut runs = vec![0u32; b * len];
+        for (r, row) in rows.iter().enumerate() {
+            let parts = std::iter::once(&row.trunk).chain(&row.branches);
+            let mut at = r * len;
+            for part in parts {
+                runs[at..at + part.len()].fill(part.len() as u32);
+                at += part.len();
+            }
+        }
         for (r, tokens) in tokens.into_iter().enumerate() {
             let (p, s) = prefix_keys(r);
             key_pos[r * keys..r * keys + prefix_len].copy_from_slice(p);
@@ -181,7 +193,16 @@ impl Batch {
             cache: RefCell::new(HashMap::new()),
             cacheable: b * len * keys * 4 <= MASK_CACHE_BYTES,
             products: Products::ByRowCount,
+            runs,
         })
+    }
+
+    /// How the batch's linear maps choose their kernels.
+    pub fn plan(&self) -> Plan<'_> {
+        Plan {
+            products: self.products,
+            runs: Some(&self.runs),
+        }
     }
 
     /// The same batch, its products through `products` (decoding steps: `RowWise`).

@@ -298,6 +298,39 @@ pub(crate) mod avx2 {
         }
     }
 
+    /// A row's blocks as f32, each value candle's `to_float` gives: q·d (+ m), the integer
+    /// converted exactly and then one multiply (and one add: never fused).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn expand(kind: BlockKind, row: &[u8], out: &mut [f32]) {
+        let (min_at, _, _) = kind.layout();
+        let signed = !kind.has_min();
+        assert!(out.len() >= row.len() / kind.block_bytes() * BLOCK);
+        for (block, y) in row
+            .chunks_exact(kind.block_bytes())
+            .zip(out.chunks_exact_mut(BLOCK))
+        {
+            let q = unpack(kind, block);
+            let d = f16_lanes(block, 0);
+            let m = min_at.map(|at| f16_lanes(block, at));
+            let halves = [_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q)];
+            for (h, half) in halves.into_iter().enumerate() {
+                for (e, bytes) in [half, _mm_srli_si128::<8>(half)].into_iter().enumerate() {
+                    let ints = if signed {
+                        _mm256_cvtepi8_epi32(bytes)
+                    } else {
+                        _mm256_cvtepu8_epi32(bytes)
+                    };
+                    let mut v = _mm256_mul_ps(_mm256_cvtepi32_ps(ints), d);
+                    if let Some(m) = m {
+                        v = _mm256_add_ps(v, m);
+                    }
+                    // SAFETY: h·16 + e·8 + 8 ≤ 32, the length of y.
+                    unsafe { _mm256_storeu_ps(y.as_mut_ptr().add(h * 16 + e * 8), v) };
+                }
+            }
+        }
+    }
+
     #[target_feature(enable = "avx2,fma,f16c")]
     pub fn dot_rows(kind: BlockKind, w: &[u8], xs: &Q8Rows, out: &mut Vec<f32>) {
         let n = xs.len();

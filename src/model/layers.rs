@@ -2,7 +2,7 @@
 //! rotary position tables.
 
 use super::config::{Activation, Rope, RopeScaling};
-use super::matrix::{Matrix, Products};
+use super::matrix::{Matrix, Plan};
 use super::swiglu::silu_mul;
 use super::weights::Weights;
 use candle_core::{D, DType, Device, Module, Result, Tensor};
@@ -30,14 +30,14 @@ impl Linear {
     }
 
     /// x (…, in) → (…, out), as one product over all leading dimensions.
-    pub fn forward(&self, x: &Tensor, products: Products) -> Result<Tensor> {
+    pub fn forward(&self, x: &Tensor, plan: Plan<'_>) -> Result<Tensor> {
         let dims = x.dims();
         let (rows, inner) = (x.elem_count() / dims[dims.len() - 1], dims[dims.len() - 1]);
         let mut out_dims = dims.to_vec();
         *out_dims.last_mut().expect("at least one dimension") = self.weight.dims()?.0;
         let y = self
             .weight
-            .product(&x.reshape((rows, inner))?, products)?
+            .product(&x.reshape((rows, inner))?, plan)?
             .reshape(out_dims)?;
         match &self.bias {
             Some(b) => y.broadcast_add(b),
@@ -98,14 +98,14 @@ impl Mlp {
             .sum()
     }
 
-    pub fn forward(&self, x: &Tensor, products: Products) -> Result<Tensor> {
-        let gate = self.gate.forward(x, products)?;
-        let up = self.up.forward(x, products)?;
+    pub fn forward(&self, x: &Tensor, plan: Plan<'_>) -> Result<Tensor> {
+        let gate = self.gate.forward(x, plan)?;
+        let up = self.up.forward(x, plan)?;
         let mid = match self.act {
             Activation::Silu => silu_mul(&gate, &up)?,
             Activation::GeluTanh => (candle_nn::Activation::NewGelu.forward(&gate)? * up)?,
         };
-        self.down.forward(&mid, products)
+        self.down.forward(&mid, plan)
     }
 }
 

@@ -9,10 +9,12 @@
 //! (token-by-token decoding) multiplies the blocks in integers with the activations rounded to
 //! 8 bits, as llama.cpp and candle do (`block_dots`, `kquant_dots`, else candle's kernels).
 //! Prefill numbers are exactly those of the expanded model (the same f32 weights, the same
-//! GEMM); decoding differs by the activations' rounding.
+//! GEMM); decoding differs by the activations' rounding, except for a decoding step's runs of
+//! several tokens, multiplied in f32 (`runs`).
 
 use super::block_dots::{BlockKind, Q8Rows, dot_rows_kernel};
 use super::kquant_dots::{self, KQuantKind, Q8KRows};
+use super::runs;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
 use rayon::prelude::*;
@@ -53,7 +55,28 @@ pub enum Products {
     /// where each row's result must be what it is when that sequence is decoded alone.
     /// candle's x86 kernels for several rows (repacked Q4_K/Q6_K/Q8_0 tiles) do not give each
     /// row what it gets alone: measured on SmolLM2's GGUF, logits moved by up to 0.57.
+    /// With the rows' runs known (`Plan::runs`), runs of several tokens go through expansion
+    /// and GEMM instead (`runs`).
     RowWise,
+}
+
+/// How one product chooses its kernels: the batch's `products` and, for `RowWise`, the run
+/// of every row of x.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Plan<'a> {
+    pub products: Products,
+    /// Per row of x: how many tokens of its sequence the pass feeds together with it (a
+    /// decoding step's trunk, or one of its branches); 0 for padding. None: not known.
+    pub runs: Option<&'a [u32]>,
+}
+
+impl From<Products> for Plan<'_> {
+    fn from(products: Products) -> Self {
+        Plan {
+            products,
+            runs: None,
+        }
+    }
 }
 
 /// A (out, in) weight matrix.
@@ -115,13 +138,18 @@ impl Matrix {
     /// x (rows, in) · Wᵀ → (rows, out) in x's dtype: expansion and GEMM for many rows, the
     /// quantized kernels for at most [`DECODE_ROWS`].
     pub fn matmul_t(&self, x: &Tensor) -> Result<Tensor> {
-        self.product(x, Products::ByRowCount)
+        self.product(x, Products::ByRowCount.into())
     }
 
-    /// x · Wᵀ with the kernel `products` chooses.
-    pub fn product(&self, x: &Tensor, products: Products) -> Result<Tensor> {
+    /// x · Wᵀ with the kernels `plan` chooses.
+    pub fn product(&self, x: &Tensor, plan: Plan<'_>) -> Result<Tensor> {
         let rows = x.dim(0)?;
-        match (self, products) {
+        match (self, plan.products) {
+            (Matrix::Quantized(q), Products::RowWise)
+                if integer_products(q) && runs::by_runs(x, plan.runs) =>
+            {
+                self.by_runs(x, plan.runs.unwrap_or_default())
+            }
             // Integer products here read each weight block once for every row (candle's read
             // the matrix once per row, and are scalar loops for Q4_1/Q5_0/Q5_1).
             (Matrix::Quantized(q), Products::RowWise) if integer_products(q) => self.dots_t(x),
@@ -147,7 +175,7 @@ impl Matrix {
     /// x · Wᵀ through the quantized kernels whatever the rows (each row on its own, so the
     /// result of a row does not depend on the others); dense matrices as `matmul_t`.
     pub fn matvec_t(&self, x: &Tensor) -> Result<Tensor> {
-        self.product(x, Products::RowWise)
+        self.product(x, Products::RowWise.into())
     }
 
     /// x (n, in) · Wᵀ for decoding, each row's result the same whatever the other rows, and
@@ -334,13 +362,13 @@ fn integer_products(q: &QTensor) -> bool {
 }
 
 /// The integer row kernels for a CPU matrix, with its blocks.
-enum RowKernels<'a> {
+pub(super) enum RowKernels<'a> {
     Blocks(BlockKind, std::borrow::Cow<'a, [u8]>),
     KQuants(KQuantKind, std::borrow::Cow<'a, [u8]>),
 }
 
 impl Matrix {
-    fn row_kernels(&self) -> Result<Option<RowKernels<'_>>> {
+    pub(super) fn row_kernels(&self) -> Result<Option<RowKernels<'_>>> {
         let Matrix::Quantized(q) = self else {
             return Ok(None);
         };
@@ -362,7 +390,7 @@ impl Matrix {
 /// straight into y, on its own thread: gathered afterwards on the calling thread (a 16 × 152k
 /// output head per step), with a fresh buffer per task, the gathering, zeroing and page faults
 /// took several percent of a 16-row json decoding run while the other threads waited.
-fn by_weight_rows(
+pub(super) fn by_weight_rows(
     out: usize,
     n: usize,
     chunk: usize,

@@ -266,7 +266,7 @@ impl Transformer {
             x = (x + h)?;
             let h = block
                 .mlp
-                .forward(&block.pre_mlp_norm.forward_as(&x, dtype)?, batch.products)?;
+                .forward(&block.pre_mlp_norm.forward_as(&x, dtype)?, batch.plan())?;
             let h = match &block.post_mlp_norm {
                 Some(n) => n.forward_as(&h, stream)?,
                 None => h.to_dtype(stream)?,
@@ -293,10 +293,10 @@ impl Transformer {
                 .transpose(1, 2)?
                 .contiguous()
         };
-        let products = batch.products;
-        let mut q = heads(a.q.forward(x, products)?, cfg.num_heads)?;
-        let mut k = heads(a.k.forward(x, products)?, cfg.num_kv_heads)?;
-        let v = heads(a.v.forward(x, products)?, cfg.num_kv_heads)?;
+        let plan = batch.plan();
+        let mut q = heads(a.q.forward(x, plan)?, cfg.num_heads)?;
+        let mut k = heads(a.k.forward(x, plan)?, cfg.num_kv_heads)?;
+        let v = heads(a.v.forward(x, plan)?, cfg.num_kv_heads)?;
         if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
             q = qn.forward(&q)?;
             k = kn.forward(&k)?;
@@ -314,7 +314,7 @@ impl Transformer {
             .transpose(1, 2)?
             .reshape((b, len, cfg.num_heads * cfg.head_dim))?;
         let kv = (!matches!(past, LayerPast::Cached(..))).then_some((k, v));
-        Ok((a.o.forward(&out, products)?, kv))
+        Ok((a.o.forward(&out, plan)?, kv))
     }
 
     /// Attention of a decoding step on a cache: each segment (a row's trunk, or one of its

@@ -1,0 +1,335 @@
+//! Products in f32 with weight rows expanded a few at a time: the kernels behind `runs` (a
+//! decoding step's runs of several tokens).
+//!
+//! A task expands a handful of weight rows into a buffer that stays in cache (candle's
+//! `to_float` values: what `Matrix::expand` gives; the block types eight values per
+//! instruction) and multiplies them with every activation row, tiles of rows × weight rows held
+//! in registers. Each product is one chain of fused multiply-adds in 16 (AVX-512) or 8 lanes
+//! over the inner dimension, summed across lanes in a fixed order: the same operations whatever
+//! the tile, so a row's result does not depend on the other rows.
+
+use super::block_dots::{BLOCK, BlockKind};
+use super::kquant_dots::KQuantKind;
+use candle_core::quantized::k_quants::{self, GgmlType};
+use candle_core::{Result, bail};
+
+/// The blocks of one weight row.
+#[derive(Clone, Copy)]
+pub enum RowBlocks<'a> {
+    Blocks(BlockKind, &'a [u8]),
+    KQuants(KQuantKind, &'a [u8]),
+}
+
+/// One weight row's values in f32, exactly candle's `to_float` of its blocks.
+pub fn expand_row(row: RowBlocks<'_>, out: &mut [f32]) -> Result<()> {
+    match row {
+        RowBlocks::Blocks(kind, bytes) => {
+            if bytes.len() != kind.row_bytes(out.len()) || !out.len().is_multiple_of(BLOCK) {
+                bail!(
+                    "a {kind:?} row of {} bytes for {} values",
+                    bytes.len(),
+                    out.len()
+                );
+            }
+            #[cfg(target_arch = "x86_64")]
+            if super::block_dots::has_avx2_fma_f16c() {
+                // SAFETY: the features it is compiled for were just detected; the sizes match.
+                unsafe { super::block_dots::avx2::expand(kind, bytes, out) };
+                return Ok(());
+            }
+            match kind {
+                BlockKind::Q4_0 => candle_row::<k_quants::BlockQ4_0>(bytes, out),
+                BlockKind::Q4_1 => candle_row::<k_quants::BlockQ4_1>(bytes, out),
+                BlockKind::Q5_0 => candle_row::<k_quants::BlockQ5_0>(bytes, out),
+                BlockKind::Q5_1 => candle_row::<k_quants::BlockQ5_1>(bytes, out),
+                BlockKind::Q8_0 => candle_row::<k_quants::BlockQ8_0>(bytes, out),
+            }
+        }
+        RowBlocks::KQuants(kind, bytes) => match kind {
+            KQuantKind::Q4K => candle_row::<k_quants::BlockQ4K>(bytes, out),
+            KQuantKind::Q5K => candle_row::<k_quants::BlockQ5K>(bytes, out),
+            KQuantKind::Q6K => candle_row::<k_quants::BlockQ6K>(bytes, out),
+        },
+    }
+}
+
+/// candle's own conversion of a row's blocks (`bytes`: a slice of its `Vec<T>` storage).
+fn candle_row<T: GgmlType>(bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    let size = std::mem::size_of::<T>();
+    let blocks = out.len() / T::BLCK_SIZE;
+    if !out.len().is_multiple_of(T::BLCK_SIZE)
+        || bytes.len() != blocks * size
+        || !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
+    {
+        bail!(
+            "{:?}: a row of {} bytes for {} values",
+            T::DTYPE,
+            bytes.len(),
+            out.len()
+        );
+    }
+    // SAFETY: whole aligned blocks of candle's storage (checked above); its block types are
+    // plain numbers, valid for any bits.
+    let blocks: &[T] = unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const T, blocks) };
+    T::to_float(blocks, out);
+    Ok(())
+}
+
+/// `part[c·n + r] = x_r · w_c` for the n rows of k values in `xs` and the rows of `ws`.
+pub type Dots = fn(xs: &[f32], ws: &[f32], k: usize, part: &mut [f32]);
+
+/// The kernel for this machine, chosen once per product.
+pub fn kernel() -> Dots {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY (both): the features the kernels are compiled for were just detected.
+            return |xs, ws, k, part| unsafe { avx512::dots(xs, ws, k, part) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return |xs, ws, k, part| unsafe { avx2::dots(xs, ws, k, part) };
+        }
+    }
+    portable
+}
+
+/// Without SIMD: each product in eight lanes (`dot_lanes`).
+pub fn portable(xs: &[f32], ws: &[f32], k: usize, part: &mut [f32]) {
+    let n = xs.len() / k;
+    for (c, w) in ws.chunks_exact(k).enumerate() {
+        for (r, x) in xs.chunks_exact(k).enumerate() {
+            part[c * n + r] = super::matrix::dot_lanes(x, w);
+        }
+    }
+}
+
+/// Activation rows per pass over a task's weight rows: about 512 KB of them, so that they and
+/// the weight rows stay in a core's L2 cache.
+fn rows_per_pass(k: usize) -> usize {
+    (131_072 / k.max(1)).max(4)
+}
+
+/// Tiles of R activation rows × C weight rows, over every row and weight row; `tile` gives one
+/// tile's products (each the same whatever R and C).
+macro_rules! tiled {
+    ($xs:expr, $ws:expr, $k:expr, $part:expr, $r:literal, $c:literal, $tile:ident) => {{
+        let (xs, ws, k, part): (&[f32], &[f32], usize, &mut [f32]) = ($xs, $ws, $k, $part);
+        let n = xs.len() / k;
+        let w_rows = ws.len() / k;
+        assert!(k.is_multiple_of(16) && part.len() >= n * w_rows);
+        for pass in (0..n).step_by(super::rows_per_pass(k)) {
+            let pass_end = (pass + super::rows_per_pass(k)).min(n);
+            for c0 in (0..w_rows).step_by($c) {
+                let cs = (w_rows - c0).min($c);
+                for r0 in (pass..pass_end).step_by($r) {
+                    let rs = (pass_end - r0).min($r);
+                    let mut x: [&[f32]; $r] = [&[]; $r];
+                    for (i, x) in x.iter_mut().enumerate() {
+                        *x = &xs[(r0 + i.min(rs - 1)) * k..][..k];
+                    }
+                    let mut w: [&[f32]; $c] = [&[]; $c];
+                    for (j, w) in w.iter_mut().enumerate() {
+                        *w = &ws[(c0 + j.min(cs - 1)) * k..][..k];
+                    }
+                    let sums = $tile(x, w);
+                    for j in 0..cs {
+                        for i in 0..rs {
+                            part[(c0 + j) * n + r0 + i] = sums[i][j];
+                        }
+                    }
+                }
+            }
+        }
+    }};
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    const R: usize = 4;
+    const C: usize = 4;
+
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub fn dots(xs: &[f32], ws: &[f32], k: usize, part: &mut [f32]) {
+        tiled!(xs, ws, k, part, 4, 4, tile)
+    }
+
+    /// x_i · w_j for a tile; edge tiles repeat their last row (the same operations, results
+    /// not kept).
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    fn tile(xs: [&[f32]; R], ws: [&[f32]; C]) -> [[f32; C]; R] {
+        let k = ws[0].len();
+        assert!(xs.iter().chain(&ws).all(|v| v.len() == k) && k.is_multiple_of(16));
+        // Plain loops: a closure would not inherit the target features (nor inline them).
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let mut at = 0;
+        while at < k {
+            let mut x = [_mm512_setzero_ps(); R];
+            for i in 0..R {
+                // SAFETY: at + 16 ≤ k, the length of every row (asserted).
+                x[i] = unsafe { _mm512_loadu_ps(xs[i].as_ptr().add(at)) };
+            }
+            for j in 0..C {
+                // SAFETY: as above.
+                let w = unsafe { _mm512_loadu_ps(ws[j].as_ptr().add(at)) };
+                for i in 0..R {
+                    acc[i][j] = _mm512_fmadd_ps(x[i], w, acc[i][j]);
+                }
+            }
+            at += 16;
+        }
+        let mut sums = [[0f32; C]; R];
+        for i in 0..R {
+            for j in 0..C {
+                let a = acc[i][j];
+                let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a)));
+                sums[i][j] = super::avx2::hsum(_mm256_add_ps(_mm512_castps512_ps256(a), high));
+            }
+        }
+        sums
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2 {
+    use std::arch::x86_64::*;
+
+    const R: usize = 4;
+    const C: usize = 3;
+
+    #[target_feature(enable = "avx2,fma")]
+    pub fn dots(xs: &[f32], ws: &[f32], k: usize, part: &mut [f32]) {
+        tiled!(xs, ws, k, part, 4, 3, tile)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn tile(xs: [&[f32]; R], ws: [&[f32]; C]) -> [[f32; C]; R] {
+        let k = ws[0].len();
+        assert!(xs.iter().chain(&ws).all(|v| v.len() == k) && k.is_multiple_of(8));
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        let mut at = 0;
+        while at < k {
+            let mut w = [_mm256_setzero_ps(); C];
+            for j in 0..C {
+                // SAFETY: at + 8 ≤ k, the length of every row (asserted).
+                w[j] = unsafe { _mm256_loadu_ps(ws[j].as_ptr().add(at)) };
+            }
+            for i in 0..R {
+                // SAFETY: as above.
+                let x = unsafe { _mm256_loadu_ps(xs[i].as_ptr().add(at)) };
+                for j in 0..C {
+                    acc[i][j] = _mm256_fmadd_ps(x, w[j], acc[i][j]);
+                }
+            }
+            at += 8;
+        }
+        let mut sums = [[0f32; C]; R];
+        for i in 0..R {
+            for j in 0..C {
+                sums[i][j] = hsum(acc[i][j]);
+            }
+        }
+        sums
+    }
+
+    /// The eight lanes summed in a fixed order.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn hsum(x: __m256) -> f32 {
+        let res = _mm_add_ps(_mm256_extractf128_ps::<1>(x), _mm256_castps256_ps128(x));
+        let res = _mm_add_ps(res, _mm_movehl_ps(res, res));
+        let res = _mm_add_ss(res, _mm_movehdup_ps(res));
+        _mm_cvtss_f32(res)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+
+    fn random(rows: usize, cols: usize, seed: u64) -> Vec<f32> {
+        let mut rng = crate::rng::SplitMix64(seed);
+        (0..rows * cols)
+            .map(|_| (rng.next_f64() as f32 - 0.4) * 3.0)
+            .collect()
+    }
+
+    /// Every block type's rows expand to the values candle's `dequantize` gives, to the bit.
+    #[test]
+    fn rows_expand_to_candles_values() -> anyhow::Result<()> {
+        let (rows, cols) = (5, 512);
+        let w = Tensor::from_vec(random(rows, cols, 3), (rows, cols), &Device::Cpu)?;
+        for dtype in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q5_0,
+            GgmlDType::Q5_1,
+            GgmlDType::Q8_0,
+            GgmlDType::Q4K,
+            GgmlDType::Q5K,
+            GgmlDType::Q6K,
+        ] {
+            let q = QTensor::quantize(&w, dtype)?;
+            let want: Vec<f32> = q.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1()?;
+            let data = q.data()?;
+            let row_bytes = data.len() / rows;
+            let mut got = vec![0f32; rows * cols];
+            for (r, out) in got.chunks_exact_mut(cols).enumerate() {
+                let bytes = &data[r * row_bytes..(r + 1) * row_bytes];
+                let row = match (BlockKind::of(dtype), KQuantKind::of(dtype)) {
+                    (Some(kind), _) => RowBlocks::Blocks(kind, bytes),
+                    (_, Some(kind)) => RowBlocks::KQuants(kind, bytes),
+                    _ => unreachable!("a block or K-quant type"),
+                };
+                expand_row(row, out)?;
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{dtype:?}");
+        }
+        Ok(())
+    }
+
+    /// Each kernel: every product within rounding of an f64 dot product, and the same bits
+    /// whether its row is multiplied alone, in a full tile, or at any place of a larger batch.
+    #[test]
+    fn products_do_not_depend_on_the_other_rows() {
+        let k = 160;
+        let (n, w_rows) = (11, 7);
+        let xs = random(n, k, 4);
+        let ws = random(w_rows, k, 5);
+        let mut kernels: Vec<(&str, Dots)> = vec![("machine", kernel()), ("portable", portable)];
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            kernels.push(("avx2", |xs, ws, k, part| unsafe {
+                avx2::dots(xs, ws, k, part)
+            }));
+        }
+        for (name, dots) in kernels {
+            let mut all = vec![0f32; n * w_rows];
+            dots(&xs, &ws, k, &mut all);
+            for r in 0..n {
+                let x = &xs[r * k..(r + 1) * k];
+                for c in 0..w_rows {
+                    let w = &ws[c * k..(c + 1) * k];
+                    let exact: f64 = x.iter().zip(w).map(|(&a, &b)| a as f64 * b as f64).sum();
+                    let got = all[c * n + r];
+                    assert!(
+                        (got as f64 - exact).abs() < 1e-4,
+                        "{name}: {got} vs {exact}"
+                    );
+                    let mut alone = [0f32];
+                    dots(x, w, k, &mut alone);
+                    assert_eq!(
+                        alone[0].to_bits(),
+                        got.to_bits(),
+                        "{name}: row {r}, column {c}"
+                    );
+                }
+            }
+        }
+    }
+}
