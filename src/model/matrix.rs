@@ -55,8 +55,8 @@ pub enum Products {
     /// where each row's result must be what it is when that sequence is decoded alone.
     /// candle's x86 kernels for several rows (repacked Q4_K/Q6_K/Q8_0 tiles) do not give each
     /// row what it gets alone: measured on SmolLM2's GGUF, logits moved by up to 0.57.
-    /// With the rows' runs known (`Plan::runs`), runs of several tokens go through expansion
-    /// and GEMM instead (`runs`).
+    /// With the rows' runs known (`Plan::runs`), runs of several tokens go through f32
+    /// products on weight rows expanded a few at a time instead (`runs`).
     RowWise,
 }
 
@@ -146,7 +146,7 @@ impl Matrix {
         let rows = x.dim(0)?;
         match (self, plan.products) {
             (Matrix::Quantized(q), Products::RowWise)
-                if integer_products(q) && runs::by_runs(x, plan.runs) =>
+                if integer_products(q) && runs::applies(x, plan.runs) =>
             {
                 self.by_runs(x, plan.runs.unwrap_or_default())
             }

@@ -19,7 +19,7 @@ use candle_core::{DType, Device, Result, Tensor, bail};
 
 /// Whether a RowWise product of x with these runs goes through `Matrix::by_runs`: an f32 CPU
 /// product with at least one run of several tokens.
-pub fn by_runs(x: &Tensor, runs: Option<&[u32]>) -> bool {
+pub fn applies(x: &Tensor, runs: Option<&[u32]>) -> bool {
     x.device().is_cpu() && x.dtype() == DType::F32 && runs.is_some_and(|r| r.iter().any(|&n| n > 1))
 }
 
