@@ -5,7 +5,8 @@
 //! its quantized blocks and a safetensors matrix in its file dtype. A product with many rows
 //! (prefill: a batch of prompts, hundreds to thousands of tokens) expands the one matrix it
 //! needs to the compute dtype just before its GEMM — the expansion costs about one pass over
-//! the weight, amortised over every row — and frees it after; a product with few rows
+//! the weight, amortised over every row — on the CPU into one buffer reused by every product
+//! (`prefill_gemm`), elsewhere into a temporary freed after; a product with few rows
 //! (token-by-token decoding) multiplies the blocks in integers with the activations rounded to
 //! 8 bits, as llama.cpp and candle do (`block_dots`, `kquant_dots`, else candle's kernels).
 //! Prefill numbers are exactly those of the expanded model (the same f32 weights, the same
@@ -14,7 +15,7 @@
 
 use super::block_dots::{BlockKind, Q8Rows, dot_rows_kernel};
 use super::kquant_dots::{self, KQuantKind, Q8KRows};
-use super::runs;
+use super::{prefill_gemm, runs};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
 use rayon::prelude::*;
@@ -168,6 +169,7 @@ impl Matrix {
             (Matrix::Quantized(q), Products::ByRowCount) if rows <= DECODE_ROWS => {
                 quantized_product(q, x)
             }
+            _ if prefill_gemm::applies(self, x) => prefill_gemm::product(self, x),
             _ => x.matmul(&self.expand(x.dtype())?.t()?),
         }
     }
@@ -300,35 +302,65 @@ impl Matrix {
 /// values `QTensor::dequantize` gives), rows spread over the threads: candle's runs on one
 /// thread, 2.8% of an 8B prefill with the other thread idle. None for other devices and types.
 fn expand_on_threads(q: &QTensor) -> Result<Option<Tensor>> {
-    use candle_core::quantized::k_quants::*;
-    if !q.device().is_cpu() {
+    if !expands_on_cpu(q) {
         return Ok(None);
     }
     let (rows, cols) = q.shape().dims2()?;
-    let data = q.data()?;
-    let ys = match q.dtype() {
-        GgmlDType::Q4_0 => expand_blocks::<BlockQ4_0>(&data, rows, cols)?,
-        GgmlDType::Q4_1 => expand_blocks::<BlockQ4_1>(&data, rows, cols)?,
-        GgmlDType::Q5_0 => expand_blocks::<BlockQ5_0>(&data, rows, cols)?,
-        GgmlDType::Q5_1 => expand_blocks::<BlockQ5_1>(&data, rows, cols)?,
-        GgmlDType::Q8_0 => expand_blocks::<BlockQ8_0>(&data, rows, cols)?,
-        GgmlDType::Q2K => expand_blocks::<BlockQ2K>(&data, rows, cols)?,
-        GgmlDType::Q3K => expand_blocks::<BlockQ3K>(&data, rows, cols)?,
-        GgmlDType::Q4K => expand_blocks::<BlockQ4K>(&data, rows, cols)?,
-        GgmlDType::Q5K => expand_blocks::<BlockQ5K>(&data, rows, cols)?,
-        GgmlDType::Q6K => expand_blocks::<BlockQ6K>(&data, rows, cols)?,
-        _ => return Ok(None),
-    };
+    let mut ys = vec![0f32; rows * cols];
+    expand_into(q, &mut ys)?;
     Ok(Some(Tensor::from_vec(ys, (rows, cols), &Device::Cpu)?))
 }
 
+/// Whether `expand_into` takes this matrix: CPU blocks of a type candle converts.
+pub(super) fn expands_on_cpu(q: &QTensor) -> bool {
+    q.device().is_cpu()
+        && matches!(
+            q.dtype(),
+            GgmlDType::Q4_0
+                | GgmlDType::Q4_1
+                | GgmlDType::Q5_0
+                | GgmlDType::Q5_1
+                | GgmlDType::Q8_0
+                | GgmlDType::Q2K
+                | GgmlDType::Q3K
+                | GgmlDType::Q4K
+                | GgmlDType::Q5K
+                | GgmlDType::Q6K
+        )
+}
+
+/// The (rows, cols) matrix `q` in f32 into `out` (rows × cols values) by candle's own block
+/// conversion, rows spread over the threads (see `expand_on_threads`).
+pub(super) fn expand_into(q: &QTensor, out: &mut [f32]) -> Result<()> {
+    use candle_core::quantized::k_quants::*;
+    let (rows, cols) = q.shape().dims2()?;
+    if out.len() != rows * cols {
+        candle_core::bail!("{rows}×{cols} values into {}", out.len());
+    }
+    let data = q.data()?;
+    match q.dtype() {
+        GgmlDType::Q4_0 => expand_blocks::<BlockQ4_0>(&data, rows, cols, out),
+        GgmlDType::Q4_1 => expand_blocks::<BlockQ4_1>(&data, rows, cols, out),
+        GgmlDType::Q5_0 => expand_blocks::<BlockQ5_0>(&data, rows, cols, out),
+        GgmlDType::Q5_1 => expand_blocks::<BlockQ5_1>(&data, rows, cols, out),
+        GgmlDType::Q8_0 => expand_blocks::<BlockQ8_0>(&data, rows, cols, out),
+        GgmlDType::Q2K => expand_blocks::<BlockQ2K>(&data, rows, cols, out),
+        GgmlDType::Q3K => expand_blocks::<BlockQ3K>(&data, rows, cols, out),
+        GgmlDType::Q4K => expand_blocks::<BlockQ4K>(&data, rows, cols, out),
+        GgmlDType::Q5K => expand_blocks::<BlockQ5K>(&data, rows, cols, out),
+        GgmlDType::Q6K => expand_blocks::<BlockQ6K>(&data, rows, cols, out),
+        other => candle_core::bail!("no CPU expansion for {other:?}"),
+    }
+}
+
 /// `data`: the blocks of a (rows, cols) matrix as candle's CPU storage holds them (a `Vec<T>`
-/// seen as bytes).
+/// seen as bytes), expanded into `ys` (rows × cols).
 fn expand_blocks<T: candle_core::quantized::k_quants::GgmlType>(
     data: &[u8],
     rows: usize,
     cols: usize,
-) -> Result<Vec<f32>> {
+    ys: &mut [f32],
+) -> Result<()> {
     let size = std::mem::size_of::<T>();
     let per_row = cols / T::BLCK_SIZE;
     if !cols.is_multiple_of(T::BLCK_SIZE)
@@ -344,13 +376,12 @@ fn expand_blocks<T: candle_core::quantized::k_quants::GgmlType>(
     // types are plain numbers, valid for any bits.
     let blocks: &[T] =
         unsafe { std::slice::from_raw_parts(data.as_ptr() as *const T, rows * per_row) };
-    let mut ys = vec![0f32; rows * cols];
     // About 256 KB of f32 per task.
     let task_rows = (65_536 / cols.max(1)).max(1);
     ys.par_chunks_mut(task_rows * cols)
         .zip(blocks.par_chunks(task_rows * per_row))
         .for_each(|(y, b)| T::to_float(b, y));
-    Ok(ys)
+    Ok(())
 }
 
 /// Whether `Matrix::dots_t` multiplies this matrix in integers itself (`block_dots`,
@@ -396,8 +427,9 @@ pub(super) fn by_weight_rows(
     chunk: usize,
     task: impl Fn(std::ops::Range<usize>, &mut Vec<f32>) -> Result<()> + Sync,
 ) -> Result<Vec<f32>> {
-    let mut y = vec![0f32; n * out];
-    let dst = Scattered(y.as_mut_ptr(), y.len());
+    // Not zeroed: the tasks write every element (n outputs for each of the out weight rows).
+    let mut y: Vec<f32> = Vec::with_capacity(n * out);
+    let dst = Scattered(y.as_mut_ptr(), n * out);
     (0..out.div_ceil(chunk))
         .into_par_iter()
         .try_for_each_init(Vec::new, |part, b| {
@@ -415,6 +447,9 @@ pub(super) fn by_weight_rows(
             }
             Result::Ok(())
         })?;
+    // SAFETY: every task returned Ok having written all n outputs of its weight rows (asserted
+    // per task), and the tasks cover rows 0..out, so all n × out elements are initialised.
+    unsafe { y.set_len(n * out) };
     Ok(y)
 }
 

@@ -16,6 +16,7 @@ pub mod kquant_dots;
 mod layers;
 mod masked_softmax;
 pub mod matrix;
+mod prefill_gemm;
 mod runs;
 pub mod source;
 mod spm_gguf;
