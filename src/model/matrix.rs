@@ -313,44 +313,41 @@ fn expand_on_threads(q: &QTensor) -> Result<Option<Tensor>> {
 
 /// Whether `expand_into` takes this matrix: CPU blocks of a type candle converts.
 pub(super) fn expands_on_cpu(q: &QTensor) -> bool {
-    q.device().is_cpu()
-        && matches!(
-            q.dtype(),
-            GgmlDType::Q4_0
-                | GgmlDType::Q4_1
-                | GgmlDType::Q5_0
-                | GgmlDType::Q5_1
-                | GgmlDType::Q8_0
-                | GgmlDType::Q2K
-                | GgmlDType::Q3K
-                | GgmlDType::Q4K
-                | GgmlDType::Q5K
-                | GgmlDType::Q6K
-        )
+    q.device().is_cpu() && block_expansion(q.dtype()).is_some()
 }
 
 /// The (rows, cols) matrix `q` in f32 into `out` (rows × cols values) by candle's own block
 /// conversion, rows spread over the threads (see `expand_on_threads`).
 pub(super) fn expand_into(q: &QTensor, out: &mut [f32]) -> Result<()> {
-    use candle_core::quantized::k_quants::*;
     let (rows, cols) = q.shape().dims2()?;
     if out.len() != rows * cols {
         candle_core::bail!("{rows}×{cols} values into {}", out.len());
     }
-    let data = q.data()?;
-    match q.dtype() {
-        GgmlDType::Q4_0 => expand_blocks::<BlockQ4_0>(&data, rows, cols, out),
-        GgmlDType::Q4_1 => expand_blocks::<BlockQ4_1>(&data, rows, cols, out),
-        GgmlDType::Q5_0 => expand_blocks::<BlockQ5_0>(&data, rows, cols, out),
-        GgmlDType::Q5_1 => expand_blocks::<BlockQ5_1>(&data, rows, cols, out),
-        GgmlDType::Q8_0 => expand_blocks::<BlockQ8_0>(&data, rows, cols, out),
-        GgmlDType::Q2K => expand_blocks::<BlockQ2K>(&data, rows, cols, out),
-        GgmlDType::Q3K => expand_blocks::<BlockQ3K>(&data, rows, cols, out),
-        GgmlDType::Q4K => expand_blocks::<BlockQ4K>(&data, rows, cols, out),
-        GgmlDType::Q5K => expand_blocks::<BlockQ5K>(&data, rows, cols, out),
-        GgmlDType::Q6K => expand_blocks::<BlockQ6K>(&data, rows, cols, out),
-        other => candle_core::bail!("no CPU expansion for {other:?}"),
-    }
+    let Some(expand) = block_expansion(q.dtype()) else {
+        candle_core::bail!("no CPU expansion for {:?}", q.dtype());
+    };
+    expand(&q.data()?, rows, cols, out)
+}
+
+/// Expands a (rows, cols) matrix's blocks into f32 values.
+type BlockExpansion = fn(&[u8], usize, usize, &mut [f32]) -> Result<()>;
+
+/// candle's block conversion for a block type, if it has one.
+fn block_expansion(dtype: GgmlDType) -> Option<BlockExpansion> {
+    use candle_core::quantized::k_quants::*;
+    Some(match dtype {
+        GgmlDType::Q4_0 => expand_blocks::<BlockQ4_0>,
+        GgmlDType::Q4_1 => expand_blocks::<BlockQ4_1>,
+        GgmlDType::Q5_0 => expand_blocks::<BlockQ5_0>,
+        GgmlDType::Q5_1 => expand_blocks::<BlockQ5_1>,
+        GgmlDType::Q8_0 => expand_blocks::<BlockQ8_0>,
+        GgmlDType::Q2K => expand_blocks::<BlockQ2K>,
+        GgmlDType::Q3K => expand_blocks::<BlockQ3K>,
+        GgmlDType::Q4K => expand_blocks::<BlockQ4K>,
+        GgmlDType::Q5K => expand_blocks::<BlockQ5K>,
+        GgmlDType::Q6K => expand_blocks::<BlockQ6K>,
+        _ => return None,
+    })
 }
 
 /// `data`: the blocks of a (rows, cols) matrix as candle's CPU storage holds them (a `Vec<T>`

@@ -8,10 +8,13 @@
 //! conversions give; dense f32 matrices (`--weights expanded`) take the same call, so both
 //! weights modes still give the same bits.
 
+use super::fused::cpu::Data;
 use super::matrix::{Matrix, expand_into, expands_on_cpu};
 use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor, bail};
 use rayon::prelude::*;
 use std::cell::RefCell;
+
+const OP: &str = "x · Wᵀ";
 
 thread_local! {
     /// The last expanded matrix's buffer, grown to the largest matrix multiplied on this thread.
@@ -37,31 +40,17 @@ pub fn product(w: &Matrix, x: &Tensor) -> Result<Tensor> {
     let x = x.contiguous()?;
     let (m, xk) = x.dims2()?;
     if xk != k {
-        bail!("x · Wᵀ: x has {xk} columns, W {k}");
+        bail!("{OP}: x has {xk} columns, W {k}");
     }
-    let (xs, xl) = x.storage_and_layout();
-    let Storage::Cpu(CpuStorage::F32(xv)) = &*xs else {
-        bail!("x · Wᵀ: x is not f32 on the CPU");
-    };
-    let xs_f32 = &xv[xl.start_offset()..xl.start_offset() + m * k];
+    let xs = Data::of(&x, OP)?;
     let y = match w {
         Matrix::Dense(t) if t.dtype() == DType::F32 => {
             let t = t.contiguous()?;
-            let (ws, wl) = t.storage_and_layout();
-            let Storage::Cpu(CpuStorage::F32(wv)) = &*ws else {
-                bail!("x · Wᵀ: the matrix is not f32 on the CPU");
-            };
-            gemm_t(
-                xs_f32,
-                m,
-                k,
-                &wv[wl.start_offset()..wl.start_offset() + out * k],
-                out,
-            )
+            gemm_t(xs.slice(), m, k, Data::of(&t, OP)?.slice(), out)
         }
         _ => with_expanded(out * k, |buf| {
             expand(w, buf)?;
-            Ok(gemm_t(xs_f32, m, k, buf, out))
+            Ok(gemm_t(xs.slice(), m, k, buf, out))
         })?,
     };
     Tensor::from_vec(y, (m, out), &Device::Cpu)
@@ -98,8 +87,7 @@ fn expand(w: &Matrix, buf: &mut [f32]) -> Result<()> {
                 Storage::Cpu(CpuStorage::F16(v)) => {
                     widen(&v[at..at + buf.len()], buf, |x| x.to_f32())
                 }
-                Storage::Cpu(CpuStorage::F32(v)) => buf.copy_from_slice(&v[at..at + buf.len()]),
-                _ => bail!("x · Wᵀ: no CPU expansion for a {:?} matrix", t.dtype()),
+                _ => bail!("{OP}: no CPU expansion for a {:?} matrix", t.dtype()),
             }
             Ok(())
         }

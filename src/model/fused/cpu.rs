@@ -31,20 +31,21 @@ fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> 
     Ok(&data[start..end])
 }
 
-/// A CPU f32 tensor's contiguous data (a weight the op holds), borrowed for the op's duration.
-struct Data<'a> {
+/// A CPU f32 tensor's contiguous data (a weight the op holds, or an operand), borrowed for the
+/// op's duration.
+pub(crate) struct Data<'a> {
     storage: StorageRef<'a>,
     range: std::ops::Range<usize>,
 }
 
 impl<'a> Data<'a> {
-    fn of(t: &'a Tensor, op: &str) -> Result<Self> {
+    pub(crate) fn of(t: &'a Tensor, op: &str) -> Result<Self> {
         let (storage, layout) = t.storage_and_layout();
         let Some((start, end)) = layout.contiguous_offsets() else {
-            bail!("{op}: a weight is not contiguous")
+            bail!("{op}: a tensor is not contiguous")
         };
         if !matches!(&*storage, Storage::Cpu(CpuStorage::F32(_))) {
-            bail!("{op}: a weight is not f32 on the CPU");
+            bail!("{op}: a tensor is not f32 on the CPU");
         }
         Ok(Data {
             storage,
@@ -52,7 +53,7 @@ impl<'a> Data<'a> {
         })
     }
 
-    fn slice(&self) -> &[f32] {
+    pub(crate) fn slice(&self) -> &[f32] {
         match &*self.storage {
             Storage::Cpu(CpuStorage::F32(v)) => &v[self.range.clone()],
             _ => unreachable!("checked by Data::of"),

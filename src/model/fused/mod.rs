@@ -8,7 +8,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
-mod cpu;
+pub(crate) mod cpu;
 pub mod math;
 
 use candle_core::{D, DType, Result, Tensor};
