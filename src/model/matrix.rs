@@ -169,7 +169,7 @@ impl Matrix {
             (Matrix::Quantized(q), Products::ByRowCount) if rows <= DECODE_ROWS => {
                 quantized_product(q, x)
             }
-            _ if prefill_gemm::applies(self, x) => prefill_gemm::product(self, x),
+            _ if prefill_gemm::applies(self, x) => prefill_gemm::product(self, x, plan.runs),
             _ => x.matmul(&self.expand(x.dtype())?.t()?),
         }
     }

@@ -7,6 +7,11 @@
 //! unchanged: the GEMM is called as candle's `matmul` calls it, on the values candle's
 //! conversions give; dense f32 matrices (`--weights expanded`) take the same call, so both
 //! weights modes still give the same bits.
+//!
+//! Padding rows are left out of the GEMM: a batch of prompts is right-padded to its longest
+//! (json mode's first step: 12 DBDC3 prompts of 52–322 tokens, 52% padding), and no one reads
+//! a padding row's product. gemm's sums over k do not depend on how many rows it multiplies
+//! (its k blocking follows k and the caches only), so a real row keeps its bits.
 
 use super::fused::cpu::Data;
 use super::matrix::{Matrix, expand_into, expands_on_cpu};
@@ -34,8 +39,9 @@ pub fn applies(w: &Matrix, x: &Tensor) -> bool {
         }
 }
 
-/// x (rows, in) · Wᵀ → (rows, out), f32 on the CPU (see `applies`).
-pub fn product(w: &Matrix, x: &Tensor) -> Result<Tensor> {
+/// x (rows, in) · Wᵀ → (rows, out), f32 on the CPU (see `applies`). With `runs` (one per row
+/// of x, `Plan::runs`), the rows whose run is 0 are padding: their products are 0, not computed.
+pub fn product(w: &Matrix, x: &Tensor, runs: Option<&[u32]>) -> Result<Tensor> {
     let (out, k) = w.dims()?;
     let x = x.contiguous()?;
     let (m, xk) = x.dims2()?;
@@ -43,17 +49,50 @@ pub fn product(w: &Matrix, x: &Tensor) -> Result<Tensor> {
         bail!("{OP}: x has {xk} columns, W {k}");
     }
     let xs = Data::of(&x, OP)?;
+    let real: Option<Vec<usize>> = runs
+        .filter(|r| r.len() == m && r.contains(&0))
+        .map(|r| (0..m).filter(|&i| r[i] > 0).collect());
+    let packed: Vec<f32>;
+    let (rows, lhs) = match &real {
+        Some(real) => {
+            packed = gather(xs.slice(), k, real);
+            (real.len(), packed.as_slice())
+        }
+        None => (m, xs.slice()),
+    };
     let y = match w {
         Matrix::Dense(t) if t.dtype() == DType::F32 => {
             let t = t.contiguous()?;
-            gemm_t(xs.slice(), m, k, Data::of(&t, OP)?.slice(), out)
+            gemm_t(lhs, rows, k, Data::of(&t, OP)?.slice(), out)
         }
         _ => with_expanded(out * k, |buf| {
             expand(w, buf)?;
-            Ok(gemm_t(xs.slice(), m, k, buf, out))
+            Ok(gemm_t(lhs, rows, k, buf, out))
         })?,
     };
+    let y = match &real {
+        Some(real) => scatter(&y, out, real, m),
+        None => y,
+    };
     Tensor::from_vec(y, (m, out), &Device::Cpu)
+}
+
+/// Rows `rows` of x (row length k), one after the other.
+fn gather(x: &[f32], k: usize, rows: &[usize]) -> Vec<f32> {
+    let mut packed = Vec::with_capacity(rows.len() * k);
+    for &r in rows {
+        packed.extend_from_slice(&x[r * k..(r + 1) * k]);
+    }
+    packed
+}
+
+/// `y`'s rows (row length n) put back at `rows` of an m-row output, zeros elsewhere.
+fn scatter(y: &[f32], n: usize, rows: &[usize], m: usize) -> Vec<f32> {
+    let mut full = vec![0f32; m * n];
+    for (&r, row) in rows.iter().zip(y.chunks_exact(n)) {
+        full[r * n..(r + 1) * n].copy_from_slice(row);
+    }
+    full
 }
 
 /// `f` on a buffer of `len` values: this thread's kept one, or (when a product on this thread
@@ -179,7 +218,7 @@ mod tests {
                 let want = x
                     .matmul(&m.expand(DType::F32).unwrap().t().unwrap())
                     .unwrap();
-                let got = product(m, &x).unwrap();
+                let got = product(m, &x, None).unwrap();
                 assert_eq!(got.dims(), want.dims());
                 let (got, want) = (
                     got.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
@@ -191,6 +230,40 @@ mod tests {
                         .all(|(a, b)| a.to_bits() == b.to_bits()),
                     "{name}, {rows} rows"
                 );
+            }
+        }
+    }
+
+    /// Padding rows (run 0) give zeros and every other row the bits it gets without padding,
+    /// wherever the padding lies.
+    #[test]
+    fn padding_rows_are_left_out_and_real_rows_keep_their_bits() {
+        let dev = Device::Cpu;
+        let w = Tensor::randn(0f32, 1.0, (96, 256), &dev).unwrap();
+        let q = Matrix::Quantized(Arc::new(QTensor::quantize(&w, GgmlDType::Q4K).unwrap()));
+        let x = Tensor::randn(0f32, 1.0, (23, 256), &dev).unwrap();
+        let runs: Vec<u32> = (0..23u32)
+            .map(|i| if i % 5 == 1 || i > 19 { 0 } else { 3 })
+            .collect();
+        for m in [Matrix::Dense(w.clone()), q] {
+            let want = x
+                .matmul(&m.expand(DType::F32).unwrap().t().unwrap())
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap();
+            let got = product(&m, &x, Some(&runs))
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap();
+            for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+                if runs[r] == 0 {
+                    assert!(g.iter().all(|&v| v == 0.0), "padding row {r}");
+                } else {
+                    assert!(
+                        g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "row {r}"
+                    );
+                }
             }
         }
     }
