@@ -60,20 +60,19 @@ pub fn product(w: &Matrix, x: &Tensor, runs: Option<&[u32]>) -> Result<Tensor> {
         }
         None => (m, xs.slice()),
     };
-    let y = match w {
+    let mut y = match w {
         Matrix::Dense(t) if t.dtype() == DType::F32 => {
             let t = t.contiguous()?;
-            gemm_t(lhs, rows, k, Data::of(&t, OP)?.slice(), out)
+            gemm_t(lhs, rows, k, Data::of(&t, OP)?.slice(), out, m)
         }
         _ => with_expanded(out * k, |buf| {
             expand(w, buf)?;
-            Ok(gemm_t(lhs, rows, k, buf, out))
+            Ok(gemm_t(lhs, rows, k, buf, out, m))
         })?,
     };
-    let y = match &real {
-        Some(real) => scatter(&y, out, real, m),
-        None => y,
-    };
+    if let Some(real) = &real {
+        spread(&mut y, out, real, m);
+    }
     Tensor::from_vec(y, (m, out), &Device::Cpu)
 }
 
@@ -86,13 +85,22 @@ fn gather(x: &[f32], k: usize, rows: &[usize]) -> Vec<f32> {
     packed
 }
 
-/// `y`'s rows (row length n) put back at `rows` of an m-row output, zeros elsewhere.
-fn scatter(y: &[f32], n: usize, rows: &[usize], m: usize) -> Vec<f32> {
-    let mut full = vec![0f32; m * n];
-    for (&r, row) in rows.iter().zip(y.chunks_exact(n)) {
-        full[r * n..(r + 1) * n].copy_from_slice(row);
+/// y's rows (row length n) moved to `rows` (ascending) of an m-row output, in place (y has
+/// room for m rows), and zeros elsewhere. From the last row down a row only moves up to a
+/// place no unmoved row is read from (rows[i] ≥ i).
+fn spread(y: &mut Vec<f32>, n: usize, rows: &[usize], m: usize) {
+    y.resize(m * n, 0.0);
+    for (i, &r) in rows.iter().enumerate().rev() {
+        if r != i {
+            y.copy_within(i * n..(i + 1) * n, r * n);
+        }
     }
-    full
+    let mut real = rows.iter().peekable();
+    for p in 0..m {
+        if real.next_if_eq(&&p).is_none() {
+            y[p * n..(p + 1) * n].fill(0.0);
+        }
+    }
 }
 
 /// `f` on a buffer of `len` values: this thread's kept one, or (when a product on this thread
@@ -140,8 +148,8 @@ fn widen<T: Copy + Sync>(from: &[T], to: &mut [f32], f: impl Fn(T) -> f32 + Sync
 }
 
 /// x (m, k) · wᵀ (w: (n, k), row-major) → (m, n): gemm called with the arguments candle's CPU
-/// `matmul` gives it for `x.matmul(&w.t())`.
-fn gemm_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
+/// `matmul` gives it for `x.matmul(&w.t())`; the vector has room for `room` ≥ m rows.
+fn gemm_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, room: usize) -> Vec<f32> {
     assert!(x.len() == m * k && w.len() == n * k, "operand sizes");
     let threads = candle_core::utils::get_num_threads();
     let parallelism = if threads > 1 {
@@ -149,7 +157,7 @@ fn gemm_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
     } else {
         gemm::Parallelism::None
     };
-    let mut y: Vec<f32> = Vec::with_capacity(m * n);
+    let mut y: Vec<f32> = Vec::with_capacity(room.max(m) * n);
     // SAFETY: y has room for m × n (row stride n); x is m × k (row stride k); w (n, k) is read
     // as its transpose, element (k', n') at n'·k + k'. Without read_dst gemm writes every
     // element of y and reads none, so y is initialised when its length is set.
@@ -242,10 +250,14 @@ mod tests {
         let w = Tensor::randn(0f32, 1.0, (96, 256), &dev).unwrap();
         let q = Matrix::Quantized(Arc::new(QTensor::quantize(&w, GgmlDType::Q4K).unwrap()));
         let x = Tensor::randn(0f32, 1.0, (23, 256), &dev).unwrap();
-        let runs: Vec<u32> = (0..23u32)
-            .map(|i| if i % 5 == 1 || i > 19 { 0 } else { 3 })
-            .collect();
-        for m in [Matrix::Dense(w.clone()), q] {
+        // Padding inside, at the end (a right-padded batch), and at the start.
+        let patterns: [fn(u32) -> bool; 2] = [|i| i % 5 == 1 || i > 19, |i| i < 3 || i == 9];
+        for (m, pad) in [
+            (Matrix::Dense(w.clone()), patterns[0]),
+            (q.clone(), patterns[0]),
+            (q, patterns[1]),
+        ] {
+            let runs: Vec<u32> = (0..23u32).map(|i| if pad(i) { 0 } else { 3 }).collect();
             let want = x
                 .matmul(&m.expand(DType::F32).unwrap().t().unwrap())
                 .unwrap()
