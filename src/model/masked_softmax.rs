@@ -46,22 +46,64 @@ pub fn masked_softmax(scores: &Tensor, mask: &Tensor) -> Result<Tensor> {
             .for_each(|(at, (dst, src))| {
                 let (r, q) = (at / per_row, at % n);
                 let m = &m[(r * n + q) * keys..][..keys];
-                for ((d, s), m) in dst.iter_mut().zip(src).zip(m) {
-                    *d = s + m;
-                }
+                lanes::add(dst, src, m);
                 // candle's softmax_last_dim: its max, e^(x − max), its sum, one division each.
                 let mut max = f32::NEG_INFINITY;
                 // SAFETY: dst holds `keys` > 0 values.
                 unsafe { f32::vec_reduce_max(dst.as_ptr(), &mut max, keys) };
-                dst.iter_mut().for_each(|d| *d -= max);
+                lanes::subtract(dst, max);
                 exp_in_place(dst);
                 let mut sum = 0f32;
                 // SAFETY: as above.
                 unsafe { f32::vec_reduce_sum(dst.as_ptr(), &mut sum, keys) };
-                dst.iter_mut().for_each(|d| *d /= sum);
+                lanes::divide(dst, sum);
             });
     }
     Tensor::from_vec(out, (rows, kv, group, n, keys), scores.device())
+}
+
+/// The element-wise steps, each value rounded once whatever the vector width: compiled for
+/// AVX2 where the CPU has it (the default x86-64 target gives four lanes; these loops were
+/// most of what the softmax spent outside `expf`).
+mod lanes {
+    macro_rules! elementwise {
+        ($(#[$doc:meta] fn $name:ident($($arg:ident: $ty:ty),*) $body:block)*) => {$(
+            #[$doc]
+            pub fn $name($($arg: $ty),*) {
+                #[inline(always)]
+                fn body($($arg: $ty),*) $body
+                #[cfg(target_arch = "x86_64")]
+                {
+                    #[target_feature(enable = "avx2")]
+                    fn wide($($arg: $ty),*) {
+                        body($($arg),*)
+                    }
+                    if std::arch::is_x86_feature_detected!("avx2") {
+                        // SAFETY: AVX2 was just detected.
+                        return unsafe { wide($($arg),*) };
+                    }
+                }
+                body($($arg),*)
+            }
+        )*};
+    }
+
+    elementwise! {
+        /// dst = scores + mask.
+        fn add(dst: &mut [f32], scores: &[f32], mask: &[f32]) {
+            for ((d, s), m) in dst.iter_mut().zip(scores).zip(mask) {
+                *d = s + m;
+            }
+        }
+        /// x − max.
+        fn subtract(xs: &mut [f32], max: f32) {
+            xs.iter_mut().for_each(|x| *x -= max);
+        }
+        /// x / sum.
+        fn divide(xs: &mut [f32], sum: f32) {
+            xs.iter_mut().for_each(|x| *x /= sum);
+        }
+    }
 }
 
 #[cfg(test)]
