@@ -9,7 +9,7 @@
 //! weights modes still give the same bits.
 //!
 //! Padding rows are left out of the GEMM: a batch of prompts is right-padded to its longest
-//! (json mode's first step: 12 DBDC3 prompts of 52–322 tokens, 52% padding), and no one reads
+//! (json mode's first step on 12 DBDC3 items: 3,948 rows for 2,122 tokens), and no one reads
 //! a padding row's product. gemm's sums over k do not depend on how many rows it multiplies
 //! (its k blocking follows k and the caches only), so a real row keeps its bits.
 
