@@ -8,12 +8,14 @@
 
 use super::expf_lanes::exp_in_place;
 use candle_core::cpu::kernels::VecOps;
-use candle_core::{DType, Result, Storage, Tensor, bail};
+use candle_core::{CpuStorage, DType, InplaceOp2, Layout, Result, Tensor, bail};
 use rayon::prelude::*;
 
 /// scores (rows, kv_heads, group, queries, keys), mask (rows, 1, queries, keys) of 0 and
-/// `MASKED`: softmax over the last dimension of scores + mask, in f32.
-pub fn masked_softmax(scores: &Tensor, mask: &Tensor) -> Result<Tensor> {
+/// `MASKED`: softmax over the last dimension of scores + mask, in f32. On the CPU the result
+/// is written over the scores when they are f32 already (an 8B prefill block: 0.8 GB not
+/// allocated twice), so they are taken by value: pass scores nothing else reads.
+pub fn masked_softmax(scores: Tensor, mask: &Tensor) -> Result<Tensor> {
     let (rows, kv, group, n, keys) = scores.dims5()?;
     if !scores.device().is_cpu() {
         let scores = scores
@@ -30,36 +32,56 @@ pub fn masked_softmax(scores: &Tensor, mask: &Tensor) -> Result<Tensor> {
     }
     let scores = scores.to_dtype(DType::F32)?.contiguous()?;
     let mask = mask.to_dtype(DType::F32)?.contiguous()?;
-    let mut out = vec![0f32; scores.elem_count()];
     if keys > 0 {
-        let (ss, sl) = scores.storage_and_layout();
-        let (ms, ml) = mask.storage_and_layout();
-        let (Storage::Cpu(s), Storage::Cpu(m)) = (&*ss, &*ms) else {
-            bail!("masked softmax: CPU tensors expected")
-        };
-        let s = &s.as_slice::<f32>()?[sl.start_offset()..][..out.len()];
-        let m = &m.as_slice::<f32>()?[ml.start_offset()..][..rows * n * keys];
-        let per_row = kv * group * n;
-        out.par_chunks_mut(keys)
-            .zip(s.par_chunks(keys))
-            .enumerate()
-            .for_each(|(at, (dst, src))| {
-                let (r, q) = (at / per_row, at % n);
-                let m = &m[(r * n + q) * keys..][..keys];
-                lanes::add(dst, src, m);
-                // candle's softmax_last_dim: its max, e^(x − max), its sum, one division each.
-                let mut max = f32::NEG_INFINITY;
-                // SAFETY: dst holds `keys` > 0 values.
-                unsafe { f32::vec_reduce_max(dst.as_ptr(), &mut max, keys) };
-                lanes::subtract(dst, max);
-                exp_in_place(dst);
-                let mut sum = 0f32;
-                // SAFETY: as above.
-                unsafe { f32::vec_reduce_sum(dst.as_ptr(), &mut sum, keys) };
-                lanes::divide(dst, sum);
-            });
+        scores.inplace_op2(
+            &mask,
+            &InPlace {
+                per_row: kv * group * n,
+                n,
+                keys,
+            },
+        )?;
     }
-    Tensor::from_vec(out, (rows, kv, group, n, keys), scores.device())
+    Ok(scores)
+}
+
+/// The softmax over each run of `keys` scores, in place; mask row (r, q) for score run `at`
+/// with r = at / per_row, q = at % n.
+struct InPlace {
+    per_row: usize,
+    n: usize,
+    keys: usize,
+}
+
+impl InplaceOp2 for InPlace {
+    fn name(&self) -> &'static str {
+        "masked-softmax"
+    }
+
+    fn cpu_fwd(&self, s: &mut CpuStorage, sl: &Layout, m: &CpuStorage, ml: &Layout) -> Result<()> {
+        let (CpuStorage::F32(s), CpuStorage::F32(m)) = (s, m) else {
+            bail!("masked softmax: f32 scores and mask expected")
+        };
+        let (count, mask_count) = (sl.shape().elem_count(), ml.shape().elem_count());
+        let s = &mut s[sl.start_offset()..][..count];
+        let m = &m[ml.start_offset()..][..mask_count];
+        let (per_row, n, keys) = (self.per_row, self.n, self.keys);
+        s.par_chunks_mut(keys).enumerate().for_each(|(at, dst)| {
+            let (r, q) = (at / per_row, at % n);
+            lanes::add(dst, &m[(r * n + q) * keys..][..keys]);
+            // candle's softmax_last_dim: its max, e^(x − max), its sum, one division each.
+            let mut max = f32::NEG_INFINITY;
+            // SAFETY: dst holds `keys` > 0 values.
+            unsafe { f32::vec_reduce_max(dst.as_ptr(), &mut max, keys) };
+            lanes::subtract(dst, max);
+            exp_in_place(dst);
+            let mut sum = 0f32;
+            // SAFETY: as above.
+            unsafe { f32::vec_reduce_sum(dst.as_ptr(), &mut sum, keys) };
+            lanes::divide(dst, sum);
+        });
+        Ok(())
+    }
 }
 
 /// The element-wise steps, each value rounded once whatever the vector width: compiled for
@@ -89,10 +111,10 @@ mod lanes {
     }
 
     elementwise! {
-        /// dst = scores + mask.
-        fn add(dst: &mut [f32], scores: &[f32], mask: &[f32]) {
-            for ((d, s), m) in dst.iter_mut().zip(scores).zip(mask) {
-                *d = s + m;
+        /// score + mask.
+        fn add(scores: &mut [f32], mask: &[f32]) {
+            for (s, m) in scores.iter_mut().zip(mask) {
+                *s += m;
             }
         }
         /// x − max.
@@ -132,7 +154,8 @@ mod tests {
                 }
             }
             let mask = Tensor::from_vec(m, (rows, 1, n, keys), &dev).unwrap();
-            let got = masked_softmax(&scores, &mask).unwrap();
+            // A copy: the softmax is written over the scores it is given.
+            let got = masked_softmax(scores.copy().unwrap(), &mask).unwrap();
             let added = scores.broadcast_add(&mask.unsqueeze(2).unwrap()).unwrap();
             let want = candle_nn::ops::softmax_last_dim(&added).unwrap();
             let (got, want) = (

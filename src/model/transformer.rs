@@ -439,7 +439,7 @@ impl Transformer {
                 }
                 let mask = batch.mask(window, rows.clone(), queries, keys)?;
                 let scores = scores.reshape((nr, kv, group, n, keys))?;
-                let probs = masked_softmax(&scores, &mask)?.to_dtype(self.dtype)?;
+                let probs = masked_softmax(scores, &mask)?.to_dtype(self.dtype)?;
                 let out = probs.reshape((nr, kv, group * n, keys))?.matmul(&vb)?;
                 outs.push(out.reshape((nr, heads, n, d))?);
             }
