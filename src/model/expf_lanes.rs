@@ -36,6 +36,18 @@ fn avx512_available() -> bool {
         && std::arch::is_x86_feature_detected!("fma")
 }
 
+/// Lanes of a chunk whose bit is set in `others` (outside the table's range): `f32::exp` of
+/// the chunk's input `xs`, over what the vector body wrote.
+fn left_to_libm(chunk: &mut [f32], xs: &[f32], others: u32) {
+    if others != 0 {
+        for (i, (v, x)) in chunk.iter_mut().zip(xs).enumerate() {
+            if others & (1 << i) != 0 {
+                *v = x.exp();
+            }
+        }
+    }
+}
+
 /// Largest x whose e^x is finite (glibc's overflow bound).
 const UPPER: f32 = f32::from_bits(0x42b1_7217);
 /// Below this e^x is +0 (glibc's underflow bound, −103.97).
@@ -104,13 +116,7 @@ mod avx2 {
             let (y, others) = exp8(unsafe { _mm256_loadu_ps(xs.as_ptr()) });
             // SAFETY: as above.
             unsafe { _mm256_storeu_ps(c.as_mut_ptr(), y) };
-            if others != 0 {
-                for (i, (v, x)) in c.iter_mut().zip(xs).enumerate() {
-                    if others & (1 << i) != 0 {
-                        *v = x.exp();
-                    }
-                }
-            }
+            left_to_libm(c, &xs, others as u32);
         }
         chunks
             .into_remainder()
@@ -175,13 +181,7 @@ mod avx512 {
             let (y, others) = exp16(unsafe { _mm512_loadu_ps(xs.as_ptr()) }, &table);
             // SAFETY: as above.
             unsafe { _mm512_storeu_ps(c.as_mut_ptr(), y) };
-            if others != 0 {
-                for (i, (v, x)) in c.iter_mut().zip(xs).enumerate() {
-                    if others & (1 << i) != 0 {
-                        *v = x.exp();
-                    }
-                }
-            }
+            left_to_libm(c, &xs, others as u32);
         }
         super::avx2::exp_in_place(chunks.into_remainder());
     }
