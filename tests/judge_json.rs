@@ -111,6 +111,7 @@ fn check_schema(model_dir: &Path, decoding: Decoding, n: usize) -> Vec<Value> {
     let model = LoadedModel::load(
         model_dir.to_str().unwrap(),
         None,
+        None,
         DType::F32,
         &Device::Cpu,
         Default::default(),
@@ -305,6 +306,7 @@ fn batched_json_decoding_writes_what_one_at_a_time_writes() {
         let model = LoadedModel::load(
             gguf.to_str().unwrap(),
             tokenizer.as_deref(),
+            None,
             DType::F32,
             &Device::Cpu,
             Default::default(),

@@ -113,6 +113,7 @@ fn distributions_match_transformers_in_any_batching() {
     let model = LoadedModel::load(
         path.to_str().unwrap(),
         None,
+        None,
         common::dtype(),
         &common::device(),
         Default::default(),

@@ -115,6 +115,12 @@ pub struct RuntimeArgs {
     /// that lack one, e.g. Gemma GGUF files.
     #[arg(long, value_name = "PATH")]
     pub tokenizer: Option<std::path::PathBuf>,
+    /// The chat template to render prompts with, instead of the model's own: a .jinja file, a
+    /// tokenizer_config.json, a GGUF or a model folder. For models that carry none (many
+    /// Llama-2-era GGUFs, e.g. ELYZA-japanese-Llama-2) or a wrong one. Its hash is in every
+    /// output's provenance.
+    #[arg(long, value_name = "PATH")]
+    pub chat_template: Option<std::path::PathBuf>,
     /// cpu, cuda, cuda:N or metal.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -148,6 +154,7 @@ impl RuntimeArgs {
         hyoka::model::LoadedModel::load(
             name,
             self.tokenizer.as_deref(),
+            self.chat_template.as_deref(),
             dtype,
             device,
             self.weights,

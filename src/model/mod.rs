@@ -81,36 +81,47 @@ pub struct LoadedModel {
 
 impl LoadedModel {
     /// Resolve `name` (path or hub id), load it on `device`, and check `expect_sha256` if given.
+    /// `chat_template` (a .jinja file, tokenizer_config.json, GGUF or folder) replaces the
+    /// model's own template, for models that carry none or a wrong one.
     pub fn load(
         name: &str,
         tokenizer: Option<&Path>,
+        chat_template: Option<&Path>,
         dtype: DType,
         device: &Device,
         mode: WeightsMode,
         expect_sha256: Option<&str>,
     ) -> Result<Self, ModelError> {
         let files = source::resolve(name)?;
-        // A tokenizer folder given with --tokenizer may carry the chat template too
-        // (tokenizer_config.json); otherwise it is the model's own.
-        let override_config = tokenizer
-            .filter(|p| p.is_dir())
-            .map(|p| p.join("tokenizer_config.json"))
-            .filter(|p| p.is_file());
-        let template_from = |own: &dyn Fn() -> Result<
-            crate::prompt::ChatTemplate,
-            crate::prompt::TemplateError,
-        >| match &override_config {
-            Some(config) => crate::prompt::ChatTemplate::load(config),
-            None => own(),
-        };
+        // The template given with --chat-template; else one a tokenizer folder given with
+        // --tokenizer carries (tokenizer_config.json); else the model's own.
+        let override_template = chat_template.map(Path::to_path_buf).or_else(|| {
+            tokenizer
+                .filter(|p| p.is_dir())
+                .map(|p| p.join("tokenizer_config.json"))
+                .filter(|p| p.is_file())
+        });
+        use crate::prompt::{ChatTemplate, TemplateError, chat_template};
+        type Specials = std::collections::BTreeMap<String, String>;
+        let template_from =
+            |own: &dyn Fn() -> Result<ChatTemplate, TemplateError>,
+             model_specials: &dyn Fn() -> Result<Specials, TemplateError>| {
+                match &override_template {
+                    Some(path) => {
+                        Ok(ChatTemplate::load(path)?.with_model_special_tokens(model_specials()?))
+                    }
+                    None => own(),
+                }
+            };
         let (transformer, chat_template, tokenizer, weights_file) = match files.format {
             source::Format::Gguf => {
                 // The header (vocabulary, template, config) is read once for all three.
                 let content = read_gguf(&files.path)?;
                 let origin = files.path.display().to_string();
-                let chat_template = template_from(&|| {
-                    crate::prompt::ChatTemplate::from_gguf_content(&content, &origin)
-                })?;
+                let chat_template = template_from(
+                    &|| ChatTemplate::from_gguf_content(&content, &origin),
+                    &|| Ok(chat_template::special_tokens_from_gguf(&content)),
+                )?;
                 let tok = tokenizer::load_tokenizer_with(&files.path, tokenizer, Some(&content))?;
                 (
                     load_gguf_content(&files.path, content, dtype, device, mode)?,
@@ -121,8 +132,9 @@ impl LoadedModel {
             }
             source::Format::Safetensors => {
                 let id_file = checkpoint_id_file(&files.path)?;
-                let chat_template =
-                    template_from(&|| crate::prompt::ChatTemplate::load(&files.path))?;
+                let chat_template = template_from(&|| ChatTemplate::load(&files.path), &|| {
+                    chat_template::special_tokens_of_folder(&files.path)
+                })?;
                 let tok = load_tokenizer(&files.path, tokenizer)?;
                 (
                     load_safetensors_dir(&files.path, dtype, device, mode)?,

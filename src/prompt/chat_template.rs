@@ -181,7 +181,7 @@ impl ChatTemplate {
             _ => {
                 return Err(TemplateError::Missing {
                     origin,
-                    message: "no chat_template in this file".into(),
+                    message: "no chat_template in this file (give the model's template with --chat-template: a .jinja file or a tokenizer_config.json)".into(),
                 });
             }
         };
@@ -216,29 +216,55 @@ impl ChatTemplate {
             .cloned()
             .ok_or_else(|| TemplateError::Missing {
                 origin: origin.clone(),
-                message: "missing from the GGUF metadata".into(),
+                message: "missing from the GGUF metadata (give the model's template with --chat-template: a .jinja file or a tokenizer_config.json)".into(),
             })?;
-        let tokens: Vec<String> = content
-            .metadata
-            .get("tokenizer.ggml.tokens")
-            .and_then(|v| v.to_vec().ok())
-            .map(|vs| {
-                vs.iter()
-                    .filter_map(|v| v.to_string().ok().cloned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut special = BTreeMap::new();
-        for name in ["bos", "eos", "unk", "pad", "sep", "cls", "mask"] {
-            let key = format!("tokenizer.ggml.{name}_token_id");
-            if let Some(id) = content.metadata.get(&key).and_then(|v| v.to_u32().ok()) {
-                if let Some(text) = tokens.get(id as usize) {
-                    special.insert(format!("{name}_token"), text.clone());
-                }
+        Self::new(&source, special_tokens_from_gguf(content), &origin)
+    }
+
+    /// Give a template loaded apart from its model (`--chat-template`) the model's special
+    /// tokens where it has none of its own: transformers renders any template with the
+    /// tokenizer's `bos_token`, `eos_token`…, and a bare .jinja file names none.
+    pub fn with_model_special_tokens(mut self, model: BTreeMap<String, String>) -> Self {
+        for (name, text) in model {
+            self.special_tokens.entry(name).or_insert(text);
+        }
+        self
+    }
+}
+
+/// `bos_token` etc. from GGUF metadata: the text of each `tokenizer.ggml.<name>_token_id`.
+pub fn special_tokens_from_gguf(
+    content: &candle_core::quantized::gguf_file::Content,
+) -> BTreeMap<String, String> {
+    let tokens: Vec<String> = content
+        .metadata
+        .get("tokenizer.ggml.tokens")
+        .and_then(|v| v.to_vec().ok())
+        .map(|vs| {
+            vs.iter()
+                .filter_map(|v| v.to_string().ok().cloned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut special = BTreeMap::new();
+    for name in ["bos", "eos", "unk", "pad", "sep", "cls", "mask"] {
+        let key = format!("tokenizer.ggml.{name}_token_id");
+        if let Some(id) = content.metadata.get(&key).and_then(|v| v.to_u32().ok()) {
+            if let Some(text) = tokens.get(id as usize) {
+                special.insert(format!("{name}_token"), text.clone());
             }
         }
-        Self::new(&source, special, &origin)
     }
+    special
+}
+
+/// `bos_token` etc. of a Hugging Face model folder (its tokenizer_config.json; none without one).
+pub fn special_tokens_of_folder(dir: &Path) -> Result<BTreeMap<String, String>, TemplateError> {
+    let config = dir.join("tokenizer_config.json");
+    if !config.is_file() {
+        return Ok(BTreeMap::new());
+    }
+    Ok(special_tokens_from_config(&json_file(&config)?))
 }
 
 fn read(path: &Path) -> Result<String, TemplateError> {
