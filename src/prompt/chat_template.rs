@@ -249,10 +249,10 @@ pub fn special_tokens_from_gguf(
     let mut special = BTreeMap::new();
     for name in ["bos", "eos", "unk", "pad", "sep", "cls", "mask"] {
         let key = format!("tokenizer.ggml.{name}_token_id");
-        if let Some(id) = content.metadata.get(&key).and_then(|v| v.to_u32().ok()) {
-            if let Some(text) = tokens.get(id as usize) {
-                special.insert(format!("{name}_token"), text.clone());
-            }
+        if let Some(id) = content.metadata.get(&key).and_then(|v| v.to_u32().ok())
+            && let Some(text) = tokens.get(id as usize)
+        {
+            special.insert(format!("{name}_token"), text.clone());
         }
     }
     special
