@@ -126,8 +126,6 @@ fn llama_bpe_gguf_tokenizes_like_llama3_tokenizer_json() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let reference = tokenizers::Tokenizer::from_file(&path).unwrap();
-    let gguf =
-        from_gguf_content(&gguf_metadata(&json, "llama-bpe", 128000), "llama-bpe.gguf").unwrap();
     let mut texts = utterances();
     assert!(
         texts.len() > 3000 || !common::dbdc3_dir().exists(),
@@ -140,28 +138,40 @@ fn llama_bpe_gguf_tokenizes_like_llama3_tokenizer_json() {
             "Hello, world! It's 3:45 p.m. — isn't it?\n\n  indented\tand tabbed",
             "<|start_header_id|>user<|end_header_id|>\n\nこんにちは<|eot_id|>",
             "「こんにちは」、と彼は言った。……本当？",
+            // Whole pre-tokens that are tokens the merges do not build (`ignore_merges`).
+            "しない\nーカー\nーション\n中文字幕\n Việt",
         ]
         .map(String::from),
     );
-    for text in &texts {
-        let want = reference
-            .encode(text.as_str(), false)
-            .unwrap()
-            .get_ids()
-            .to_vec();
-        let got = gguf
-            .encode(text.as_str(), false)
-            .unwrap()
-            .get_ids()
-            .to_vec();
-        assert_eq!(got, want, "{text:?}");
-        // add_bos_token: the GGUF's BOS, then the same ids.
-        let with_bos = gguf.encode(text.as_str(), true).unwrap().get_ids().to_vec();
-        assert_eq!(
-            (with_bos[0], &with_bos[1..]),
-            (128000, want.as_slice()),
-            "{text:?}"
-        );
+    // The name llama.cpp's converter gives Llama 3's vocabulary, the one it gives its first
+    // revision (as npm carries it; seen by running the converter), and none at all (files
+    // converted before pre-tokenizers had names): all the model's own tokenizer.json's ids.
+    for pre in [Some("llama-bpe"), Some("smaug-bpe"), None] {
+        let mut metadata = gguf_metadata(&json, pre.unwrap_or("-"), 128000);
+        if pre.is_none() {
+            metadata.metadata.remove("tokenizer.ggml.pre");
+        }
+        let gguf = from_gguf_content(&metadata, "llama3.gguf").unwrap();
+        for text in &texts {
+            let want = reference
+                .encode(text.as_str(), false)
+                .unwrap()
+                .get_ids()
+                .to_vec();
+            let got = gguf
+                .encode(text.as_str(), false)
+                .unwrap()
+                .get_ids()
+                .to_vec();
+            assert_eq!(got, want, "{pre:?}: {text:?}");
+            // add_bos_token: the GGUF's BOS, then the same ids.
+            let with_bos = gguf.encode(text.as_str(), true).unwrap().get_ids().to_vec();
+            assert_eq!(
+                (with_bos[0], &with_bos[1..]),
+                (128000, want.as_slice()),
+                "{pre:?}: {text:?}"
+            );
+        }
     }
     // The name matters: Llama 3's vocabulary split by GPT-2's rule differs on these.
     let gpt2 = from_gguf_content(&gguf_metadata(&json, "gpt2", 128000), "gpt2.gguf").unwrap();
@@ -195,6 +205,20 @@ fn unknown_pre_tokenizers_and_tokenizer_models_are_refused() {
         .to_string();
     assert!(
         err.contains("`tekken`") && err.contains("llama-bpe") && err.contains("--tokenizer"),
+        "{err}"
+    );
+    // No pre-tokenizer name and not Llama 3's vocabulary (two of its specials swapped): refused,
+    // where GPT-2's rule would have been used silently.
+    let mut unnamed = gguf_metadata(&json, "-", 1);
+    unnamed.metadata.remove("tokenizer.ggml.pre");
+    if let Some(Value::Array(tokens)) = unnamed.metadata.get_mut("tokenizer.ggml.tokens") {
+        tokens.swap(128000, 128001);
+    }
+    let err = from_gguf_content(&unnamed, "x.gguf")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`tokenizer.ggml.pre`") && err.contains("--tokenizer"),
         "{err}"
     );
     let mut rwkv = gguf_metadata(&json, "default", 1);

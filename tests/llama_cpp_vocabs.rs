@@ -38,6 +38,9 @@ const REFUSED: &[(&str, &str)] = &[
     ("refact", "refact"),
     ("starcoder", "starcoder"),
     ("gemma-4", "gemma4"),
+    // BPE vocabularies converted before pre-tokenizers had names.
+    ("aquila", "tokenizer.ggml.pre"),
+    ("gpt-neox", "tokenizer.ggml.pre"),
 ];
 
 fn vocab_dir() -> Option<PathBuf> {

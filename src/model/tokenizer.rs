@@ -95,7 +95,19 @@ pub fn from_gguf_content(
             });
         }
     }
-    let pre = super::config::meta_str(content, "tokenizer.ggml.pre").unwrap_or_default();
+    let pre = match super::config::meta_str(content, "tokenizer.ggml.pre") {
+        Some(pre) => pre,
+        // Converted before llama.cpp named pre-tokenizers (spring 2024): llama.cpp then splits
+        // with GPT-2's rule and warns that quality degrades. Llama 3's vocabulary, which such
+        // files mostly carry, says what it is by its special tokens; anything else is refused.
+        None if is_llama3_vocabulary(content) => "llama-bpe".to_string(),
+        None => {
+            return Err(ModelError::Unsupported {
+                origin: origin.into(),
+                what: "a BPE vocabulary without `tokenizer.ggml.pre` (converted before llama.cpp named pre-tokenizers; GPT-2's split rule would give other ids than the model's own tokenizer): pass the model's tokenizer.json with --tokenizer".into(),
+            });
+        }
+    };
     let fixed = pre_tokenizer(&pre).ok_or_else(|| ModelError::Unsupported {
         origin: origin.into(),
         what: format!("GGUF pre-tokenizer `{pre}` (known: {}); pass the model's tokenizer.json with --tokenizer", KNOWN_PRE.join(", ")),
@@ -122,10 +134,35 @@ pub fn from_gguf_content(
     Ok(tokenizer)
 }
 
-/// Whether llama.cpp tokenizes this pre-tokenizer's vocabulary with `ignore_merges` (Llama 3's;
-/// not `smaug-bpe`, which shares its split rule only).
+/// Whether the vocabulary's tokenizer.json says `ignore_merges`: Llama 3's does, in both
+/// revisions. llama.cpp's converter names the first revision (no BOS post-processor, which
+/// Smaug-Llama-3 kept) `smaug-bpe` — Llama-3 models converted so are seen in the wild (llama.cpp
+/// issue #7881) — and llama.cpp then does not ignore merges; hyoka tokenizes as the model's own
+/// tokenizer.json does.
 fn ignores_merges(pre: &str) -> bool {
-    matches!(pre, "llama-bpe" | "llama3")
+    matches!(pre, "llama-bpe" | "llama3" | "smaug-bpe")
+}
+
+/// Llama 3's vocabulary: 128,256 tokens with its special tokens at their ids.
+fn is_llama3_vocabulary(content: &gguf_file::Content) -> bool {
+    const SPECIALS: [(usize, &str); 5] = [
+        (128000, "<|begin_of_text|>"),
+        (128001, "<|end_of_text|>"),
+        (128006, "<|start_header_id|>"),
+        (128007, "<|end_header_id|>"),
+        (128009, "<|eot_id|>"),
+    ];
+    let Some(tokens) = content
+        .metadata
+        .get("tokenizer.ggml.tokens")
+        .and_then(|v| v.to_vec().ok())
+    else {
+        return false;
+    };
+    tokens.len() == 128256
+        && SPECIALS
+            .iter()
+            .all(|&(id, text)| tokens[id].to_string().is_ok_and(|t| t.as_str() == text))
 }
 
 /// The `tokenizer.ggml.pre` names hyoka builds, each checked against the model family's own
@@ -176,7 +213,7 @@ fn pre_tokenizer(pre: &str) -> Option<Option<tokenizers::PreTokenizerWrapper>> {
         }
         // SmolLM / SmolLM2: digits one by one, then GPT-2's byte level without a prefix space.
         "smollm" => Some(Sequence::new(vec![Digits::new(true).into(), byte_level(true)]).into()),
-        "gpt2" | "gpt-2" | "" => Some(byte_level(true)),
+        "gpt2" | "gpt-2" => Some(byte_level(true)),
         _ => return None,
     })
 }
