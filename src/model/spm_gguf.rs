@@ -1,10 +1,12 @@
 //! SentencePiece vocabularies stored in GGUF (`tokenizer.ggml.model = llama`: llm-jp-3,
 //! ELYZA-japanese-Llama-2, Swallow-Llama-2, gemma-2-jpn, sarashina …) as a `tokenizers`
-//! pipeline that tokenizes as llama.cpp's SPM tokenizer does: spaces as "▁" (with a leading one
-//! unless `add_space_prefix` is false), then the highest-scored merge of adjacent symbols until
-//! none is in the vocabulary, bytes of what is left as `<0xXX>` tokens. BPE merges derived from
-//! the scores (a merge ranks as the score of the piece it makes), as transformers' GGUF loader
-//! builds them; control and user-defined tokens are matched whole in text.
+//! pipeline: spaces as "▁" (with a leading one unless `add_space_prefix` is false), then the
+//! vocabulary's own algorithm, bytes of what no piece covers as `<0xXX>` tokens; control and
+//! user-defined tokens are matched whole in text. BPE vocabularies (by far the most) merge the
+//! highest-scored adjacent pair until none is in the vocabulary, as llama.cpp's SPM tokenizer
+//! does, with BPE merges derived from the scores (a merge ranks as the score of the piece it
+//! makes), as transformers' GGUF loader builds them. Unigram vocabularies, which GGUF does not
+//! mark but their scores show, take SentencePiece's highest-probability segmentation instead.
 
 use super::ModelError;
 use candle_core::quantized::gguf_file::{Content, Value};
@@ -14,11 +16,14 @@ use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::decoders::strip::Strip;
 use tokenizers::models::bpe::BPE;
+use tokenizers::models::unigram::Unigram;
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::processors::template::TemplateProcessing;
-use tokenizers::{AddedToken, DecoderWrapper, NormalizerWrapper, Tokenizer};
+use tokenizers::{AddedToken, DecoderWrapper, ModelWrapper, NormalizerWrapper, Tokenizer};
 
 /// llama.cpp's token types (`tokenizer.ggml.token_type`).
+const NORMAL: i32 = 1;
+const UNKNOWN: i32 = 2;
 const CONTROL: i32 = 3;
 const USER_DEFINED: i32 = 4;
 const BYTE: i32 = 6;
@@ -64,32 +69,41 @@ pub fn from_gguf(content: &Content, origin: &str) -> Result<Tokenizer, ModelErro
     let flag =
         |key: &str, default: bool| get(key).and_then(|v| v.to_bool().ok()).unwrap_or(default);
     let token = |id: Option<u32>| id.and_then(|i| Some((i, tokens.get(i as usize)?.clone())));
-    let unk = token(id_of("tokenizer.ggml.unknown_token_id")).map(|(_, t)| t);
+    // The converter writes no unknown_token_id for every vocabulary; the token type says it.
+    let unk_id = id_of("tokenizer.ggml.unknown_token_id")
+        .or_else(|| types.iter().position(|&t| t == UNKNOWN).map(|i| i as u32));
+    let unk = token(unk_id).map(|(_, t)| t);
     let bos = token(id_of("tokenizer.ggml.bos_token_id"));
     let add_space_prefix = flag("tokenizer.ggml.add_space_prefix", true);
     let add_bos = flag("tokenizer.ggml.add_bos_token", true);
 
-    let vocab: HashMap<String, u32> = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), i as u32))
-        .collect();
-    let merges = merges_from_scores(&tokens, &scores, &types, &vocab);
-    let mut bpe = BPE::builder()
-        .vocab_and_merges(
-            vocab
-                .into_iter()
-                .collect::<tokenizers::models::bpe::Vocab>(),
-            merges,
-        )
-        .byte_fallback(true)
-        .fuse_unk(true);
-    if let Some(unk) = &unk {
-        bpe = bpe.unk_token(unk.clone());
-    }
-    let bpe = bpe.build().map_err(|e| bad(e.to_string()))?;
+    let model: ModelWrapper = if is_unigram(&scores, &types) {
+        unigram(&tokens, &scores, &types, unk_id)
+            .map_err(|e| bad(e.to_string()))?
+            .into()
+    } else {
+        let vocab: HashMap<String, u32> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
+        let merges = merges_from_scores(&tokens, &scores, &types, &vocab);
+        let mut bpe = BPE::builder()
+            .vocab_and_merges(
+                vocab
+                    .into_iter()
+                    .collect::<tokenizers::models::bpe::Vocab>(),
+                merges,
+            )
+            .byte_fallback(true)
+            .fuse_unk(true);
+        if let Some(unk) = &unk {
+            bpe = bpe.unk_token(unk.clone());
+        }
+        bpe.build().map_err(|e| bad(e.to_string()))?.into()
+    };
 
-    let mut tokenizer = Tokenizer::new(bpe);
+    let mut tokenizer = Tokenizer::new(model);
     let mut normalizers: Vec<NormalizerWrapper> = Vec::new();
     if add_space_prefix {
         normalizers.push(Prepend::new("▁".into()).into());
@@ -135,6 +149,50 @@ pub fn from_gguf(content: &Content, origin: &str) -> Result<Tokenizer, ModelErro
         tokenizer.with_post_processor(Some(post));
     }
     Ok(tokenizer)
+}
+
+/// A unigram vocabulary (SentencePiece's default model type), not a BPE one: SentencePiece BPE scores its
+/// pieces by merge order (0, −1, −2 …; −1000 for all when the converter read a tokenizer.json),
+/// a unigram model by log-probability, which is never a whole number in practice. The GGUF does
+/// not say which algorithm the vocabulary was trained for; its scores do.
+fn is_unigram(scores: &[f32], types: &[i32]) -> bool {
+    scores
+        .iter()
+        .zip(types)
+        .any(|(s, &t)| t == NORMAL && s.is_finite() && s.fract() != 0.0)
+}
+
+/// SentencePiece's unigram segmentation: the Viterbi path of highest total log-probability over
+/// the normal pieces (`tokenizers`' Unigram, as transformers builds it from a unigram
+/// tokenizer.model), bytes as `<0xXX>` tokens where no piece covers a character. llama.cpp
+/// merges the best-scored adjacent pair instead, as for BPE vocabularies, which on a unigram
+/// vocabulary stops where the intermediate pieces are missing: on a Japanese unigram vocabulary
+/// its ids differ from the model's own tokenizer on most sentences (tests/gguf_tokenizers.rs).
+fn unigram(
+    tokens: &[String],
+    scores: &[f32],
+    types: &[i32],
+    unk: Option<u32>,
+) -> tokenizers::Result<Unigram> {
+    // Pieces that are not normal (bytes, controls, unused) never come out of SentencePiece's
+    // lattice; here they must be in the vocabulary for their ids, so they get the lowest normal
+    // score: text spelling them is almost never segmented through them, and the score of an
+    // unknown character stays SentencePiece's (the lowest score − 10).
+    let lowest = scores
+        .iter()
+        .zip(types)
+        .filter(|&(s, &t)| t == NORMAL && s.is_finite())
+        .map(|(s, _)| *s as f64)
+        .fold(f64::INFINITY, f64::min);
+    let vocab: Vec<(String, f64)> = tokens
+        .iter()
+        .zip(scores.iter().zip(types))
+        .map(|(token, (&score, &t))| {
+            let score = if t == NORMAL { score as f64 } else { lowest };
+            (token.clone(), score)
+        })
+        .collect();
+    Unigram::from(vocab, unk.map(|u| u as usize), true)
 }
 
 /// Every split of a normal piece into two pieces of the vocabulary is a merge, ranked by the
