@@ -263,14 +263,20 @@ def llama_cpp_logits(gguf: Path, expected: dict) -> dict:
     return out
 
 
-def main() -> None:
+def llama_cpp_from_args() -> tuple[Path, Path, dict]:
+    """The fixture scripts' options: llama.cpp's folder (--llama-cpp, or the sdist unpacked into
+    --work), the work folder, and the environment the converter runs in."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", type=Path, help="llama.cpp source folder (the sdist's vendor/llama.cpp)")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "hyoka-llama-cpp")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     llama_cpp = args.llama_cpp or llama_cpp_dir(args.work)
-    env = {**os.environ, "PYTHONPATH": str(llama_cpp / "gguf-py")}
+    return llama_cpp, args.work, {**os.environ, "PYTHONPATH": str(llama_cpp / "gguf-py")}
+
+
+def main() -> None:
+    llama_cpp, _, env = llama_cpp_from_args()
 
     vocabularies = {"spm": Path(tempfile.mkdtemp(prefix="hyoka-spm-")),
                     "qwen2": Path(tempfile.mkdtemp(prefix="hyoka-bpe-"))}

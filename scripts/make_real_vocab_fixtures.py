@@ -34,10 +34,8 @@ Needs what make_converter_fixtures.py needs except llama-cpp-python (no q4_k_m h
 Run: python scripts/make_real_vocab_fixtures.py [--llama-cpp DIR]
 """
 
-import argparse
 import gzip
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -50,7 +48,8 @@ from safetensors.torch import save_file
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_converter_fixtures import ROOT, SDIST, SENTENCES, convert, dequantized_model, llama_cpp_dir  # noqa: E402
+from make_converter_fixtures import (ROOT, SDIST, SENTENCES, convert, dequantized_model,  # noqa: E402
+                                     llama_cpp_from_args)
 
 OUT = ROOT / "tests" / "fixtures" / "converter" / "real"
 PERIOD = 401
@@ -184,16 +183,10 @@ def periodic_embeddings(model, used: set[int]) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--llama-cpp", type=Path, help="llama.cpp source folder (the sdist's vendor/llama.cpp)")
-    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "hyoka-llama-cpp")
-    args = ap.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    llama_cpp = args.llama_cpp or llama_cpp_dir(args.work)
-    env = {**os.environ, "PYTHONPATH": str(llama_cpp / "gguf-py")}
+    llama_cpp, work, env = llama_cpp_from_args()
 
     for index, (name, spec) in enumerate(REAL.items()):
-        tokenizer_dir, template = tokenizer_folder(spec, llama_cpp, args.work)
+        tokenizer_dir, template = tokenizer_folder(spec, llama_cpp, work)
         tokens, prompt_ids = prompts(tokenizer_dir, spec, template)
         vocab = tokens.pop("vocab")
         config_class, cls = spec.get("model", (LlamaConfig, LlamaForCausalLM))
@@ -211,7 +204,7 @@ def main() -> None:
         periodic_embeddings(model, used)
 
         # A fixed folder name: the converter writes it into the file (general.name).
-        hf = args.work / f"real-vocab-{name}"
+        hf = work / f"real-vocab-{name}"
         shutil.rmtree(hf, ignore_errors=True)
         model.save_pretrained(hf, safe_serialization=True)
         for f in ("tokenizer.json", "tokenizer_config.json"):

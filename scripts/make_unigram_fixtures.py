@@ -11,17 +11,14 @@ llama-cpp-python sdist as make_converter_fixtures.py does.
 Run: python scripts/make_unigram_fixtures.py [--llama-cpp DIR]
 """
 
-import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_converter_fixtures import ROOT, llama_cpp_dir  # noqa: E402
+from make_converter_fixtures import ROOT, llama_cpp_from_args  # noqa: E402
 
 OUT = ROOT / "tests" / "fixtures" / "converter" / "unigram"
 DBDC3 = ROOT.parent / "shared" / "datasets" / "dbdc3-ja"
@@ -40,17 +37,12 @@ def utterances() -> list[str]:
 def main() -> None:
     import sentencepiece as spm
     from transformers import LlamaConfig, LlamaForCausalLM
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--llama-cpp", type=Path, help="llama.cpp source folder (the sdist's vendor/llama.cpp)")
-    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "hyoka-llama-cpp")
-    args = ap.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    llama_cpp = args.llama_cpp or llama_cpp_dir(args.work)
+    llama_cpp, work, env = llama_cpp_from_args()
 
     texts = utterances()
     assert len(texts) > 3000, len(texts)
     train, held_out = texts[::2], texts[1::2]
-    folder = args.work / "unigram-hf"
+    folder = work / "unigram-hf"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     (folder / "corpus.txt").write_text("\n".join(train) + "\n", encoding="utf-8")
@@ -71,7 +63,6 @@ def main() -> None:
         "unk_token": "<unk>", "legacy": False}))
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir(parents=True)
-    env = {**os.environ, "PYTHONPATH": str(llama_cpp / "gguf-py")}
     subprocess.run([sys.executable, str(llama_cpp / "convert_hf_to_gguf.py"), str(folder), "--vocab-only",
                     "--outfile", str(OUT / "vocab.gguf")], check=True, env=env, stdout=subprocess.DEVNULL)
     cases = [{"text": t, "ids": sp.encode(t)} for t in held_out + EXTRA]

@@ -9,7 +9,7 @@
 mod common;
 
 use candle_core::{DType, Device};
-use hyoka::model::{Batch, LoadedModel, Transformer, WeightsMode};
+use hyoka::model::{LoadedModel, Transformer, WeightsMode};
 use hyoka::prompt::Message;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -67,19 +67,7 @@ fn check_tokens(loaded: &LoadedModel, expected: &Value) {
     assert_eq!(got.get_ids(), ids(&chat["ids"]), "the chat prompt's ids");
 }
 
-/// Every position's logits (the expected ones: the last positions at the columns `cols`).
-fn logits(model: &Transformer, ids: &[u32]) -> Vec<Vec<f32>> {
-    let rows = [ids.to_vec()];
-    let batch = Batch::new(&rows, 0, model.device()).unwrap();
-    let (hidden, _) = model.forward(&batch, None).unwrap();
-    let at: Vec<(usize, usize)> = (0..ids.len()).map(|i| (0, i)).collect();
-    model
-        .logits_at(&hidden, &at, None)
-        .unwrap()
-        .to_vec2::<f32>()
-        .unwrap()
-}
-
+/// Logits against transformers' (its last positions, at the vocabulary columns `cols`).
 fn check_logits(model: &Transformer, name: &str, mode: WeightsMode) {
     let expected =
         candle_core::safetensors::load(fixture(name).join("expected.safetensors"), &Device::Cpu)
@@ -101,7 +89,7 @@ fn check_logits(model: &Transformer, name: &str, mode: WeightsMode) {
         let want = expected[&format!("logits.{prompts}")]
             .to_vec2::<f32>()
             .unwrap();
-        let got = logits(model, &ids);
+        let got = common::every_position_logits(model, &ids);
         let first = ids.len() - want.len();
         for (i, row) in want.iter().enumerate() {
             let d = cols

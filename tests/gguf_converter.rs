@@ -6,7 +6,7 @@
 mod common;
 
 use candle_core::{DType, Device};
-use hyoka::model::{Batch, Transformer, WeightsMode, load_gguf};
+use hyoka::model::{WeightsMode, load_gguf};
 
 const TOL: f32 = 1e-4;
 /// Stored quantized weights run quantized kernels for passes of at most 8 tokens, which round
@@ -49,18 +49,6 @@ fn cases(name: &str, kind: &str) -> Vec<Case> {
         .collect()
 }
 
-fn logits(model: &Transformer, ids: &[u32]) -> Vec<Vec<f32>> {
-    let rows = [ids.to_vec()];
-    let batch = Batch::new(&rows, 0, model.device()).unwrap();
-    let (hidden, _) = model.forward(&batch, None).unwrap();
-    let at: Vec<(usize, usize)> = (0..ids.len()).map(|i| (0, i)).collect();
-    model
-        .logits_at(&hidden, &at, None)
-        .unwrap()
-        .to_vec2::<f32>()
-        .unwrap()
-}
-
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
         .zip(b)
@@ -99,7 +87,7 @@ fn check_kind(name: &str, kind: &str) {
     for mode in [WeightsMode::Stored, WeightsMode::Expanded] {
         let model = load_gguf(&path, DType::F32, &Device::Cpu, mode).unwrap();
         for (n, case) in cases.iter().enumerate() {
-            let got = logits(&model, &case.ids);
+            let got = common::every_position_logits(&model, &case.ids);
             let first = case.ids.len() - case.logits.len();
             let quantized_kernels =
                 kind != "f16" && mode == WeightsMode::Stored && case.ids.len() <= 8;

@@ -102,3 +102,16 @@ pub fn tol(f32: f64, bf16: f64, f16: f64) -> f64 {
 pub fn encoder_padded() -> bool {
     std::env::var("HYOKA_TEST_ENCODER").as_deref() == Ok("padded")
 }
+
+/// A prompt's logits at every position, computed as one sequence (f32).
+pub fn every_position_logits(model: &hyoka::model::Transformer, ids: &[u32]) -> Vec<Vec<f32>> {
+    let rows = [ids.to_vec()];
+    let batch = hyoka::model::Batch::new(&rows, 0, model.device()).unwrap();
+    let (hidden, _) = model.forward(&batch, None).unwrap();
+    let at: Vec<(usize, usize)> = (0..ids.len()).map(|i| (0, i)).collect();
+    model
+        .logits_at(&hidden, &at, None)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap()
+}
