@@ -116,9 +116,9 @@ pub struct RuntimeArgs {
     #[arg(long, value_name = "PATH")]
     pub tokenizer: Option<std::path::PathBuf>,
     /// The chat template to render prompts with, instead of the model's own: a .jinja file, a
-    /// tokenizer_config.json, a GGUF or a model folder. For models that carry none (many
-    /// Llama-2-era GGUFs, e.g. ELYZA-japanese-Llama-2) or a wrong one. Its hash is in every
-    /// output's provenance.
+    /// tokenizer_config.json, a GGUF or a model folder. For models that carry none (many GGUFs
+    /// of 2023 models) or a wrong one; special tokens it does not define (bos_token…) come from
+    /// the model. Its hash is in every output's provenance.
     #[arg(long, value_name = "PATH")]
     pub chat_template: Option<std::path::PathBuf>,
     /// cpu, cuda, cuda:N or metal.
