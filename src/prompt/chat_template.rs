@@ -126,7 +126,33 @@ impl ChatTemplate {
             source,
         };
         let template = self.env.get_template(NAME).map_err(jinja)?;
-        template.render(ctx).map_err(jinja)
+        template
+            .render(ctx)
+            .map_err(|e| self.undefined_special_tokens(e))
+    }
+
+    /// A render error, naming the special tokens the template uses that nothing defined (a
+    /// bare .jinja file defines none), which is the likely cause.
+    fn undefined_special_tokens(&self, source: minijinja::Error) -> TemplateError {
+        let missing: Vec<&str> = SPECIAL_TOKENS
+            .iter()
+            .copied()
+            .filter(|name| self.source.contains(name) && !self.special_tokens.contains_key(*name))
+            .collect();
+        if missing.is_empty() {
+            return TemplateError::Jinja {
+                origin: self.origin.clone(),
+                source,
+            };
+        }
+        TemplateError::Missing {
+            origin: self.origin.clone(),
+            message: format!(
+                "the template uses {} but nothing defines {} (a .jinja file alone names no special tokens: give the model's tokenizer_config.json or GGUF, or put the .jinja in the model's folder) — {source}",
+                missing.join(", "),
+                if missing.len() == 1 { "it" } else { "them" }
+            ),
+        }
     }
 
     /// Load a chat template from a model: a `.gguf` file (`tokenizer.chat_template`), a
@@ -281,6 +307,17 @@ fn json_file(path: &Path) -> Result<serde_json::Value, TemplateError> {
     })
 }
 
+/// The special tokens transformers passes to every chat template.
+const SPECIAL_TOKENS: [&str; 7] = [
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "pad_token",
+    "sep_token",
+    "cls_token",
+    "mask_token",
+];
+
 /// `bos_token` etc. from a tokenizer_config.json, where each is a string or `{"content": …}`.
 fn special_tokens_from_config(config: &serde_json::Value) -> BTreeMap<String, String> {
     let text = |v: &serde_json::Value| match v {
@@ -292,15 +329,7 @@ fn special_tokens_from_config(config: &serde_json::Value) -> BTreeMap<String, St
         _ => None,
     };
     let mut out = BTreeMap::new();
-    for name in [
-        "bos_token",
-        "eos_token",
-        "unk_token",
-        "pad_token",
-        "sep_token",
-        "cls_token",
-        "mask_token",
-    ] {
+    for name in SPECIAL_TOKENS {
         if let Some(t) = config.get(name).and_then(text) {
             out.insert(name.to_string(), t);
         }
@@ -363,4 +392,26 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, minijinja::Error> {
         sort_keys: sort_keys.unwrap_or(false),
     };
     Ok(Value::from_safe_string(pyjson::dumps(&json, &options)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A template using `bos_token` that nothing defines fails naming it (minijinja alone says
+    /// "unsupported types undefined and string"); given the model's tokens, it renders.
+    #[test]
+    fn an_undefined_special_token_is_named() {
+        let source = "{{ bos_token + messages[0]['content'] }}";
+        let t = ChatTemplate::new(source, BTreeMap::new(), "t.jinja").unwrap();
+        let messages = [Message::new("user", "こんにちは")];
+        let err = t.render(&messages, true).unwrap_err().to_string();
+        assert!(
+            err.contains("bos_token") && err.contains("tokenizer_config.json"),
+            "{err}"
+        );
+        let model = BTreeMap::from([("bos_token".to_string(), "<s>".to_string())]);
+        let t = t.with_model_special_tokens(model);
+        assert_eq!(t.render(&messages, true).unwrap(), "<s>こんにちは");
+    }
 }
