@@ -157,11 +157,28 @@ pub type DotRows = fn(BlockKind, &[u8], &Q8Rows, &mut Vec<f32>);
 /// The kernel for this machine, chosen once per product.
 pub fn dot_rows_kernel() -> DotRows {
     #[cfg(target_arch = "x86_64")]
+    if has_avx512_vnni() {
+        // SAFETY: the features the kernel is compiled for were just detected.
+        return |kind, w, xs, out| unsafe { avx2::dot_rows_vnni(kind, w, xs, out) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if has_avx2_fma_f16c() {
         // SAFETY: the features the kernel is compiled for were just detected.
         return |kind, w, xs, out| unsafe { avx2::dot_rows(kind, w, xs, out) };
     }
     dot_rows_portable
+}
+
+/// Whether the CPU also runs the AVX-512 VNNI body (on 256-bit registers).
+fn has_avx512_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        has_avx2_fma_f16c()
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// Whether the CPU runs the AVX2 kernels here and in `kquant_dots` (AVX2, FMA, F16C).
@@ -331,25 +348,6 @@ pub(crate) mod avx2 {
         }
     }
 
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub fn dot_rows(kind: BlockKind, w: &[u8], xs: &Q8Rows, out: &mut Vec<f32>) {
-        let n = xs.len();
-        let mut r = 0;
-        while r < n {
-            let take = (n - r).min(ROWS_PER_LOAD);
-            let rows: [Q8Row; ROWS_PER_LOAD] = std::array::from_fn(|i| xs.row(r + i.min(take - 1)));
-            let sums = match kind {
-                BlockKind::Q4_0 => by_rows::<0>(take, w, &rows),
-                BlockKind::Q4_1 => by_rows::<1>(take, w, &rows),
-                BlockKind::Q5_0 => by_rows::<2>(take, w, &rows),
-                BlockKind::Q5_1 => by_rows::<3>(take, w, &rows),
-                BlockKind::Q8_0 => by_rows::<4>(take, w, &rows),
-            };
-            out.extend_from_slice(&sums[..take]);
-            r += take;
-        }
-    }
-
     /// The kinds by index, so that each kernel is compiled for one kind.
     const KINDS: [BlockKind; 5] = [
         BlockKind::Q4_0,
@@ -359,77 +357,128 @@ pub(crate) mod avx2 {
         BlockKind::Q8_0,
     ];
 
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn by_rows<const K: usize>(
-        take: usize,
-        w: &[u8],
-        rows: &[Q8Row; ROWS_PER_LOAD],
-    ) -> [f32; ROWS_PER_LOAD] {
-        match take {
-            4 => dots::<K, 4>(w, rows),
-            3 => dots::<K, 3>(w, rows),
-            2 => dots::<K, 2>(w, rows),
-            _ => dots::<K, 1>(w, rows),
-        }
-    }
-
-    /// w · x for the first R of `rows`: each weight block unpacked once; per row, per block,
-    /// the 32 products summed in eight i32 lanes and added, scaled, to eight f32 lanes
-    /// (llama.cpp's order), summed across lanes at the end — the same operations whatever R.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn dots<const K: usize, const R: usize>(
-        w: &[u8],
-        rows: &[Q8Row; ROWS_PER_LOAD],
-    ) -> [f32; ROWS_PER_LOAD] {
-        let kind = KINDS[K];
-        let (min_at, _, _) = kind.layout();
-        let signed = !kind.has_min();
-        let bytes = kind.block_bytes();
-        let blocks = w.len() / bytes;
-        for x in &rows[..R] {
-            assert!(x.qs.len() >= blocks * BLOCK && x.d.len() >= blocks);
-            assert!(!kind.has_min() || x.s.len() >= blocks);
-        }
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); R];
-        // The minimum's part, m·s summed block by block (every lane the same).
-        let mut offsets = [_mm256_setzero_ps(); R];
-        for (b, block) in w.chunks_exact(bytes).enumerate() {
-            // A block is at most 34 bytes: one line asked for per block covers every line.
-            // (A prefetch never faults, whatever the address; the pointer is not read.)
-            _mm_prefetch::<_MM_HINT_T0>(block.as_ptr().wrapping_add(PREFETCH_BYTES) as *const i8);
-            let q = unpack(kind, block);
-            // maddubs multiplies unsigned by signed bytes: signed weights give it their
-            // magnitudes and move their signs onto the activations.
-            let magnitudes = if signed { _mm256_sign_epi8(q, q) } else { q };
-            let d = f16_lanes(block, 0);
-            let m = min_at.map_or(_mm256_setzero_ps(), |at| f16_lanes(block, at));
-            for r in 0..R {
-                let x = &rows[r];
-                // SAFETY: b < blocks, and every row holds `blocks` blocks (asserted above).
-                let (y, dx) = unsafe {
-                    let y = _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i);
-                    (y, *x.d.get_unchecked(b))
-                };
-                let y = if signed { _mm256_sign_epi8(y, q) } else { y };
-                let p = _mm256_cvtepi32_ps(_mm256_madd_epi16(
-                    _mm256_maddubs_epi16(magnitudes, y),
-                    ones,
-                ));
-                // d·dx in every lane: the scalar product, rounded the same.
-                acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), p, acc[r]);
-                if kind.has_min() {
-                    // SAFETY: as above; the rows carry their block sums (asserted).
-                    let s = unsafe { *x.s.get_unchecked(b) };
-                    offsets[r] = _mm256_add_ps(offsets[r], _mm256_mul_ps(m, _mm256_set1_ps(s)));
+    /// The products for one instruction set: `$pair_sums` gives, for 32 unsigned × 32 signed
+    /// bytes, the eight lanes of four adjacent products summed (exact in every body: no pair
+    /// reaches i16's limit, 2 × 128 × 127 < 2^15), so every body gives every bit the same.
+    macro_rules! products {
+        ($features:literal, $pair_sums:ident, $dot_rows:ident, $by_rows:ident, $dots:ident) => {
+            #[target_feature(enable = $features)]
+            pub fn $dot_rows(kind: BlockKind, w: &[u8], xs: &Q8Rows, out: &mut Vec<f32>) {
+                let n = xs.len();
+                let mut r = 0;
+                while r < n {
+                    let take = (n - r).min(ROWS_PER_LOAD);
+                    let rows: [Q8Row; ROWS_PER_LOAD] =
+                        std::array::from_fn(|i| xs.row(r + i.min(take - 1)));
+                    let sums = match kind {
+                        BlockKind::Q4_0 => $by_rows::<0>(take, w, &rows),
+                        BlockKind::Q4_1 => $by_rows::<1>(take, w, &rows),
+                        BlockKind::Q5_0 => $by_rows::<2>(take, w, &rows),
+                        BlockKind::Q5_1 => $by_rows::<3>(take, w, &rows),
+                        BlockKind::Q8_0 => $by_rows::<4>(take, w, &rows),
+                    };
+                    out.extend_from_slice(&sums[..take]);
+                    r += take;
                 }
             }
-        }
-        let mut sums = [0f32; ROWS_PER_LOAD];
-        for r in 0..R {
-            sums[r] = hsum_float_8(acc[r]) + _mm256_cvtss_f32(offsets[r]);
-        }
-        sums
+
+            #[target_feature(enable = $features)]
+            fn $by_rows<const K: usize>(
+                take: usize,
+                w: &[u8],
+                rows: &[Q8Row; ROWS_PER_LOAD],
+            ) -> [f32; ROWS_PER_LOAD] {
+                match take {
+                    4 => $dots::<K, 4>(w, rows),
+                    3 => $dots::<K, 3>(w, rows),
+                    2 => $dots::<K, 2>(w, rows),
+                    _ => $dots::<K, 1>(w, rows),
+                }
+            }
+
+            /// w · x for the first R of `rows`: each weight block unpacked once; per row, per block,
+            /// the 32 products summed in eight i32 lanes and added, scaled, to eight f32 lanes
+            /// (llama.cpp's order), summed across lanes at the end — the same operations whatever R.
+            #[target_feature(enable = $features)]
+            fn $dots<const K: usize, const R: usize>(
+                w: &[u8],
+                rows: &[Q8Row; ROWS_PER_LOAD],
+            ) -> [f32; ROWS_PER_LOAD] {
+                let kind = KINDS[K];
+                let (min_at, _, _) = kind.layout();
+                let signed = !kind.has_min();
+                let bytes = kind.block_bytes();
+                let blocks = w.len() / bytes;
+                for x in &rows[..R] {
+                    assert!(x.qs.len() >= blocks * BLOCK && x.d.len() >= blocks);
+                    assert!(!kind.has_min() || x.s.len() >= blocks);
+                }
+                let mut acc = [_mm256_setzero_ps(); R];
+                // The minimum's part, m·s summed block by block (every lane the same).
+                let mut offsets = [_mm256_setzero_ps(); R];
+                for (b, block) in w.chunks_exact(bytes).enumerate() {
+                    // A block is at most 34 bytes: one line asked for per block covers every line.
+                    // (A prefetch never faults, whatever the address; the pointer is not read.)
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        block.as_ptr().wrapping_add(PREFETCH_BYTES) as *const i8
+                    );
+                    let q = unpack(kind, block);
+                    // maddubs multiplies unsigned by signed bytes: signed weights give it their
+                    // magnitudes and move their signs onto the activations.
+                    let magnitudes = if signed { _mm256_sign_epi8(q, q) } else { q };
+                    let d = f16_lanes(block, 0);
+                    let m = min_at.map_or(_mm256_setzero_ps(), |at| f16_lanes(block, at));
+                    for r in 0..R {
+                        let x = &rows[r];
+                        // SAFETY: b < blocks, and every row holds `blocks` blocks (asserted above).
+                        let (y, dx) = unsafe {
+                            let y =
+                                _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i);
+                            (y, *x.d.get_unchecked(b))
+                        };
+                        let y = if signed { _mm256_sign_epi8(y, q) } else { y };
+                        let p = _mm256_cvtepi32_ps($pair_sums(magnitudes, y));
+                        // d·dx in every lane: the scalar product, rounded the same.
+                        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), p, acc[r]);
+                        if kind.has_min() {
+                            // SAFETY: as above; the rows carry their block sums (asserted).
+                            let s = unsafe { *x.s.get_unchecked(b) };
+                            offsets[r] =
+                                _mm256_add_ps(offsets[r], _mm256_mul_ps(m, _mm256_set1_ps(s)));
+                        }
+                    }
+                }
+                let mut sums = [0f32; ROWS_PER_LOAD];
+                for r in 0..R {
+                    sums[r] = hsum_float_8(acc[r]) + _mm256_cvtss_f32(offsets[r]);
+                }
+                sums
+            }
+        };
+    }
+
+    products!("avx2,fma,f16c", pair_sums, dot_rows, by_rows, dots);
+    products!(
+        "avx2,fma,f16c,avx512vnni,avx512vl",
+        pair_sums_vnni,
+        dot_rows_vnni,
+        by_rows_vnni,
+        dots_vnni
+    );
+
+    /// maddubs (pairs into i16) then madd with ones (pairs of those into i32): llama.cpp's AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn pair_sums(magnitudes: __m256i, y: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, y), _mm256_set1_epi16(1))
+    }
+
+    /// The same sums in one instruction (AVX-512 VNNI on 256 bits, as llama.cpp's
+    /// `mul_sum_us8_pairs_float` where the CPU has it).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+    fn pair_sums_vnni(magnitudes: __m256i, y: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitudes, y)
     }
 
     /// How far ahead of the block being multiplied the kernels here and in `kquant_dots` ask
@@ -479,8 +528,67 @@ pub(crate) mod tests {
                 avx2::dot_rows(kind, w, xs, out)
             }));
         }
+        #[cfg(target_arch = "x86_64")]
+        if has_avx512_vnni() {
+            // SAFETY: as above.
+            kernels.push(("vnni", |kind, w, xs, out| unsafe {
+                avx2::dot_rows_vnni(kind, w, xs, out)
+            }));
+        }
         for cols in [128, 192] {
             products_match_candle(cols, &kernels);
+        }
+    }
+
+    /// The VNNI body gives the AVX2 body's bits (the same integer lanes, the same float
+    /// operations), every type, 1 to 4 rows; with the pairs at their extreme for Q8_0 (weight
+    /// bytes −128 and 127, which no quantizer writes but a file may hold, against activations
+    /// ±127): a body whose pair sums saturated or summed other lanes would differ.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_vnni_body_gives_the_avx2_bits() {
+        if !has_avx512_vnni() {
+            eprintln!("no AVX-512 VNNI on this CPU: nothing to compare");
+            return;
+        }
+        let (cols, out) = (256, 5);
+        let mut xs = awkward_rows(cols, 4);
+        // Row 3: ±127 everywhere (its scale is 1).
+        for (i, v) in xs[3 * cols..].iter_mut().enumerate() {
+            *v = if i % 3 == 0 { -127.0 } else { 127.0 };
+        }
+        let w = Tensor::randn(0f32, 1.0, (out, cols), &Device::Cpu).unwrap();
+        for dtype in BLOCK_TYPES {
+            let kind = BlockKind::of(dtype).unwrap();
+            let mut data = QTensor::quantize(&w, dtype)
+                .unwrap()
+                .data()
+                .unwrap()
+                .to_vec();
+            if kind == BlockKind::Q8_0 {
+                // Weight row 0's quantized bytes: −128 then 127 in alternate blocks.
+                for (b, block) in data[..kind.row_bytes(cols)]
+                    .chunks_exact_mut(34)
+                    .enumerate()
+                {
+                    block[2..].fill(if b % 2 == 0 { 0x80 } else { 0x7F });
+                }
+            }
+            let row_bytes = kind.row_bytes(cols);
+            for n in 1..=4 {
+                let rows = Q8Rows::quantize(&xs[(4 - n) * cols..], cols, kind.has_min());
+                for v in 0..out {
+                    let weights = &data[v * row_bytes..(v + 1) * row_bytes];
+                    let (mut a, mut b) = (Vec::new(), Vec::new());
+                    // SAFETY: both bodies' features were detected (has_avx512_vnni).
+                    unsafe {
+                        avx2::dot_rows(kind, weights, &rows, &mut a);
+                        avx2::dot_rows_vnni(kind, weights, &rows, &mut b);
+                    }
+                    let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&a), bits(&b), "{dtype:?} n={n} weight row {v}");
+                }
+            }
         }
     }
 
