@@ -7,7 +7,7 @@
 //! block sums for the types with a minimum) and multiplies 32 integer pairs per instruction.
 //! These are those kernels, with two differences from candle's: they have AVX2 bodies for
 //! every type (candle's Q4_1/Q5_0/Q5_1 products are scalar loops), and each weight block is
-//! unpacked once for up to [`ROWS_PER_LOAD`] activation rows. A row's arithmetic is the same
+//! unpacked once for up to four activation rows (eight where AVX-512 VNNI runs). A row's arithmetic is the same
 //! whatever the other rows: with AVX2, llama.cpp's (each block's products in eight integer
 //! lanes, scaled into eight float lanes); without, candle's reference loop (`vec_dot_unopt`),
 //! whose results it reproduces to the bit.
@@ -18,9 +18,6 @@ use half::f16;
 
 /// Values per block of these types and of the 8-bit activations.
 pub const BLOCK: usize = 32;
-
-/// Activation rows that share one unpacking of a weight block.
-pub const ROWS_PER_LOAD: usize = 4;
 
 /// The block types multiplied here: what llama.cpp writes for matrices whose rows are no whole
 /// number of 256-value K-quant blocks (Qwen2.5-0.5B's 896 columns, Gemma 3 270m's 640), and
@@ -246,7 +243,7 @@ fn read_u32(b: &[u8], at: usize) -> u32 {
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
-    use super::{BLOCK, BlockKind, Q8Row, Q8Rows, ROWS_PER_LOAD, read_u32};
+    use super::{BLOCK, BlockKind, Q8Row, Q8Rows, read_u32};
     use std::arch::x86_64::*;
 
     /// The f16 at byte `at` of `b` as f32, in the caller's registers (a call to the `half`
@@ -361,38 +358,43 @@ pub(crate) mod avx2 {
     /// bytes, the eight lanes of four adjacent products summed (exact in every body: no pair
     /// reaches i16's limit, 2 × 128 × 127 < 2^15), so every body gives every bit the same.
     macro_rules! products {
-        ($features:literal, $pair_sums:ident, $dot_rows:ident, $by_rows:ident, $dots:ident) => {
+        (
+            $features:literal, $pair_sums:ident, $most:literal, [$($r:literal)+],
+            $dot_rows:ident, $by_rows:ident, $dots:ident
+        ) => {
             #[target_feature(enable = $features)]
             pub fn $dot_rows(kind: BlockKind, w: &[u8], xs: &Q8Rows, out: &mut Vec<f32>) {
                 let n = xs.len();
                 let mut r = 0;
                 while r < n {
-                    let take = (n - r).min(ROWS_PER_LOAD);
-                    let rows: [Q8Row; ROWS_PER_LOAD] =
-                        std::array::from_fn(|i| xs.row(r + i.min(take - 1)));
-                    let sums = match kind {
-                        BlockKind::Q4_0 => $by_rows::<0>(take, w, &rows),
-                        BlockKind::Q4_1 => $by_rows::<1>(take, w, &rows),
-                        BlockKind::Q5_0 => $by_rows::<2>(take, w, &rows),
-                        BlockKind::Q5_1 => $by_rows::<3>(take, w, &rows),
-                        BlockKind::Q8_0 => $by_rows::<4>(take, w, &rows),
-                    };
-                    out.extend_from_slice(&sums[..take]);
+                    let take = (n - r).min($most);
+                    match kind {
+                        BlockKind::Q4_0 => $by_rows::<0>(take, w, xs, r, out),
+                        BlockKind::Q4_1 => $by_rows::<1>(take, w, xs, r, out),
+                        BlockKind::Q5_0 => $by_rows::<2>(take, w, xs, r, out),
+                        BlockKind::Q5_1 => $by_rows::<3>(take, w, xs, r, out),
+                        BlockKind::Q8_0 => $by_rows::<4>(take, w, xs, r, out),
+                    }
                     r += take;
                 }
             }
 
+            /// Rows first.. first + take of xs (take ≤ the most), each load's rows gathered
+            /// for exactly its size.
             #[target_feature(enable = $features)]
             fn $by_rows<const K: usize>(
                 take: usize,
                 w: &[u8],
-                rows: &[Q8Row; ROWS_PER_LOAD],
-            ) -> [f32; ROWS_PER_LOAD] {
+                xs: &Q8Rows,
+                first: usize,
+                out: &mut Vec<f32>,
+            ) {
                 match take {
-                    4 => $dots::<K, 4>(w, rows),
-                    3 => $dots::<K, 3>(w, rows),
-                    2 => $dots::<K, 2>(w, rows),
-                    _ => $dots::<K, 1>(w, rows),
+                    $($r => {
+                        let rows: [Q8Row; $r] = std::array::from_fn(|i| xs.row(first + i));
+                        out.extend_from_slice(&$dots::<K, $r>(w, &rows));
+                    })+
+                    _ => out.extend_from_slice(&$dots::<K, 1>(w, &[xs.row(first)])),
                 }
             }
 
@@ -400,16 +402,13 @@ pub(crate) mod avx2 {
             /// the 32 products summed in eight i32 lanes and added, scaled, to eight f32 lanes
             /// (llama.cpp's order), summed across lanes at the end — the same operations whatever R.
             #[target_feature(enable = $features)]
-            fn $dots<const K: usize, const R: usize>(
-                w: &[u8],
-                rows: &[Q8Row; ROWS_PER_LOAD],
-            ) -> [f32; ROWS_PER_LOAD] {
+            fn $dots<const K: usize, const R: usize>(w: &[u8], rows: &[Q8Row; R]) -> [f32; R] {
                 let kind = KINDS[K];
                 let (min_at, _, _) = kind.layout();
                 let signed = !kind.has_min();
                 let bytes = kind.block_bytes();
                 let blocks = w.len() / bytes;
-                for x in &rows[..R] {
+                for x in rows {
                     assert!(x.qs.len() >= blocks * BLOCK && x.d.len() >= blocks);
                     assert!(!kind.has_min() || x.s.len() >= blocks);
                 }
@@ -448,7 +447,7 @@ pub(crate) mod avx2 {
                         }
                     }
                 }
-                let mut sums = [0f32; ROWS_PER_LOAD];
+                let mut sums = [0f32; R];
                 for r in 0..R {
                     sums[r] = hsum_float_8(acc[r]) + _mm256_cvtss_f32(offsets[r]);
                 }
@@ -457,10 +456,22 @@ pub(crate) mod avx2 {
         };
     }
 
-    products!("avx2,fma,f16c", pair_sums, dot_rows, by_rows, dots);
+    // AVX2 has 16 vector registers: four rows' accumulators and offsets leave room for the
+    // block's values. AVX-512 has 32: eight rows unpack each block once for twice the rows.
+    products!(
+        "avx2,fma,f16c",
+        pair_sums,
+        4,
+        [4 3 2],
+        dot_rows,
+        by_rows,
+        dots
+    );
     products!(
         "avx2,fma,f16c,avx512vnni,avx512vl",
         pair_sums_vnni,
+        8,
+        [8 7 6 5 4 3 2],
         dot_rows_vnni,
         by_rows_vnni,
         dots_vnni
@@ -509,7 +520,8 @@ pub(crate) mod tests {
 
     /// Random weights (offset, so that Q4_1/Q5_1's minimum matters), quantized by candle: each
     /// row's products are those of candle's own quantized matrix product on that row alone (its
-    /// 8-bit activations and kernels), for 1 to 6 rows at once, on rows of 4 and 6 blocks
+    /// 8-bit activations and kernels), for 1 to 9 rows at once (a load of eight where VNNI runs,
+    /// and one more), on rows of 4 and 6 blocks
     /// (candle's debug builds refuse odd block counts for Q4_1): to the bit on the portable
     /// kernel where candle runs its reference loop (Q4_1/Q5_0/Q5_1), within float rounding
     /// otherwise (AVX2 sums the blocks in eight lanes, as llama.cpp and candle's AVX kernels).
@@ -552,9 +564,9 @@ pub(crate) mod tests {
             return;
         }
         let (cols, out) = (256, 5);
-        let mut xs = awkward_rows(cols, 4);
-        // Row 3: ±127 everywhere (its scale is 1).
-        for (i, v) in xs[3 * cols..].iter_mut().enumerate() {
+        let mut xs = awkward_rows(cols, 9);
+        // The last row: ±127 everywhere (its scale is 1).
+        for (i, v) in xs[8 * cols..].iter_mut().enumerate() {
             *v = if i % 3 == 0 { -127.0 } else { 127.0 };
         }
         let w = Tensor::randn(0f32, 1.0, (out, cols), &Device::Cpu).unwrap();
@@ -575,8 +587,9 @@ pub(crate) mod tests {
                 }
             }
             let row_bytes = kind.row_bytes(cols);
-            for n in 1..=4 {
-                let rows = Q8Rows::quantize(&xs[(4 - n) * cols..], cols, kind.has_min());
+            // Up to nine rows: a whole load of eight and one left, and every smaller load.
+            for n in 1..=9 {
+                let rows = Q8Rows::quantize(&xs[(9 - n) * cols..], cols, kind.has_min());
                 for v in 0..out {
                     let weights = &data[v * row_bytes..(v + 1) * row_bytes];
                     let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -676,7 +689,7 @@ pub(crate) mod tests {
         let out = 9;
         let dev = Device::Cpu;
         let w = (Tensor::randn(0f32, 1.0, (out, cols), &dev).unwrap() + 0.3).unwrap();
-        let x = Tensor::randn(0f32, 1.0, (6, cols), &dev).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (9, cols), &dev).unwrap();
         let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
         for dtype in BLOCK_TYPES {
             let q = std::sync::Arc::new(QTensor::quantize(&w, dtype).unwrap());
@@ -685,7 +698,7 @@ pub(crate) mod tests {
             let row_bytes = kind.row_bytes(cols);
             assert_eq!(data.len(), out * row_bytes);
             let want = candle_product_by_row(&q, &x);
-            for n in 1..=6 {
+            for n in 1..=9 {
                 let rows = Q8Rows::quantize(&xs[..n * cols], cols, kind.has_min());
                 for &(name, kernel) in kernels {
                     for v in 0..out {
