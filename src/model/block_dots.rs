@@ -6,9 +6,9 @@
 //! llama.cpp instead rounds each activation row to 8-bit blocks (`Q8_0`, or `Q8_1` with the
 //! block sums for the types with a minimum) and multiplies 32 integer pairs per instruction.
 //! These are those kernels, with two differences from candle's: they have AVX2 bodies for
-//! every type (candle's Q4_1/Q5_0/Q5_1 products are scalar loops), and each weight block is
-//! unpacked once for up to four activation rows (eight where AVX-512 VNNI runs). A row's arithmetic is the same
-//! whatever the other rows: with AVX2, llama.cpp's (each block's products in eight integer
+//! every type (candle's Q4_1/Q5_0/Q5_1 products are scalar loops, and an AVX-512 VNNI body
+//! where the CPU has one), and each weight block is unpacked once for up to four activation rows
+//! (eight with VNNI). A row's arithmetic is the same whatever the other rows: with AVX2, llama.cpp's (each block's products in eight integer
 //! lanes, scaled into eight float lanes); without, candle's reference loop (`vec_dot_unopt`),
 //! whose results it reproduces to the bit.
 
@@ -167,15 +167,11 @@ pub fn dot_rows_kernel() -> DotRows {
 }
 
 /// Whether the CPU also runs the AVX-512 VNNI body (on 256-bit registers).
+#[cfg(target_arch = "x86_64")]
 fn has_avx512_vnni() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        has_avx2_fma_f16c()
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    has_avx2_fma_f16c()
+        && std::arch::is_x86_feature_detected!("avx512vnni")
+        && std::arch::is_x86_feature_detected!("avx512vl")
 }
 
 /// Whether the CPU runs the AVX2 kernels here and in `kquant_dots` (AVX2, FMA, F16C).
@@ -359,15 +355,17 @@ pub(crate) mod avx2 {
     /// reaches i16's limit, 2 × 128 × 127 < 2^15), so every body gives every bit the same.
     macro_rules! products {
         (
-            $features:literal, $pair_sums:ident, $most:literal, [$($r:literal)+],
+            $features:literal, $pair_sums:ident, [$($r:literal)+],
             $dot_rows:ident, $by_rows:ident, $dots:ident
         ) => {
             #[target_feature(enable = $features)]
             pub fn $dot_rows(kind: BlockKind, w: &[u8], xs: &Q8Rows, out: &mut Vec<f32>) {
+                // The rows of a load, most first.
+                const MOST: usize = [$($r),+][0];
                 let n = xs.len();
                 let mut r = 0;
                 while r < n {
-                    let take = (n - r).min($most);
+                    let take = (n - r).min(MOST);
                     match kind {
                         BlockKind::Q4_0 => $by_rows::<0>(take, w, xs, r, out),
                         BlockKind::Q4_1 => $by_rows::<1>(take, w, xs, r, out),
@@ -379,8 +377,8 @@ pub(crate) mod avx2 {
                 }
             }
 
-            /// Rows first.. first + take of xs (take ≤ the most), each load's rows gathered
-            /// for exactly its size.
+            /// Rows first.. first + take of xs (take at most the list's first), each load's rows
+            /// gathered for exactly its size.
             #[target_feature(enable = $features)]
             fn $by_rows<const K: usize>(
                 take: usize,
@@ -461,7 +459,6 @@ pub(crate) mod avx2 {
     products!(
         "avx2,fma,f16c",
         pair_sums,
-        4,
         [4 3 2],
         dot_rows,
         by_rows,
@@ -470,7 +467,6 @@ pub(crate) mod avx2 {
     products!(
         "avx2,fma,f16c,avx512vnni,avx512vl",
         pair_sums_vnni,
-        8,
         [8 7 6 5 4 3 2],
         dot_rows_vnni,
         by_rows_vnni,
@@ -553,7 +549,7 @@ pub(crate) mod tests {
     }
 
     /// The VNNI body gives the AVX2 body's bits (the same integer lanes, the same float
-    /// operations), every type, 1 to 4 rows; with the pairs at their extreme for Q8_0 (weight
+    /// operations), every type, 1 to 9 rows; with the pairs at their extreme for Q8_0 (weight
     /// bytes −128 and 127, which no quantizer writes but a file may hold, against activations
     /// ±127): a body whose pair sums saturated or summed other lanes would differ.
     #[test]
@@ -577,16 +573,17 @@ pub(crate) mod tests {
                 .data()
                 .unwrap()
                 .to_vec();
+            let row_bytes = kind.row_bytes(cols);
             if kind == BlockKind::Q8_0 {
-                // Weight row 0's quantized bytes: −128 then 127 in alternate blocks.
-                for (b, block) in data[..kind.row_bytes(cols)]
-                    .chunks_exact_mut(34)
+                // Weight row 0's quantized bytes (after each block's f16 scale): −128 then 127
+                // in alternate blocks.
+                for (b, block) in data[..row_bytes]
+                    .chunks_exact_mut(kind.block_bytes())
                     .enumerate()
                 {
                     block[2..].fill(if b % 2 == 0 { 0x80 } else { 0x7F });
                 }
             }
-            let row_bytes = kind.row_bytes(cols);
             // Up to nine rows: a whole load of eight and one left, and every smaller load.
             for n in 1..=9 {
                 let rows = Q8Rows::quantize(&xs[(9 - n) * cols..], cols, kind.has_min());
