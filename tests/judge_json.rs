@@ -355,8 +355,9 @@ fn batched_json_decoding_writes_what_one_at_a_time_writes() {
         eprintln!("{file}: batched vs alone, worst |Δp| {worst:.2e}, reasons {lengths:?}");
         assert_eq!(worst, 0.0, "{file}: probabilities differ by {worst}");
         if decoding.temperature > 0.0 {
-            // Drawn reasons end at different steps, so rows are dropped mid-batch (greedy
-            // reasons of the small model all run to the limit).
+            // Drawn reasons end at different steps, so rows whose reason is done wait for the
+            // others and are dropped mid-batch (greedy reasons of the small model all run to
+            // the limit).
             lengths.sort_unstable();
             assert!(lengths[0] < lengths[lengths.len() - 1], "{lengths:?}");
         }

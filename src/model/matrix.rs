@@ -427,23 +427,25 @@ pub(super) fn by_weight_rows(
     // Not zeroed: the tasks write every element (n outputs for each of the out weight rows).
     let mut y: Vec<f32> = Vec::with_capacity(n * out);
     let dst = Scattered(y.as_mut_ptr(), n * out);
-    (0..out.div_ceil(chunk))
-        .into_par_iter()
-        .try_for_each_init(Vec::new, |part, b| {
+    (0..out.div_ceil(chunk)).into_par_iter().try_for_each_init(
+        <(Vec<f32>, Vec<f32>)>::default,
+        |(part, line), b| {
             let rows = b * chunk..((b + 1) * chunk).min(out);
             part.clear();
             task(rows.clone(), part)?;
             assert_eq!(part.len(), rows.len() * n, "n outputs per weight row");
-            for (v, outs) in rows.zip(part.chunks_exact(n)) {
-                for (r, &o) in outs.iter().enumerate() {
-                    // SAFETY: r < n and v < out, so the index lies in y; column v of y is
-                    // written by the one task that holds weight row v, and y is not read
-                    // until every task is done.
-                    unsafe { dst.write(r * out + v, o) };
-                }
+            // Row by row of y, each a contiguous run of this task's columns.
+            for r in 0..n {
+                line.clear();
+                line.extend(part.iter().skip(r).step_by(n));
+                // SAFETY: r < n and rows lie in 0..out, so the run lies in y; columns `rows`
+                // of y are written by the one task that holds those weight rows, and y is not
+                // read until every task is done.
+                unsafe { dst.write(r * out + rows.start, line) };
             }
             Result::Ok(())
-        })?;
+        },
+    )?;
     // SAFETY: every task returned Ok having written all n outputs of its weight rows (asserted
     // per task), and the tasks cover rows 0..out, so all n × out elements are initialised.
     unsafe { y.set_len(n * out) };
@@ -458,11 +460,11 @@ unsafe impl Sync for Scattered {}
 
 impl Scattered {
     /// # Safety
-    /// `i` lies in the buffer and no other thread reads or writes element `i` meanwhile.
-    unsafe fn write(&self, i: usize, value: f32) {
-        assert!(i < self.1, "index in the output");
+    /// No other thread reads or writes elements `i..i + values.len()` meanwhile.
+    unsafe fn write(&self, i: usize, values: &[f32]) {
+        assert!(i + values.len() <= self.1, "a run in the output");
         // SAFETY: in bounds (asserted); exclusive by the caller's contract.
-        unsafe { self.0.add(i).write(value) }
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.0.add(i), values.len()) }
     }
 }
 

@@ -18,14 +18,17 @@ use super::matrix::{Matrix, RowKernels, by_weight_rows};
 use candle_core::{DType, Device, Result, Tensor, bail};
 
 /// Whether a RowWise product of x with these runs goes through `Matrix::by_runs`: an f32 CPU
-/// product with at least one run of several tokens.
+/// product with a run of several tokens, or with padding (rows of a json batch that wait, or
+/// are done, until enough of them are dropped: 11 of 12 rows cost as much as decoded ones).
 pub fn applies(x: &Tensor, runs: Option<&[u32]>) -> bool {
-    x.device().is_cpu() && x.dtype() == DType::F32 && runs.is_some_and(|r| r.iter().any(|&n| n > 1))
+    x.device().is_cpu()
+        && x.dtype() == DType::F32
+        && runs.is_some_and(|r| r.iter().any(|&n| n != 1))
 }
 
 /// Weight rows per task of `expanded_dots`: expanded together and multiplied with every
 /// activation row before the next ones.
-const EXPANDED_ROWS: usize = 16;
+const EXPANDED_ROWS: usize = 24;
 
 impl Matrix {
     /// x (n, in) · Wᵀ, row r through the integer kernels when `runs[r]` is 1, through
@@ -134,7 +137,7 @@ mod tests {
     /// A row's products are the same bits whatever else the step multiplies: a run of three
     /// tokens alone (as `extend` feeds it) and among other runs, single tokens and padding;
     /// a run's products within rounding of the expanded matrix's GEMM, single tokens the
-    /// integer kernels' (`dots_t`), padding zeros.
+    /// integer kernels' (`dots_t`), padding zeros (also in a step of single tokens only).
     #[test]
     fn a_runs_products_do_not_depend_on_the_step() -> anyhow::Result<()> {
         for (dtype, out, k) in [
@@ -171,6 +174,17 @@ mod tests {
                 .max_all()?
                 .to_scalar::<f32>()?;
             assert_eq!(padding, 0.0, "{dtype:?}");
+            // Single tokens beside padding only (rows that wait, or are done): each the
+            // integer kernels' bits, the padding not multiplied.
+            let mut runs = vec![1u32; 40];
+            runs[3..30].fill(0);
+            let step = w.product(&x, row_wise(&runs))?;
+            for r in [0, 2, 30, 39] {
+                let single = w.dots_t(&x.narrow(0, r, 1)?)?;
+                assert_eq!(bits(&single)?, bits(&step.narrow(0, r, 1)?)?, "{dtype:?}");
+            }
+            let padding = step.narrow(0, 3, 27)?.abs()?.max_all()?;
+            assert_eq!(padding.to_scalar::<f32>()?, 0.0, "{dtype:?}");
         }
         Ok(())
     }
