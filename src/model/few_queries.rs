@@ -6,18 +6,22 @@
 //! no packing) and every output an accumulation of value rows, one task per (row, key head).
 //! A task reads each cached key and value once for all the queries of the heads sharing it
 //! (7 heads × the step's tokens for Qwen2.5-0.5B), not once per query: a cache of 2,000 keys is
-//! 1 MB per key head in f32, the size of the L2 it was re-read from.
+//! 1 MB per key head in f32, the size of the L2 it was re-read from. With AVX-512, tiles of
+//! queries × keys, and of queries × value dimensions, stay in registers (`attention_products`):
+//! a json step's runs of 9 to 14 tokens come here too (through the general path, each copied
+//! the header's keys and values and packed them for the GEMM: 24% of such a step).
 //! A row's result depends on its own queries, keys, values and mask only; the order of every
 //! sum is fixed, so a sequence gets the same numbers alone or among others.
 
+use super::attention_products::Kernels;
 use super::expf_lanes::exp_in_place;
 use super::transformer::LayerKv;
 use candle_core::{CpuStorage, DType, Layout, Result, Storage, Tensor, bail};
 use rayon::prelude::*;
 
-/// Queries per row up to which decoding attention runs here (a step's tokens: one, or a few
-/// forced ones; never a prompt).
-pub const FEW_QUERIES: usize = 8;
+/// Queries per row up to which decoding attention runs here (a step's tokens: one, or a run of
+/// forced ones such as json's `",\n  "<key>": `; never a prompt).
+pub const FEW_QUERIES: usize = 16;
 
 /// Whether `attend` runs for these queries (n of them per row).
 pub fn runs(q: &Tensor, n: usize) -> bool {
@@ -81,13 +85,10 @@ pub fn attend(
             let queries: Vec<&[f32]> = qs[at..at + group * n * d].chunks_exact(d).collect();
             let mask_of = |i: usize| &mask[(r * n + i) * keys..(r * n + i + 1) * keys];
             let mut scores = vec![0f32; group * n * keys];
-            // Each key is read once for all of the group's queries (it stays in L1 between
-            // them); every score is still one `dot` of a query and a key, as alone.
-            for (j, key) in keys_of.of(r, kh, keys).enumerate() {
-                for (qi, query) in queries.iter().enumerate() {
-                    scores[qi * keys + j] = (kernels.dot)(query, key);
-                }
-            }
+            // Each key is read once for a tile of the group's queries (it stays in L1 between
+            // them); every score is one product of a query and a key, whatever the tile.
+            let key_rows: Vec<&[f32]> = keys_of.of(r, kh, keys).collect();
+            (kernels.scores)(&queries, &key_rows, &mut scores);
             for (qi, row) in scores.chunks_exact_mut(keys).enumerate() {
                 if let Some(cap) = softcap {
                     let cap = cap as f32;
@@ -100,11 +101,8 @@ pub fn attend(
             }
             // Values likewise: each output accumulates its values in key order, as alone.
             let mut out = vec![0f32; group * n * d];
-            for (j, value) in values_of.of(r, kh, keys).enumerate() {
-                for (qi, o) in out.chunks_exact_mut(d).enumerate() {
-                    (kernels.axpy)(scores[qi * keys + j], value, o);
-                }
-            }
+            let value_rows: Vec<&[f32]> = values_of.of(r, kh, keys).collect();
+            (kernels.mix)(&scores, &value_rows, &mut out);
             out
         })
         .collect();
@@ -169,99 +167,47 @@ impl<'a> Rows<'a> {
     }
 }
 
-/// Softmax in place: max, e^(x − max) (libm's values, eight at a time: `expf_lanes`), sum in
-/// order, divide.
+/// Softmax in place: max, e^(x − max) (libm's values, eight at a time: `expf_lanes`), sum,
+/// divide. The sum runs in 16 lanes (element i in lane i mod 16; the lanes then added in
+/// halves, the tail last): one sum in order was a chain of 2,000 dependent additions per query,
+/// 5% of a json step.
 fn softmax(xs: &mut [f32]) {
-    let max = xs.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let whole = xs.len() - xs.len() % LANES;
+    for chunk in xs[..whole].chunks_exact(LANES) {
+        lanes
+            .iter_mut()
+            .zip(chunk)
+            .for_each(|(m, &x)| *m = m.max(x));
+    }
+    let max = lanes
+        .iter()
+        .chain(&xs[whole..])
+        .fold(f32::NEG_INFINITY, |m, &x| m.max(x));
     xs.iter_mut().for_each(|x| *x -= max);
     exp_in_place(xs);
-    let sum = xs.iter().fold(0f32, |s, &x| s + x);
+    let sum = lane_sum(xs);
     xs.iter_mut().for_each(|x| *x /= sum);
 }
 
-/// The dot product and y += a·x for this CPU, chosen once per call.
-struct Kernels {
-    dot: fn(&[f32], &[f32]) -> f32,
-    axpy: fn(f32, &[f32], &mut [f32]),
-}
+const LANES: usize = 16;
 
-impl Kernels {
-    fn for_this_cpu() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the features the functions are compiled for were just detected.
-            return Kernels {
-                dot: |a, b| unsafe { avx2::dot(a, b) },
-                axpy: |p, x, y| unsafe { avx2::axpy(p, x, y) },
-            };
-        }
-        Kernels {
-            dot: crate::model::matrix::dot_lanes,
-            axpy: |p, x, y| y.iter_mut().zip(x).for_each(|(y, x)| *y += p * x),
-        }
+/// Σ xs: element i into lane i mod 16 in order, the lanes added in halves (8, 4, 2, 1), then
+/// the elements after the last whole 16 in order.
+fn lane_sum(xs: &[f32]) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let whole = xs.len() - xs.len() % LANES;
+    for chunk in xs[..whole].chunks_exact(LANES) {
+        lanes.iter_mut().zip(chunk).for_each(|(s, &x)| *s += x);
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use std::arch::x86_64::*;
-
-    /// Σ aᵢbᵢ: two 8-lane accumulators, then the tail.
-    #[target_feature(enable = "avx2,fma")]
-    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        let (pa, pb) = (a.as_ptr(), b.as_ptr());
-        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let mut i = 0;
-        // SAFETY (all loads): i + 16 ≤ n, resp. i + 8 ≤ n, values of both slices.
-        while i + 16 <= n {
-            unsafe {
-                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
-                s1 = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(pa.add(i + 8)),
-                    _mm256_loadu_ps(pb.add(i + 8)),
-                    s1,
-                );
-            }
-            i += 16;
+    let mut width = LANES / 2;
+    while width > 0 {
+        for i in 0..width {
+            lanes[i] += lanes[i + width];
         }
-        if i + 8 <= n {
-            unsafe {
-                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
-            }
-            i += 8;
-        }
-        let s = _mm256_add_ps(s0, s1);
-        let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        let h = _mm_add_ss(h, _mm_movehdup_ps(h));
-        let mut sum = _mm_cvtss_f32(h);
-        for t in i..n {
-            sum += a[t] * b[t];
-        }
-        sum
+        width /= 2;
     }
-
-    /// y += p·x.
-    #[target_feature(enable = "avx2,fma")]
-    pub fn axpy(p: f32, x: &[f32], y: &mut [f32]) {
-        let n = x.len().min(y.len());
-        let pv = _mm256_set1_ps(p);
-        let (px, py) = (x.as_ptr(), y.as_mut_ptr());
-        let mut i = 0;
-        // SAFETY: i + 8 ≤ n values of both slices.
-        while i + 8 <= n {
-            unsafe {
-                let v = _mm256_fmadd_ps(pv, _mm256_loadu_ps(px.add(i)), _mm256_loadu_ps(py.add(i)));
-                _mm256_storeu_ps(py.add(i), v);
-            }
-            i += 8;
-        }
-        for t in i..n {
-            y[t] += p * x[t];
-        }
-    }
+    xs[whole..].iter().fold(lanes[0], |s, &x| s + x)
 }
 
 #[cfg(test)]
@@ -274,8 +220,15 @@ mod tests {
     /// the header's keys copied into every row (how the decoding cache was laid out before).
     #[test]
     fn a_shared_header_reads_as_if_copied_into_every_row() {
+        // 24: the AVX2 products; 64, a multiple of 16: the AVX-512 ones where there are.
+        for d in [24, 64] {
+            shared_header_reads_as_if_copied(d);
+        }
+    }
+
+    fn shared_header_reads_as_if_copied(d: usize) {
         let dev = Device::Cpu;
-        let (b, kv, group, d, h, own, cap) = (3, 2, 2, 24, 11, 6, 9);
+        let (b, kv, group, h, own, cap) = (3, 2, 2, 11, 6, 9);
         let heads = kv * group;
         let hk = Tensor::randn(0f32, 1.0, (1, kv, h, d), &dev).unwrap();
         let hv = Tensor::randn(0f32, 1.0, (1, kv, h, d), &dev).unwrap();
@@ -321,8 +274,14 @@ mod tests {
     /// and a soft cap.
     #[test]
     fn matches_candles_ops_on_cache_views() {
+        for (d, group) in [(40, 3), (64, 7), (128, 4)] {
+            matches_candles_ops(d, group);
+        }
+    }
+
+    fn matches_candles_ops(d: usize, group: usize) {
         let dev = Device::Cpu;
-        let (b, kv, group, d, cap, keys) = (2, 2, 3, 40, 50, 37);
+        let (b, kv, cap, keys) = (2, 2, 50, 37);
         let heads = kv * group;
         let cache_k = Tensor::randn(0f32, 1.0, (b, kv, cap, d), &dev).unwrap();
         let cache_v = Tensor::randn(0f32, 1.0, (b, kv, cap, d), &dev).unwrap();
@@ -378,7 +337,38 @@ mod tests {
                 .unwrap()
                 .to_scalar()
                 .unwrap();
-            assert!(diff < 1e-5, "n={n}: {diff}");
+            assert!(diff < 1e-5, "d={d}, n={n}: {diff}");
+        }
+    }
+
+    fn random_rows(rows: usize, d: usize, seed: u64) -> Vec<f32> {
+        let mut rng = crate::rng::SplitMix64(seed);
+        (0..rows * d)
+            .map(|_| (rng.next_f64() as f32 - 0.5) * 2.0)
+            .collect()
+    }
+
+    /// The softmax's sum: lanes of every 16th element in order, added in halves, then the
+    /// tail; a sum of one element, of fewer than 16, of a multiple of 16.
+    #[test]
+    fn the_lane_sum_adds_in_its_order() {
+        for len in [1, 7, 16, 37, 2000] {
+            let xs = random_rows(1, len, len as u64);
+            let mut lanes = [0f32; 16];
+            let whole = len / 16 * 16;
+            for (i, &x) in xs[..whole].iter().enumerate() {
+                lanes[i % 16] += x;
+            }
+            let l8: Vec<f32> = (0..8).map(|i| lanes[i] + lanes[i + 8]).collect();
+            let l4: Vec<f32> = (0..4).map(|i| l8[i] + l8[i + 4]).collect();
+            let l2: Vec<f32> = (0..2).map(|i| l4[i] + l4[i + 2]).collect();
+            let mut want = l2[0] + l2[1];
+            for &x in &xs[whole..] {
+                want += x;
+            }
+            assert_eq!(lane_sum(&xs).to_bits(), want.to_bits(), "{len} values");
+            let exact: f64 = xs.iter().map(|&x| x as f64).sum();
+            assert!((lane_sum(&xs) as f64 - exact).abs() < 1e-3, "{len} values");
         }
     }
 }

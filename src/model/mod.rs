@@ -2,6 +2,7 @@
 //! qwen3, gemma2 and gemma3 checkpoints (safetensors or GGUF).
 
 mod act_rounding;
+mod attention_products;
 pub mod batch;
 pub mod block_dots;
 pub mod config;
