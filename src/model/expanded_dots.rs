@@ -179,8 +179,10 @@ mod avx512 {
             for pass in (0..n).step_by(PASS) {
                 let pass_end = (pass + PASS).min(n);
                 let tiles = (pass_end - pass).div_ceil(R);
-                lanes.clear();
-                lanes.resize(tiles * groups * R * C, _mm512_setzero_ps());
+                // Not cleared: the first chunk starts every accumulator from zero.
+                if lanes.len() < tiles * groups * R * C {
+                    lanes.resize(tiles * groups * R * C, _mm512_setzero_ps());
+                }
                 for k0 in (0..k).step_by(KC) {
                     let k1 = (k0 + KC).min(k);
                     for g in 0..groups {
@@ -198,7 +200,7 @@ mod avx512 {
                                 *x = &xs[(r0 + i.min(rs - 1)) * k..][k0..k1];
                             }
                             let at = (t * groups + g) * R * C;
-                            tile(x, w, &mut lanes[at..at + R * C]);
+                            tile(x, w, &mut lanes[at..at + R * C], k0 == 0);
                         }
                     }
                 }
@@ -220,18 +222,20 @@ mod avx512 {
         });
     }
 
-    /// acc[i·C + j] += x_i · w_j lane by lane over one chunk; edge tiles repeat their last
-    /// row (the same operations, results not kept).
+    /// acc[i·C + j] += x_i · w_j lane by lane over one chunk (from zero for the first);
+    /// edge tiles repeat their last row (the same operations, results not kept).
     #[target_feature(enable = "avx512f,avx2,fma")]
-    fn tile(xs: [&[f32]; R], ws: [&[f32]; C], lanes: &mut [__m512]) {
+    fn tile(xs: [&[f32]; R], ws: [&[f32]; C], lanes: &mut [__m512], first: bool) {
         let len = ws[0].len();
         assert!(xs.iter().chain(&ws).all(|v| v.len() == len) && len.is_multiple_of(16));
         assert_eq!(lanes.len(), R * C);
         // Plain loops: a closure would not inherit the target features (nor inline them).
         let mut acc = [[_mm512_setzero_ps(); C]; R];
-        for i in 0..R {
-            for j in 0..C {
-                acc[i][j] = lanes[i * C + j];
+        if !first {
+            for i in 0..R {
+                for j in 0..C {
+                    acc[i][j] = lanes[i * C + j];
+                }
             }
         }
         let mut at = 0;
