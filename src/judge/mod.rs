@@ -134,8 +134,6 @@ impl<'m> Scorer<'m> {
     /// One forward pass over these items; per item, per aspect, the result.
     pub fn score(&self, items: &[&ItemLayout]) -> Result<Vec<Vec<AspectScore>>, JudgeError> {
         let rows: Vec<_> = items.iter().map(|l| l.row(self.header)).collect();
-        let batch = Batch::from_rows(&rows, self.header, self.model.device())?;
-        let (hidden, _) = self.model.forward(&batch, self.header_kv.as_ref())?;
         let mut at = Vec::new();
         let positions: Vec<Vec<Vec<usize>>> = items
             .iter()
@@ -146,6 +144,8 @@ impl<'m> Scorer<'m> {
                 at.push((r, *p));
             }
         }
+        let batch = Batch::from_rows(&rows, self.header, self.model.device())?.reading(&at)?;
+        let (hidden, _) = self.model.forward(&batch, self.header_kv.as_ref())?;
         let logits = self.model.logits_at(&hidden, &at, None)?;
         // Normalised over the vocabulary on the device; only the columns the scores read come
         // back (a few per aspect, not queries × vocabulary).

@@ -72,6 +72,8 @@ pub struct Batch {
     /// Per token of the batch (rows × len): the length of the trunk or branch it is part of,
     /// 0 for padding (`Plan::runs`).
     runs: Vec<u32>,
+    /// `runs` with 0 for every token whose final hidden state is not read (`reading`).
+    read_runs: Option<Vec<u32>>,
 }
 
 /// Each row's tokens from its start position, right-padded to the longest row. Padding
@@ -194,6 +196,7 @@ impl Batch {
             cacheable: b * len * keys * 4 <= MASK_CACHE_BYTES,
             products: Products::ByRowCount,
             runs,
+            read_runs: None,
         })
     }
 
@@ -209,6 +212,35 @@ impl Batch {
     pub fn with_products(mut self, products: Products) -> Self {
         self.products = products;
         self
+    }
+
+    /// The same batch, of which only the final hidden states at `at` ((row, position within
+    /// the row) pairs) will be read: the last layer computes every token's keys and values, but
+    /// its query, output and MLP products only for these tokens (`last_plan`); the others'
+    /// final states are left unfinished. A judge reads a few positions of each prompt, and a
+    /// header none: the last layer's remaining products are 3–4% of a prefill.
+    pub fn reading(mut self, at: &[(usize, usize)]) -> Result<Self> {
+        let (b, len) = self.ids.dims2()?;
+        let mut runs = vec![0u32; self.runs.len()];
+        for &(r, p) in at {
+            let i = r * len + p;
+            if r >= b || p >= len || self.runs[i] == 0 {
+                candle_core::bail!("reading ({r}, {p}): not a token of a {b} × {len} batch");
+            }
+            runs[i] = self.runs[i];
+        }
+        self.read_runs = Some(runs);
+        Ok(self)
+    }
+
+    /// The plan of the last layer's products after its keys and values: only the rows read
+    /// (`reading`), each with its own run, so that a row read gets the kernel and the bits it
+    /// gets when every row is computed.
+    pub fn last_plan(&self) -> Plan<'_> {
+        Plan {
+            products: self.products,
+            runs: Some(self.read_runs.as_deref().unwrap_or(&self.runs)),
+        }
     }
 
     /// The additive f32 mask (rows, 1, queries, keys) of the batch rows `rows`, for the queries

@@ -52,6 +52,10 @@ pub fn product(w: &Matrix, x: &Tensor, runs: Option<&[u32]>) -> Result<Tensor> {
     let real: Option<Vec<usize>> = runs
         .filter(|r| r.len() == m && r.contains(&0))
         .map(|r| (0..m).filter(|&i| r[i] > 0).collect());
+    if real.as_ref().is_some_and(|r| r.is_empty()) {
+        // No row is read (the last layer of a header): nothing to expand or multiply.
+        return Tensor::zeros((m, out), DType::F32, &Device::Cpu);
+    }
     let packed: Vec<f32>;
     let (rows, lhs) = match &real {
         Some(real) => {

@@ -12,7 +12,7 @@ use super::decode::Segment;
 use super::few_queries;
 use super::layers::{Linear, Mlp, RmsNorm, inv_freq, rope_tables};
 use super::masked_softmax::masked_softmax;
-use super::matrix::{Matrix, Products, WeightsMode};
+use super::matrix::{Matrix, Plan, Products, WeightsMode};
 use super::weights::Weights;
 use candle_core::{DType, Device, Result, Tensor};
 
@@ -243,8 +243,15 @@ impl Transformer {
             .map(|f| rope_tables(f, &batch.positions, dtype))
             .collect::<Result<_>>()?;
         let mut kvs = Vec::with_capacity(self.blocks.len());
+        let last = self.blocks.len().saturating_sub(1);
         for (i, block) in self.blocks.iter().enumerate() {
             let kind = &self.cfg.layers[i];
+            // Past the last layer's keys and values, only the rows that are read.
+            let plan = if i == last {
+                batch.last_plan()
+            } else {
+                batch.plan()
+            };
             let (cos, sin) = &tables[kind.rope];
             let h = block.input_norm.forward_as(&x, dtype)?;
             let past = match past {
@@ -254,8 +261,15 @@ impl Transformer {
                     LayerPast::Cached(&layers[i], header.map(|h| &h[i]), segments)
                 }
             };
-            let (h, kv) =
-                self.attention(&block.attn, &h, cos, sin, batch, kind.sliding_window, past)?;
+            let (h, kv) = self.attention(
+                &block.attn,
+                &h,
+                (cos, sin),
+                batch,
+                kind.sliding_window,
+                past,
+                plan,
+            )?;
             if let Some(kv) = kv {
                 kvs.push(kv);
             }
@@ -266,7 +280,7 @@ impl Transformer {
             x = (x + h)?;
             let h = block
                 .mlp
-                .forward(&block.pre_mlp_norm.forward_as(&x, dtype)?, batch.plan())?;
+                .forward(&block.pre_mlp_norm.forward_as(&x, dtype)?, plan)?;
             let h = match &block.post_mlp_norm {
                 Some(n) => n.forward_as(&h, stream)?,
                 None => h.to_dtype(stream)?,
@@ -276,15 +290,18 @@ impl Transformer {
         Ok((x, kvs))
     }
 
+    /// `out_plan`: the plan of the query and output products (the batch's, or in the last
+    /// layer only the rows read); keys and values are computed for every token.
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         a: &Attention,
         x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
         batch: &Batch,
         window: Option<usize>,
         past: LayerPast,
+        out_plan: Plan,
     ) -> Result<(Tensor, Option<LayerKv>)> {
         let cfg = &self.cfg;
         let (b, len, _) = x.dims3()?;
@@ -294,7 +311,7 @@ impl Transformer {
                 .contiguous()
         };
         let plan = batch.plan();
-        let mut q = heads(a.q.forward(x, plan)?, cfg.num_heads)?;
+        let mut q = heads(a.q.forward(x, out_plan)?, cfg.num_heads)?;
         let mut k = heads(a.k.forward(x, plan)?, cfg.num_kv_heads)?;
         let v = heads(a.v.forward(x, plan)?, cfg.num_kv_heads)?;
         if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
@@ -314,7 +331,7 @@ impl Transformer {
             .transpose(1, 2)?
             .reshape((b, len, cfg.num_heads * cfg.head_dim))?;
         let kv = (!matches!(past, LayerPast::Cached(..))).then_some((k, v));
-        Ok((a.o.forward(&out, plan)?, kv))
+        Ok((a.o.forward(&out, out_plan)?, kv))
     }
 
     /// Attention of a decoding step on a cache: each segment (a row's trunk, or one of its
@@ -457,7 +474,7 @@ impl Transformer {
     /// Compute the keys and values of a prefix once, to be continued by many rows.
     pub fn prefix(&self, ids: &[u32]) -> Result<PrefixKv> {
         // No logits: the header's last token is continued, never read.
-        let batch = Batch::new(&[ids.to_vec()], 0, &self.device)?;
+        let batch = Batch::new(&[ids.to_vec()], 0, &self.device)?.reading(&[])?;
         let (_, layers) = self.forward(&batch, None)?;
         Ok(PrefixKv {
             layers,
@@ -475,7 +492,9 @@ impl Transformer {
         products: Products,
     ) -> Result<(PrefixKv, Tensor)> {
         let start = prefix.map_or(0, |p| p.len);
-        let batch = Batch::new(&[tokens.to_vec()], start, &self.device)?.with_products(products);
+        let batch = Batch::new(&[tokens.to_vec()], start, &self.device)?
+            .with_products(products)
+            .reading(&[(0, tokens.len() - 1)])?;
         let (hidden, kvs) = self.forward(&batch, prefix)?;
         let logits = self.decode_logits(&hidden, &[(0, tokens.len() - 1)])?;
         let layers = match prefix {
