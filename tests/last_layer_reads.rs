@@ -85,7 +85,10 @@ fn a_run_after_a_prefix_and_the_prefix_itself_keep_their_bits() {
         // over it computing every row.
         let prefix = model.prefix(&header).unwrap();
         let (_, full) = model
-            .forward(&Batch::new(&[header.clone()], 0, &dev).unwrap(), None)
+            .forward(
+                &Batch::new(std::slice::from_ref(&header), 0, &dev).unwrap(),
+                None,
+            )
             .unwrap();
         for ((k, v), (fk, fv)) in prefix.layers.iter().zip(&full) {
             assert_eq!(bits(k), bits(fk), "{name}: keys");
@@ -96,7 +99,7 @@ fn a_run_after_a_prefix_and_the_prefix_itself_keep_their_bits() {
         let run = tokens(9, 5);
         for products in [Products::RowWise, Products::ByRowCount] {
             let (_, logits) = model.extend(Some(&prefix), &run, products).unwrap();
-            let batch = Batch::new(&[run.clone()], header.len(), &dev)
+            let batch = Batch::new(std::slice::from_ref(&run), header.len(), &dev)
                 .unwrap()
                 .with_products(products);
             let (hidden, _) = model.forward(&batch, Some(&prefix)).unwrap();
