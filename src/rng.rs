@@ -24,6 +24,14 @@ impl SplitMix64 {
         (self.next_u64() % n as u64) as usize
     }
 
+    /// `n` values uniform in [−1, 1): test data for kernels.
+    #[cfg(test)]
+    pub fn symmetric_f32s(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| (self.next_f64() as f32 - 0.5) * 2.0)
+            .collect()
+    }
+
     /// An index drawn with probability proportional to `weights`.
     pub fn pick(&mut self, weights: &[f64]) -> usize {
         let total: f64 = weights.iter().sum();

@@ -308,7 +308,15 @@ fn decoding_steps_on_a_cache_match_transformers() {
                         }
                     })
                     .collect();
-                let hidden = model.step(&mut cache, &feeds, Products::RowWise).unwrap();
+                // Every position is read here, not only each trunk's and branch's end.
+                let every: Vec<(usize, usize)> = feeds
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(r, row)| (0..row.len()).map(move |t| (r, t)))
+                    .collect();
+                let hidden = model
+                    .step_reading(&mut cache, &feeds, Products::RowWise, &every)
+                    .unwrap();
                 for (r, (&i, row)) in live.iter().zip(&feeds).enumerate() {
                     let case = &cases[rows[i].0];
                     let mut at = Vec::new();

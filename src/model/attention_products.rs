@@ -318,10 +318,7 @@ mod tests {
     use super::*;
 
     fn random_rows(rows: usize, d: usize, seed: u64) -> Vec<f32> {
-        let mut rng = crate::rng::SplitMix64(seed);
-        (0..rows * d)
-            .map(|_| (rng.next_f64() as f32 - 0.5) * 2.0)
-            .collect()
+        crate::rng::SplitMix64(seed).symmetric_f32s(rows * d)
     }
 
     /// The AVX-512 products, to the bit: each score one chain of 16-lane fused multiply-adds

@@ -137,8 +137,28 @@ impl Transformer {
     /// branches read and then dropped; an empty row only pads). Returns the hidden states
     /// (rows, len, hidden) in `residual_dtype`: read them with `decode_logits` at
     /// `Row::trunk_end()` and at each branch's last token — the only final ones
-    /// (`Batch::reading`).
+    /// (`Batch::reading`; `step_reading` names others).
     pub fn step(&self, cache: &mut KvCache, rows: &[Row], products: Products) -> Result<Tensor> {
+        let mut read = Vec::new();
+        for (r, row) in rows.iter().enumerate() {
+            read.extend(row.trunk_end().map(|end| (r, end)));
+            for (k, branch) in row.branches.iter().enumerate() {
+                if !branch.is_empty() {
+                    read.push((r, row.branch_start(k) + branch.len() - 1));
+                }
+            }
+        }
+        self.step_reading(cache, rows, products, &read)
+    }
+
+    /// `step`, whose final hidden states are those at `read` ((row, index within the row)).
+    pub fn step_reading(
+        &self,
+        cache: &mut KvCache,
+        rows: &[Row],
+        products: Products,
+        read: &[(usize, usize)],
+    ) -> Result<Tensor> {
         assert_eq!(rows.len(), cache.rows(), "one row per cached sequence");
         let need = rows
             .iter()
@@ -160,18 +180,9 @@ impl Transformer {
                 }
             }
         }
-        let mut read = Vec::new();
-        for (r, row) in rows.iter().enumerate() {
-            read.extend(row.trunk_end().map(|end| (r, end)));
-            for (k, branch) in row.branches.iter().enumerate() {
-                if !branch.is_empty() {
-                    read.push((r, row.branch_start(k) + branch.len() - 1));
-                }
-            }
-        }
         let batch = Batch::stepping(rows, &cache.next, self.device())?
             .with_products(products)
-            .reading(&read)?;
+            .reading(read)?;
         let header = cache.header.as_ref().map(|p| p.layers.as_slice());
         let hidden = self.forward_cached(&batch, &cache.layers, header, &segments)?;
         for (next, row) in cache.next.iter_mut().zip(rows) {

@@ -342,10 +342,7 @@ mod tests {
     }
 
     fn random_rows(rows: usize, d: usize, seed: u64) -> Vec<f32> {
-        let mut rng = crate::rng::SplitMix64(seed);
-        (0..rows * d)
-            .map(|_| (rng.next_f64() as f32 - 0.5) * 2.0)
-            .collect()
+        crate::rng::SplitMix64(seed).symmetric_f32s(rows * d)
     }
 
     /// The softmax's sum: lanes of every 16th element in order, added in halves, then the
