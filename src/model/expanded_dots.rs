@@ -45,6 +45,7 @@ pub fn expand_row(row: RowBlocks<'_>, out: &mut [f32]) -> Result<()> {
                 BlockKind::Q8_0 => candle_row::<k_quants::BlockQ8_0>(bytes, out),
             }
         }
+        RowBlocks::KQuants(kind, bytes) if super::kquant_expand::expand(kind, bytes, out) => Ok(()),
         RowBlocks::KQuants(kind, bytes) => match kind {
             KQuantKind::Q4K => candle_row::<k_quants::BlockQ4K>(bytes, out),
             KQuantKind::Q5K => candle_row::<k_quants::BlockQ5K>(bytes, out),

@@ -14,6 +14,7 @@ mod expf_lanes;
 pub mod few_queries;
 pub mod fused;
 pub mod kquant_dots;
+mod kquant_expand;
 mod layers;
 mod masked_softmax;
 pub mod matrix;
