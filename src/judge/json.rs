@@ -236,10 +236,7 @@ impl JsonFormat {
                     continue;
                 };
                 if f.log_probs {
-                    log_probs_at.push((r, end));
-                    for (k, probe) in row.branches.iter().enumerate() {
-                        log_probs_at.push((r, row.branch_start(k) + probe.len() - 1));
-                    }
+                    log_probs_at.extend(row.ends().map(|p| (r, p)));
                 } else {
                     logits_at.push((r, end));
                 }

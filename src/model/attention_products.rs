@@ -95,8 +95,8 @@ mod avx512 {
 
     /// Each score is one chain of 16-lane fused multiply-adds over the head dimension, summed
     /// across lanes as `expanded_dots` sums (high eight onto low eight, then `avx2::hsum`'s
-    /// order, `sum_tile`): the same operations wherever the query and key lie in their tiles. Head dimensions
-    /// that are not a multiple of 16 take the AVX2 dot products.
+    /// order; `sum_tile`): the same operations wherever the query and key lie in their tiles.
+    /// Head dimensions that are not a multiple of 16 take the AVX2 dot products.
     #[target_feature(enable = "avx512f,avx2,fma")]
     pub fn scores(queries: &[&[f32]], keys: &[&[f32]], out: &mut [f32]) {
         let d = queries.first().map_or(0, |q| q.len());
@@ -281,11 +281,7 @@ mod avx2 {
             }
             i += 8;
         }
-        let s = _mm256_add_ps(s0, s1);
-        let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        let h = _mm_add_ss(h, _mm_movehdup_ps(h));
-        let mut sum = _mm_cvtss_f32(h);
+        let mut sum = crate::model::expanded_dots::avx2::hsum(_mm256_add_ps(s0, s1));
         for t in i..n {
             sum += a[t] * b[t];
         }
@@ -322,8 +318,8 @@ mod tests {
     }
 
     /// The AVX-512 products, to the bit: each score one chain of 16-lane fused multiply-adds
-    /// over the head dimension summed across lanes (high eight onto low eight, then
-    /// ((0+4)+(2+6)) + ((1+5)+(3+7))), emulated with f32::mul_add; each output value the
+    /// over the head dimension summed across lanes (`expanded_dots::lane_chain_dot`, an
+    /// emulation with f32::mul_add); each output value the
     /// AVX2 axpy's fused chain over the keys in order. Query and key counts that leave
     /// partial tiles, head dimensions of one and of two 64-wide sweeps.
     #[cfg(target_arch = "x86_64")]
@@ -344,13 +340,7 @@ mod tests {
             unsafe { avx512::scores(&queries, &keys, &mut scores) };
             for (qi, q) in queries.iter().enumerate() {
                 for (j, k) in keys.iter().enumerate() {
-                    let mut lanes = [0f32; 16];
-                    for (i, (&a, &b)) in q.iter().zip(k.iter()).enumerate() {
-                        lanes[i % 16] = a.mul_add(b, lanes[i % 16]);
-                    }
-                    let l: Vec<f32> = (0..8).map(|i| lanes[i] + lanes[i + 8]).collect();
-                    let h: Vec<f32> = (0..4).map(|i| l[i] + l[i + 4]).collect();
-                    let want = (h[0] + h[2]) + (h[1] + h[3]);
+                    let want = crate::model::expanded_dots::lane_chain_dot(q, k);
                     let got = scores[qi * n + j];
                     assert_eq!(got.to_bits(), want.to_bits(), "d={d}: query {qi}, key {j}");
                 }

@@ -48,6 +48,15 @@ impl Row {
     pub fn branch_start(&self, branch: usize) -> usize {
         self.trunk.len() + self.branches[..branch].iter().map(Vec::len).sum::<usize>()
     }
+
+    /// Index within the row of the trunk's last token, then of each branch's: the positions
+    /// a decoding step reads (`Transformer::step`).
+    pub fn ends(&self) -> impl Iterator<Item = usize> + '_ {
+        let ends = (self.branches.iter().enumerate())
+            .filter(|(_, branch)| !branch.is_empty())
+            .map(|(k, branch)| self.branch_start(k) + branch.len() - 1);
+        self.trunk_end().into_iter().chain(ends)
+    }
 }
 
 pub struct Batch {

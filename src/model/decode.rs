@@ -136,18 +136,14 @@ impl Transformer {
     /// One step of every row of `cache`: row r continues with `rows[r]` (its trunk kept, its
     /// branches read and then dropped; an empty row only pads). Returns the hidden states
     /// (rows, len, hidden) in `residual_dtype`: read them with `decode_logits` at
-    /// `Row::trunk_end()` and at each branch's last token — the only final ones
+    /// `Row::ends()` (the trunk's last token and each branch's) — the only final ones
     /// (`Batch::reading`; `step_reading` names others).
     pub fn step(&self, cache: &mut KvCache, rows: &[Row], products: Products) -> Result<Tensor> {
-        let mut read = Vec::new();
-        for (r, row) in rows.iter().enumerate() {
-            read.extend(row.trunk_end().map(|end| (r, end)));
-            for (k, branch) in row.branches.iter().enumerate() {
-                if !branch.is_empty() {
-                    read.push((r, row.branch_start(k) + branch.len() - 1));
-                }
-            }
-        }
+        let read: Vec<(usize, usize)> = rows
+            .iter()
+            .enumerate()
+            .flat_map(|(r, row)| row.ends().map(move |p| (r, p)))
+            .collect();
         self.step_reading(cache, rows, products, &read)
     }
 

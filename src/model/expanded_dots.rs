@@ -323,6 +323,20 @@ pub(crate) mod avx2 {
     }
 }
 
+/// x · w as the AVX-512 kernels compute it (here and `attention_products`), emulated with
+/// `f32::mul_add`: one chain of fused multiply-adds per lane (element i in lane i mod 16), the
+/// high eight lanes added to the low eight, then ((0+4)+(2+6)) + ((1+5)+(3+7)).
+#[cfg(test)]
+pub(super) fn lane_chain_dot(x: &[f32], w: &[f32]) -> f32 {
+    let mut lanes = [0f32; 16];
+    for (i, (&a, &b)) in x.iter().zip(w).enumerate() {
+        lanes[i % 16] = a.mul_add(b, lanes[i % 16]);
+    }
+    let l: Vec<f32> = (0..8).map(|i| lanes[i] + lanes[i + 8]).collect();
+    let q: Vec<f32> = (0..4).map(|i| l[i] + l[i + 4]).collect();
+    (q[0] + q[2]) + (q[1] + q[3])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,15 +451,7 @@ mod tests {
         for r in 0..n {
             let x = &xs[r * k..(r + 1) * k];
             for c in 0..w_rows {
-                let w = &ws[c * k..(c + 1) * k];
-                let mut lanes = [0f32; 16];
-                for (i, (&a, &b)) in x.iter().zip(w).enumerate() {
-                    lanes[i % 16] = a.mul_add(b, lanes[i % 16]);
-                }
-                let l: Vec<f32> = (0..8).map(|i| lanes[i] + lanes[i + 8]).collect();
-                let q: Vec<f32> = (0..4).map(|i| l[i + 4] + l[i]).collect();
-                let (e, o) = (q[0] + q[2], q[1] + q[3]);
-                let want = e + o;
+                let want = lane_chain_dot(x, &ws[c * k..(c + 1) * k]);
                 assert_eq!(
                     got[c * n + r].to_bits(),
                     want.to_bits(),

@@ -108,8 +108,9 @@ fn spread(y: &mut Vec<f32>, n: usize, rows: &[usize], m: usize) {
 }
 
 /// `f` on a buffer of `len` values: this thread's kept one, or (when a product on this thread
-/// is already using it: rayon may run another task here while it waits) a fresh one.
-fn with_expanded<R>(len: usize, f: impl FnOnce(&mut [f32]) -> Result<R>) -> Result<R> {
+/// is already using it: rayon may run another task here while it waits) a fresh one. Also
+/// the buffer of a decoding step's expanded weight rows (`runs`), on the worker threads.
+pub(super) fn with_expanded<R>(len: usize, f: impl FnOnce(&mut [f32]) -> Result<R>) -> Result<R> {
     EXPANDED.with(|cell| match cell.try_borrow_mut() {
         Ok(mut buf) => {
             if buf.len() < len {

@@ -15,6 +15,7 @@
 
 use super::expanded_dots::{self, RowBlocks, expand_row};
 use super::matrix::{Matrix, RowKernels, by_weight_rows};
+use super::prefill_gemm::with_expanded;
 use candle_core::{DType, Device, Result, Tensor, bail};
 
 /// Whether a RowWise product of x with these runs goes through `Matrix::by_runs`: an f32 CPU
@@ -29,13 +30,6 @@ pub fn applies(x: &Tensor, runs: Option<&[u32]>) -> bool {
 /// Weight rows per task of `expanded_dots`: expanded together and multiplied with every
 /// activation row before the next ones.
 const EXPANDED_ROWS: usize = 24;
-
-thread_local! {
-    /// A task's expanded weight rows (467 KB for 24 rows of Qwen2.5-0.5B's 4,864-wide down
-    /// projection, 1.4 MB of an 8B's 14,336), kept per thread: a fresh one per task was mapped,
-    /// faulted in and zeroed.
-    static EXPANDED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
 
 impl Matrix {
     /// x (n, in) · Wᵀ, row r through the integer kernels when `runs[r]` is 1, through
@@ -90,9 +84,10 @@ impl Matrix {
         let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
         let dots = expanded_dots::kernel();
         let y = by_weight_rows(out, n, EXPANDED_ROWS, |rows, part| {
-            EXPANDED.with_borrow_mut(|w| {
-                // Every value is written by the expansion: the buffer is not cleared.
-                w.resize(rows.len() * k, 0.0);
+            // The thread's kept buffer (467 KB for 24 rows of Qwen2.5-0.5B's 4,864-wide down
+            // projection): a fresh one per task was mapped, faulted in and zeroed. Every value
+            // is written by the expansion.
+            with_expanded(rows.len() * k, |w| {
                 for (v, buf) in rows.clone().zip(w.chunks_exact_mut(k)) {
                     expand_row(row_blocks(&kernels, v, k), buf)?;
                 }
