@@ -126,6 +126,16 @@ impl Q8Rows {
         self.d.len() * BLOCK / self.cols.max(1)
     }
 
+    /// The rounded values, row after row.
+    pub(super) fn values(&self) -> &[i8] {
+        &self.qs
+    }
+
+    /// Each block's d, row after row.
+    pub(super) fn scales(&self) -> &[f32] {
+        &self.d
+    }
+
     pub fn is_empty(&self) -> bool {
         self.qs.is_empty()
     }
@@ -229,7 +239,7 @@ fn scaled(kind: BlockKind, sumi: i32, d: f32, m: f32, x: Q8Row, b: usize) -> f32
     }
 }
 
-fn read_f16(b: &[u8], at: usize) -> f32 {
+pub(super) fn read_f16(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }
 
@@ -279,7 +289,7 @@ pub(crate) mod avx2 {
     /// The block's 32 values as bytes: signed for Q4_0, Q5_0 and Q8_0, unsigned for Q4_1 and
     /// Q5_1.
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn unpack(kind: BlockKind, block: &[u8]) -> __m256i {
+    pub(crate) fn unpack(kind: BlockKind, block: &[u8]) -> __m256i {
         let (_, high_at, qs_at) = kind.layout();
         assert!(block.len() >= qs_at + 16);
         if kind == BlockKind::Q8_0 {

@@ -47,13 +47,6 @@ pub fn attend(
     let (b, heads, n, d) = q.dims4()?;
     let kv_heads = k.dim(1)?;
     let group = heads / kv_heads;
-    let h = match shared {
-        Some((sk, _)) => sk.dim(2)?,
-        None => 0,
-    };
-    if keys < h {
-        bail!("few-query attention: {keys} keys, fewer than the {h} shared ones");
-    }
     // Scaled before the product, as the general path does.
     let qs: Vec<f32> = (q * scale)?.flatten_all()?.to_vec1()?;
     let mask: Vec<f32> = mask.flatten_all()?.to_vec1()?;
@@ -62,6 +55,62 @@ pub fn attend(
             "few-query attention: a mask of {} values for {b}×{n}×{keys}",
             mask.len()
         );
+    }
+    let kernels = Kernels::for_this_cpu();
+    let parts: Vec<Vec<f32>> = with_rows(shared, k, v, keys, d, |keys_of, values_of| {
+        (0..b * kv_heads)
+            .into_par_iter()
+            .map(|task| {
+                let (r, kh) = (task / kv_heads, task % kv_heads);
+                // The group's queries, in (head, query) order: the rows of this task's output.
+                let at = (r * heads + kh * group) * n * d;
+                let queries: Vec<&[f32]> = qs[at..at + group * n * d].chunks_exact(d).collect();
+                let mask_of = |i: usize| &mask[(r * n + i) * keys..(r * n + i + 1) * keys];
+                let mut scores = vec![0f32; group * n * keys];
+                // Each key is read once for a tile of the group's queries (it stays in L1 between
+                // them); every score is one product of a query and a key, whatever the tile.
+                let key_rows: Vec<&[f32]> = keys_of.of(r, kh, keys).collect();
+                (kernels.scores)(&queries, &key_rows, &mut scores);
+                for (qi, row) in scores.chunks_exact_mut(keys).enumerate() {
+                    if let Some(cap) = softcap {
+                        let cap = cap as f32;
+                        row.iter_mut().for_each(|s| *s = (*s / cap).tanh() * cap);
+                    }
+                    row.iter_mut()
+                        .zip(mask_of(qi % n))
+                        .for_each(|(s, m)| *s += m);
+                    softmax(row);
+                }
+                // Values likewise: each output accumulates its values in key order, as alone.
+                let mut out = vec![0f32; group * n * d];
+                let value_rows: Vec<&[f32]> = values_of.of(r, kh, keys).collect();
+                (kernels.mix)(&scores, &value_rows, &mut out);
+                out
+            })
+            .collect()
+    })?;
+    // parts[r·kv + h] holds heads h·group.. of row r, in (head, query, d) order: concatenated
+    // in task order they are (b, heads, n, d).
+    let flat: Vec<f32> = parts.into_iter().flatten().collect();
+    Tensor::from_vec(flat, (b, heads, n, d), q.device())
+}
+
+/// `f` with the first `keys` keys and values of every row (the `h` of `shared` first, then
+/// the row's own `keys − h` of k and v), read where they lie.
+pub(super) fn with_rows<T>(
+    shared: Option<&LayerKv>,
+    k: &Tensor,
+    v: &Tensor,
+    keys: usize,
+    d: usize,
+    f: impl FnOnce(&Rows, &Rows) -> T,
+) -> Result<T> {
+    let h = match shared {
+        Some((sk, _)) => sk.dim(2)?,
+        None => 0,
+    };
+    if keys < h {
+        bail!("attention: {keys} keys, fewer than the {h} shared ones");
     }
     let (ks, kl) = k.storage_and_layout();
     let (vs, vl) = v.storage_and_layout();
@@ -75,42 +124,7 @@ pub fn attend(
     };
     let keys_of = Rows::new(shared_k, InPlace::new(&ks, kl, keys - h)?, h, d);
     let values_of = Rows::new(shared_v, InPlace::new(&vs, vl, keys - h)?, h, d);
-    let kernels = Kernels::for_this_cpu();
-    let parts: Vec<Vec<f32>> = (0..b * kv_heads)
-        .into_par_iter()
-        .map(|task| {
-            let (r, kh) = (task / kv_heads, task % kv_heads);
-            // The group's queries, in (head, query) order: the rows of this task's output.
-            let at = (r * heads + kh * group) * n * d;
-            let queries: Vec<&[f32]> = qs[at..at + group * n * d].chunks_exact(d).collect();
-            let mask_of = |i: usize| &mask[(r * n + i) * keys..(r * n + i + 1) * keys];
-            let mut scores = vec![0f32; group * n * keys];
-            // Each key is read once for a tile of the group's queries (it stays in L1 between
-            // them); every score is one product of a query and a key, whatever the tile.
-            let key_rows: Vec<&[f32]> = keys_of.of(r, kh, keys).collect();
-            (kernels.scores)(&queries, &key_rows, &mut scores);
-            for (qi, row) in scores.chunks_exact_mut(keys).enumerate() {
-                if let Some(cap) = softcap {
-                    let cap = cap as f32;
-                    row.iter_mut().for_each(|s| *s = (*s / cap).tanh() * cap);
-                }
-                row.iter_mut()
-                    .zip(mask_of(qi % n))
-                    .for_each(|(s, m)| *s += m);
-                softmax(row);
-            }
-            // Values likewise: each output accumulates its values in key order, as alone.
-            let mut out = vec![0f32; group * n * d];
-            let value_rows: Vec<&[f32]> = values_of.of(r, kh, keys).collect();
-            (kernels.mix)(&scores, &value_rows, &mut out);
-            out
-        })
-        .collect();
-    drop((ks, vs, shared_guards));
-    // parts[r·kv + h] holds heads h·group.. of row r, in (head, query, d) order: concatenated
-    // in task order they are (b, heads, n, d).
-    let flat: Vec<f32> = parts.into_iter().flatten().collect();
-    Tensor::from_vec(flat, (b, heads, n, d), q.device())
+    Ok(f(&keys_of, &values_of))
 }
 
 /// A (rows, heads, ≥ keys, d) f32 tensor on the CPU, read where it lies.
@@ -143,7 +157,7 @@ impl<'a> InPlace<'a> {
 }
 
 /// The keys (or values) a row reads, in order: the shared header's h, then the row's own.
-struct Rows<'a> {
+pub(super) struct Rows<'a> {
     shared: Option<InPlace<'a>>,
     own: InPlace<'a>,
     h: usize,
@@ -157,7 +171,12 @@ impl<'a> Rows<'a> {
 
     /// The first `keys` of row r, key head kh: one order, so that sums over them are those
     /// over a cache holding the header's copy before the row's own.
-    fn of(&self, r: usize, kh: usize, keys: usize) -> impl Iterator<Item = &'a [f32]> + '_ {
+    pub(super) fn of(
+        &self,
+        r: usize,
+        kh: usize,
+        keys: usize,
+    ) -> impl Iterator<Item = &'a [f32]> + '_ {
         let shared = self
             .shared
             .iter()

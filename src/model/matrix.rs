@@ -14,6 +14,7 @@
 //! several tokens, multiplied in f32 (`runs`).
 
 use super::block_dots::{BlockKind, Q8Rows, dot_rows_kernel};
+use super::expanded_dots::{self, RowBlocks};
 use super::kquant_dots::{self, KQuantKind, Q8KRows};
 use super::{prefill_gemm, runs};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
@@ -56,8 +57,9 @@ pub enum Products {
     /// where each row's result must be what it is when that sequence is decoded alone.
     /// candle's x86 kernels for several rows (repacked Q4_K/Q6_K/Q8_0 tiles) do not give each
     /// row what it gets alone: measured on SmolLM2's GGUF, logits moved by up to 0.57.
-    /// With the rows' runs known (`Plan::runs`), runs of several tokens go through f32
-    /// products on weight rows expanded a few at a time instead (`runs`).
+    /// With the rows' runs known (`Plan::runs`), runs of several tokens go through 8-bit
+    /// products with tokens in the lanes, or f32 products on weight rows expanded a few at a
+    /// time, instead (`runs`).
     RowWise,
 }
 
@@ -375,17 +377,21 @@ fn expand_blocks<T: candle_core::quantized::k_quants::GgmlType>(
         unsafe { std::slice::from_raw_parts(data.as_ptr() as *const T, rows * per_row) };
     // About 256 KB of f32 per task.
     let task_rows = (65_536 / cols.max(1)).max(1);
-    let kquant = KQuantKind::of(T::DTYPE);
+    let (kquant, block) = (KQuantKind::of(T::DTYPE), BlockKind::of(T::DTYPE));
     ys.par_chunks_mut(task_rows * cols)
         .zip(data.par_chunks(task_rows * per_row * size))
         .zip(blocks.par_chunks(task_rows * per_row))
-        .for_each(|((y, bytes), b)| {
-            // Q4_K and Q6_K sixteen at a time where the CPU can (candle's values).
+        .try_for_each(|((y, bytes), b)| {
+            // Candle's values, Q4_K and Q6_K sixteen at a time and the 32-value blocks eight
+            // at a time where the CPU can (Q5_0's loop was 1% of a json run).
+            if let Some(kind) = block {
+                return expanded_dots::expand_row(RowBlocks::Blocks(kind, bytes), y);
+            }
             if !kquant.is_some_and(|kind| super::kquant_expand::expand(kind, bytes, y)) {
                 T::to_float(b, y)
             }
-        });
-    Ok(())
+            Ok(())
+        })
 }
 
 /// Whether `Matrix::dots_t` multiplies this matrix in integers itself (`block_dots`,

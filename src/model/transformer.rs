@@ -13,6 +13,7 @@ use super::few_queries;
 use super::layers::{Linear, Mlp, RmsNorm, inv_freq, rope_tables};
 use super::masked_softmax::masked_softmax;
 use super::matrix::{Matrix, Plan, Products, WeightsMode};
+use super::prefill_attention;
 use super::weights::Weights;
 use candle_core::{DType, Device, Result, Tensor};
 
@@ -396,7 +397,8 @@ impl Transformer {
     /// out one after another, so q viewed as (b, kv_heads, group·len, d) multiplies k directly.
     /// Scores are computed for a block of rows × queries at a time (`AttentionPlan`), masked and
     /// normalised in f32. A few queries in f32 on the CPU (decoding steps) go to `few_queries`,
-    /// which reads the keys and values in place.
+    /// more (a prompt's prefill) with AVX-512 to `prefill_attention`; both read the keys and
+    /// values in place.
     fn attend(
         &self,
         q: &Tensor,
@@ -414,6 +416,13 @@ impl Transformer {
             let (scale, cap) = (cfg.attn_scale, cfg.attn_softcap);
             return few_queries::attend(q, shared, k, v, &mask, prefix + len, scale, cap);
         }
+        let kv = cfg.num_kv_heads;
+        let plan = AttentionPlan::new(b, heads, len, prefix + len, self.attention_elements)?;
+        if prefill_attention::runs(q, len) {
+            let mask = |rows, queries, keys| batch.mask(window, rows, queries, keys);
+            let (scale, cap) = (cfg.attn_scale, cfg.attn_softcap);
+            return prefill_attention::attend(q, shared, k, v, prefix, &plan, mask, scale, cap);
+        }
         // Here the shared keys and values are copied before every row's own.
         let (k, v) = match shared {
             Some((pk, pv)) => {
@@ -427,9 +436,7 @@ impl Transformer {
             }
             None => (k.clone(), v.clone()),
         };
-        let kv = cfg.num_kv_heads;
         let group = heads / kv;
-        let plan = AttentionPlan::new(b, heads, len, prefix + len, self.attention_elements)?;
         let mut row_outs = Vec::with_capacity(b.div_ceil(plan.rows));
         for rows in plan.row_chunks() {
             let nr = rows.len();

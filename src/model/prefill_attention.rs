@@ -1,0 +1,714 @@
+//! Attention of a prompt's many queries (prefill) on the CPU in f32, with AVX-512.
+//!
+//! Through candle, prefill attention copied the shared header's keys and values before every
+//! row's own, multiplied queries and keys with the general GEMM (inner dimension 64: packing
+//! its operands cost about as much as the product), swept the scores in separate passes
+//! (mask, softmax) over blocks that left L2, and multiplied again: 2.8 s of a 16-item json run
+//! on Qwen2.5-0.5B (timed), about a third of two cores' FMA peak. Here: 1.8 s, then less with
+//! the exponential below.
+//!
+//! One task takes a (row, key head) and a few queries of every head that shares that key
+//! head (40 to 64 query rows): their scores against the keys up to the last one those queries
+//! can see, from key panels laid out once per (row, key head) so that one register holds one
+//! dimension of 16 keys (no sums across lanes); then mask, softmax (Cephes' expf, within two
+//! ulps of libm's) and the mix of the values, while the scores are in L2; the mix is
+//! normalised at the end (d divisions per query, not one per key). Keys and values are read
+//! where they lie (a header shared by every row, a decoding cache).
+//!
+//! A row's numbers depend on its own queries, keys, values and mask only, and not on how far
+//! a block reaches: every score is one chain over the head dimension; a masked key adds an
+//! exact zero to the softmax's sum (element j in lane j mod 16, for every j) and to the mix
+//! (y = fma(0, v, y) = y). So a sequence gets the same bits alone or padded among others
+//! (tested), as `few_queries` gives decoding steps.
+
+use super::few_queries::{FEW_QUERIES, Rows, with_rows};
+use super::transformer::{AttentionPlan, LayerKv};
+use candle_core::{CpuStorage, DType, Result, Storage, Tensor, bail};
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// Keys per panel: one AVX-512 register of f32.
+const LANES: usize = 16;
+
+/// Whether `attend` runs for these queries (n of them per row): f32 on a CPU with AVX-512,
+/// head dimension a multiple of 64, more queries than `few_queries` takes.
+pub fn runs(q: &Tensor, n: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let d = q.dims().last().copied().unwrap_or(0);
+        q.device().is_cpu()
+            && q.dtype() == DType::F32
+            && n > FEW_QUERIES
+            && d.is_multiple_of(64)
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (q, n, DType::F32, FEW_QUERIES);
+        false
+    }
+}
+
+/// The attention of `Transformer::attend`: q (b, heads, len, d), after the `prefix` keys
+/// (the `h` of `shared`, then the rest of k and v's own), each row's own; `mask(rows,
+/// queries, keys)` the (rows, 1, queries, keys) additive mask of a block of `plan`. Returns
+/// (b, heads, len, d). Call only where `runs`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend(
+    q: &Tensor,
+    shared: Option<&LayerKv>,
+    k: &Tensor,
+    v: &Tensor,
+    prefix: usize,
+    plan: &AttentionPlan,
+    mut mask: impl FnMut(Range<usize>, Range<usize>, usize) -> Result<Tensor>,
+    scale: f64,
+    softcap: Option<f64>,
+) -> Result<Tensor> {
+    let (b, heads, len, d) = q.dims4()?;
+    let kv_heads = k.dim(1)?;
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        bail!("prefill attention: {heads} query heads for {kv_heads} key heads");
+    }
+    let shape = Shape {
+        heads,
+        group: heads / kv_heads,
+        len,
+        d,
+        prefix,
+    };
+    // Scaled before the product, as candle's path does.
+    let qs: Vec<f32> = (q * scale)?.flatten_all()?.to_vec1()?;
+    let keys = prefix + len;
+    let mut out = vec![0f32; b * heads * len * d];
+    with_rows(shared, k, v, keys, d, |keys_of, values_of| -> Result<()> {
+        let panels: Vec<Vec<f32>> = (0..b * kv_heads)
+            .into_par_iter()
+            .map(|task| {
+                let (r, kh) = (task / kv_heads, task % kv_heads);
+                panels(keys_of.of(r, kh, keys), keys, d)
+            })
+            .collect();
+        for rows in plan.row_chunks() {
+            for queries in plan.query_blocks() {
+                let block_keys = prefix + queries.end;
+                let m = mask(rows.clone(), queries.clone(), block_keys)?;
+                let (storage, layout) = m.storage_and_layout();
+                let Storage::Cpu(CpuStorage::F32(data)) = &*storage else {
+                    bail!("prefill attention: an f32 mask on the CPU only")
+                };
+                let at = layout.start_offset();
+                let count = rows.len() * queries.len() * block_keys;
+                if !layout.is_contiguous() || layout.shape().elem_count() != count {
+                    bail!("prefill attention: a contiguous mask of {count} values expected");
+                }
+                let block = Block {
+                    rows: rows.clone(),
+                    queries: queries.clone(),
+                    keys: block_keys,
+                    mask: &data[at..at + count],
+                };
+                let sub = sub_block(shape.group);
+                let tasks: Vec<(usize, usize, usize)> = rows
+                    .clone()
+                    .flat_map(|r| (0..kv_heads).map(move |kh| (r, kh)))
+                    .flat_map(|(r, kh)| queries.clone().step_by(sub).map(move |s0| (r, kh, s0)))
+                    .collect();
+                let parts: Vec<Vec<f32>> = tasks
+                    .par_iter()
+                    .map(|&(r, kh, s0)| {
+                        let s = s0..(s0 + sub).min(block.queries.end);
+                        let panel = &panels[r * kv_heads + kh];
+                        shape.task(&qs, panel, values_of, &block, (r, kh), s, softcap)
+                    })
+                    .collect();
+                for (&(r, kh, s0), part) in tasks.iter().zip(parts) {
+                    let sn = sub.min(block.queries.end - s0);
+                    for (i, row) in part.chunks_exact(d).enumerate() {
+                        let (g, qi) = (i / sn, s0 + i % sn);
+                        let at = ((r * heads + kh * shape.group + g) * len + qi) * d;
+                        out[at..at + d].copy_from_slice(row);
+                    }
+                }
+            }
+        }
+        Ok(())
+    })??;
+    Tensor::from_vec(out, (b, heads, len, d), q.device())
+}
+
+/// Queries per task: with the heads sharing a key head, 40 to 64 query rows for groups of up
+/// to 8 heads (a multiple of 8, the score tiles' height), so that each key panel read from L2
+/// serves five to eight tiles while the task's scores stay in L2.
+fn sub_block(group: usize) -> usize {
+    8 * (8 / group).max(1)
+}
+
+struct Shape {
+    heads: usize,
+    group: usize,
+    len: usize,
+    d: usize,
+    prefix: usize,
+}
+
+/// A block of the plan: its rows, queries, the keys they may see, and its mask.
+struct Block<'a> {
+    rows: Range<usize>,
+    queries: Range<usize>,
+    keys: usize,
+    mask: &'a [f32],
+}
+
+impl Shape {
+    /// Row r's queries `s` of every head sharing key head kh, in (head, query) order: their
+    /// attention outputs, one row of d each.
+    #[allow(clippy::too_many_arguments)]
+    fn task(
+        &self,
+        qs: &[f32],
+        panel: &[f32],
+        values_of: &Rows,
+        block: &Block,
+        (r, kh): (usize, usize),
+        s: Range<usize>,
+        softcap: Option<f64>,
+    ) -> Vec<f32> {
+        let (d, len) = (self.d, self.len);
+        // Keys after the last query of `s` are masked for all of them: never computed.
+        let seen = self.prefix + s.end;
+        let stride = seen.next_multiple_of(LANES);
+        let queries: Vec<&[f32]> = (0..self.group)
+            .flat_map(|g| {
+                let head = r * self.heads + kh * self.group + g;
+                s.clone().map(move |i| (head * len + i) * d)
+            })
+            .map(|at| &qs[at..at + d])
+            .collect();
+        let mut scores = vec![0f32; queries.len() * stride];
+        let mut sums = Vec::with_capacity(queries.len());
+        let mut out = vec![0f32; queries.len() * d];
+        let values: Vec<&[f32]> = values_of.of(r, kh, seen).collect();
+        let nq = block.queries.len();
+        // SAFETY (every call below): `runs` detected the features before `attend` was called.
+        unsafe {
+            avx512::scores(panel, d, &queries, &mut scores, stride);
+            for (i, row) in scores.chunks_exact_mut(stride).enumerate() {
+                let qi = s.start + i % s.len();
+                let at = ((r - block.rows.start) * nq + qi - block.queries.start) * block.keys;
+                if let Some(cap) = softcap {
+                    let cap = cap as f32;
+                    row[..seen]
+                        .iter_mut()
+                        .for_each(|s| *s = (*s / cap).tanh() * cap);
+                }
+                let max = avx512::mask_max(row, &block.mask[at..at + seen]);
+                avx512::exp_below(row, max);
+                sums.push(avx512::lane_sum(row));
+            }
+            avx512::mix(&scores, stride, &values, &mut out);
+        }
+        // Normalised after the mix: d divisions per query instead of one per key.
+        for (row, sum) in out.chunks_exact_mut(d).zip(sums) {
+            row.iter_mut().for_each(|x| *x /= sum);
+        }
+        out
+    }
+}
+
+/// The first `count` keys in panels of 16: dimension t of key 16c + l at `[(c·d + t)·16 + l]`,
+/// zeros after the last key.
+fn panels<'a>(keys: impl Iterator<Item = &'a [f32]>, count: usize, d: usize) -> Vec<f32> {
+    let mut panels = vec![0f32; count.next_multiple_of(LANES) * d];
+    for (j, key) in keys.enumerate() {
+        let (c, l) = (j / LANES, j % LANES);
+        let panel = &mut panels[c * d * LANES..(c + 1) * d * LANES];
+        for (t, &x) in key.iter().enumerate() {
+            panel[t * LANES + l] = x;
+        }
+    }
+    panels
+}
+
+#[cfg(target_arch = "x86_64")]
+// Register tiles are indexed by query and by panel together; iterators would hide that.
+#[allow(clippy::needless_range_loop)]
+mod avx512 {
+    use super::LANES;
+    use std::arch::x86_64::*;
+
+    /// Query rows × panels per tile: 24 accumulators, 8 broadcasts and 3 loads for every 24
+    /// multiply-adds.
+    const QR: usize = 8;
+    const PC: usize = 3;
+
+    /// `scores[i·stride + j] = queries[i] · key j` for the keys of the first `stride / 16`
+    /// panels: each score one chain of fused multiply-adds over the dimensions in order, from
+    /// zero, whatever its tile.
+    #[target_feature(enable = "avx512f")]
+    pub fn scores(panels: &[f32], d: usize, queries: &[&[f32]], scores: &mut [f32], stride: usize) {
+        let (m, chunks) = (queries.len(), stride / LANES);
+        assert!(stride.is_multiple_of(LANES) && scores.len() >= m * stride);
+        assert!(panels.len() >= chunks * d * LANES && queries.iter().all(|q| q.len() == d));
+        if m == 0 {
+            return;
+        }
+        for c0 in (0..chunks).step_by(PC) {
+            let cs = (chunks - c0).min(PC);
+            // A tile past the last panel or query repeats the last one; its sums are dropped.
+            let p: [*const f32; PC] =
+                std::array::from_fn(|x| panels[(c0 + x.min(cs - 1)) * d * LANES..].as_ptr());
+            for q0 in (0..m).step_by(QR) {
+                let qn = (m - q0).min(QR);
+                let q: [*const f32; QR] =
+                    std::array::from_fn(|i| queries[q0 + i.min(qn - 1)].as_ptr());
+                let mut acc = [[_mm512_setzero_ps(); PC]; QR];
+                for t in 0..d {
+                    // SAFETY: t < d: within panel c0 + x (d·16 values, asserted) and within
+                    // every query row (d values).
+                    let pv: [__m512; PC] =
+                        std::array::from_fn(|x| unsafe { _mm512_loadu_ps(p[x].add(t * LANES)) });
+                    for i in 0..QR {
+                        let qv = _mm512_set1_ps(unsafe { *q[i].add(t) });
+                        for x in 0..PC {
+                            acc[i][x] = _mm512_fmadd_ps(qv, pv[x], acc[i][x]);
+                        }
+                    }
+                }
+                for i in 0..qn {
+                    for x in 0..cs {
+                        let at = (q0 + i) * stride + (c0 + x) * LANES;
+                        // SAFETY: at + 16 ≤ m·stride ≤ scores.len() (asserted).
+                        unsafe { _mm512_storeu_ps(scores[at..].as_mut_ptr(), acc[i][x]) };
+                    }
+                }
+            }
+        }
+    }
+
+    /// `row[j] += mask[j]` for the keys seen (`mask.len()` of them), −∞ after them; returns
+    /// the row's largest value.
+    #[target_feature(enable = "avx512f")]
+    pub fn mask_max(row: &mut [f32], mask: &[f32]) -> f32 {
+        let seen = mask.len();
+        assert!(row.len().is_multiple_of(LANES) && seen <= row.len());
+        let mut max = _mm512_set1_ps(f32::NEG_INFINITY);
+        for c in (0..row.len()).step_by(LANES) {
+            let p = row[c..].as_mut_ptr();
+            // Lanes of the chunk that are seen keys.
+            let keep: __mmask16 = match seen.saturating_sub(c) {
+                n if n >= LANES => !0,
+                n => (1u32 << n) as u16 - 1,
+            };
+            // SAFETY: c + 16 ≤ row.len(); the mask is read only in lanes c + l < seen.
+            let x = unsafe {
+                let m = _mm512_maskz_loadu_ps(keep, mask.as_ptr().wrapping_add(c));
+                let x = _mm512_add_ps(_mm512_loadu_ps(p), m);
+                _mm512_mask_blend_ps(keep, _mm512_set1_ps(f32::NEG_INFINITY), x)
+            };
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_ps(p, x) };
+            max = _mm512_max_ps(max, x);
+        }
+        _mm512_reduce_max_ps(max)
+    }
+
+    /// `row[j] = e^(row[j] − max)` for every j: Cephes' expf (range reduction by ln 2 in two
+    /// parts, a degree-7 polynomial, then × 2ⁿ), within two ulps of libm's for the arguments
+    /// a softmax has (≤ 0), and exactly 0 below −104 (masked keys, −∞). libm's own values
+    /// eight at a time (`expf_lanes`) were 2% of a json run here.
+    #[target_feature(enable = "avx512f")]
+    pub fn exp_below(row: &mut [f32], max: f32) {
+        assert!(row.len().is_multiple_of(LANES));
+        let m = _mm512_set1_ps(max);
+        let (lo, hi) = (_mm512_set1_ps(-110.0), _mm512_set1_ps(88.0));
+        let log2e = _mm512_set1_ps(std::f32::consts::LOG2_E);
+        let (c1, c2) = (_mm512_set1_ps(0.693_359_4), _mm512_set1_ps(-2.121_944_4e-4));
+        let p = [
+            _mm512_set1_ps(1.987_569_1e-4),
+            _mm512_set1_ps(1.398_199_9e-3),
+            _mm512_set1_ps(8.333_452e-3),
+            _mm512_set1_ps(4.166_579_6e-2),
+            _mm512_set1_ps(1.666_666_5e-1),
+            _mm512_set1_ps(0.5),
+        ];
+        let one = _mm512_set1_ps(1.0);
+        for c in (0..row.len()).step_by(LANES) {
+            let ptr = row[c..].as_mut_ptr();
+            // SAFETY: c + 16 ≤ row.len().
+            let x = unsafe { _mm512_loadu_ps(ptr) };
+            // max first: −∞ − max is −∞, then −110, whose 2ⁿ underflows to 0.
+            let x = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(x, m), lo), hi);
+            let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm512_mul_ps(x, log2e),
+            );
+            let r = _mm512_fnmadd_ps(n, c2, _mm512_fnmadd_ps(n, c1, x));
+            let mut y = p[0];
+            for &coefficient in &p[1..] {
+                y = _mm512_fmadd_ps(y, r, coefficient);
+            }
+            let y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, one));
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_ps(ptr, _mm512_scalef_ps(y, n)) };
+        }
+    }
+
+    /// Σ row: element j into lane j mod 16 in order, then the lanes added in halves (8, 4,
+    /// 2, 1). Zeros after the last key change nothing.
+    #[target_feature(enable = "avx512f")]
+    pub fn lane_sum(row: &[f32]) -> f32 {
+        assert!(row.len().is_multiple_of(LANES));
+        let mut acc = _mm512_setzero_ps();
+        for c in (0..row.len()).step_by(LANES) {
+            // SAFETY: c + 16 ≤ row.len().
+            acc = _mm512_add_ps(acc, unsafe { _mm512_loadu_ps(row[c..].as_ptr()) });
+        }
+        let mut lanes = [0f32; LANES];
+        // SAFETY: 16 values into an array of 16.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
+        let mut width = LANES / 2;
+        while width > 0 {
+            for i in 0..width {
+                lanes[i] += lanes[i + width];
+            }
+            width /= 2;
+        }
+        lanes[0]
+    }
+
+    /// Query rows × dimensions per tile of mixing: 24 accumulators, 4 loads and 6 broadcasts
+    /// for every 24 multiply-adds.
+    const MR: usize = 6;
+    const MD: usize = 64;
+
+    /// `out[i·d + t] = Σ_j probs[i·stride + j] · values[j][t]`, one chain of fused
+    /// multiply-adds over the keys in order from zero, whatever the tile; d a multiple of 64.
+    #[target_feature(enable = "avx512f")]
+    pub fn mix(probs: &[f32], stride: usize, values: &[&[f32]], out: &mut [f32]) {
+        let m = probs.len() / stride;
+        let d = out.len() / m.max(1);
+        assert!(values.len() <= stride && probs.len() == m * stride && out.len() == m * d);
+        assert!(d.is_multiple_of(MD) && values.iter().all(|v| v.len() == d));
+        for q0 in (0..m).step_by(MR) {
+            let qn = (m - q0).min(MR);
+            let p: [*const f32; MR] =
+                std::array::from_fn(|i| probs[(q0 + i.min(qn - 1)) * stride..].as_ptr());
+            for d0 in (0..d).step_by(MD) {
+                let mut acc = [[_mm512_setzero_ps(); MD / LANES]; MR];
+                for (j, value) in values.iter().enumerate() {
+                    // SAFETY: d0 + 64 ≤ d, the length of every value row (asserted).
+                    let v: [__m512; MD / LANES] = std::array::from_fn(|c| unsafe {
+                        _mm512_loadu_ps(value.as_ptr().add(d0 + c * LANES))
+                    });
+                    for i in 0..MR {
+                        // SAFETY: j < values.len() ≤ stride: within row i's probabilities.
+                        let pv = _mm512_set1_ps(unsafe { *p[i].add(j) });
+                        for c in 0..MD / LANES {
+                            acc[i][c] = _mm512_fmadd_ps(pv, v[c], acc[i][c]);
+                        }
+                    }
+                }
+                for i in 0..qn {
+                    for c in 0..MD / LANES {
+                        let at = (q0 + i) * d + d0 + c * LANES;
+                        // SAFETY: at + 16 ≤ m·d = out.len() (asserted).
+                        unsafe { _mm512_storeu_ps(out[at..].as_mut_ptr(), acc[i][c]) };
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::batch::MASKED;
+    use crate::rng::SplitMix64;
+    use candle_core::{D, Device};
+
+    fn avx512() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+    }
+
+    fn random(shape: (usize, usize, usize, usize), seed: u64) -> Tensor {
+        let n = shape.0 * shape.1 * shape.2 * shape.3;
+        let xs = SplitMix64(seed).symmetric_f32s(n);
+        Tensor::from_vec(xs, shape, &Device::Cpu).unwrap()
+    }
+
+    fn values(t: &Tensor) -> Vec<f32> {
+        t.flatten_all().unwrap().to_vec1().unwrap()
+    }
+
+    /// Every score is the chain fma(q_t, k_t, ·) over t from zero, in whichever tile (query
+    /// rows and panels past whole tiles included); keys past the last give zeros.
+    #[test]
+    fn each_score_is_one_chain_over_the_dimensions() {
+        if !avx512() {
+            return;
+        }
+        for (m, keys, d) in [(1, 1, 16), (13, 70, 64), (56, 48, 128), (9, 200, 32)] {
+            let qs = SplitMix64(m as u64).symmetric_f32s(m * d);
+            let ks = SplitMix64(keys as u64 + 7).symmetric_f32s(keys * d);
+            let queries: Vec<&[f32]> = qs.chunks_exact(d).collect();
+            let panel = panels(ks.chunks_exact(d), keys, d);
+            let stride = keys.next_multiple_of(LANES);
+            let mut got = vec![f32::NAN; m * stride];
+            unsafe { avx512::scores(&panel, d, &queries, &mut got, stride) };
+            for (i, q) in queries.iter().enumerate() {
+                for (j, k) in ks.chunks_exact(d).enumerate() {
+                    let want = q.iter().zip(k).fold(0f32, |a, (x, y)| x.mul_add(*y, a));
+                    assert_eq!(
+                        got[i * stride + j].to_bits(),
+                        want.to_bits(),
+                        "{m}×{keys}×{d}"
+                    );
+                }
+                assert!(
+                    got[i * stride + keys..(i + 1) * stride]
+                        .iter()
+                        .all(|&s| s == 0.0)
+                );
+            }
+        }
+    }
+
+    /// Every output is the chain fma(p_j, v_j, ·) over the keys in order from zero, whatever
+    /// its tile (6 query rows × 64 dimensions, partial ones included).
+    #[test]
+    fn each_mixed_value_is_one_chain_over_the_keys() {
+        if !avx512() {
+            return;
+        }
+        for (m, keys, stride, d) in [(1, 1, 16, 64), (13, 37, 48, 64), (8, 100, 112, 128)] {
+            let probs = SplitMix64(3).symmetric_f32s(m * stride);
+            let vs = SplitMix64(4).symmetric_f32s(keys * d);
+            let rows: Vec<&[f32]> = vs.chunks_exact(d).collect();
+            let mut got = vec![f32::NAN; m * d];
+            unsafe { avx512::mix(&probs, stride, &rows, &mut got) };
+            for i in 0..m {
+                for t in 0..d {
+                    let want = (0..keys)
+                        .fold(0f32, |a, j| probs[i * stride + j].mul_add(vs[j * d + t], a));
+                    assert_eq!(got[i * d + t].to_bits(), want.to_bits(), "{m}×{keys}×{d}");
+                }
+            }
+        }
+    }
+
+    /// The softmax's exponential: within two ulps of libm's over what it is given (x − max
+    /// ≤ 0, down to the underflow), exactly 0 for masked keys and below −104.
+    #[test]
+    fn the_exponential_is_libms_within_two_ulps() {
+        if !avx512() {
+            return;
+        }
+        let mut xs: Vec<f32> = (0..200_000)
+            .map(|i| -104.0 * i as f32 / 200_000.0)
+            .collect();
+        xs.extend([0.0, -1e-7, -0.5, -87.3, -103.9]);
+        xs.resize(xs.len().next_multiple_of(LANES), -1.0);
+        let want: Vec<f32> = xs.iter().map(|&x| (x - 0.25f32).exp()).collect();
+        let mut got = xs.clone();
+        unsafe { avx512::exp_below(&mut got, 0.25) };
+        for ((&x, &g), &w) in xs.iter().zip(&got).zip(&want) {
+            let ulps = (g.to_bits() as i64 - w.to_bits() as i64).abs();
+            assert!(ulps <= 2, "e^({x} − 0.25): {g} for {w}");
+        }
+        let mut masked = [
+            f32::NEG_INFINITY,
+            MASKED,
+            MASKED + 30.0,
+            -104.5,
+            -200.0,
+            -1e30,
+        ]
+        .into_iter()
+        .cycle()
+        .take(LANES)
+        .collect::<Vec<_>>();
+        unsafe { avx512::exp_below(&mut masked, 3.0) };
+        assert!(masked.iter().all(|&e| e == 0.0), "{masked:?}");
+    }
+
+    /// Causal masks of rows `lens` long after `prefix` keys seen by all, right-padded to the
+    /// longest (padding keys lie after every real query; a padding query sees itself), row 1
+    /// also blind to keys 2 and 3 (as a sliding window or a branch would be): (b, 1, len, keys).
+    fn masks(prefix: usize, lens: &[usize]) -> Tensor {
+        let len = *lens.iter().max().unwrap();
+        let keys = prefix + len;
+        let mut m = vec![0f32; lens.len() * len * keys];
+        for (r, &n) in lens.iter().enumerate() {
+            for i in 0..len {
+                let row = &mut m[(r * len + i) * keys..(r * len + i + 1) * keys];
+                for (j, x) in row.iter_mut().enumerate() {
+                    let own = j.checked_sub(prefix);
+                    let later = own.is_some_and(|o| o > i);
+                    let padding = own.is_some_and(|o| o >= n && o != i);
+                    if later || padding || (r == 1 && (j == 2 || j == 3)) {
+                        *x = MASKED;
+                    }
+                }
+            }
+        }
+        Tensor::from_vec(m, (lens.len(), 1, len, keys), &Device::Cpu).unwrap()
+    }
+
+    fn block_masks(
+        mask: &Tensor,
+    ) -> impl FnMut(Range<usize>, Range<usize>, usize) -> Result<Tensor> {
+        move |rows, queries, keys| {
+            mask.narrow(0, rows.start, rows.len())?
+                .narrow(2, queries.start, queries.len())?
+                .narrow(3, 0, keys)?
+                .contiguous()
+        }
+    }
+
+    /// The same attention through candle's ops: a header of `h` keys read in place before
+    /// each row's own keys, taken from a view of a longer cache; masks, soft cap, grouped
+    /// heads, and plans that split the rows and the queries.
+    #[test]
+    fn matches_candles_ops() {
+        if !avx512() {
+            return;
+        }
+        for (d, group, softcap, limit) in [
+            (64, 7, None, 1 << 28),
+            (128, 4, Some(20.0), 3000),
+            (64, 1, None, 20_000),
+        ] {
+            let (b, kv, h, lens) = (3, 2, 21, [40, 17, 33]);
+            let (len, heads) = (40, kv * group);
+            let keys = h + len;
+            let q = random((b, heads, len, d), 1);
+            let header = (random((1, kv, h, d), 2), random((1, kv, h, d), 3));
+            let (cache_k, cache_v) = (
+                random((b, kv, len + 5, d), 4),
+                random((b, kv, len + 5, d), 5),
+            );
+            let (k, v) = (
+                cache_k.narrow(2, 0, len).unwrap(),
+                cache_v.narrow(2, 0, len).unwrap(),
+            );
+            let mask = masks(h, &lens);
+            let plan = AttentionPlan::new(b, heads, len, keys, limit).unwrap();
+            let scale = 0.125;
+            let got = attend(
+                &q,
+                Some(&header),
+                &k,
+                &v,
+                h,
+                &plan,
+                block_masks(&mask),
+                scale,
+                softcap,
+            )
+            .unwrap();
+            let all = |shared: &Tensor, own: &Tensor| {
+                let shared = shared
+                    .broadcast_as((b, kv, h, d))
+                    .unwrap()
+                    .contiguous()
+                    .unwrap();
+                Tensor::cat(&[&shared, own], 2).unwrap()
+            };
+            let (all_k, all_v) = (all(&header.0, &k), all(&header.1, &v));
+            let mut want = Vec::new();
+            for r in 0..b {
+                for hd in 0..heads {
+                    let qh = q.get(r).unwrap().get(hd).unwrap();
+                    let kh = all_k.get(r).unwrap().get(hd / group).unwrap();
+                    let vh = all_v.get(r).unwrap().get(hd / group).unwrap();
+                    let mut s = (qh * scale).unwrap().matmul(&kh.t().unwrap()).unwrap();
+                    if let Some(c) = softcap {
+                        s = ((s / c).unwrap().tanh().unwrap() * c).unwrap();
+                    }
+                    let s = s
+                        .broadcast_add(&mask.get(r).unwrap().get(0).unwrap())
+                        .unwrap();
+                    let p = candle_nn::ops::softmax(&s, D::Minus1).unwrap();
+                    want.push(p.matmul(&vh).unwrap());
+                }
+            }
+            let want = Tensor::stack(&want, 0)
+                .unwrap()
+                .reshape((b, heads, len, d))
+                .unwrap();
+            let diff: f32 = (got - want)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar()
+                .unwrap();
+            assert!(diff < 1e-5, "d={d}, group={group}: {diff}");
+        }
+    }
+
+    /// A row gets the same bits alone and padded among longer rows, whatever blocks the plan
+    /// makes of the rows and queries: nothing it computes depends on how far a block reaches.
+    #[test]
+    fn a_row_gets_the_same_bits_alone_and_among_others() {
+        if !avx512() {
+            return;
+        }
+        let (kv, group, d, h) = (2, 3, 64, 19);
+        let heads = kv * group;
+        let lens = [29, 50, 41];
+        let len = 50;
+        let q = random((3, heads, len, d), 7);
+        let (k, v) = (random((3, kv, len, d), 8), random((3, kv, len, d), 9));
+        let header = (random((1, kv, h, d), 10), random((1, kv, h, d), 11));
+        let mask = masks(h, &lens);
+        let together: Vec<Vec<f32>> = [1 << 28, 4_000, 900]
+            .into_iter()
+            .map(|limit| {
+                let plan = AttentionPlan::new(3, heads, len, h + len, limit).unwrap();
+                let out = attend(
+                    &q,
+                    Some(&header),
+                    &k,
+                    &v,
+                    h,
+                    &plan,
+                    block_masks(&mask),
+                    0.1,
+                    None,
+                );
+                values(&out.unwrap().get(0).unwrap().narrow(1, 0, lens[0]).unwrap())
+            })
+            .collect();
+        let n = lens[0];
+        let alone = |t: &Tensor| t.narrow(0, 0, 1).unwrap().narrow(2, 0, n).unwrap();
+        let alone_mask = masks(h, &[n]);
+        let plan = AttentionPlan::new(1, heads, n, h + n, 1 << 28).unwrap();
+        let (q1, k1, v1) = (alone(&q), alone(&k), alone(&v));
+        let out = attend(
+            &q1,
+            Some(&header),
+            &k1,
+            &v1,
+            h,
+            &plan,
+            block_masks(&alone_mask),
+            0.1,
+            None,
+        );
+        let want = values(&out.unwrap());
+        for got in together {
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits())
+            );
+        }
+    }
+}
