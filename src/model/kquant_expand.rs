@@ -35,7 +35,7 @@ fn f16_at(bytes: &[u8], at: usize) -> f32 {
 
 /// Scale and min `j` (0..8) of a Q4_K block's 12 packed 6-bit bytes (candle's
 /// `get_scale_min_k4`).
-fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
+pub(super) fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
