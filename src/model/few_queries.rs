@@ -230,7 +230,7 @@ fn lane_sum(xs: &[f32]) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::batch::MASKED;
     use candle_core::{D, Device};
@@ -326,38 +326,53 @@ mod tests {
             let mask = Tensor::from_vec(m, (b, 1, n, keys), &dev).unwrap();
             let scale = 0.125;
             let got = attend(&q, None, &k, &v, &mask, keys, scale, softcap).unwrap();
-            let mut want = Vec::new();
-            for r in 0..b {
-                for h in 0..heads {
-                    let qh = q.get(r).unwrap().get(h).unwrap();
-                    let kh = k.get(r).unwrap().get(h / group).unwrap().narrow(0, 0, keys);
-                    let vh = v.get(r).unwrap().get(h / group).unwrap().narrow(0, 0, keys);
-                    let (kh, vh) = (kh.unwrap().contiguous().unwrap(), vh.unwrap());
-                    let mut s = (qh * scale).unwrap().matmul(&kh.t().unwrap()).unwrap();
-                    if let Some(c) = softcap {
-                        s = ((s / c).unwrap().tanh().unwrap() * c).unwrap();
-                    }
-                    let s = s
-                        .broadcast_add(&mask.get(r).unwrap().get(0).unwrap())
-                        .unwrap();
-                    let p = candle_nn::ops::softmax(&s, D::Minus1).unwrap();
-                    want.push(p.matmul(&vh.contiguous().unwrap()).unwrap());
-                }
-            }
-            let want = Tensor::stack(&want, 0)
-                .unwrap()
-                .reshape((b, heads, n, d))
-                .unwrap();
-            let diff: f32 = (got - want)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar()
-                .unwrap();
+            let want = candle_attention(&q, &k, &v, &mask, scale, softcap);
+            let diff = max_abs_diff(&got, &want);
             assert!(diff < 1e-5, "d={d}, n={n}: {diff}");
         }
+    }
+
+    /// softmax(q·kᵀ·scale, soft-capped, + mask)·v through candle's ops, head by head: q (b,
+    /// heads, n, d); k and v (b, kv_heads, ≥ keys, d), the heads sharing a key head
+    /// consecutive, read over their first `keys` (the mask's last dimension); mask (b, 1, n,
+    /// keys).
+    pub(crate) fn candle_attention(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: &Tensor,
+        scale: f64,
+        softcap: Option<f64>,
+    ) -> Tensor {
+        let (b, heads, n, d) = q.dims4().unwrap();
+        let (group, keys) = (heads / k.dim(1).unwrap(), mask.dim(3).unwrap());
+        let mut want = Vec::new();
+        for r in 0..b {
+            for h in 0..heads {
+                let qh = q.get(r).unwrap().get(h).unwrap();
+                let own = |t: &Tensor| {
+                    let t = t.get(r).unwrap().get(h / group).unwrap();
+                    t.narrow(0, 0, keys).unwrap().contiguous().unwrap()
+                };
+                let (kh, vh) = (own(k), own(v));
+                let mut s = (qh * scale).unwrap().matmul(&kh.t().unwrap()).unwrap();
+                if let Some(c) = softcap {
+                    s = ((s / c).unwrap().tanh().unwrap() * c).unwrap();
+                }
+                let s = s
+                    .broadcast_add(&mask.get(r).unwrap().get(0).unwrap())
+                    .unwrap();
+                let p = candle_nn::ops::softmax(&s, D::Minus1).unwrap();
+                want.push(p.matmul(&vh).unwrap());
+            }
+        }
+        let want = Tensor::stack(&want, 0).unwrap();
+        want.reshape((b, heads, n, d)).unwrap()
+    }
+
+    pub(crate) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+        let diff = (a - b).unwrap().abs().unwrap();
+        diff.max_all().unwrap().to_scalar().unwrap()
     }
 
     fn random_rows(rows: usize, d: usize, seed: u64) -> Vec<f32> {

@@ -426,8 +426,9 @@ mod avx512 {
 mod tests {
     use super::*;
     use crate::model::batch::MASKED;
+    use crate::model::few_queries::tests::{candle_attention, max_abs_diff};
     use crate::rng::SplitMix64;
-    use candle_core::{D, Device};
+    use candle_core::Device;
 
     fn avx512() -> bool {
         std::arch::is_x86_feature_detected!("avx512f")
@@ -612,43 +613,12 @@ mod tests {
             )
             .unwrap();
             let all = |shared: &Tensor, own: &Tensor| {
-                let shared = shared
-                    .broadcast_as((b, kv, h, d))
-                    .unwrap()
-                    .contiguous()
-                    .unwrap();
-                Tensor::cat(&[&shared, own], 2).unwrap()
+                let shared = shared.broadcast_as((b, kv, h, d)).unwrap();
+                Tensor::cat(&[&shared.contiguous().unwrap(), own], 2).unwrap()
             };
             let (all_k, all_v) = (all(&header.0, &k), all(&header.1, &v));
-            let mut want = Vec::new();
-            for r in 0..b {
-                for hd in 0..heads {
-                    let qh = q.get(r).unwrap().get(hd).unwrap();
-                    let kh = all_k.get(r).unwrap().get(hd / group).unwrap();
-                    let vh = all_v.get(r).unwrap().get(hd / group).unwrap();
-                    let mut s = (qh * scale).unwrap().matmul(&kh.t().unwrap()).unwrap();
-                    if let Some(c) = softcap {
-                        s = ((s / c).unwrap().tanh().unwrap() * c).unwrap();
-                    }
-                    let s = s
-                        .broadcast_add(&mask.get(r).unwrap().get(0).unwrap())
-                        .unwrap();
-                    let p = candle_nn::ops::softmax(&s, D::Minus1).unwrap();
-                    want.push(p.matmul(&vh).unwrap());
-                }
-            }
-            let want = Tensor::stack(&want, 0)
-                .unwrap()
-                .reshape((b, heads, len, d))
-                .unwrap();
-            let diff: f32 = (got - want)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar()
-                .unwrap();
+            let want = candle_attention(&q, &all_k, &all_v, &mask, scale, softcap);
+            let diff = max_abs_diff(&got, &want);
             assert!(diff < 1e-5, "d={d}, group={group}: {diff}");
         }
     }
