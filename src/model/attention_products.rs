@@ -144,14 +144,10 @@ mod avx512 {
                 for i in 0..qs {
                     let at = (q0 + i) * n + j0;
                     if ks == KT {
-                        // Four at once: copy_from_slice of a length only known at run time
+                        // A copy of constant length: one of a length known only at run time
                         // called memcpy, 0.9% of a json run.
-                        assert!(at + KT <= out.len());
-                        // SAFETY: at + 4 ≤ out.len() (asserted); i·4 + 4 ≤ 16.
-                        unsafe {
-                            let v = _mm_loadu_ps(tile_out.as_ptr().add(i * KT));
-                            _mm_storeu_ps(out.as_mut_ptr().add(at), v);
-                        }
+                        let row: &mut [f32; KT] = (&mut out[at..at + KT]).try_into().expect("KT");
+                        *row = std::array::from_fn(|t| tile_out[i * KT + t]);
                     } else {
                         out[at..at + ks].copy_from_slice(&tile_out[i * KT..i * KT + ks]);
                     }

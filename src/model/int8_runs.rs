@@ -67,8 +67,8 @@ impl Form {
     fn block(self) -> (usize, usize) {
         match self {
             Form::Blocks(kind) => (BLOCK, kind.block_bytes()),
-            Form::Q4K => (256, 144),
-            Form::Q6K => (256, 210),
+            Form::Q4K => (256, KQuantKind::Q4K.block_bytes()),
+            Form::Q6K => (256, KQuantKind::Q6K.block_bytes()),
         }
     }
 }
@@ -212,7 +212,10 @@ impl Unpacked {
             }
             Form::Q4K => {
                 for (block, out) in blocks.zip(w.bytes.chunks_exact_mut(256)) {
-                    let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
+                    let (d, dmin) = (
+                        block_dots::read_f16(block, 0),
+                        block_dots::read_f16(block, 2),
+                    );
                     for j in 0..8 {
                         let (sc, m) = super::kquant_expand::scale_min(j, &block[4..16]);
                         w.scales.push(d * sc as f32);
@@ -227,7 +230,7 @@ impl Unpacked {
             }
             Form::Q6K => {
                 for (block, out) in blocks.zip(w.bytes.chunks_exact_mut(256)) {
-                    let d = f16_at(block, 208);
+                    let d = block_dots::read_f16(block, 208);
                     w.scales
                         .extend(block[192..208].iter().map(|&sc| d * sc as i8 as f32));
                     #[cfg(target_arch = "x86_64")]
@@ -274,10 +277,6 @@ impl Unpacked {
     unsafe fn times(&self, _: &Lanes, _: &mut [f32]) {
         unreachable!("`applies` is false off x86_64")
     }
-}
-
-fn f16_at(bytes: &[u8], at: usize) -> f32 {
-    half::f16::from_bits(u16::from_le_bytes([bytes[at], bytes[at + 1]])).to_f32()
 }
 
 #[cfg(target_arch = "x86_64")]

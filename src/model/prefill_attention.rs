@@ -33,20 +33,21 @@ const LANES: usize = 16;
 /// Whether `attend` runs for these queries (n of them per row): f32 on a CPU with AVX-512,
 /// head dimension a multiple of 64, more queries than `few_queries` takes.
 pub fn runs(q: &Tensor, n: usize) -> bool {
+    let d = q.dims().last().copied().unwrap_or(0);
+    q.device().is_cpu()
+        && q.dtype() == DType::F32
+        && n > FEW_QUERIES
+        && d.is_multiple_of(64)
+        && avx512_available()
+}
+
+fn avx512_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        let d = q.dims().last().copied().unwrap_or(0);
-        q.device().is_cpu()
-            && q.dtype() == DType::F32
-            && n > FEW_QUERIES
-            && d.is_multiple_of(64)
-            && std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
+        std::arch::is_x86_feature_detected!("avx512f")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (q, n, DType::F32, FEW_QUERIES);
         false
     }
 }
@@ -430,12 +431,6 @@ mod tests {
     use crate::rng::SplitMix64;
     use candle_core::Device;
 
-    fn avx512() -> bool {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-    }
-
     fn random(shape: (usize, usize, usize, usize), seed: u64) -> Tensor {
         let n = shape.0 * shape.1 * shape.2 * shape.3;
         let xs = SplitMix64(seed).symmetric_f32s(n);
@@ -450,7 +445,7 @@ mod tests {
     /// rows and panels past whole tiles included); keys past the last give zeros.
     #[test]
     fn each_score_is_one_chain_over_the_dimensions() {
-        if !avx512() {
+        if !avx512_available() {
             return;
         }
         for (m, keys, d) in [(1, 1, 16), (13, 70, 64), (56, 48, 128), (9, 200, 32)] {
@@ -483,7 +478,7 @@ mod tests {
     /// its tile (6 query rows × 64 dimensions, partial ones included).
     #[test]
     fn each_mixed_value_is_one_chain_over_the_keys() {
-        if !avx512() {
+        if !avx512_available() {
             return;
         }
         for (m, keys, stride, d) in [(1, 1, 16, 64), (13, 37, 48, 64), (8, 100, 112, 128)] {
@@ -506,7 +501,7 @@ mod tests {
     /// ≤ 0, down to the underflow), exactly 0 for masked keys and below −104.
     #[test]
     fn the_exponential_is_libms_within_two_ulps() {
-        if !avx512() {
+        if !avx512_available() {
             return;
         }
         let mut xs: Vec<f32> = (0..200_000)
@@ -576,7 +571,7 @@ mod tests {
     /// heads, and plans that split the rows and the queries.
     #[test]
     fn matches_candles_ops() {
-        if !avx512() {
+        if !avx512_available() {
             return;
         }
         for (d, group, softcap, limit) in [
@@ -627,7 +622,7 @@ mod tests {
     /// makes of the rows and queries: nothing it computes depends on how far a block reaches.
     #[test]
     fn a_row_gets_the_same_bits_alone_and_among_others() {
-        if !avx512() {
+        if !avx512_available() {
             return;
         }
         let (kv, group, d, h) = (2, 3, 64, 19);

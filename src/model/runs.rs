@@ -61,13 +61,13 @@ impl Matrix {
             }
             Ok(())
         };
-        for (rows, expanded) in [(&together, true), (&alone, false)] {
+        for (rows, in_runs) in [(&together, true), (&alone, false)] {
             if rows.is_empty() {
                 continue;
             }
             let picked = x.index_select(&ids(rows, x.device())?, 0)?;
-            let products = if expanded {
-                self.expanded_dots(&picked)?
+            let products = if in_runs {
+                self.run_products(&picked)?
             } else {
                 self.dots_t(&picked)?
             };
@@ -76,35 +76,43 @@ impl Matrix {
         Tensor::from_vec(y, (n, out), x.device())
     }
 
-    /// x (n, in) · Wᵀ in f32, each weight row expanded once (candle's values) and multiplied
-    /// with every row of x; a row's result does not depend on the others.
-    fn expanded_dots(&self, x: &Tensor) -> Result<Tensor> {
+    /// x (n, in) · Wᵀ for tokens fed in runs: 8-bit products with the tokens in the lanes
+    /// where `int8_runs` applies, else f32 products on expanded weight rows. Either way a
+    /// row's result does not depend on the others.
+    fn run_products(&self, x: &Tensor) -> Result<Tensor> {
         let (out, k) = self.dims()?;
         let n = x.dim(0)?;
         let Some(kernels) = self.row_kernels()? else {
-            bail!("expanded products of a matrix without integer row kernels");
+            bail!("run products of a matrix without integer row kernels");
         };
         let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
-        if int8_runs::applies(&kernels) {
-            let y = int8_runs::products(&kernels, out, k, &xs)?;
-            return Tensor::from_vec(y, (n, out), x.device());
-        }
-        let dots = expanded_dots::kernel();
-        let y = by_weight_rows(out, n, EXPANDED_ROWS, |rows, part| {
-            // The thread's kept buffer (467 KB for 24 rows of Qwen2.5-0.5B's 4,864-wide down
-            // projection): a fresh one per task was mapped, faulted in and zeroed. Every value
-            // is written by the expansion.
-            with_expanded(rows.len() * k, |w| {
-                for (v, buf) in rows.clone().zip(w.chunks_exact_mut(k)) {
-                    expand_row(row_blocks(&kernels, v, k), buf)?;
-                }
-                part.resize(rows.len() * n, 0.0);
-                dots(&xs, w, k, part);
-                Ok(())
-            })
-        })?;
+        let y = if int8_runs::applies(&kernels) {
+            int8_runs::products(&kernels, out, k, &xs)?
+        } else {
+            expanded_products(&kernels, out, k, &xs)?
+        };
         Tensor::from_vec(y, (n, out), x.device())
     }
+}
+
+/// xs (n, k) · Wᵀ in f32, each weight row expanded once (candle's values) and multiplied with
+/// every row of xs.
+fn expanded_products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> Result<Vec<f32>> {
+    let n = xs.len() / k.max(1);
+    let dots = expanded_dots::kernel();
+    by_weight_rows(out, n, EXPANDED_ROWS, |rows, part| {
+        // The thread's kept buffer (467 KB for 24 rows of Qwen2.5-0.5B's 4,864-wide down
+        // projection): a fresh one per task was mapped, faulted in and zeroed. Every value is
+        // written by the expansion.
+        with_expanded(rows.len() * k, |w| {
+            for (v, buf) in rows.clone().zip(w.chunks_exact_mut(k)) {
+                expand_row(row_blocks(kernels, v, k), buf)?;
+            }
+            part.resize(rows.len() * n, 0.0);
+            dots(xs, w, k, part);
+            Ok(())
+        })
+    })
 }
 
 /// Weight row v (of k values) of a matrix's blocks.
