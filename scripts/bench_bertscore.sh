@@ -4,6 +4,8 @@
 # thread count, in one run. Model loading is not timed on either side.
 # Usage: scripts/bench_bertscore.sh [N_PAIRS] [THREADS] [DEVICE]   (DEVICE: cpu or cuda)
 # Needs a release build, the test models, and bert-score in $HYOKA_REF_PYTHON (default python3).
+# HYOKA_BIN: the hyoka binary (default target/release/hyoka); HYOKA_ITEMS: DBDC3 items already
+# imported (default: imported from ../shared/datasets/dbdc3-ja).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-1500}"
@@ -12,8 +14,13 @@ device="${3:-cpu}"
 models="${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}"
 enc="$models/all-MiniLM-L6-v2"
 py="${HYOKA_REF_PYTHON:-python3}"
+bin="${HYOKA_BIN:-target/release/hyoka}"
 work=$(mktemp -d)
-target/release/hyoka import dbdc3 ../shared/datasets/dbdc3-ja -o "$work/all.jsonl" >/dev/null 2>&1
+if [ -n "${HYOKA_ITEMS:-}" ]; then
+  cp "$HYOKA_ITEMS" "$work/all.jsonl"
+else
+  "$bin" import dbdc3 ../shared/datasets/dbdc3-ja -o "$work/all.jsonl" >/dev/null 2>&1
+fi
 # The 1,500 items with a context turn (the 150 openings have none); repeated, with fresh ids,
 # when more pairs are asked for.
 python3 - "$work" "$n" <<'PY'
@@ -25,7 +32,7 @@ with open(f"{w}/items.jsonl", "w") as f:
         it = dict(items[k % len(items)]); it["id"] = f"{it['id']}#{k // len(items)}"
         f.write(json.dumps(it, ensure_ascii=False) + "\n")
 PY
-RAYON_NUM_THREADS="$threads" target/release/hyoka bertscore --model "$enc" --layer 6 --against last-turn \
+RAYON_NUM_THREADS="$threads" "$bin" bertscore --model "$enc" --layer 6 --against last-turn \
   --device "$device" -i "$work/items.jsonl" -o "$work/hyoka.jsonl" 2> "$work/hyoka.log"
 cat "$work/hyoka.log"
 "$py" - "$work" "$enc" "$threads" "$device" <<'PY'

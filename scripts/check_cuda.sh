@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Check that `--features cuda` compiles on a machine without a GPU: installs nvcc 13.0 from PyPI
-# (scripts/cuda_toolchain.sh) and type-checks the crate, building candle's CUDA kernels to PTX.
+# Check that `--features cuda` compiles and links on a machine without a GPU: installs nvcc 13.0,
+# cuBLAS and cuRAND from PyPI with a libcuda stub (scripts/cuda_toolchain.sh --link), type-checks
+# every target and links the binary, building candle's CUDA kernels (PTX, and the static MoE
+# kernels for CUDA_COMPUTE_CAP). Linking is checked because compiling was not enough: until
+# cuBLAS/cuRAND and the stub were installed, a CUDA binary could not be built here at all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-eval "$(scripts/cuda_toolchain.sh)"
+eval "$(scripts/cuda_toolchain.sh --link)"
 cargo check --locked --features cuda --all-targets
+cargo build --locked --features cuda --bin hyoka

@@ -3,10 +3,17 @@
 
 use std::path::PathBuf;
 
+/// The repository the tests read from: cargo sets CARGO_MANIFEST_DIR when it runs a test, and
+/// a test binary carried to another machine (scripts/gpu_bundle.sh) is given it there; the
+/// path it was compiled in otherwise.
+pub fn repo_root() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 pub fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("fixtures")
+    repo_root().join("tests").join("fixtures")
 }
 
 /// The folder of the real test models (scripts/fetch_test_models.py puts them there).
@@ -39,7 +46,7 @@ pub fn test_model(name: &str) -> Option<PathBuf> {
 }
 
 pub fn dbdc3_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/dbdc3-ja")
+    repo_root().join("../shared/datasets/dbdc3-ja")
 }
 
 /// A two-aspect score rubric (0–1 fit, 1–5 quality) for judge runs on the small test models.

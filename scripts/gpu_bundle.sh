@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Build, on a machine without a GPU, what scripts/gpu_check.sh needs on a GPU machine that has no
+# Rust toolchain, no network and takes a small upload (this project's lent GPU machines: CUDA
+# driver, PyTorch and transformers, 64 MiB carried): the CUDA build of hyoka and of the parity
+# suites, stripped, with the inputs of the benchmarks. Writes .gpu/bundle.tar.xz (~15 MB: the
+# binaries share most of their bytes, and xz with a window larger than one binary keeps them once).
+#
+# Usage: scripts/gpu_bundle.sh            then, on the GPU machine, in the repository:
+#        HYOKA_GPU_BUNDLE=.gpu/bundle.tar.xz scripts/gpu_check.sh cuda
+# The CUDA build goes to target/cuda (the CPU build in target/release stays). Linking needs
+# cuBLAS/cuRAND and a libcuda stub, which scripts/cuda_toolchain.sh --link installs from PyPI.
+# HYOKA_BUNDLE_FEATURES= (empty) bundles a CPU build instead, to try the bundle's path of
+# gpu_check.sh on this machine (`HYOKA_GPU_BUNDLE=.gpu/bundle.tar.xz scripts/gpu_check.sh cpu`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+features="${HYOKA_BUNDLE_FEATURES-cuda}"
+if [ "$features" = cuda ]; then
+  eval "$(scripts/cuda_toolchain.sh --link)"
+  export CARGO_TARGET_DIR="${HYOKA_CUDA_TARGET:-target/cuda}"
+fi
+models="${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}"
+suites=(runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter attention_scale)
+stage=$(mktemp -d)
+mkdir -p "$stage/bin" "$stage/tests" "$stage/models" "$stage/bench/minilm-tokenizer" "$stage/wheels" .gpu
+
+cargo build --release --locked --features "$features"
+cp "${CARGO_TARGET_DIR:-target}/release/hyoka" "$stage/bin/"
+args=()
+for s in "${suites[@]}"; do args+=(--test "$s"); done
+cargo test --release --locked --features "$features" --no-run --message-format=json "${args[@]}" |
+  python3 -c '
+import json, shutil, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        shutil.copy(m["executable"], sys.argv[1] + "/" + m["target"]["name"])
+' "$stage/tests"
+strip --strip-all "$stage"/bin/* "$stage"/tests/*
+
+# Benchmark inputs that cannot be made there: DBDC3 items (the dataset lives beside the
+# repository, which alone travels), the Llama-3 tokenizer for the synthetic 8B, all-MiniLM-L6-v2's
+# tokenizer and config (gpu_check.sh gives it random weights there: speed does not depend on
+# them; not under models/, where the tests would take it for the real model), and the Python
+# packages the image lacks.
+"${HYOKA_BIN:-target/release/hyoka}" import dbdc3 ../shared/datasets/dbdc3-ja -o "$stage/items.jsonl" \
+  2> /dev/null || cargo run --release --locked -q -- import dbdc3 ../shared/datasets/dbdc3-ja \
+  -o "$stage/items.jsonl" 2> /dev/null
+cp -r "$models/llama-3-tokenizer" "$stage/models/"
+for f in config.json tokenizer.json tokenizer_config.json vocab.txt special_tokens_map.json; do
+  cp "$models/all-MiniLM-L6-v2/$f" "$stage/bench/minilm-tokenizer/"
+done
+python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+  -d "$stage/wheels" gguf==0.19.0 bert-score==0.3.13
+git rev-parse HEAD > "$stage/commit"
+git status --porcelain --untracked-files=no | grep -q . && echo "(uncommitted changes)" >> "$stage/commit"
+
+# One xz stream whose window holds every binary: 8 binaries of 50–70 MB → ~13 MB.
+tar -C "$stage" -cf - . | xz -T1 --lzma2=preset=6,dict=512MiB > .gpu/bundle.tar.xz
+rm -rf "$stage"
+size=$(stat -c %s .gpu/bundle.tar.xz)
+echo "wrote .gpu/bundle.tar.xz ($((size / 1048576)) MiB; carry limit 64 MiB with the working tree)"
