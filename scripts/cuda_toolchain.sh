@@ -42,5 +42,8 @@ fi
 echo "export CUDA_ROOT='$root' CUDA_PATH='$root' CUDA_HOME='$root'"
 echo "export PATH='$root/bin':\"\$PATH\""
 echo "export LD_LIBRARY_PATH='$root/lib':\"\${LD_LIBRARY_PATH:-}\""
-# No GPU here to ask: build for Hopper (H100/H200) unless told otherwise.
-echo "export CUDA_COMPUTE_CAP=\${CUDA_COMPUTE_CAP:-90}"
+# Where a GPU answers, candle's build asks it (nvidia-smi) for its compute capability; with no
+# GPU to ask, build for Hopper (H100/H200) unless told otherwise.
+if ! nvidia-smi --query-gpu=compute_cap --format=csv,noheader > /dev/null 2>&1; then
+  echo "export CUDA_COMPUTE_CAP=\${CUDA_COMPUTE_CAP:-90}"
+fi
