@@ -15,6 +15,7 @@ import json
 import time
 
 import torch
+import transformers
 from gguf import GGUFReader
 
 
@@ -24,8 +25,6 @@ def field(reader, key):
 
 
 def config_of(path):
-    import transformers
-
     r = GGUFReader(path)
     arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
     get = lambda k: field(r, f"{arch}.{k}")  # noqa: E731
@@ -47,8 +46,6 @@ def config_of(path):
 
 
 def main() -> None:
-    import transformers
-
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("tokens")

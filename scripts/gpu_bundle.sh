@@ -42,8 +42,8 @@ strip --strip-all "$stage"/bin/* "$stage"/tests/*
 # tokenizer and config (gpu_check.sh gives it random weights there: speed does not depend on
 # them; not under models/, where the tests would take it for the real model), and the Python
 # packages the image lacks.
-"${HYOKA_BIN:-target/release/hyoka}" import dbdc3 ../shared/datasets/dbdc3-ja -o "$stage/items.jsonl" \
-  2> /dev/null || cargo run --release --locked -q -- import dbdc3 ../shared/datasets/dbdc3-ja \
+# (The import runs here, so with the CPU build in target/.)
+env -u CARGO_TARGET_DIR cargo run --release --locked -q -- import dbdc3 ../shared/datasets/dbdc3-ja \
   -o "$stage/items.jsonl" 2> /dev/null
 cp -r "$models/llama-3-tokenizer" "$stage/models/"
 for f in config.json tokenizer.json tokenizer_config.json vocab.txt special_tokens_map.json; do

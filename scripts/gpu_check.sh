@@ -79,23 +79,22 @@ for dtype in bf16 f16 f32; do
   fi
 done
 if wants bench-bertscore; then
-  enc="$models/all-MiniLM-L6-v2"
-  if [ ! -e "$enc/model.safetensors" ]; then
-    # all-MiniLM-L6-v2's shapes and tokenizer with random weights (seeded): both sides load the
-    # same folder, so the speed ratio and max |ΔF| mean what they mean with the real weights.
-    models="$log/random-models"
-    mkdir -p "$models/all-MiniLM-L6-v2"
-    cp "${b:-$enc}"/bench/minilm-tokenizer/* "$models/all-MiniLM-L6-v2/" 2> /dev/null ||
-      cp "$enc"/*.json "$enc"/vocab.txt "$models/all-MiniLM-L6-v2/"
+  bench_models="$models"
+  if [ -n "${b:-}" ] && [ ! -e "$models/all-MiniLM-L6-v2/model.safetensors" ]; then
+    # The bundle carries all-MiniLM-L6-v2's tokenizer and config only: random weights (seeded)
+    # of its shapes. Both sides load the same folder, so the speed ratio and max |ΔF| mean what
+    # they mean with the real weights.
+    bench_models="$log/random-models"
+    mkdir -p "$bench_models/all-MiniLM-L6-v2"
+    cp "$b"/bench/minilm-tokenizer/* "$bench_models/all-MiniLM-L6-v2/"
     "$py" -c 'import sys, torch, transformers
 torch.manual_seed(0)
 transformers.BertModel(transformers.BertConfig.from_pretrained(sys.argv[1])).save_pretrained(sys.argv[1])' \
-      "$models/all-MiniLM-L6-v2" > "$log/minilm.log" 2>&1
+      "$bench_models/all-MiniLM-L6-v2" > "$log/minilm.log" 2>&1
   fi
-  step bench-bertscore env HYOKA_BIN="$bin" HYOKA_ITEMS="$items" HYOKA_TEST_MODELS="$models" \
+  step bench-bertscore env HYOKA_BIN="$bin" HYOKA_ITEMS="$items" HYOKA_TEST_MODELS="$bench_models" \
     scripts/bench_bertscore.sh "${HYOKA_BENCH_PAIRS:-20000}" "$(nproc)" "$device"
   grep -h "pairs/s\|MiB" "$log/bench-bertscore.log" | grep -v "max |Δ" | sed 's/^/      /'
-  models="${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}"
 fi
 bench_judge() { # NAME GGUF [hyoka flags...]: hyoka bench and transformers on the same token ids
   local name="$1" gguf="$2"; shift 2

@@ -100,7 +100,8 @@ fn check_kind(name: &str, kind: &str) {
             let first = case.ids.len() - case.logits.len();
             let quantized_kernels =
                 kind != "f16" && mode == WeightsMode::Stored && case.ids.len() <= 8;
-            let llama_cpp = case.llama_cpp.as_ref().filter(|_| quantized_kernels);
+            let llama_cpp =
+                quantized_kernels.then(|| case.llama_cpp.as_ref().expect("llama.cpp's logits"));
             if let Some(llama_cpp) = llama_cpp.filter(|_| f32_run) {
                 let ours = max_share_of_range(&got, &case.logits);
                 let theirs = max_share_of_range(llama_cpp, &case.logits);
