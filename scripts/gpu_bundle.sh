@@ -19,7 +19,7 @@ if [ "$features" = cuda ]; then
   export CARGO_TARGET_DIR="${HYOKA_CUDA_TARGET:-target/cuda}"
 fi
 models="${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}"
-suites=(runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter attention_scale)
+suites=(runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter backend_ops attention_scale)
 stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/tests" "$stage/models" "$stage/bench/minilm-tokenizer" "$stage/wheels" .gpu
 
@@ -38,7 +38,7 @@ for line in sys.stdin:
 strip --strip-all "$stage"/bin/* "$stage"/tests/*
 
 # Benchmark inputs that cannot be made there: DBDC3 items (the dataset lives beside the
-# repository, which alone travels), the Llama-3 tokenizer for the synthetic 8B, all-MiniLM-L6-v2's
+# repository, which alone travels), the Llama-3 and Qwen2.5 tokenizers for the synthetic 8B and 14B, all-MiniLM-L6-v2's
 # tokenizer and config (gpu_check.sh gives it random weights there: speed does not depend on
 # them; not under models/, where the tests would take it for the real model), and the Python
 # packages the image lacks.
@@ -46,6 +46,17 @@ strip --strip-all "$stage"/bin/* "$stage"/tests/*
 env -u CARGO_TARGET_DIR cargo run --release --locked -q -- import dbdc3 ../shared/datasets/dbdc3-ja \
   -o "$stage/items.jsonl" 2> /dev/null
 cp -r "$models/llama-3-tokenizer" "$stage/models/"
+# Qwen2.5's tokenizer for the synthetic 14B: the tokenizer.* fields of the Qwen test GGUF, no
+# tensors (3 MB instead of 469). Not named as the model, which the tests would take for it.
+python3 -c '
+import sys
+sys.path.insert(0, "scripts")
+from gguf import GGUFWriter
+from synthetic_gguf import copy_tokenizer
+w = GGUFWriter(sys.argv[2], "qwen2")
+copy_tokenizer(w, sys.argv[1])
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+' "$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$stage/models/qwen2.5-tokenizer.gguf"
 for f in config.json tokenizer.json tokenizer_config.json vocab.txt special_tokens_map.json; do
   cp "$models/all-MiniLM-L6-v2/$f" "$stage/bench/minilm-tokenizer/"
 done

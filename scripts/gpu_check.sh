@@ -5,9 +5,15 @@
 # next to transformers on the same tokens (Qwen2.5-0.5B when present, and a random-weight GGUF of
 # Llama-3.1-8B's shapes from scripts/synthetic_gguf.py).
 # Usage: scripts/gpu_check.sh [DEVICE]   (default cuda; metal on Apple GPUs)
-#   HYOKA_GPU_STEPS    which steps (default: "suites attention bench-bertscore bench-judge");
+#   HYOKA_GPU_STEPS    which steps (default: "suites attention bench-bertscore bench-judge";
+#                      also "judge-e2e": `hyoka judge` on 10 items with the synthetic judges);
 #                      HYOKA_BENCH_PAIRS (20000), HYOKA_BENCH_ITEMS (20) size the benchmarks
-#   HYOKA_GPU_LOGS     the folder for the steps' logs (default: a new temporary one)
+#   HYOKA_GPU_DTYPES   the suites' dtypes (default "bf16 f16 f32")
+#   HYOKA_SYNTH_SHAPES the synthetic judges of bench-judge (default "llama-8b"; also "qwen-14b"),
+#                      each also with --weights expanded where HYOKA_BENCH_EXPANDED=1
+#   HYOKA_STEP_TIMEOUT seconds after which a step is stopped and counts as failed (default none)
+#   HYOKA_GPU_LOGS     the folder for the steps' logs (default: a new temporary one); a bundle
+#                      already unpacked there is used again (a second call on the same machine)
 #   HYOKA_GPU_BUNDLE   .gpu/bundle.tar.xz from scripts/gpu_bundle.sh: use its binaries instead of
 #                      building (a GPU machine without cargo); its items, tokenizers and wheels
 #                      stand in for the dataset and test models; tests needing a model that is
@@ -28,7 +34,7 @@ py="${HYOKA_REF_PYTHON:-python3}"
 step() { # NAME COMMAND...: run, keep the log, print PASS/FAIL and the worst differences seen
   local name="$1"; shift
   local t0=$SECONDS
-  if "$@" > "$log/$name.log" 2>&1; then echo "PASS  $name ($((SECONDS - t0)) s)"; else echo "FAIL  $name (log: $log/$name.log)"; status=1; fi
+  if ${HYOKA_STEP_TIMEOUT:+timeout "$HYOKA_STEP_TIMEOUT"} "$@" > "$log/$name.log" 2>&1; then echo "PASS  $name ($((SECONDS - t0)) s)"; else echo "FAIL  $name (log: $log/$name.log)"; status=1; fi
   # The tests' verdicts, what they skipped, and the three worst differences they printed.
   grep -h "test result\|panicked" "$log/$name.log" | sed 's/^/      /' | head -8
   grep -h "skipping" "$log/$name.log" | sort -u | sed 's/^/      /'
@@ -38,11 +44,13 @@ wants() { [[ "$steps" == *" $1 "* ]]; }
 command -v nvidia-smi > /dev/null &&
   echo "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
 # The suites that take their device and dtype from the environment.
-suites=(runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter)
+suites=(runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter backend_ops)
 if [ -n "${HYOKA_GPU_BUNDLE:-}" ]; then
   b="$log/bundle"
-  mkdir -p "$b"
-  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$HYOKA_GPU_BUNDLE" "$b" || exit 1
+  if [ ! -e "$b/commit" ]; then
+    mkdir -p "$b"
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$HYOKA_GPU_BUNDLE" "$b" || exit 1
+  fi
   echo "bundle of $(tr '\n' ' ' < "$b/commit")"
   bin="$b/bin/hyoka"
   items="$b/items.jsonl"
@@ -54,7 +62,7 @@ print(":".join(sorted(dirs)))')
   # The driver's libcuda.so.1, where NVIDIA's container images mount it.
   [ -d /usr/local/nvidia/lib64 ] && libs="$libs:/usr/local/nvidia/lib64"
   export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
-  "$py" -m pip install -q --no-index --no-deps --target "$b/site" "$b"/wheels/*.whl > "$log/wheels.log" 2>&1
+  [ -d "$b/site" ] || "$py" -m pip install -q --no-index --no-deps --target "$b/site" "$b"/wheels/*.whl > "$log/wheels.log" 2>&1
   export PYTHONPATH="$b/site:${PYTHONPATH:-}"
   suite_cmd() { cmd=("$b/tests/$1" "${@:2}"); }
 else
@@ -66,11 +74,13 @@ else
   suite_cmd() { cmd=(cargo test --release --features "$feature" --test "$1" -- "${@:2}"); }
 fi
 models="${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}"
-for dtype in bf16 f16 f32; do
+for dtype in ${HYOKA_GPU_DTYPES:-bf16 f16 f32}; do
   if wants suites; then
     for s in "${suites[@]}"; do
       suite_cmd "$s" --nocapture
       step "$s-$dtype" env HYOKA_TEST_DEVICE="$device" HYOKA_TEST_DTYPE="$dtype" "${cmd[@]}"
+      # Each block type's share of its bounds: which kernel is less exact than the CPU's.
+      [ "$s" = backend_ops ] && grep -h "of its bound" "$log/$s-$dtype.log" | sed 's/^/      /'
     done
   fi
   if wants attention; then
@@ -129,15 +139,114 @@ if mem:
     print(f"      peak GPU memory: hyoka {max(mem)} MiB (nvidia-smi, whole GPU), transformers {t['peak_gpu_gb']:.1f} GB (allocated)")
 PY
 }
+synth_dir="${HYOKA_SYNTH_DIR:-$HOME/.cache/hyoka/synthetic}"
+synthetic() { # SHAPE: sets gguf (written once, in $synth_dir) and flags (hyoka's for it)
+  gguf="$synth_dir/$1-q4_k_m.gguf" flags=()
+  local source=(--models "$models")
+  case "$1" in
+    llama-8b) flags=(--tokenizer "$models/llama-3-tokenizer") ;;
+    # A bundle carries Qwen2.5's tokenizer alone (scripts/gpu_bundle.sh), not the Qwen model.
+    qwen-14b) [ -e "$models/qwen2.5-tokenizer.gguf" ] && source=(--tokenizer-from "$models/qwen2.5-tokenizer.gguf") ;;
+  esac
+  if [ ! -e "$gguf" ]; then
+    mkdir -p "$synth_dir"
+    step "synthetic-$1" "$py" scripts/synthetic_gguf.py --shape "$1" --quant q4_k_m -o "$gguf" "${source[@]}"
+  fi
+}
+shapes="${HYOKA_SYNTH_SHAPES:-llama-8b}"
 if wants bench-judge; then
   qwen="$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
   [ -e "$qwen" ] && bench_judge bench-judge-qwen0.5b "$qwen"
-  synth="${HYOKA_SYNTH_8B:-$HOME/.cache/hyoka/synthetic/llama-8b-q4_k_m.gguf}"
-  if [ ! -e "$synth" ]; then
-    mkdir -p "$(dirname "$synth")"
-    step synthetic-8b "$py" scripts/synthetic_gguf.py --shape llama-8b --quant q4_k_m -o "$synth" --models "$models"
-  fi
-  bench_judge bench-judge-llama8b "$synth" --tokenizer "$models/llama-3-tokenizer"
+  for shape in $shapes; do
+    synthetic "$shape"
+    bench_judge "bench-judge-$shape" "$gguf" "${flags[@]}"
+    if [ "${HYOKA_BENCH_EXPANDED:-0}" = 1 ]; then
+      # The issue's comparison: weights kept quantized against every weight expanded at load.
+      name="bench-judge-$shape"
+      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$log/$name-expanded.mem" 2> /dev/null &
+      smi=$!
+      step "$name-expanded" "$bin" bench --device "$device" --model "$gguf" --input "$items" \
+        --n "${HYOKA_BENCH_ITEMS:-20}" --decode-tokens 64 --weights expanded "${flags[@]}"
+      kill "$smi" 2> /dev/null
+      python3 - "$log/$name" <<'PY'
+import json, sys
+base = sys.argv[1]
+def last_json(path):
+    text = open(path).read()
+    return json.loads(text[text.rindex("\n{") + 1:] if "\n{" in text else text[text.index("{"):])
+try:
+    s, e = last_json(base + ".log"), last_json(base + "-expanded.log")
+except (OSError, ValueError) as err:
+    sys.exit(f"      no figures: {err}")
+mem = lambda p: max([int(x) for x in open(p).read().split() if x.isdigit()] or [0])  # noqa: E731
+for k in ("prefill_batch1_tok_s", "prefill_batched_tok_s", "judge_items_s", "decode_batch1_tok_s", "decode_batched_tok_s"):
+    print(f"      {k:22} stored {s[k]:9.2f}  expanded {e[k]:9.2f}  ({s[k] / e[k]:.2f}x)")
+print(f"      peak GPU memory: stored {mem(base + '.mem')} MiB, expanded {mem(base + '-expanded.mem')} MiB")
+PY
+    fi
+  done
+fi
+if wants judge-e2e; then
+  # The whole pipeline on the device, as a user runs it: prompt scores (dialogue6-ja) and json
+  # mode (roleplay8-ja, reason_max_tokens 128) on 10 items, results and provenance on file.
+  head -10 "$items" > "$log/items10.jsonl"
+  sed 's/^reason_max_tokens = .*/reason_max_tokens = 128/' prompts/roleplay8-ja.toml > "$log/roleplay8-ja-128.toml"
+  for shape in $shapes; do
+    synthetic "$shape"
+    for rubric in dialogue6-ja "$log/roleplay8-ja-128.toml"; do
+      name="judge-$shape-$(basename "$rubric" .toml)"
+      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$log/$name.mem" 2> /dev/null &
+      smi=$!
+      step "$name" "$bin" judge --device "$device" --rubric "$rubric" --model "$gguf" "${flags[@]}" \
+        --input "$log/items10.jsonl" -o "$log/$name.jsonl" --overwrite
+      kill "$smi" 2> /dev/null
+      python3 - "$log/$name" <<'PY'
+import json, sys
+base = sys.argv[1]
+try:
+    rows = [json.loads(l) for l in open(base + ".jsonl", encoding="utf-8") if l.strip()]
+except OSError:
+    rows = []
+mem = [int(x) for x in open(base + ".mem").read().split() if x.isdigit()]
+said = [l for l in open(base + ".log", encoding="utf-8", errors="replace") if l.startswith(("scored", "forward"))]
+print(f"      {len(rows)} rows; peak GPU memory {max(mem or [0])} MiB (idle {min(mem or [0])})")
+for line in said:
+    print(f"      {line.strip()[:160]}")
+PY
+    done
+    if [ "$device" != cpu ]; then
+      # The device against the CPU on a whole judge of real size (as llama.cpp's test-backend-ops
+      # checks each backend against the CPU): the same prompt scores in f32 on both, and in the
+      # device's default dtype. f32 must agree to 1e-3 in every expected score.
+      base="$log/judge-$shape-dialogue6-ja"
+      for run in "f32 --device $device --dtype f32" "cpu --device cpu"; do
+        set -- $run
+        step "judge-$shape-dialogue6-ja-$1" "$bin" judge "${@:2}" --rubric dialogue6-ja --model "$gguf" \
+          "${flags[@]}" --input "$log/items10.jsonl" -o "$base-$1.jsonl" --overwrite
+      done
+      python3 - "$base" <<'PY' || status=1
+import json, sys
+base = sys.argv[1]
+def load(suffix):
+    try:
+        return {r["id"]: r["scores"] for r in map(json.loads, open(base + suffix + ".jsonl", encoding="utf-8"))}
+    except OSError:
+        sys.exit(f"      no scores: {base}{suffix}.jsonl")
+cpu = load("-cpu")
+worst_f32 = 0.0
+for name, suffix in (("f32", "-f32"), ("default dtype", "")):
+    dev = load(suffix)
+    de = max(abs(dev[i][a]["expected"] - cpu[i][a]["expected"]) for i in cpu for a in cpu[i])
+    dp = max(abs(dev[i][a]["distribution"].get(k, 0) - p) for i in cpu for a in cpu[i]
+             for k, p in cpu[i][a]["distribution"].items())
+    print(f"      device {name} vs CPU f32, {len(cpu)} items: max |Δexpected| {de:.2e}, max |Δp| {dp:.2e}")
+    if suffix == "-f32":
+        worst_f32 = de
+if worst_f32 > 1e-3:
+    sys.exit("      FAIL: f32 on the device differs from the CPU by more than 1e-3")
+PY
+    fi
+  done
 fi
 echo "logs: $log"
 exit $status

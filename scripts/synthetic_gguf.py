@@ -123,6 +123,8 @@ def main() -> None:
     ap.add_argument("-o", "--output", type=Path, required=True)
     ap.add_argument("--models", type=Path, default=Path(os.environ.get("HYOKA_TEST_MODELS", Path.home() / ".cache/hyoka/test-models")))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokenizer-from", type=Path,
+                    help="qwen-14b: the GGUF whose tokenizer.* fields to copy (default: the Qwen2.5 test model in --models)")
     args = ap.parse_args()
     s = SHAPES[args.shape]
     rng = np.random.default_rng(args.seed)
@@ -140,7 +142,7 @@ def main() -> None:
     if s["tokenizer"] == "llama3":
         llama3_tokenizer(w, args.models / "llama-3-tokenizer", s["vocab"])
     else:
-        copy_tokenizer(w, args.models / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+        copy_tokenizer(w, args.tokenizer_from or args.models / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
     layout = tensors(s, args.quant)
     for name, shape, qtype in layout:
         if qtype is None:

@@ -13,7 +13,7 @@ cargo test --locked "$@"
 # the parity suites in the GPUs' dtypes, with each test's stated bf16/f16 tolerances.
 for dtype in bf16 f16; do
   HYOKA_TEST_DTYPE=$dtype cargo test --locked --test runtime_parity --test judge_parity \
-    --test gguf_parity --test bertscore_parity --test gguf_converter
+    --test gguf_parity --test bertscore_parity --test gguf_converter --test backend_ops
 done
 HYOKA_TEST_ENCODER=padded cargo test --locked --test bertscore_parity
 cargo test --locked --test attention_scale -- --ignored --nocapture

@@ -118,6 +118,12 @@ fn a_batch_past_2_31_scores_runs_split_and_matches_its_rows_alone() {
         "{ROWS} rows × {LEN} tokens, {HEADS} heads: {:.2e} scores per query block, split {} rows × {} queries; peak RSS {rss:.0} MB",
         scores as f64, plan.rows, plan.queries
     );
+    // Batched and alone run GEMMs of other shapes, which a GPU library may sum in another
+    // order: a few units in the last place of the dtype at the logits' scale (a block split
+    // at the wrong place moves them by whole units). f16 on an H200: 4.9e-4.
+    let scale = together.iter().flatten().fold(1f32, |m, x| m.max(x.abs()));
+    let tol = common::tol(1e-4, 3e-2, 4e-3) as f32 * scale;
+    let mut worst = 0f32;
     for r in [0, ROWS / 2, ROWS - 1] {
         let alone = Batch::new(&rows[r..r + 1], 0, &device).unwrap();
         let (h, _) = model.forward(&alone, None).unwrap();
@@ -132,10 +138,12 @@ fn a_batch_past_2_31_scores_runs_split_and_matches_its_rows_alone() {
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         assert!(
-            d.is_finite() && d <= 1e-4,
-            "row {r}: batched vs alone differ by {d}"
+            d.is_finite() && d <= tol,
+            "row {r}: batched vs alone differ by {d} (tolerance {tol:.1e})"
         );
+        worst = worst.max(d);
     }
+    eprintln!("worst |Δlogit| batched vs alone {worst:.2e} (tolerance {tol:.1e})");
     // Scores alone would be 2.28e9 × 4 bytes = 9.1 GB; blocks keep them at ≤ 1 GiB.
     assert!(rss < 6000.0, "peak RSS {rss:.0} MB");
 }

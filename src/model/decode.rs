@@ -84,6 +84,16 @@ impl KvCache {
         if keep.len() == self.rows() && keep.iter().enumerate().all(|(i, &r)| i == r) {
             return Ok(());
         }
+        if keep.is_empty() {
+            // Zero-row views: on CUDA a zero-length index or allocation is an error
+            // (CUDA_ERROR_INVALID_VALUE), not an empty tensor.
+            for (k, v) in &mut self.layers {
+                *k = k.narrow(0, 0, 0)?;
+                *v = v.narrow(0, 0, 0)?;
+            }
+            self.next.clear();
+            return Ok(());
+        }
         let device = self.layers.first().map(|(k, _)| k.device().clone());
         if let Some(device) = device {
             let idx = Tensor::from_vec(

@@ -8,7 +8,7 @@
 
 use super::config::Arch;
 use super::matrix::{Matrix, WeightsMode};
-use candle_core::quantized::gguf_file;
+use candle_core::quantized::{GgmlDType, gguf_file};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Error, Result, Tensor};
 use std::path::{Path, PathBuf};
@@ -102,8 +102,10 @@ impl Weights {
             )),
             Source::Gguf { .. } => {
                 let (gname, rope_heads) = self.gguf_name(name)?;
-                // A tensor to reorder is read on the CPU, reordered, then placed on the device.
-                let load_on = if rope_heads.is_some() {
+                // Read on the CPU, then placed on the device: a tensor to reorder (reordered
+                // there), and an F32/F16/BF16 one (dense once read; candle's CUDA blocks have
+                // no f16 expansion of F16, "unsupported dtype for dequantize").
+                let load_on = if rope_heads.is_some() || self.gguf_is_dense(&gname) {
                     &Device::Cpu
                 } else {
                     &self.device
@@ -124,7 +126,10 @@ impl Weights {
                             .collect();
                         m.permute_rows(&order, &self.device)
                     }
-                    None => Ok(m),
+                    None => Ok(match m {
+                        Matrix::Dense(t) => Matrix::Dense(t.to_device(&self.device)?),
+                        quantized => quantized,
+                    }),
                 }
             }
         }
@@ -180,6 +185,19 @@ impl Weights {
             _ => None,
         };
         Ok((gname, rope_heads))
+    }
+
+    /// Whether a GGUF tensor is stored unquantized (F32, F16, BF16).
+    fn gguf_is_dense(&self, gname: &str) -> bool {
+        let Source::Gguf { content, .. } = &self.source else {
+            return false;
+        };
+        content.tensor_infos.get(gname).is_some_and(|i| {
+            matches!(
+                i.ggml_dtype,
+                GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
+            )
+        })
     }
 
     /// A GGUF tensor as stored, read onto `device`.

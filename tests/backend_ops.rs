@@ -1,0 +1,161 @@
+//! Weight products of every GGUF block type on the test device (HYOKA_TEST_DEVICE, dtype
+//! HYOKA_TEST_DTYPE), each output held to a bound derived from the arithmetic, against the
+//! exact product — the role of llama.cpp's `test-backend-ops` for MUL_MAT, on hyoka's `Matrix`.
+//!
+//! Few rows (decoding, prompts of ≤ `DECODE_ROWS` tokens) go through quantized kernels that
+//! round the activations to 8 bits per block: hyoka's own on the CPU (Q8_0 / Q8_K activations,
+//! as llama.cpp's CPU backend), candle's on a GPU (Q8_1, as llama.cpp's CUDA backend). Many
+//! rows expand the weights to the compute dtype and run a GEMM. For output i, with the exact
+//! product y_i = Σ_j w_ij x_j (f64, on the dequantized weights):
+//!   8-bit activations: |Δ| ≤ Σ_j |w_ij| · amax_256(x)_j / 254 (a symmetric 8-bit step is
+//!     amax/127 for a block of 32 or 256 values; the 256-value block's amax bounds both), plus
+//!     Σ_j |w_ij x_j| · 2^-11 (the Q8_1 scale is an f16);
+//!   the compute dtype: x rounded to it, the weights too when expanded, the output rounded:
+//!     Σ_j |w_ij x_j| · 2ε + |y_i| · ε (ε = 2^-8 bf16, 2^-11 f16, 0 f32);
+//!   summation in f32: Σ_j |w_ij x_j| · K · 2^-24.
+//! These bounds hold for every output whatever the data, so they are loose (a kernel uses 5–12%
+//! of them on the CPU). The RMS error over all outputs is held to twice what that rounding
+//! gives on average (each rounding error uniform over its step: variance step²/12; on the CPU
+//! 1.0–1.1× for the K-quants, whose activations are rounded per 256 values as modelled,
+//! 0.5–0.7× for the 32-value blocks). A wrong block, sign, scale or min term (errors of the
+//! order of the product) fails both; a kernel 2× less exact than the rounding model fails the
+//! second; a 1% scale error in the 8-bit products passes (tried: RMS 1.07–1.3×). Both shares
+//! are printed per type: on a GPU they say which kernel is less exact than the CPU's.
+
+mod common;
+
+use candle_core::quantized::{GgmlDType, QTensor, ggml_file::qtensor_from_ggml};
+use candle_core::{DType, Device, Tensor};
+use hyoka::model::matrix::{DECODE_ROWS, Matrix};
+
+const OUT: usize = 64;
+const K: usize = 512;
+const TYPES: [GgmlDType; 10] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+];
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = hyoka::rng::SplitMix64(seed);
+    (0..n)
+        .map(|_| (rng.next_f64() * 2.0 - 1.0) as f32)
+        .collect()
+}
+
+/// Activations as a model's are: mostly small, a few channels far larger.
+fn activations(rows: usize, seed: u64) -> Vec<f32> {
+    let mut x = random(rows * K, seed);
+    for (i, v) in x.iter_mut().enumerate() {
+        if i % 97 == 0 {
+            *v *= 4.0;
+        }
+    }
+    x
+}
+
+fn epsilon(dtype: DType) -> f64 {
+    match dtype {
+        DType::BF16 => 2f64.powi(-8),
+        DType::F16 => 2f64.powi(-11),
+        _ => 0.0,
+    }
+}
+
+#[test]
+fn every_block_type_is_within_its_rounding_of_the_exact_product() {
+    let (device, dtype) = (common::device(), common::dtype());
+    let eps = epsilon(dtype);
+    for (t, &ty) in TYPES.iter().enumerate() {
+        let w = Tensor::from_vec(random(OUT * K, 1 + t as u64), (OUT, K), &Device::Cpu).unwrap();
+        let q = QTensor::quantize(&w, ty).unwrap();
+        // The values the blocks hold: what every kernel multiplies.
+        let held: Vec<f32> = q
+            .dequantize(&Device::Cpu)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let on_device = qtensor_from_ggml(ty, &q.data().unwrap(), vec![OUT, K], &device).unwrap();
+        let matrix = Matrix::from_qtensor(on_device).unwrap();
+        let mut worst = (0f64, 0usize);
+        let mut worst_rms = (0f64, 0usize);
+        for rows in [1, 3, DECODE_ROWS, DECODE_ROWS + 1, 40] {
+            let xs = activations(rows, 100 + rows as u64);
+            let x = Tensor::from_vec(xs.clone(), (rows, K), &device)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+            let got: Vec<Vec<f32>> = matrix
+                .matmul_t(&x)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+                .to_vec2()
+                .unwrap();
+            let eight_bit = rows <= DECODE_ROWS;
+            let (mut sq, mut model) = (0f64, 0f64);
+            for r in 0..rows {
+                let xr = &xs[r * K..(r + 1) * K];
+                let amax: Vec<f64> = xr
+                    .chunks(256)
+                    .map(|b| b.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)))
+                    .collect();
+                for o in 0..OUT {
+                    let wr = &held[o * K..(o + 1) * K];
+                    let (mut exact, mut abs, mut steps, mut var) = (0f64, 0f64, 0f64, 0f64);
+                    for j in 0..K {
+                        let (wv, xv) = (wr[j] as f64, xr[j] as f64);
+                        exact += wv * xv;
+                        abs += (wv * xv).abs();
+                        steps += wv.abs() * amax[j / 256] / 254.0;
+                        // x and the expanded weight rounded to the dtype, x to 8 bits.
+                        var += (wv * xv).powi(2) * 2.0 * eps * eps / 3.0;
+                        if eight_bit {
+                            var += (wv * amax[j / 256] / 127.0).powi(2) / 12.0;
+                        }
+                    }
+                    var += (exact * eps).powi(2) / 3.0;
+                    let mut bound =
+                        abs * (2.0 * eps + K as f64 * 2f64.powi(-24)) + exact.abs() * eps + 1e-6;
+                    if eight_bit {
+                        bound += steps + abs * 2f64.powi(-11);
+                    }
+                    let d = (got[r][o] as f64 - exact).abs();
+                    sq += d * d;
+                    model += var;
+                    assert!(
+                        d <= bound,
+                        "{ty:?} {dtype:?} on {device:?}, {rows} rows: row {r} output {o}: |Δ| {d:.3e} > bound {bound:.3e} (exact {exact:.4})"
+                    );
+                    if d / bound > worst.0 {
+                        worst = (d / bound, rows);
+                    }
+                }
+            }
+            // f32 with no 8-bit step: the model is ~0 and the per-output bound is the check.
+            if model > 0.0 {
+                let rms = (sq / model).sqrt();
+                assert!(
+                    rms <= 2.0,
+                    "{ty:?} {dtype:?} on {device:?}, {rows} rows: RMS error {rms:.2}× what rounding gives"
+                );
+                if rms > worst_rms.0 {
+                    worst_rms = (rms, rows);
+                }
+            }
+        }
+        eprintln!(
+            "{ty:?} {dtype:?}: worst |Δ| {:.2} of its bound ({} rows); RMS {:.2}× the rounding's ({} rows)",
+            worst.0, worst.1, worst_rms.0, worst_rms.1
+        );
+    }
+}
