@@ -159,3 +159,49 @@ fn every_block_type_is_within_its_rounding_of_the_exact_product() {
         );
     }
 }
+
+/// Decoding several sequences at once (json mode) multiplies with `matvec_t`: a row's result
+/// must be the same bits whatever the other rows, so that batched answers equal one-at-a-time
+/// ones. On a GPU this checks the device's quantized kernels as hyoka calls them.
+#[test]
+fn a_rows_decoding_product_does_not_depend_on_the_other_rows() {
+    let (device, dtype) = (common::device(), common::dtype());
+    for (t, &ty) in TYPES.iter().enumerate() {
+        let w = Tensor::from_vec(random(OUT * K, 50 + t as u64), (OUT, K), &Device::Cpu).unwrap();
+        let q = QTensor::quantize(&w, ty).unwrap();
+        let on_device = qtensor_from_ggml(ty, &q.data().unwrap(), vec![OUT, K], &device).unwrap();
+        let matrix = Matrix::from_qtensor(on_device).unwrap();
+        let rows = 20;
+        let x = Tensor::from_vec(activations(rows, 7), (rows, K), &device)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap();
+        let bits = |t: Tensor| -> Vec<Vec<u32>> {
+            t.to_dtype(DType::F32)
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap()
+                .into_iter()
+                .map(|r| r.into_iter().map(f32::to_bits).collect())
+                .collect()
+        };
+        let together = bits(matrix.matvec_t(&x).unwrap());
+        for r in [0, 7, rows - 1] {
+            let alone = bits(matrix.matvec_t(&x.narrow(0, r, 1).unwrap()).unwrap());
+            assert_eq!(
+                alone[0], together[r],
+                "{ty:?} {dtype:?} on {device:?}: row {r}"
+            );
+            let pair = bits(
+                matrix
+                    .matvec_t(&x.narrow(0, r.min(rows - 2), 2).unwrap())
+                    .unwrap(),
+            );
+            assert_eq!(
+                pair[r - r.min(rows - 2)],
+                together[r],
+                "{ty:?}: row {r} among 2"
+            );
+        }
+    }
+}
