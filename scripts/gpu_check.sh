@@ -10,7 +10,8 @@
 #                      HYOKA_BENCH_PAIRS (20000), HYOKA_BENCH_ITEMS (20) size the benchmarks
 #   HYOKA_GPU_DTYPES   the suites' dtypes (default "bf16 f16 f32")
 #   HYOKA_SYNTH_SHAPES the synthetic judges of bench-judge (default "llama-8b"; also "qwen-14b"),
-#                      each also with --weights expanded where HYOKA_BENCH_EXPANDED=1
+#                      each also with --weights expanded where HYOKA_BENCH_EXPANDED=1; their
+#                      files are written once into HYOKA_SYNTH_DIR (~/.cache/hyoka/synthetic)
 #   HYOKA_STEP_TIMEOUT seconds after which a step is stopped and counts as failed (default none)
 #   HYOKA_GPU_LOGS     the folder for the steps' logs (default: a new temporary one); a bundle
 #                      already unpacked there is used again (a second call on the same machine)
