@@ -107,37 +107,51 @@ transformers.BertModel(transformers.BertConfig.from_pretrained(sys.argv[1])).sav
     scripts/bench_bertscore.sh "${HYOKA_BENCH_PAIRS:-20000}" "$(nproc)" "$device"
   grep -h "pairs/s\|MiB" "$log/bench-bertscore.log" | grep -v "max |Δ" | sed 's/^/      /'
 fi
-bench_judge() { # NAME GGUF [hyoka flags...]: hyoka bench and transformers on the same token ids
-  local name="$1" gguf="$2"; shift 2
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$log/$name.mem" 2> /dev/null &
+watched() { # NAME COMMAND...: `step`, with the GPU's memory sampled every 100 ms into NAME.mem
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$log/$1.mem" 2> /dev/null &
   local smi=$!
-  step "$name" "$bin" bench --device "$device" --model "$gguf" --input "$items" --n "${HYOKA_BENCH_ITEMS:-20}" \
-    --dump-tokens "$log/$name.tokens.json" --decode-tokens 64 "$@"
+  step "$@"
   kill "$smi" 2> /dev/null
+}
+bench_judge() { # NAME GGUF [hyoka flags...]: hyoka bench and transformers on the same token ids,
+  # and hyoka with every weight expanded at load where HYOKA_BENCH_EXPANDED=1 (the issue's
+  # comparison of weights kept quantized with expanded ones)
+  local name="$1" gguf="$2"; shift 2
+  local bench=("$bin" bench --device "$device" --model "$gguf" --input "$items"
+    --n "${HYOKA_BENCH_ITEMS:-20}" --decode-tokens 64 "$@")
+  watched "$name" "${bench[@]}" --dump-tokens "$log/$name.tokens.json"
   local dtype  # hyoka's, for transformers too
   dtype=$(grep -o '"dtype": "[a-z0-9]*"' "$log/$name.log" | head -1 | cut -d'"' -f4)
   step "$name-transformers" "$py" scripts/bench_torch_prefill.py "$gguf" "$log/$name.tokens.json" \
     --device "$device" --decode-tokens 64 ${dtype:+--dtype "$dtype"}
+  rm -f "$log/$name-expanded.log"
+  [ "${HYOKA_BENCH_EXPANDED:-0}" = 1 ] && watched "$name-expanded" "${bench[@]}" --weights expanded
   python3 - "$log/$name" <<'PY'
-import json, sys
+import json, os, sys
 base = sys.argv[1]
 def last_json(path):  # the report that follows the progress lines
     text = open(path).read()
     return json.loads(text[text.rindex("\n{") + 1:] if "\n{" in text else text[text.index("{"):])
+def peak(path):
+    return max([int(x) for x in open(path).read().split() if x.isdigit()] or [0])
 try:
     h = last_json(base + ".log")
     t = last_json(base + "-transformers.log")
-except (OSError, ValueError) as e:
-    sys.exit(f"      no figures: {e}")
-mem = [int(x) for x in open(base + ".mem").read().split() if x.isdigit()]
+    e = last_json(base + "-expanded.log") if os.path.exists(base + "-expanded.log") else None
+except (OSError, ValueError) as err:
+    sys.exit(f"      no figures: {err}")
 r = lambda a, b: f"{a:8.1f} ({a / b:.2f}x transformers)" if a and b else f"{a}"  # noqa: E731
 print(f"      {h['items']} prompts, mean {h['mean_prompt_tokens']:.0f} tokens; {t['engine']}")
 print(f"      prefill tok/s batch 1  {r(h['prefill_batch1_tok_s'], t['prefill_tok_s'])}; transformers {t['prefill_tok_s']:.1f}")
 print(f"      prefill tok/s batched  {h['prefill_batched_tok_s']:8.1f}; judge layout {h['judge_items_s']:.2f} items/s")
 print(f"      decode tok/s batch 1   {r(h['decode_batch1_tok_s'], t['decode_batch1_tok_s'])}; "
       f"{h['decode_rows']} rows together {h['decode_batched_tok_s']:.1f}")
-if mem:
-    print(f"      peak GPU memory: hyoka {max(mem)} MiB (nvidia-smi, whole GPU), transformers {t['peak_gpu_gb']:.1f} GB (allocated)")
+print(f"      peak GPU memory: hyoka {peak(base + '.mem')} MiB (nvidia-smi, whole GPU), "
+      f"transformers {t['peak_gpu_gb'] or 0:.1f} GB (allocated)")
+if e:
+    for k in ("prefill_batch1_tok_s", "prefill_batched_tok_s", "judge_items_s", "decode_batch1_tok_s", "decode_batched_tok_s"):
+        print(f"      {k:22} stored {h[k]:9.2f}  expanded {e[k]:9.2f}  ({h[k] / e[k]:.2f}x)")
+    print(f"      peak GPU memory expanded: {peak(base + '-expanded.mem')} MiB")
 PY
 }
 synth_dir="${HYOKA_SYNTH_DIR:-$HOME/.cache/hyoka/synthetic}"
@@ -161,30 +175,6 @@ if wants bench-judge; then
   for shape in $shapes; do
     synthetic "$shape"
     bench_judge "bench-judge-$shape" "$gguf" "${flags[@]}"
-    if [ "${HYOKA_BENCH_EXPANDED:-0}" = 1 ]; then
-      # The issue's comparison: weights kept quantized against every weight expanded at load.
-      name="bench-judge-$shape"
-      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$log/$name-expanded.mem" 2> /dev/null &
-      smi=$!
-      step "$name-expanded" "$bin" bench --device "$device" --model "$gguf" --input "$items" \
-        --n "${HYOKA_BENCH_ITEMS:-20}" --decode-tokens 64 --weights expanded "${flags[@]}"
-      kill "$smi" 2> /dev/null
-      python3 - "$log/$name" <<'PY'
-import json, sys
-base = sys.argv[1]
-def last_json(path):
-    text = open(path).read()
-    return json.loads(text[text.rindex("\n{") + 1:] if "\n{" in text else text[text.index("{"):])
-try:
-    s, e = last_json(base + ".log"), last_json(base + "-expanded.log")
-except (OSError, ValueError) as err:
-    sys.exit(f"      no figures: {err}")
-mem = lambda p: max([int(x) for x in open(p).read().split() if x.isdigit()] or [0])  # noqa: E731
-for k in ("prefill_batch1_tok_s", "prefill_batched_tok_s", "judge_items_s", "decode_batch1_tok_s", "decode_batched_tok_s"):
-    print(f"      {k:22} stored {s[k]:9.2f}  expanded {e[k]:9.2f}  ({s[k] / e[k]:.2f}x)")
-print(f"      peak GPU memory: stored {mem(base + '.mem')} MiB, expanded {mem(base + '-expanded.mem')} MiB")
-PY
-    fi
   done
 fi
 if wants judge-e2e; then
@@ -192,61 +182,53 @@ if wants judge-e2e; then
   # mode (roleplay8-ja, reason_max_tokens 128) on 10 items, results and provenance on file.
   head -10 "$items" > "$log/items10.jsonl"
   sed 's/^reason_max_tokens = .*/reason_max_tokens = 128/' prompts/roleplay8-ja.toml > "$log/roleplay8-ja-128.toml"
+  judge_items() { # NAME RUBRIC [hyoka flags...]: `hyoka judge` on the 10 items into NAME.jsonl
+    local name="$1" rubric="$2"; shift 2
+    watched "$name" "$bin" judge --rubric "$rubric" --model "$gguf" "${flags[@]}" \
+      --input "$log/items10.jsonl" -o "$log/$name.jsonl" --overwrite "$@"
+  }
   for shape in $shapes; do
     synthetic "$shape"
-    for rubric in dialogue6-ja "$log/roleplay8-ja-128.toml"; do
-      name="judge-$shape-$(basename "$rubric" .toml)"
-      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$log/$name.mem" 2> /dev/null &
-      smi=$!
-      step "$name" "$bin" judge --device "$device" --rubric "$rubric" --model "$gguf" "${flags[@]}" \
-        --input "$log/items10.jsonl" -o "$log/$name.jsonl" --overwrite
-      kill "$smi" 2> /dev/null
-      python3 - "$log/$name" <<'PY'
-import json, sys
-base = sys.argv[1]
-try:
-    rows = [json.loads(l) for l in open(base + ".jsonl", encoding="utf-8") if l.strip()]
-except OSError:
-    rows = []
-mem = [int(x) for x in open(base + ".mem").read().split() if x.isdigit()]
-said = [l for l in open(base + ".log", encoding="utf-8", errors="replace") if l.startswith(("scored", "forward"))]
-print(f"      {len(rows)} rows; peak GPU memory {max(mem or [0])} MiB (idle {min(mem or [0])})")
-for line in said:
-    print(f"      {line.strip()[:160]}")
-PY
-    done
+    base="judge-$shape-dialogue6-ja"
+    judge_items "$base" dialogue6-ja --device "$device"
+    judge_items "judge-$shape-roleplay8-ja-128" "$log/roleplay8-ja-128.toml" --device "$device"
     if [ "$device" != cpu ]; then
       # The device against the CPU on a whole judge of real size (as llama.cpp's test-backend-ops
       # checks each backend against the CPU): the same prompt scores in f32 on both, and in the
       # device's default dtype. f32 must agree to 1e-3 in every expected score.
-      base="$log/judge-$shape-dialogue6-ja"
-      for run in "f32 --device $device --dtype f32" "cpu --device cpu"; do
-        set -- $run
-        step "judge-$shape-dialogue6-ja-$1" "$bin" judge "${@:2}" --rubric dialogue6-ja --model "$gguf" \
-          "${flags[@]}" --input "$log/items10.jsonl" -o "$base-$1.jsonl" --overwrite
-      done
-      python3 - "$base" <<'PY' || status=1
-import json, sys
-base = sys.argv[1]
-def load(suffix):
-    try:
-        return {r["id"]: r["scores"] for r in map(json.loads, open(base + suffix + ".jsonl", encoding="utf-8"))}
-    except OSError:
-        sys.exit(f"      no scores: {base}{suffix}.jsonl")
-cpu = load("-cpu")
-worst_f32 = 0.0
-for name, suffix in (("f32", "-f32"), ("default dtype", "")):
-    dev = load(suffix)
-    de = max(abs(dev[i][a]["expected"] - cpu[i][a]["expected"]) for i in cpu for a in cpu[i])
-    dp = max(abs(dev[i][a]["distribution"].get(k, 0) - p) for i in cpu for a in cpu[i]
-             for k, p in cpu[i][a]["distribution"].items())
-    print(f"      device {name} vs CPU f32, {len(cpu)} items: max |Δexpected| {de:.2e}, max |Δp| {dp:.2e}")
-    if suffix == "-f32":
-        worst_f32 = de
-if worst_f32 > 1e-3:
-    sys.exit("      FAIL: f32 on the device differs from the CPU by more than 1e-3")
-PY
+      judge_items "$base-f32" dialogue6-ja --device "$device" --dtype f32
+      judge_items "$base-cpu" dialogue6-ja --device cpu
     fi
+    python3 - "$log" "judge-$shape" <<'PY' || status=1
+import json, os, sys
+log, prefix = sys.argv[1], sys.argv[2]
+def scores(name):
+    with open(f"{log}/{name}.jsonl", encoding="utf-8") as f:
+        return {r["id"]: r["scores"] for r in map(json.loads, f)}
+for name in (f"{prefix}-dialogue6-ja", f"{prefix}-roleplay8-ja-128"):
+    try:
+        rows = len(scores(name))
+    except OSError:
+        rows = 0
+    mem = [int(x) for x in open(f"{log}/{name}.mem").read().split() if x.isdigit()] or [0]
+    print(f"      {name}: {rows} rows; peak GPU memory {max(mem)} MiB (idle {min(mem)})")
+    for line in open(f"{log}/{name}.log", encoding="utf-8", errors="replace"):
+        if line.startswith(("scored", "forward")):
+            print(f"        {line.strip()[:160]}")
+base = f"{prefix}-dialogue6-ja"
+if os.path.exists(f"{log}/{base}-cpu.log"):
+    try:
+        cpu, f32, default = (scores(base + s) for s in ("-cpu", "-f32", ""))
+    except OSError as err:
+        sys.exit(f"      no scores: {err}")
+    for name, dev in (("f32", f32), ("default dtype", default)):
+        de = max(abs(dev[i][a]["expected"] - cpu[i][a]["expected"]) for i in cpu for a in cpu[i])
+        dp = max(abs(dev[i][a]["distribution"].get(k, 0) - p) for i in cpu for a in cpu[i]
+                 for k, p in cpu[i][a]["distribution"].items())
+        print(f"      device {name} vs CPU f32, {len(cpu)} items: max |Δexpected| {de:.2e}, max |Δp| {dp:.2e}")
+        if name == "f32" and de > 1e-3:
+            sys.exit("      FAIL: f32 on the device differs from the CPU by more than 1e-3")
+PY
   done
 fi
 echo "logs: $log"

@@ -24,8 +24,7 @@ impl SplitMix64 {
         (self.next_u64() % n as u64) as usize
     }
 
-    /// `n` values uniform in [−1, 1): test data for kernels.
-    #[cfg(test)]
+    /// `n` values uniform in [−1, 1): test data for kernels (the integration tests' too).
     pub fn symmetric_f32s(&mut self, n: usize) -> Vec<f32> {
         (0..n)
             .map(|_| (self.next_f64() as f32 - 0.5) * 2.0)

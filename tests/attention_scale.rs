@@ -23,10 +23,11 @@ const ROWS: usize = 17;
 const LEN: usize = 2048;
 
 fn random(shape: &[usize], seed: u64, scale: f64) -> Tensor {
-    let mut rng = hyoka::rng::SplitMix64(seed);
     let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n)
-        .map(|_| ((rng.next_f64() * 2.0 - 1.0) * scale) as f32)
+    let v: Vec<f32> = hyoka::rng::SplitMix64(seed)
+        .symmetric_f32s(n)
+        .into_iter()
+        .map(|x| x * scale as f32)
         .collect();
     Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
 }

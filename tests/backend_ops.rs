@@ -27,6 +27,7 @@ mod common;
 use candle_core::quantized::{GgmlDType, QTensor, ggml_file::qtensor_from_ggml};
 use candle_core::{DType, Device, Tensor};
 use hyoka::model::matrix::{DECODE_ROWS, Matrix};
+use hyoka::rng::SplitMix64;
 
 const OUT: usize = 64;
 const K: usize = 512;
@@ -43,22 +44,24 @@ const TYPES: [GgmlDType; 10] = [
     GgmlDType::Q6K,
 ];
 
-fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut rng = hyoka::rng::SplitMix64(seed);
-    (0..n)
-        .map(|_| (rng.next_f64() * 2.0 - 1.0) as f32)
-        .collect()
-}
-
 /// Activations as a model's are: mostly small, a few channels far larger.
 fn activations(rows: usize, seed: u64) -> Vec<f32> {
-    let mut x = random(rows * K, seed);
+    let mut x = SplitMix64(seed).symmetric_f32s(rows * K);
     for (i, v) in x.iter_mut().enumerate() {
         if i % 97 == 0 {
             *v *= 4.0;
         }
     }
     x
+}
+
+/// A random (OUT, K) matrix in `ty`'s blocks: on the CPU, and as a `Matrix` on `device`.
+fn random_matrix(ty: GgmlDType, seed: u64, device: &Device) -> (QTensor, Matrix) {
+    let w = SplitMix64(seed).symmetric_f32s(OUT * K);
+    let w = Tensor::from_vec(w, (OUT, K), &Device::Cpu).unwrap();
+    let q = QTensor::quantize(&w, ty).unwrap();
+    let on_device = qtensor_from_ggml(ty, &q.data().unwrap(), vec![OUT, K], device).unwrap();
+    (q, Matrix::from_qtensor(on_device).unwrap())
 }
 
 fn epsilon(dtype: DType) -> f64 {
@@ -74,8 +77,7 @@ fn every_block_type_is_within_its_rounding_of_the_exact_product() {
     let (device, dtype) = (common::device(), common::dtype());
     let eps = epsilon(dtype);
     for (t, &ty) in TYPES.iter().enumerate() {
-        let w = Tensor::from_vec(random(OUT * K, 1 + t as u64), (OUT, K), &Device::Cpu).unwrap();
-        let q = QTensor::quantize(&w, ty).unwrap();
+        let (q, matrix) = random_matrix(ty, 1 + t as u64, &device);
         // The values the blocks hold: what every kernel multiplies.
         let held: Vec<f32> = q
             .dequantize(&Device::Cpu)
@@ -84,8 +86,6 @@ fn every_block_type_is_within_its_rounding_of_the_exact_product() {
             .unwrap()
             .to_vec1()
             .unwrap();
-        let on_device = qtensor_from_ggml(ty, &q.data().unwrap(), vec![OUT, K], &device).unwrap();
-        let matrix = Matrix::from_qtensor(on_device).unwrap();
         let mut worst = (0f64, 0usize);
         let mut worst_rms = (0f64, 0usize);
         for rows in [1, 3, DECODE_ROWS, DECODE_ROWS + 1, 40] {
@@ -167,10 +167,7 @@ fn every_block_type_is_within_its_rounding_of_the_exact_product() {
 fn a_rows_decoding_product_does_not_depend_on_the_other_rows() {
     let (device, dtype) = (common::device(), common::dtype());
     for (t, &ty) in TYPES.iter().enumerate() {
-        let w = Tensor::from_vec(random(OUT * K, 50 + t as u64), (OUT, K), &Device::Cpu).unwrap();
-        let q = QTensor::quantize(&w, ty).unwrap();
-        let on_device = qtensor_from_ggml(ty, &q.data().unwrap(), vec![OUT, K], &device).unwrap();
-        let matrix = Matrix::from_qtensor(on_device).unwrap();
+        let (_, matrix) = random_matrix(ty, 50 + t as u64, &device);
         let rows = 20;
         let x = Tensor::from_vec(activations(rows, 7), (rows, K), &device)
             .unwrap()

@@ -102,10 +102,9 @@ impl Weights {
             )),
             Source::Gguf { .. } => {
                 let (gname, rope_heads) = self.gguf_name(name)?;
-                // Read on the CPU, then placed on the device: a tensor to reorder (reordered
-                // there), and an F32/F16/BF16 one (dense once read; candle's CUDA blocks have
-                // no f16 expansion of F16, "unsupported dtype for dequantize").
-                let load_on = if rope_heads.is_some() || self.gguf_is_dense(&gname) {
+                // A tensor to reorder is read on the CPU, reordered, then placed on the device;
+                // so is a dense one (`gguf_tensor`).
+                let load_on = if rope_heads.is_some() {
                     &Device::Cpu
                 } else {
                     &self.device
@@ -187,20 +186,10 @@ impl Weights {
         Ok((gname, rope_heads))
     }
 
-    /// Whether a GGUF tensor is stored unquantized (F32, F16, BF16).
-    fn gguf_is_dense(&self, gname: &str) -> bool {
-        let Source::Gguf { content, .. } = &self.source else {
-            return false;
-        };
-        content.tensor_infos.get(gname).is_some_and(|i| {
-            matches!(
-                i.ggml_dtype,
-                GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
-            )
-        })
-    }
-
-    /// A GGUF tensor as stored, read onto `device`.
+    /// A GGUF tensor as stored, read onto `device` — except an unquantized one (F32, F16,
+    /// BF16), read on the CPU for the caller to place once expanded: candle expands those on
+    /// the CPU in any case (on CUDA it copies them back to the host first), and its CUDA f16
+    /// expansion has no F16 case ("unsupported dtype for dequantize F16").
     fn gguf_tensor(&self, gname: &str, device: &Device) -> Result<candle_core::quantized::QTensor> {
         let Source::Gguf {
             content,
@@ -211,6 +200,13 @@ impl Weights {
         else {
             return Err(Error::Msg(format!("{gname}: not a GGUF model")));
         };
+        let dense = content.tensor_infos.get(gname).is_some_and(|i| {
+            matches!(
+                i.ggml_dtype,
+                GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
+            )
+        });
+        let device = if dense { &Device::Cpu } else { device };
         let mut f = file
             .lock()
             .map_err(|_| Error::Msg("GGUF file lock poisoned".into()))?;
