@@ -9,6 +9,7 @@
 #                      also "judge-e2e": `hyoka judge` on 10 items with the synthetic judges);
 #                      HYOKA_BENCH_PAIRS (20000), HYOKA_BENCH_ITEMS (20) size the benchmarks
 #   HYOKA_GPU_DTYPES   the suites' dtypes (default "bf16 f16 f32")
+#   HYOKA_GPU_SUITES   which suites (default: all six that take a device and dtype)
 #   HYOKA_SYNTH_SHAPES the synthetic judges of bench-judge (default "llama-8b"; also "qwen-14b"),
 #                      each also with --weights expanded where HYOKA_BENCH_EXPANDED=1; their
 #                      files are written once into HYOKA_SYNTH_DIR (~/.cache/hyoka/synthetic)
@@ -45,7 +46,7 @@ wants() { [[ "$steps" == *" $1 "* ]]; }
 command -v nvidia-smi > /dev/null &&
   echo "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
 # The suites that take their device and dtype from the environment.
-suites=(runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter backend_ops)
+read -ra suites <<< "${HYOKA_GPU_SUITES:-runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter backend_ops}"
 if [ -n "${HYOKA_GPU_BUNDLE:-}" ]; then
   b="$log/bundle"
   if [ ! -e "$b/commit" ]; then
