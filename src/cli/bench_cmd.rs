@@ -6,7 +6,7 @@ use hyoka::data;
 use hyoka::judge::layout::{ItemLayout, TextFit, common_header, layout_item};
 use hyoka::judge::{Scorer, plan_batches};
 use hyoka::model::device::{device_name, dtype_name};
-use hyoka::model::{Batch, KvCache, Products, Row, Transformer};
+use hyoka::model::{Batch, KvCache, Products, Row, Transformer, stage_times};
 use hyoka::prompt::PromptBuilder;
 use hyoka::rubric::Rubric;
 use serde_json::json;
@@ -46,6 +46,12 @@ pub struct BenchArgs {
     /// Peak dense bf16 FLOP/s of the device, for model FLOP utilisation (e.g. 989e12 for an H100).
     #[arg(long)]
     pub peak_flops: Option<f64>,
+    /// Also report where each measurement's time goes ("stage_seconds": weight expansion,
+    /// products, attention, norms, …, each stage's own seconds and calls). Every stage then
+    /// waits for the device before and after it, which slows a GPU: the speed figures of such a
+    /// run are not the speed.
+    #[arg(long)]
+    pub stage_times: bool,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -85,10 +91,26 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let tokens: usize = prompts.iter().map(Vec::len).sum();
     let sync = || device.synchronize();
 
+    if args.stage_times {
+        stage_times::enable();
+    }
     // Warm-up (allocations, kernel caches).
     let b = Batch::new(&prompts[..1], 0, t.device())?;
     t.forward(&b, None)?;
     sync()?;
+    stage_times::take();
+    let mut stages = serde_json::Map::new();
+    let mut stages_of = |measurement: &str| {
+        if args.stage_times {
+            let totals = stage_times::take().into_iter().map(|s| {
+                (
+                    s.stage.to_string(),
+                    json!({"seconds": s.seconds, "calls": s.calls}),
+                )
+            });
+            stages.insert(measurement.to_string(), totals.collect());
+        }
+    };
 
     let start = Instant::now();
     for p in &prompts {
@@ -98,6 +120,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     sync()?;
     let single = start.elapsed().as_secs_f64();
+    stages_of("prefill_batch1");
 
     let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
     let plan = plan_batches(&lens, args.batch_tokens);
@@ -115,6 +138,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     sync()?;
     let batched = start.elapsed().as_secs_f64();
+    stages_of("prefill_batched");
 
     let refs: Vec<&ItemLayout> = layouts.iter().collect();
     let header = common_header(&refs);
@@ -127,13 +151,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     sync()?;
     let judged = start.elapsed().as_secs_f64();
+    stages_of("judge");
     let judge_tokens = header + judge_lens.iter().sum::<usize>();
     let naive: usize = layouts.iter().map(|l| l.naive_tokens).sum();
 
     let (decode_1, decode_n) = if args.decode_tokens > 0 {
         let steps = args.decode_tokens;
         let one = decode_seconds(t, &prompts[..1], steps)?;
+        stages_of("decode_batch1");
         let all = decode_seconds(t, &prompts, steps)?;
+        stages_of("decode_batched");
         (
             Some(steps as f64 / one),
             Some((steps * prompts.len()) as f64 / all),
@@ -144,7 +171,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 
     let params = t.parameter_count() as f64;
     let mfu = |tok_s: f64| args.peak_flops.map(|peak| 2.0 * params * tok_s / peak);
-    let report = json!({
+    let mut report = json!({
         "model": args.model, "arch": t.cfg.arch.name(), "parameters": params, "device": device_name(&device),
         "dtype": dtype_name(dtype), "threads": rayon::current_num_threads(), "items": items.len(),
         "prompt_tokens": tokens, "mean_prompt_tokens": tokens as f64 / prompts.len() as f64,
@@ -156,6 +183,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         "decode_tokens": args.decode_tokens, "decode_batch1_tok_s": decode_1,
         "decode_rows": prompts.len(), "decode_batched_tok_s": decode_n,
     });
+    if args.stage_times {
+        report["stage_seconds"] = stages.into();
+    }
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(ExitCode::SUCCESS)
 }
@@ -177,6 +207,7 @@ fn decode_seconds(t: &Transformer, prompts: &[Vec<u32>], steps: usize) -> anyhow
         .argmax(1)?
         .to_vec1::<u32>()?;
     let firsts: Vec<(usize, usize)> = (0..prompts.len()).map(|r| (r, 0)).collect();
+    stage_times::take(); // the prompts' prefill
     let start = Instant::now();
     for _ in 0..steps {
         let rows: Vec<Row> = next.iter().map(|&id| Row::plain(vec![id])).collect();

@@ -3,6 +3,7 @@
 
 use super::config::{Activation, Rope, RopeScaling};
 use super::matrix::{Matrix, Plan};
+use super::stage_times;
 use super::swiglu::silu_mul;
 use super::weights::Weights;
 use candle_core::{D, DType, Device, Module, Result, Tensor};
@@ -67,9 +68,11 @@ impl RmsNorm {
 
     /// Normalised in f32 as transformers does, whatever the model dtype; returned in `dtype`.
     pub fn forward_as(&self, x: &Tensor, dtype: DType) -> Result<Tensor> {
-        let xf = x.to_dtype(DType::F32)?;
-        let y = candle_nn::ops::rms_norm(&xf.contiguous()?, &self.weight, self.eps as f32)?;
-        y.to_dtype(dtype)
+        stage_times::time(x.device(), "norms", || {
+            let xf = x.to_dtype(DType::F32)?;
+            let y = candle_nn::ops::rms_norm(&xf.contiguous()?, &self.weight, self.eps as f32)?;
+            y.to_dtype(dtype)
+        })
     }
 }
 
@@ -101,10 +104,10 @@ impl Mlp {
     pub fn forward(&self, x: &Tensor, plan: Plan<'_>) -> Result<Tensor> {
         let gate = self.gate.forward(x, plan)?;
         let up = self.up.forward(x, plan)?;
-        let mid = match self.act {
-            Activation::Silu => silu_mul(&gate, &up)?,
-            Activation::GeluTanh => (candle_nn::Activation::NewGelu.forward(&gate)? * up)?,
-        };
+        let mid = stage_times::time(x.device(), "MLP activation", || match self.act {
+            Activation::Silu => silu_mul(&gate, &up),
+            Activation::GeluTanh => candle_nn::Activation::NewGelu.forward(&gate)? * up,
+        })?;
         self.down.forward(&mid, plan)
     }
 }

@@ -16,7 +16,7 @@
 use super::block_dots::{BlockKind, Q8Rows, dot_rows_kernel};
 use super::expanded_dots::{self, RowBlocks};
 use super::kquant_dots::{self, KQuantKind, Q8KRows};
-use super::{prefill_gemm, runs};
+use super::{prefill_gemm, runs, stage_times};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
 use rayon::prelude::*;
@@ -129,6 +129,14 @@ impl Matrix {
 
     /// The whole matrix in `dtype` (a temporary for one GEMM, unless already in that dtype).
     pub fn expand(&self, dtype: DType) -> Result<Tensor> {
+        let device = match self {
+            Matrix::Dense(t) => t.device().clone(),
+            Matrix::Quantized(q) => q.device(),
+        };
+        stage_times::time(&device, "weights: expand", || self.expand_untimed(dtype))
+    }
+
+    fn expand_untimed(&self, dtype: DType) -> Result<Tensor> {
         match self {
             Matrix::Dense(t) => t.to_dtype(dtype),
             Matrix::Quantized(q) if dtype == DType::F16 => q.dequantize_f16(&q.device()),
@@ -147,6 +155,12 @@ impl Matrix {
 
     /// x · Wᵀ with the kernels `plan` chooses.
     pub fn product(&self, x: &Tensor, plan: Plan<'_>) -> Result<Tensor> {
+        stage_times::time(x.device(), "weights: products (GEMM, kernels)", || {
+            self.product_untimed(x, plan)
+        })
+    }
+
+    fn product_untimed(&self, x: &Tensor, plan: Plan<'_>) -> Result<Tensor> {
         let rows = x.dim(0)?;
         match (self, plan.products) {
             (Matrix::Quantized(q), Products::RowWise)

@@ -24,6 +24,7 @@ mod prefill_gemm;
 mod runs;
 pub mod source;
 mod spm_gguf;
+pub mod stage_times;
 mod swiglu;
 pub mod tokenizer;
 pub mod transformer;

@@ -14,6 +14,7 @@ use super::layers::{Linear, Mlp, RmsNorm, inv_freq, rope_tables};
 use super::masked_softmax::masked_softmax;
 use super::matrix::{Matrix, Plan, Products, WeightsMode};
 use super::prefill_attention;
+use super::stage_times;
 use super::weights::Weights;
 use candle_core::{DType, Device, Result, Tensor};
 
@@ -224,14 +225,18 @@ impl Transformer {
     }
 
     fn run(&self, batch: &Batch, past: Past) -> Result<(Tensor, Vec<LayerKv>)> {
+        stage_times::time(&self.device, "forward (rest)", || self.layers(batch, past))
+    }
+
+    fn layers(&self, batch: &Batch, past: Past) -> Result<(Tensor, Vec<LayerKv>)> {
         let (b, len) = batch.ids.dims2()?;
         // f16 holds at most 65504: Gemma's residual stream passes that (activations of 1e4 and
         // more), so in f16 the stream is kept in f32 and only the layers' GEMMs run in f16.
         let (dtype, stream) = (self.dtype, self.residual_dtype());
-        let mut x = self
-            .embed
-            .rows(&batch.ids.flatten_all()?, dtype)?
-            .reshape((b, len, self.cfg.hidden_size))?;
+        let mut x = stage_times::time(&self.device, "embedding", || {
+            self.embed.rows(&batch.ids.flatten_all()?, dtype)
+        })?
+        .reshape((b, len, self.cfg.hidden_size))?;
         if let Some(scale) = self.cfg.embed_scale {
             // transformers casts the scale to the model dtype before multiplying.
             let scale = Tensor::new(scale as f32, &self.device)?.to_dtype(dtype)?;
@@ -319,15 +324,24 @@ impl Transformer {
             q = qn.forward(&q)?;
             k = kn.forward(&k)?;
         }
-        let q = candle_nn::rotary_emb::rope(&q.contiguous()?, cos, sin)?;
-        let k = candle_nn::rotary_emb::rope(&k.contiguous()?, cos, sin)?;
-        let out = match past {
-            LayerPast::Shared(header) => self.attend(&q, Some(header), &k, &v, batch, window)?,
-            LayerPast::Cached(cache, header, segments) => {
-                self.attend_segments(&q, &k, &v, (cache, header), segments, window)?
-            }
-            LayerPast::Fresh => self.attend(&q, None, &k, &v, batch, window)?,
-        };
+        let (q, k) = stage_times::time(&self.device, "rope", || {
+            let rope = |t: &Tensor| candle_nn::rotary_emb::rope(&t.contiguous()?, cos, sin);
+            Ok((rope(&q)?, rope(&k)?))
+        })?;
+        let out =
+            stage_times::time(
+                &self.device,
+                "attention (scores, softmax, values)",
+                || match past {
+                    LayerPast::Shared(header) => {
+                        self.attend(&q, Some(header), &k, &v, batch, window)
+                    }
+                    LayerPast::Cached(cache, header, segments) => {
+                        self.attend_segments(&q, &k, &v, (cache, header), segments, window)
+                    }
+                    LayerPast::Fresh => self.attend(&q, None, &k, &v, batch, window),
+                },
+            )?;
         let out = out
             .transpose(1, 2)?
             .reshape((b, len, cfg.num_heads * cfg.head_dim))?;
@@ -555,6 +569,17 @@ impl Transformer {
     /// The output head at the given (row, position) pairs: the final norm of those hidden
     /// states, `product` with the head, in f32, soft-capped where the model caps.
     fn head(
+        &self,
+        hidden: &Tensor,
+        at: &[(usize, usize)],
+        product: impl FnOnce(&Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        stage_times::time(&self.device, "output head (rest)", || {
+            self.head_untimed(hidden, at, product)
+        })
+    }
+
+    fn head_untimed(
         &self,
         hidden: &Tensor,
         at: &[(usize, usize)],
