@@ -2,12 +2,15 @@
 """GPU reference for `hyoka bench`: transformers on the token ids that `hyoka bench --dump-tokens` wrote.
 
 Usage: bench_torch_prefill.py MODEL.gguf TOKENS.json [--device cuda] [--dtype bf16|f16|f32] [--decode-tokens T]
+                              [--profile N]
 The model is a transformers LlamaForCausalLM / Qwen2ForCausalLM of the GGUF's shapes (read from its
 metadata), with random weights in --dtype: speed depends on the shapes, not on the values, and the
 GGUF may be a synthetic one (scripts/synthetic_gguf.py) whose blocks transformers would spend minutes
 dequantizing. Prints JSON as bench_llama_cpp.py does: prefill tok/s, one prompt at a time (as
 `hyoka bench`'s batch-1 figure), and T greedy tokens after the first prompt, one per forward pass
-with the KV cache. Needs torch, transformers and gguf.
+with the KV cache. Needs torch, transformers and gguf. --profile N: also the N kernels that took the
+most device time over the prefill of the first prompt (torch.profiler), to set beside
+`hyoka bench --stage-times`.
 """
 
 import argparse
@@ -52,6 +55,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", choices=["bf16", "f16", "f32"], help="default: hyoka's, bf16 on a GPU, f32 on the CPU")
     ap.add_argument("--decode-tokens", type=int, default=64)
+    ap.add_argument("--profile", type=int, default=0, metavar="N")
     args = ap.parse_args()
     args.dtype = args.dtype or ("f32" if args.device == "cpu" else "bf16")
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
@@ -80,13 +84,33 @@ def main() -> None:
                 past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
             sync()
             decode = args.decode_tokens / (time.perf_counter() - start)
+        profile = kernels(model, prompts[0], args) if args.profile > 0 else None
     total = sum(len(p) for p in prompts)
     on_gpu = args.device.startswith("cuda")
     print(json.dumps({"engine": f"transformers {transformers.__version__} ({arch}, random weights, {args.dtype}, "
                       f"{args.device})", "parameters": sum(p.numel() for p in model.parameters()),
                       "prompts": len(prompts), "tokens": total, "prefill_tok_s": total / secs,
                       "decode_tokens": args.decode_tokens, "decode_batch1_tok_s": decode,
-                      "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if on_gpu else None}))
+                      "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if on_gpu else None,
+                      **({"profile": profile} if profile else {})}))
+
+
+def kernels(model, prompt, args):
+    """The kernels that took the most device time over one prefill of `prompt`: name, ms, calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = args.device.startswith("cuda")
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        model(torch.tensor([prompt], device=args.device), logits_to_keep=1)
+        if cuda:
+            torch.cuda.synchronize()
+    # Kernels carry their own device time; the operators that launch them carry none of it.
+    totals = {e.key: [(e.self_device_time_total if cuda else e.self_cpu_time_total) / 1000, e.count]
+              for e in prof.key_averages()}
+    totals = {k: t for k, t in totals.items() if t[0] > 0}
+    top = sorted(totals.items(), key=lambda kv: -kv[1][0])[: args.profile]
+    return {"tokens": len(prompt), "device_ms": sum(t[0] for t in totals.values()),
+            "top": [{"kernel": k[:120], "ms": round(t[0], 3), "calls": t[1]} for k, t in top]}
 
 
 if __name__ == "__main__":

@@ -312,9 +312,11 @@ impl Transformer {
         let cfg = &self.cfg;
         let (b, len, _) = x.dims3()?;
         let heads = |t: Tensor, n: usize| {
-            t.reshape((b, len, n, cfg.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()
+            stage_times::time(&self.device, "attention: head-major copies", || {
+                t.reshape((b, len, n, cfg.head_dim))?
+                    .transpose(1, 2)?
+                    .contiguous()
+            })
         };
         let plan = batch.plan();
         let mut q = heads(a.q.forward(x, out_plan)?, cfg.num_heads)?;
@@ -342,9 +344,10 @@ impl Transformer {
                     LayerPast::Fresh => self.attend(&q, None, &k, &v, batch, window),
                 },
             )?;
-        let out = out
-            .transpose(1, 2)?
-            .reshape((b, len, cfg.num_heads * cfg.head_dim))?;
+        let out = stage_times::time(&self.device, "attention: head-major copies", || {
+            out.transpose(1, 2)?
+                .reshape((b, len, cfg.num_heads * cfg.head_dim))
+        })?;
         let kv = (!matches!(past, LayerPast::Cached(..))).then_some((k, v));
         Ok((a.o.forward(&out, out_plan)?, kv))
     }
@@ -464,21 +467,32 @@ impl Transformer {
                 let n = queries.len();
                 // Keys after the block's last query are masked for all of it: never computed.
                 let keys = prefix + queries.end;
-                let qb =
-                    q.narrow(2, queries.start, n)?
-                        .contiguous()?
-                        .reshape((nr, kv, group * n, d))?;
                 let kb = k.narrow(2, 0, keys)?;
                 // A view: a decoding cache's values are not copied for each step.
                 let vb = v.narrow(2, 0, keys)?;
-                let mut scores = (qb * cfg.attn_scale)?.matmul(&kb.t()?)?;
-                if let Some(cap) = cfg.attn_softcap {
-                    scores = ((scores / cap)?.tanh()? * cap)?;
-                }
-                let mask = batch.mask(window, rows.clone(), queries, keys)?;
-                let scores = scores.reshape((nr, kv, group, n, keys))?;
-                let probs = masked_softmax(scores, &mask)?.to_dtype(self.dtype)?;
-                let out = probs.reshape((nr, kv, group * n, keys))?.matmul(&vb)?;
+                let scores = stage_times::time(&self.device, "attention: scores", || {
+                    let qb = q.narrow(2, queries.start, n)?.contiguous()?.reshape((
+                        nr,
+                        kv,
+                        group * n,
+                        d,
+                    ))?;
+                    let scores = (qb * cfg.attn_scale)?.matmul(&kb.t()?)?;
+                    match cfg.attn_softcap {
+                        Some(cap) => (scores / cap)?.tanh()? * cap,
+                        None => Ok(scores),
+                    }
+                })?;
+                let mask = stage_times::time(&self.device, "attention: mask", || {
+                    batch.mask(window, rows.clone(), queries.clone(), keys)
+                })?;
+                let probs = stage_times::time(&self.device, "attention: softmax", || {
+                    let scores = scores.reshape((nr, kv, group, n, keys))?;
+                    masked_softmax(scores, &mask)?.to_dtype(self.dtype)
+                })?;
+                let out = stage_times::time(&self.device, "attention: values", || {
+                    probs.reshape((nr, kv, group * n, keys))?.matmul(&vb)
+                })?;
                 outs.push(out.reshape((nr, heads, n, d))?);
             }
             row_outs.push(cat_or_single(outs, 2)?);
