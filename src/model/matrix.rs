@@ -177,11 +177,11 @@ impl Matrix {
                 self.dots_t(x)
             }
             // candle's CUDA mat-vec kernel (`fast_mmvq`) takes up to eight rows in one pass over
-            // the weights. A row's result then depends on the rows sharing its launch (by a few
-            // units in the last place), which breaks nothing that holds on CUDA: there cuBLAS
-            // picks the prefill's GEMM kernels by shape, so a batch's scores already differ from
-            // one-at-a-time ones (README, "Devices and dtypes"). Measured on an H200 (synthetic
-            // 8B, json mode): 20 rows decoded at 108 tok/s row by row, 189 in launches of eight.
+            // the weights. A row's result then depends on the rows sharing its launch (in the last
+            // bits), which breaks nothing that holds on CUDA: there cuBLAS picks the prefill's
+            // GEMM kernels by shape, so a batch's scores already differ from one-at-a-time ones
+            // (README, json mode: "On CUDA it changes the last bits"). On an H200 (synthetic 8B,
+            // 20 rows): 111 tok/s row by row, 205 in launches of eight; one row unchanged.
             (Matrix::Quantized(q), Products::RowWise) if q.device().is_cuda() && rows > 1 => {
                 let each: Vec<Tensor> = (0..rows)
                     .step_by(DECODE_ROWS)
