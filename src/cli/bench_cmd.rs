@@ -94,9 +94,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.stage_times {
         stage_times::enable();
     }
-    // Warm-up (allocations, kernel caches), head included: on an H200 the first full-vocabulary
-    // head of a quantized model took seconds once (--stage-times), which the batch-1 figure
-    // then carried.
+    // Warm-up (allocations, kernel caches), the output head included: its first use (a quantized
+    // head's row expansion, new GEMM shapes) stays out of the batch-1 figure.
     let b = Batch::new(&prompts[..1], 0, t.device())?;
     let (h, _) = t.forward(&b, None)?;
     t.logits_at(&h, &[(0, prompts[0].len() - 1)], None)?;
