@@ -11,7 +11,9 @@
 #   HYOKA_GPU_DTYPES   the suites' dtypes (default "bf16 f16 f32")
 #   HYOKA_GPU_SUITES   which suites (default: all six that take a device and dtype)
 #   HYOKA_SYNTH_SHAPES the synthetic judges of bench-judge (default "llama-8b"; also "qwen-14b"),
-#                      each also with --weights expanded where HYOKA_BENCH_EXPANDED=1; their
+#                      each also with --weights expanded where HYOKA_BENCH_EXPANDED=1, and
+#                      where HYOKA_BENCH_STAGES=1 a short run with --stage-times (where the
+#                      time goes, stored and expanded: 6 prompts, 16 tokens decoded); their
 #                      files are written once into HYOKA_SYNTH_DIR (~/.cache/hyoka/synthetic)
 #   HYOKA_STEP_TIMEOUT seconds after which a step is stopped and counts as failed (default none)
 #   HYOKA_GPU_LOGS     the folder for the steps' logs (default: a new temporary one); a bundle
@@ -114,6 +116,31 @@ watched() { # NAME COMMAND...: `step`, with the GPU's memory sampled every 100 m
   step "$@"
   kill "$smi" 2> /dev/null
 }
+stage_table() { # BASE: BASE.log and BASE-expanded.log of `hyoka bench --stage-times`, side by side
+  python3 - "$1" <<'PY'
+import json, os, sys
+def report(path):
+    if not os.path.exists(path):
+        return {}
+    text = open(path).read()
+    try:
+        start = text.rindex("\n{") + 1 if "\n{" in text else text.index("{")
+        return json.loads(text[start:]).get("stage_seconds", {})
+    except ValueError:
+        return {}
+runs = {"stored": report(sys.argv[1] + ".log"), "expanded": report(sys.argv[1] + "-expanded.log")}
+for m in ("prefill_batch1", "prefill_batched", "judge", "decode_batch1", "decode_batched"):
+    stages = list(dict.fromkeys(s for r in runs.values() for s in r.get(m, {})))
+    print(f"      {m}: own seconds (calls), stored | expanded")
+    for s in stages + ["total"]:
+        cells = []
+        for r in runs.values():
+            st = r.get(m, {})
+            v = sum(x["seconds"] for x in st.values()) if s == "total" else st.get(s, {}).get("seconds", 0)
+            cells.append(f"{v:8.3f}" + ("" if s == "total" else f" ({st.get(s, {}).get('calls', 0)})"))
+        print(f"        {s:38} " + " | ".join(cells))
+PY
+}
 bench_judge() { # NAME GGUF [hyoka flags...]: hyoka bench and transformers on the same token ids,
   # and hyoka with every weight expanded at load where HYOKA_BENCH_EXPANDED=1 (the issue's
   # comparison of weights kept quantized with expanded ones)
@@ -127,6 +154,12 @@ bench_judge() { # NAME GGUF [hyoka flags...]: hyoka bench and transformers on th
     --device "$device" --decode-tokens 64 ${dtype:+--dtype "$dtype"}
   rm -f "$log/$name-expanded.log"
   [ "${HYOKA_BENCH_EXPANDED:-0}" = 1 ] && watched "$name-expanded" "${bench[@]}" --weights expanded
+  if [ "${HYOKA_BENCH_STAGES:-0}" = 1 ]; then
+    local short=("$bin" bench --device "$device" --model "$gguf" --input "$items" --n 6 --decode-tokens 16 --stage-times "$@")
+    step "$name-stages" "${short[@]}"
+    step "$name-stages-expanded" "${short[@]}" --weights expanded
+    stage_table "$log/$name-stages"
+  fi
   python3 - "$log/$name" <<'PY'
 import json, os, sys
 base = sys.argv[1]
