@@ -176,22 +176,19 @@ impl Matrix {
             {
                 self.dots_t(x)
             }
-            // candle's CUDA mat-vec kernel (`fast_mmvq`) takes up to eight rows in one pass over
-            // the weights. A row's result then depends on the rows sharing its launch (in the last
-            // bits), which breaks nothing that holds on CUDA: there cuBLAS picks the prefill's
-            // GEMM kernels by shape, so a batch's scores already differ from one-at-a-time ones
-            // (README, json mode: "On CUDA it changes the last bits"). On an H200 (synthetic 8B,
-            // 20 rows): 111 tok/s row by row, 205 in launches of eight; one row unchanged.
-            (Matrix::Quantized(q), Products::RowWise) if q.device().is_cuda() && rows > 1 => {
-                let each: Vec<Tensor> = (0..rows)
-                    .step_by(DECODE_ROWS)
-                    .map(|r| quantized_product(q, &x.narrow(0, r, DECODE_ROWS.min(rows - r))?))
-                    .collect::<Result<_>>()?;
-                Tensor::cat(&each, 0)
-            }
+            // Row by row through candle's kernels (the block types hyoka's own do not cover). On
+            // CUDA in launches of up to eight rows instead: candle's mat-vec kernel (`fast_mmvq`)
+            // takes them in one pass over the weights. A row's result then depends on the rows
+            // sharing its launch (in the last bits), which breaks nothing that holds on CUDA:
+            // there cuBLAS picks the prefill's GEMM kernels by shape, so a batch's scores already
+            // differ from one-at-a-time ones (README, json mode: "On CUDA it changes the last
+            // bits"). On an H200 (synthetic 8B, 20 rows): 111 tok/s row by row, 205 in launches
+            // of eight; one row unchanged.
             (Matrix::Quantized(q), Products::RowWise) if rows > 1 => {
+                let launch = if q.device().is_cuda() { DECODE_ROWS } else { 1 };
                 let each: Vec<Tensor> = (0..rows)
-                    .map(|r| quantized_product(q, &x.narrow(0, r, 1)?))
+                    .step_by(launch)
+                    .map(|r| quantized_product(q, &x.narrow(0, r, launch.min(rows - r))?))
                     .collect::<Result<_>>()?;
                 Tensor::cat(&each, 0)
             }
