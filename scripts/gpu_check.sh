@@ -116,49 +116,23 @@ watched() { # NAME COMMAND...: `step`, with the GPU's memory sampled every 100 m
   step "$@"
   kill "$smi" 2> /dev/null
 }
-stage_table() { # BASE: BASE.log and BASE-expanded.log of `hyoka bench --stage-times`, side by side
-  python3 - "$1" <<'PY'
-import json, os, sys
-def report(path):
-    if not os.path.exists(path):
-        return {}
-    text = open(path).read()
-    try:
-        start = text.rindex("\n{") + 1 if "\n{" in text else text.index("{")
-        return json.loads(text[start:]).get("stage_seconds", {})
-    except ValueError:
-        return {}
-runs = {"stored": report(sys.argv[1] + ".log"), "expanded": report(sys.argv[1] + "-expanded.log")}
-for m in ("prefill_batch1", "prefill_batched", "judge", "decode_batch1", "decode_batched"):
-    stages = list(dict.fromkeys(s for r in runs.values() for s in r.get(m, {})))
-    print(f"      {m}: own seconds (calls), stored | expanded")
-    for s in stages + ["total"]:
-        cells = []
-        for r in runs.values():
-            st = r.get(m, {})
-            v = sum(x["seconds"] for x in st.values()) if s == "total" else st.get(s, {}).get("seconds", 0)
-            cells.append(f"{v:8.3f}" + ("" if s == "total" else f" ({st.get(s, {}).get('calls', 0)})"))
-        print(f"        {s:38} " + " | ".join(cells))
-PY
-}
 bench_judge() { # NAME GGUF [hyoka flags...]: hyoka bench and transformers on the same token ids,
   # and hyoka with every weight expanded at load where HYOKA_BENCH_EXPANDED=1 (the issue's
   # comparison of weights kept quantized with expanded ones)
   local name="$1" gguf="$2"; shift 2
-  local bench=("$bin" bench --device "$device" --model "$gguf" --input "$items"
-    --n "${HYOKA_BENCH_ITEMS:-20}" --decode-tokens 64 "$@")
+  local run=("$bin" bench --device "$device" --model "$gguf" --input "$items" "$@")
+  local bench=("${run[@]}" --n "${HYOKA_BENCH_ITEMS:-20}" --decode-tokens 64)
   watched "$name" "${bench[@]}" --dump-tokens "$log/$name.tokens.json"
   local dtype  # hyoka's, for transformers too
   dtype=$(grep -o '"dtype": "[a-z0-9]*"' "$log/$name.log" | head -1 | cut -d'"' -f4)
   step "$name-transformers" "$py" scripts/bench_torch_prefill.py "$gguf" "$log/$name.tokens.json" \
     --device "$device" --decode-tokens 64 ${dtype:+--dtype "$dtype"}
-  rm -f "$log/$name-expanded.log"
+  rm -f "$log/$name-expanded.log" "$log/$name-stages.log" "$log/$name-stages-expanded.log"
   [ "${HYOKA_BENCH_EXPANDED:-0}" = 1 ] && watched "$name-expanded" "${bench[@]}" --weights expanded
   if [ "${HYOKA_BENCH_STAGES:-0}" = 1 ]; then
-    local short=("$bin" bench --device "$device" --model "$gguf" --input "$items" --n 6 --decode-tokens 16 --stage-times "$@")
+    local short=("${run[@]}" --n 6 --decode-tokens 16 --stage-times)
     step "$name-stages" "${short[@]}"
     step "$name-stages-expanded" "${short[@]}" --weights expanded
-    stage_table "$log/$name-stages"
   fi
   python3 - "$log/$name" <<'PY'
 import json, os, sys
@@ -186,6 +160,23 @@ if e:
     for k in ("prefill_batch1_tok_s", "prefill_batched_tok_s", "judge_items_s", "decode_batch1_tok_s", "decode_batched_tok_s"):
         print(f"      {k:22} stored {h[k]:9.2f}  expanded {e[k]:9.2f}  ({h[k] / e[k]:.2f}x)")
     print(f"      peak GPU memory expanded: {peak(base + '-expanded.mem')} MiB")
+# `--stage-times`: each measurement's own seconds per stage, stored | expanded.
+def stage_seconds(path):
+    try:
+        return last_json(path).get("stage_seconds", {})
+    except (OSError, ValueError):
+        return {}
+stages = {w: stage_seconds(f"{base}-stages{s}.log") for w, s in (("stored", ""), ("expanded", "-expanded"))}
+stages = {w: r for w, r in stages.items() if r}
+for m in ("prefill_batch1", "prefill_batched", "judge", "decode_batch1", "decode_batched") if stages else ():
+    print(f"      {m}: own seconds (calls), " + " | ".join(stages))
+    for s in list(dict.fromkeys(s for r in stages.values() for s in r.get(m, {}))) + ["total"]:
+        cells = []
+        for r in stages.values():
+            st = r.get(m, {})
+            v = sum(x["seconds"] for x in st.values()) if s == "total" else st.get(s, {}).get("seconds", 0)
+            cells.append(f"{v:8.3f}" + ("" if s == "total" else f" ({st.get(s, {}).get('calls', 0)})"))
+        print(f"        {s:38} " + " | ".join(cells))
 PY
 }
 synth_dir="${HYOKA_SYNTH_DIR:-$HOME/.cache/hyoka/synthetic}"

@@ -330,20 +330,13 @@ impl Transformer {
             let rope = |t: &Tensor| candle_nn::rotary_emb::rope(&t.contiguous()?, cos, sin);
             Ok((rope(&q)?, rope(&k)?))
         })?;
-        let out =
-            stage_times::time(
-                &self.device,
-                "attention (scores, softmax, values)",
-                || match past {
-                    LayerPast::Shared(header) => {
-                        self.attend(&q, Some(header), &k, &v, batch, window)
-                    }
-                    LayerPast::Cached(cache, header, segments) => {
-                        self.attend_segments(&q, &k, &v, (cache, header), segments, window)
-                    }
-                    LayerPast::Fresh => self.attend(&q, None, &k, &v, batch, window),
-                },
-            )?;
+        let out = stage_times::time(&self.device, "attention (rest)", || match past {
+            LayerPast::Shared(header) => self.attend(&q, Some(header), &k, &v, batch, window),
+            LayerPast::Cached(cache, header, segments) => {
+                self.attend_segments(&q, &k, &v, (cache, header), segments, window)
+            }
+            LayerPast::Fresh => self.attend(&q, None, &k, &v, batch, window),
+        })?;
         let out = stage_times::time(&self.device, "attention: head-major copies", || {
             out.transpose(1, 2)?
                 .reshape((b, len, cfg.num_heads * cfg.head_dim))
