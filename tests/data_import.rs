@@ -7,8 +7,11 @@ use hyoka::data::{self, HumanRating, dbdc3};
 use serde_json::Value;
 use std::collections::HashMap;
 
-/// Raw labels straight from the DBDC3 files: (folder/dialogue/turn-index) -> (labels, ids).
-fn raw_labels() -> HashMap<String, (Vec<String>, Vec<String>, Vec<String>)> {
+/// A turn's annotations: breakdown labels, ungrammatical-sentence labels, annotator ids.
+type Labels = (Vec<String>, Vec<String>, Vec<String>);
+
+/// Raw labels straight from the DBDC3 files: (folder/dialogue/turn-index) -> annotations.
+fn raw_labels() -> HashMap<String, Labels> {
     let mut out = HashMap::new();
     for system in ["DCM", "DIT", "IRS"] {
         for entry in std::fs::read_dir(common::dbdc3_dir().join(system)).unwrap() {

@@ -96,7 +96,7 @@ fn every_architecture_matches_transformers_alone_and_batched() {
         let (model, cases) = load(arch);
         // One prompt at a time.
         for (n, case) in cases.iter().enumerate().take(4) {
-            let got = run(&model, &[case.ids.clone()], None);
+            let got = run(&model, std::slice::from_ref(&case.ids), None);
             assert_close(&got[0], &case.logits, 0, &format!("{arch}: prompt {n}"));
         }
         // All prompts in one right-padded batch (lengths 7, 1, 23, 12).

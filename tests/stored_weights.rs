@@ -58,7 +58,7 @@ fn check(name: &str) {
             .map(|x| x.as_u64().unwrap() as u32)
             .collect();
         let run = |m: &Transformer| {
-            let b = Batch::new(&[ids.clone()], 0, m.device()).unwrap();
+            let b = Batch::new(std::slice::from_ref(&ids), 0, m.device()).unwrap();
             let (h, _) = m.forward(&b, None).unwrap();
             let top: Vec<u32> = case["top_ids"]
                 .as_array()

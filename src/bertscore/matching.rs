@@ -148,10 +148,9 @@ impl BertScorer {
                         } else {
                             pad
                         });
-                        weights.push(if j < ids.len() && total > 0.0 {
-                            w[j] / total
-                        } else {
-                            0.0
+                        weights.push(match w.get(j) {
+                            Some(x) if total > 0.0 => x / total,
+                            _ => 0.0,
                         });
                     }
                     // Only the special tokens: bert_score sets P and R to 0.

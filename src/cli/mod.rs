@@ -283,9 +283,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         if let Some(e) = cause.downcast_ref::<hyoka::meta::MetaError>() {
             return match e {
                 hyoka::meta::MetaError::Io { .. } => EXIT_FAILURE,
-                hyoka::meta::MetaError::Data(d) if matches!(d, DataError::Io { .. }) => {
-                    EXIT_FAILURE
-                }
+                hyoka::meta::MetaError::Data(DataError::Io { .. }) => EXIT_FAILURE,
                 _ => EXIT_INVALID_INPUT,
             };
         }

@@ -220,17 +220,17 @@ pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
     };
     if !raters.is_empty() {
         for (aspect, rating) in &human {
-            if let HumanRating::PerRater(vs) = rating {
-                if vs.len() != raters.len() {
-                    return Err((
-                        format!("human.{aspect}"),
-                        format!(
-                            "{} values but {} raters listed in \"raters\"",
-                            vs.len(),
-                            raters.len()
-                        ),
-                    ));
-                }
+            if let HumanRating::PerRater(vs) = rating
+                && vs.len() != raters.len()
+            {
+                return Err((
+                    format!("human.{aspect}"),
+                    format!(
+                        "{} values but {} raters listed in \"raters\"",
+                        vs.len(),
+                        raters.len()
+                    ),
+                ));
             }
         }
     }

@@ -133,7 +133,9 @@ impl<R: BufRead> Iterator for Lines<R> {
 mod tests {
     use super::*;
 
-    fn all(bytes: &[u8], max: usize) -> Vec<Result<(usize, Result<String, LineError>), String>> {
+    type Numbered = Result<(usize, Result<String, LineError>), String>;
+
+    fn all(bytes: &[u8], max: usize) -> Vec<Numbered> {
         Lines::new(bytes, max)
             .map(|r| r.map(|l| (l.number, l.text)).map_err(|e| format!("{e:?}")))
             .collect()

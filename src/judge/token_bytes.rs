@@ -77,10 +77,12 @@ fn is_byte_level(decoder: Option<&DecoderWrapper>) -> bool {
 
 /// SentencePiece-style pieces: "▁" is a space, "<0xNN>" a byte (byte fallback).
 fn sentencepiece_bytes(piece: &str) -> Vec<u8> {
-    if piece.len() == 6 && piece.starts_with("<0x") && piece.ends_with('>') {
-        if let Ok(b) = u8::from_str_radix(&piece[3..5], 16) {
-            return vec![b];
-        }
+    if piece.len() == 6
+        && piece.starts_with("<0x")
+        && piece.ends_with('>')
+        && let Ok(b) = u8::from_str_radix(&piece[3..5], 16)
+    {
+        return vec![b];
     }
     piece.replace('▁', " ").into_bytes()
 }

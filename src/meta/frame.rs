@@ -138,7 +138,7 @@ impl Frame {
     pub fn add_results(&mut self, path: &Path, name: Option<&str>) -> Result<usize, MetaError> {
         let n = self.items.len();
         // Judge: per aspect (in first-seen order), argmax and expected columns; BERTScore: P, R, F.
-        let mut judge: Vec<(String, Vec<Option<f64>>, Vec<Option<f64>>)> = Vec::new();
+        let mut judge: Vec<AspectColumns> = Vec::new();
         let mut prf = [vec![None; n], vec![None; n], vec![None; n]];
         let mut matched = 0;
         let provenance = read_records(path, |_, _, record| {
@@ -250,6 +250,9 @@ impl Frame {
         }
     }
 }
+
+/// An aspect's name, then its argmax and expected score per item.
+type AspectColumns = (String, Vec<Option<f64>>, Vec<Option<f64>>);
 
 #[cfg(test)]
 mod tests {

@@ -71,13 +71,13 @@ impl EncoderConfig {
                 get(&["intermediate_size"])?,
             )
         };
-        if let Some(act) = v["hidden_act"].as_str().or(v["activation"].as_str()) {
-            if act != "gelu" {
-                return Err(ModelError::Unsupported {
-                    origin: origin.into(),
-                    what: format!("activation {act:?}"),
-                });
-            }
+        if let Some(act) = v["hidden_act"].as_str().or(v["activation"].as_str())
+            && act != "gelu"
+        {
+            return Err(ModelError::Unsupported {
+                origin: origin.into(),
+                what: format!("activation {act:?}"),
+            });
         }
         if v["position_embedding_type"]
             .as_str()

@@ -269,9 +269,11 @@ mod tests {
     }
 
     /// Every body this CPU runs, by name.
-    fn bodies() -> Vec<(&'static str, fn(&mut [f32]))> {
+    type Body = (&'static str, fn(&mut [f32]));
+
+    fn bodies() -> Vec<Body> {
         #[allow(unused_mut)]
-        let mut bodies: Vec<(&'static str, fn(&mut [f32]))> = vec![("dispatch", exp_in_place)];
+        let mut bodies: Vec<Body> = vec![("dispatch", exp_in_place)];
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx2")

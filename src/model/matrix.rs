@@ -265,10 +265,10 @@ impl Matrix {
     /// vocabulary rows would otherwise be a 2 GB temporary in f32).
     pub fn matmul_t_chunked(&self, x: &Tensor, chunk: usize) -> Result<Tensor> {
         let (out, _) = self.dims()?;
-        if let Matrix::Dense(w) = self {
-            if w.dtype() == x.dtype() {
-                return x.matmul(&w.t()?);
-            }
+        if let Matrix::Dense(w) = self
+            && w.dtype() == x.dtype()
+        {
+            return x.matmul(&w.t()?);
         }
         let mut parts = Vec::with_capacity(out.div_ceil(chunk));
         for start in (0..out).step_by(chunk.max(1)) {
@@ -572,6 +572,7 @@ unsafe fn dots_avx2<const R: usize>(xs: [&[f32]; R], w: &[f32]) -> [f32; R] {
     let mut i = 0;
     // SAFETY (all loads): i + 8 ≤ n for every 8-float load below, and every row has n values.
     while i + 32 <= n {
+        #[allow(clippy::needless_range_loop)] // j picks both the offset and the accumulator
         for j in 0..4 {
             let at = i + 8 * j;
             let wv = unsafe { _mm256_loadu_ps(pw.add(at)) };

@@ -50,6 +50,7 @@ impl Weights {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub fn gguf(
         path: &Path,
         content: gguf_file::Content,
