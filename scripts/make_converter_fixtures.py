@@ -15,6 +15,9 @@ Models (2 layers, hidden 64, intermediate 256, except Gemma 3's 6 layers):
 - `mistral` (no sliding window: GGUF cannot carry it), `gemma2` (soft-capping, sliding window),
   `gemma3` (its 5 sliding : 1 full layer pattern, two rope bases, q/k norms).
 - `qwen2` (q/k/v biases, untied head), `qwen3` (q/k norms, tied head).
+- `qwen2-yarn`: Qwen2 with YaRN rope scaling as Qwen2.5 documents it for long contexts (factor
+  4, original context 64 here so that it matters), stored by the converter as
+  `rope.scaling.type = yarn` with its factor and original context.
 
 Vocabularies, both trained here on Japanese sentences:
 - SentencePiece BPE with byte fallback (tokenizer.model; llama, mistral, gemma2, gemma3),
@@ -39,7 +42,8 @@ tokens (`llama_cpp.logits.N`), where quantized kernels run.
 
 Needs torch, transformers, sentencepiece, tokenizers, safetensors (scripts/requirements-reference.txt) and
 llama-cpp-python 0.3.36 built from source (`pip install llama-cpp-python==0.3.36`).
-Run: python scripts/make_converter_fixtures.py [--llama-cpp DIR]
+Run: python scripts/make_converter_fixtures.py [--llama-cpp DIR] [--only NAME ...]
+(--only: remake those models' folders, leaving the others and the vocabularies' token files)
 """
 
 import argparse
@@ -180,6 +184,12 @@ def models() -> dict:
         "qwen3": ("qwen2", Qwen3ForCausalLM, lambda v: Qwen3Config(
             **common, vocab_size=v, head_dim=16, rope_theta=1000000.0, tie_word_embeddings=True,
             use_sliding_window=False, eos_token_id=v - 1, pad_token_id=v - 3)),
+        # Qwen2.5's long-context YaRN, with an original context of 64 so that it matters here.
+        "qwen2-yarn": ("qwen2", Qwen2ForCausalLM, lambda v: Qwen2Config(
+            **common, vocab_size=v, tie_word_embeddings=False, use_sliding_window=False,
+            eos_token_id=v - 1, pad_token_id=v - 3,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 64})),
     }
 
 
@@ -263,20 +273,23 @@ def llama_cpp_logits(gguf: Path, expected: dict) -> dict:
     return out
 
 
-def llama_cpp_from_args() -> tuple[Path, Path, dict]:
-    """The fixture scripts' options: llama.cpp's folder (--llama-cpp, or the sdist unpacked into
-    --work), the work folder, and the environment the converter runs in."""
-    ap = argparse.ArgumentParser()
+def llama_cpp_from_args(ap: argparse.ArgumentParser | None = None) -> tuple[Path, Path, dict, argparse.Namespace]:
+    """The fixture scripts' options (`ap`: a script's own, to which these are added): llama.cpp's
+    folder (--llama-cpp, or the sdist unpacked into --work), the work folder, the environment
+    the converter runs in, and all the parsed options."""
+    ap = ap or argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", type=Path, help="llama.cpp source folder (the sdist's vendor/llama.cpp)")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "hyoka-llama-cpp")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     llama_cpp = args.llama_cpp or llama_cpp_dir(args.work)
-    return llama_cpp, args.work, {**os.environ, "PYTHONPATH": str(llama_cpp / "gguf-py")}
+    return llama_cpp, args.work, {**os.environ, "PYTHONPATH": str(llama_cpp / "gguf-py")}, args
 
 
 def main() -> None:
-    llama_cpp, _, env = llama_cpp_from_args()
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", nargs="+", choices=list(models()), help="remake only these models")
+    llama_cpp, _, env, args = llama_cpp_from_args(ap)
 
     vocabularies = {"spm": Path(tempfile.mkdtemp(prefix="hyoka-spm-")),
                     "qwen2": Path(tempfile.mkdtemp(prefix="hyoka-bpe-"))}
@@ -285,6 +298,8 @@ def main() -> None:
     tokenizers = {kind: AutoTokenizer.from_pretrained(str(folder)) for kind, folder in vocabularies.items()}
 
     for index, (name, (kind, cls, make_config)) in enumerate(models().items()):
+        if args.only and name not in args.only:
+            continue
         out = OUT / name
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
@@ -316,6 +331,8 @@ def main() -> None:
         shutil.rmtree(hf)
         print(f"wrote {out.relative_to(ROOT)}")
 
+    if args.only:
+        return
     # The vocabularies themselves: token ids of Japanese text. SentencePiece: by the
     # sentencepiece library, with BOS as the Llama-2 family's tokenizers add it. Qwen2 BPE: by
     # transformers (no BOS), including chat special tokens.

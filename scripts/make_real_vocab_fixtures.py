@@ -183,7 +183,7 @@ def periodic_embeddings(model, used: set[int]) -> None:
 
 
 def main() -> None:
-    llama_cpp, work, env = llama_cpp_from_args()
+    llama_cpp, work, env, _ = llama_cpp_from_args()
 
     for index, (name, spec) in enumerate(REAL.items()):
         tokenizer_dir, template = tokenizer_folder(spec, llama_cpp, work)

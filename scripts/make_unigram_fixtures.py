@@ -37,7 +37,7 @@ def utterances() -> list[str]:
 def main() -> None:
     import sentencepiece as spm
     from transformers import LlamaConfig, LlamaForCausalLM
-    llama_cpp, work, env = llama_cpp_from_args()
+    llama_cpp, work, env, _ = llama_cpp_from_args()
 
     texts = utterances()
     assert len(texts) > 3000, len(texts)

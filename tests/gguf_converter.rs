@@ -214,6 +214,14 @@ fn qwen3() {
     check("qwen3");
 }
 
+/// Qwen2 with YaRN as Qwen2.5 documents it for long contexts (factor 4; original context 64
+/// here): the metadata's `rope.scaling.type = yarn`, factor and original context. Every
+/// position differs from unscaled rope (interpolated frequencies, cos and sin × 1.139).
+#[test]
+fn qwen2_with_yarn_rope_scaling() {
+    check("qwen2-yarn");
+}
+
 /// The q4_k_m files hold what llama.cpp writes for real small models: K-quant blocks where a
 /// row is whole 256-value blocks (ffn_down), Q5_0/Q8_0 elsewhere — so the test above covers
 /// both kinds of kernels.

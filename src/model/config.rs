@@ -3,6 +3,8 @@
 //! metadata. The architectures differ only in the switches below.
 
 use super::ModelError;
+use super::rope::{Rope, RopeScaling};
+use super::rope::{gguf_yarn, rope_scaling};
 use candle_core::quantized::gguf_file;
 use serde_json::Value;
 
@@ -38,32 +40,6 @@ pub enum Activation {
     Silu,
     /// gelu with the tanh approximation (`gelu_pytorch_tanh`).
     GeluTanh,
-}
-
-/// Rotary embedding of one kind of layer.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Rope {
-    pub theta: f64,
-    pub scaling: RopeScaling,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum RopeScaling {
-    None,
-    /// Positions divided by `factor`.
-    Linear {
-        factor: f64,
-    },
-    /// Llama 3.x frequency-dependent scaling.
-    Llama3 {
-        factor: f64,
-        low_freq_factor: f64,
-        high_freq_factor: f64,
-        original_max_position: f64,
-    },
-    /// One divisor per frequency, as llama.cpp stores any frequency-dependent scaling in GGUF
-    /// (`rope_freqs.weight`: Llama 3.1's llama3 factors, computed by its converter).
-    Factors(Vec<f64>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -195,6 +171,10 @@ impl TransformerConfig {
         }
         // transformers 5 nests rope settings (per layer type for Gemma 3); older configs use
         // rope_theta / rope_scaling / rope_local_base_freq at the top level.
+        let context = (
+            f64_of("original_max_position_embeddings"),
+            f64_of("max_position_embeddings"),
+        );
         let rope_from = |p: &Value, default_theta: f64| -> Result<Rope, ModelError> {
             let theta = p
                 .get("rope_theta")
@@ -202,7 +182,7 @@ impl TransformerConfig {
                 .unwrap_or(default_theta);
             Ok(Rope {
                 theta,
-                scaling: rope_scaling(p, origin)?,
+                scaling: rope_scaling(p, context, origin)?,
             })
         };
         let default_theta = f64_of("rope_theta").unwrap_or(10000.0);
@@ -216,7 +196,7 @@ impl TransformerConfig {
                 theta: default_theta,
                 scaling: cfg
                     .get("rope_scaling")
-                    .map_or(Ok(RopeScaling::None), |s| rope_scaling(s, origin))?,
+                    .map_or(Ok(RopeScaling::None), |s| rope_scaling(s, context, origin))?,
             },
         };
         let mut ropes = vec![full];
@@ -314,10 +294,15 @@ impl TransformerConfig {
                 .and_then(|v| v.to_u64().ok().or_else(|| v.to_u32().ok().map(u64::from)))
                 .map(|v| v as usize)
         };
+        // A number of any type (converters write some float settings as integers).
         let get_f = |k: &str| {
-            ct.metadata
-                .get(&format!("{a}.{k}"))
-                .and_then(|v| v.to_f32().ok().map(f64::from).or_else(|| v.to_f64().ok()))
+            ct.metadata.get(&format!("{a}.{k}")).and_then(|v| {
+                (v.to_f32().ok().map(f64::from))
+                    .or_else(|| v.to_f64().ok())
+                    .or_else(|| v.to_u32().ok().map(f64::from))
+                    .or_else(|| v.to_i32().ok().map(f64::from))
+                    .or_else(|| v.to_u64().ok().map(|u| u as f64))
+            })
         };
         let hidden_size = get_u("embedding_length").ok_or_else(|| bad("embedding_length"))?;
         let num_heads = get_u("attention.head_count").ok_or_else(|| bad("attention.head_count"))?;
@@ -345,24 +330,29 @@ impl TransformerConfig {
             origin: origin.to_string(),
             what,
         };
+        let factor = || match get_f("rope.scaling.factor") {
+            Some(f) if f.is_finite() && f > 0.0 => Ok(Some(f)),
+            Some(f) => Err(unsupported(format!("rope.scaling.factor {f}"))),
+            None => Ok(None),
+        };
         let scaling = match meta_str(ct, &format!("{a}.rope.scaling.type")).as_deref() {
             None | Some("none") => RopeScaling::None,
-            Some("linear") => match get_f("rope.scaling.factor") {
+            Some("linear") => match factor()? {
                 None => RopeScaling::None,
-                Some(factor) if factor.is_finite() && factor > 0.0 => {
-                    RopeScaling::Linear { factor }
-                }
-                Some(f) => return Err(unsupported(format!("rope.scaling.factor {f}"))),
+                Some(factor) => RopeScaling::Linear { factor },
             },
+            Some("yarn") => {
+                gguf_yarn(factor()?, &get_f, get_u("context_length")).map_err(unsupported)?
+            }
             Some(other) => {
                 return Err(unsupported(format!(
-                    "rope scaling {other:?} in the GGUF metadata (supported: none, linear, and llama3 frequency factors in rope_freqs.weight)"
+                    "rope scaling {other:?} in the GGUF metadata (supported: none, linear, yarn, and llama3 frequency factors in rope_freqs.weight)"
                 )));
             }
         };
         if scaling != RopeScaling::None && ct.tensor_infos.contains_key("rope_freqs.weight") {
             return Err(unsupported(
-                "rope_freqs.weight together with linear rope scaling".into(),
+                "rope_freqs.weight together with rope scaling in the metadata".into(),
             ));
         }
         let mut ropes = vec![Rope { theta, scaling }];
@@ -411,33 +401,6 @@ impl TransformerConfig {
             max_position: get_u("context_length").unwrap_or(4096),
         })
     }
-}
-
-fn rope_scaling(p: &Value, origin: &str) -> Result<RopeScaling, ModelError> {
-    let kind = p
-        .get("rope_type")
-        .or_else(|| p.get("type"))
-        .and_then(Value::as_str)
-        .unwrap_or("default");
-    let f = |k: &str, d: f64| p.get(k).and_then(Value::as_f64).unwrap_or(d);
-    Ok(match kind {
-        "default" => RopeScaling::None,
-        "linear" => RopeScaling::Linear {
-            factor: f("factor", 1.0),
-        },
-        "llama3" => RopeScaling::Llama3 {
-            factor: f("factor", 8.0),
-            low_freq_factor: f("low_freq_factor", 1.0),
-            high_freq_factor: f("high_freq_factor", 4.0),
-            original_max_position: f("original_max_position_embeddings", 8192.0),
-        },
-        other => {
-            return Err(ModelError::Unsupported {
-                origin: origin.to_string(),
-                what: format!("rope scaling {other:?} (supported: default, linear, llama3)"),
-            });
-        }
-    })
 }
 
 pub(crate) fn meta_str(ct: &gguf_file::Content, key: &str) -> Option<String> {

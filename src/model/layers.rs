@@ -1,8 +1,9 @@
 //! Building blocks shared by every architecture: linear maps, RMS norms, the gated MLP and
 //! rotary position tables.
 
-use super::config::{Activation, Rope, RopeScaling};
+use super::config::Activation;
 use super::matrix::{Matrix, Plan};
+use super::rope::Rope;
 use super::stage_times;
 use super::swiglu::silu_mul;
 use super::weights::Weights;
@@ -114,49 +115,33 @@ impl Mlp {
 
 /// Inverse frequencies of one rotary embedding, after scaling.
 pub fn inv_freq(rope: &Rope, head_dim: usize, device: &Device) -> Result<Tensor> {
-    let freqs: Vec<f32> = (0..head_dim / 2)
-        .map(|i| {
-            let f = 1.0 / rope.theta.powf(2.0 * i as f64 / head_dim as f64);
-            (match rope.scaling {
-                RopeScaling::None => f,
-                RopeScaling::Linear { factor } => f / factor,
-                // llama.cpp: theta / freq_factors[i] (checked to have head_dim / 2 at load).
-                RopeScaling::Factors(ref factors) => f / factors[i],
-                RopeScaling::Llama3 {
-                    factor,
-                    low_freq_factor,
-                    high_freq_factor,
-                    original_max_position,
-                } => {
-                    let low_wavelen = original_max_position / low_freq_factor;
-                    let high_wavelen = original_max_position / high_freq_factor;
-                    let wavelen = 2.0 * std::f64::consts::PI / f;
-                    if wavelen < high_wavelen {
-                        f
-                    } else if wavelen > low_wavelen {
-                        f / factor
-                    } else {
-                        let smooth = (original_max_position / wavelen - low_freq_factor)
-                            / (high_freq_factor - low_freq_factor);
-                        (1.0 - smooth) * f / factor + smooth * f
-                    }
-                }
-            }) as f32
-        })
+    let freqs: Vec<f32> = rope
+        .frequencies(head_dim)
+        .iter()
+        .map(|&f| f as f32)
         .collect();
     Tensor::from_vec(freqs, head_dim / 2, device)
 }
 
-/// cos and sin tables (batch, seq, head_dim/2) for per-row positions (batch, seq).
+/// cos and sin tables (batch, seq, head_dim/2) for per-row positions (batch, seq), multiplied
+/// by `scale` (`Rope::attention_factor`) in f32 before the cast to `dtype`, as transformers.
 pub fn rope_tables(
     inv_freq: &Tensor,
     positions: &Tensor,
+    scale: f64,
     dtype: DType,
 ) -> Result<(Tensor, Tensor)> {
     let pos = positions.to_dtype(DType::F32)?.unsqueeze(D::Minus1)?;
     let angles = pos.broadcast_mul(&inv_freq.reshape((1, 1, ()))?)?;
+    let scaled = |t: Tensor| {
+        if scale == 1.0 {
+            Ok(t)
+        } else {
+            t.affine(scale, 0.0)
+        }
+    };
     Ok((
-        angles.cos()?.to_dtype(dtype)?,
-        angles.sin()?.to_dtype(dtype)?,
+        scaled(angles.cos()?)?.to_dtype(dtype)?,
+        scaled(angles.sin()?)?.to_dtype(dtype)?,
     ))
 }

@@ -21,6 +21,7 @@ mod masked_softmax;
 pub mod matrix;
 mod prefill_attention;
 mod prefill_gemm;
+pub mod rope;
 mod runs;
 pub mod source;
 mod spm_gguf;
@@ -306,7 +307,7 @@ pub fn load_gguf_content(
         })?;
     let mut cfg = TransformerConfig::from_gguf(&content, vocab, &origin)?;
     if let Some(factors) = rope_factors(path, &content, cfg.head_dim)? {
-        cfg.ropes[0].scaling = config::RopeScaling::Factors(factors);
+        cfg.ropes[0].scaling = rope::RopeScaling::Factors(factors);
     }
     let weights = weights::Weights::gguf(
         path,

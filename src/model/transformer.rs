@@ -243,10 +243,8 @@ impl Transformer {
             x = x.broadcast_mul(&scale)?;
         }
         let mut x = x.to_dtype(stream)?;
-        let tables: Vec<(Tensor, Tensor)> = self
-            .inv_freqs
-            .iter()
-            .map(|f| rope_tables(f, &batch.positions, dtype))
+        let tables: Vec<(Tensor, Tensor)> = (self.inv_freqs.iter().zip(&self.cfg.ropes))
+            .map(|(f, rope)| rope_tables(f, &batch.positions, rope.attention_factor(), dtype))
             .collect::<Result<_>>()?;
         let mut kvs = Vec::with_capacity(self.blocks.len());
         let last = self.blocks.len().saturating_sub(1);
