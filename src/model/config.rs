@@ -3,8 +3,7 @@
 //! metadata. The architectures differ only in the switches below.
 
 use super::ModelError;
-use super::rope::{Rope, RopeScaling};
-use super::rope::{gguf_yarn, rope_scaling};
+use super::rope::{Rope, RopeScaling, gguf_yarn, rope_scaling};
 use candle_core::quantized::gguf_file;
 use serde_json::Value;
 
