@@ -121,7 +121,7 @@ impl Rope {
 }
 
 /// YaRN's attention factor from its scale factor: 0.1 · mscale · ln(factor) + 1 (1 for factor ≤ 1).
-pub fn yarn_mscale(factor: f64, mscale: f64) -> f64 {
+fn yarn_mscale(factor: f64, mscale: f64) -> f64 {
     if factor <= 1.0 {
         1.0
     } else {
