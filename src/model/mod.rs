@@ -321,3 +321,12 @@ pub fn load_gguf_content(
     )?;
     Ok(Transformer::load(&weights, cfg)?)
 }
+
+/// EXPERIMENT (branch gpu-next2, unmeasured): HYOKA_GPU_EXPERIMENT=qblock,keep-pool switches
+/// GPU paths on, to compare them with main's in one bundle on a GPU.
+pub(crate) fn experiment(name: &str) -> bool {
+    static ON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ON.get_or_init(|| std::env::var("HYOKA_GPU_EXPERIMENT").unwrap_or_default())
+        .split(',')
+        .any(|e| e == name)
+}
