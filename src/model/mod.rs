@@ -13,6 +13,7 @@ mod expanded_dots;
 mod expf_lanes;
 pub mod few_queries;
 pub mod fused;
+pub mod fused_attention;
 mod int8_runs;
 pub mod kquant_dots;
 mod kquant_expand;
@@ -322,8 +323,8 @@ pub fn load_gguf_content(
     Ok(Transformer::load(&weights, cfg)?)
 }
 
-/// EXPERIMENT (branch gpu-next2, unmeasured): HYOKA_GPU_EXPERIMENT=qblock,keep-pool switches
-/// GPU paths on, to compare them with main's in one bundle on a GPU.
+/// EXPERIMENT (branch gpu-next2, unmeasured): HYOKA_GPU_EXPERIMENT=qblock,keep-pool,fused-attention
+/// switches GPU paths on, to compare them with main's in one bundle on a GPU.
 pub(crate) fn experiment(name: &str) -> bool {
     static ON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ON.get_or_init(|| std::env::var("HYOKA_GPU_EXPERIMENT").unwrap_or_default())

@@ -10,6 +10,7 @@ use super::batch::Batch;
 use super::config::TransformerConfig;
 use super::decode::Segment;
 use super::few_queries;
+use super::fused_attention;
 use super::layers::{Linear, Mlp, RmsNorm, inv_freq, rope_tables};
 use super::masked_softmax::masked_softmax;
 use super::matrix::{Matrix, Plan, Products, WeightsMode};
@@ -60,6 +61,8 @@ pub struct Transformer {
     device: Device,
     weights_mode: WeightsMode,
     attention_elements: usize,
+    /// Attention through `fused_attention` (EXPERIMENT, branch gpu-next2).
+    fused_attention: bool,
 }
 
 impl Transformer {
@@ -128,6 +131,7 @@ impl Transformer {
             device: w.device().clone(),
             weights_mode: w.mode(),
             attention_elements: ATTENTION_ELEMENTS,
+            fused_attention: super::experiment("fused-attention"),
             cfg,
         })
     }
@@ -419,6 +423,21 @@ impl Transformer {
         let cfg = &self.cfg;
         let (b, heads, len, d) = q.dims4()?;
         let prefix = batch.prefix_len;
+        if self.fused_attention
+            && (q.device().is_cpu() || fused_attention::cuda_applies(q.dtype(), q.dim(3)?))
+        {
+            let (key_pos, key_seg) = batch.key_positions();
+            let op = fused_attention::FusedAttention {
+                key_pos: key_pos.clone(),
+                key_seg: key_seg.clone(),
+                prefix,
+                window,
+                scale: cfg.attn_scale as f32,
+                softcap: cfg.attn_softcap.map(|c| c as f32),
+            };
+            let (k, v) = after_shared(shared, k, v, b)?;
+            return op.apply(&q.contiguous()?, &k.contiguous()?, &v.contiguous()?);
+        }
         if few_queries::runs(q, len) {
             let mask = batch.mask(window, 0..b, 0..len, prefix + len)?;
             let (scale, cap) = (cfg.attn_scale, cfg.attn_softcap);
@@ -440,18 +459,7 @@ impl Transformer {
             return prefill_attention::attend(q, shared, k, v, prefix, &plan, mask, scale, cap);
         }
         // Here the shared keys and values are copied before every row's own.
-        let (k, v) = match shared {
-            Some((pk, pv)) => {
-                let expand = |t: &Tensor| -> Result<Tensor> {
-                    let (_, n, p, d) = t.dims4()?;
-                    t.broadcast_as((b, n, p, d))?.contiguous()
-                };
-                let k_all = Tensor::cat(&[&expand(pk)?, k], 2)?;
-                let v_all = Tensor::cat(&[&expand(pv)?, v], 2)?;
-                (k_all, v_all)
-            }
-            None => (k.clone(), v.clone()),
-        };
+        let (k, v) = after_shared(shared, k, v, b)?;
         let group = heads / kv;
         let mut row_outs = Vec::with_capacity(b.div_ceil(plan.rows));
         for rows in plan.row_chunks() {
@@ -497,6 +505,13 @@ impl Transformer {
             row_outs.push(cat_or_single(outs, 2)?);
         }
         cat_or_single(row_outs, 0)
+    }
+
+    /// Attention through the fused op (`fused_attention`) instead of blocks of scores: its CPU
+    /// body anywhere, its CUDA kernel on a GPU in bf16 (EXPERIMENT; HYOKA_GPU_EXPERIMENT=
+    /// fused-attention sets it at load).
+    pub fn set_fused_attention(&mut self, on: bool) {
+        self.fused_attention = on;
     }
 
     /// The most attention scores (rows × heads × queries × keys) one block may hold; see
@@ -682,6 +697,29 @@ impl AttentionPlan {
         let (step, end) = (self.queries, self.len);
         (0..end).step_by(step).map(move |s| s..(s + step).min(end))
     }
+}
+
+/// k, v (b, kv_heads, keys, d) after the keys and values of a prefix every row continues
+/// ((1, kv_heads, p, d), copied for every row): (b, kv_heads, p + keys, d).
+fn after_shared(
+    shared: Option<&LayerKv>,
+    k: &Tensor,
+    v: &Tensor,
+    b: usize,
+) -> Result<(Tensor, Tensor)> {
+    Ok(match shared {
+        Some((pk, pv)) => {
+            let expand = |t: &Tensor| -> Result<Tensor> {
+                let (_, n, p, d) = t.dims4()?;
+                t.broadcast_as((b, n, p, d))?.contiguous()
+            };
+            (
+                Tensor::cat(&[&expand(pk)?, k], 2)?,
+                Tensor::cat(&[&expand(pv)?, v], 2)?,
+            )
+        }
+        None => (k.clone(), v.clone()),
+    })
 }
 
 fn cat_or_single(mut parts: Vec<Tensor>, dim: usize) -> Result<Tensor> {
