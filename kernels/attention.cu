@@ -134,6 +134,8 @@ ATTENTION(256)
 #define MMA_WARPS 4
 #define MMA_QUERIES (16 * MMA_WARPS)
 
+// (tests/emulation/cuda_host.h brings its own, to run this file on a CPU.)
+#ifndef ATTENTION_HOST_MMA
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0,
                                          unsigned b1) {
 #if __CUDA_ARCH__ >= 800
@@ -144,6 +146,7 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
+#endif
 
 // Two bf16 in one register, the first in the low half (the lower column of a fragment).
 __device__ __forceinline__ unsigned pack2(bf16 lo, bf16 hi) {

@@ -4,6 +4,10 @@
 //! HYOKA_TEST_DTYPE); with HYOKA_TEST_DEVICE=cuda its CUDA kernels in bf16 — the tensor-core
 //! one for head dims that are multiples of 16 (compute capability ≥ 8.0), the one-warp-per-query
 //! one for 8 — at the shapes of real judges too (32/8 heads of 128, gemma's 256, 1,643 tokens).
+//! Without a GPU, the same CUDA source runs on the CPU through tests/emulation (every CUDA thread
+//! an OS thread, the tensor-core product written from PTX's fragment layout), so the kernels'
+//! indexing, tiles and barriers are checked on every machine; swapping two registers of a
+//! fragment fails it.
 //!
 //! Inputs are bf16 values, so every device reads the same numbers. Bounds: the output's rounding
 //! to the dtype (|y|·ε) plus the probabilities' rounding to it before the second product
@@ -17,6 +21,9 @@ use candle_core::{DType, Device, Tensor};
 use hyoka::model::fused_attention::FusedAttention;
 use hyoka::rng::SplitMix64;
 use rayon::prelude::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
 
 #[derive(Clone, Copy, Debug)]
 struct Case {
@@ -128,16 +135,32 @@ fn reference(
     per_head.concat()
 }
 
-fn check(c: Case, device: &Device, dtype: DType) {
+struct Inputs {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    pos: Vec<f32>,
+    seg: Vec<f32>,
+    scale: f32,
+}
+
+fn inputs(c: &Case) -> Inputs {
     let keys = c.prefix + c.len;
     let seed = (c.d * 1_000 + c.len) as u64;
-    let q = values(c.rows * c.heads * c.len * c.d, 6.0, seed);
-    let k = values(c.rows * c.kv_heads * keys * c.d, 1.0, seed + 1);
-    let v = values(c.rows * c.kv_heads * keys * c.d, 1.0, seed + 2);
-    let (pos, seg) = layout(&c);
-    let scale = 1.0 / (c.d as f32).sqrt();
-    let expected = reference(&c, &q, &k, &v, &pos, &seg, scale as f64);
+    let (pos, seg) = layout(c);
+    Inputs {
+        q: values(c.rows * c.heads * c.len * c.d, 6.0, seed),
+        k: values(c.rows * c.kv_heads * keys * c.d, 1.0, seed + 1),
+        v: values(c.rows * c.kv_heads * keys * c.d, 1.0, seed + 2),
+        pos,
+        seg,
+        scale: 1.0 / (c.d as f32).sqrt(),
+    }
+}
 
+fn check(c: Case, device: &Device, dtype: DType) {
+    let keys = c.prefix + c.len;
+    let x = inputs(&c);
     let tensor = |x: &[f32], shape: (usize, usize, usize, usize)| {
         Tensor::from_slice(x, shape, device)
             .unwrap()
@@ -145,18 +168,18 @@ fn check(c: Case, device: &Device, dtype: DType) {
             .unwrap()
     };
     let op = FusedAttention {
-        key_pos: Tensor::from_slice(&pos, (c.rows, keys), device).unwrap(),
-        key_seg: Tensor::from_slice(&seg, (c.rows, keys), device).unwrap(),
+        key_pos: Tensor::from_slice(&x.pos, (c.rows, keys), device).unwrap(),
+        key_seg: Tensor::from_slice(&x.seg, (c.rows, keys), device).unwrap(),
         prefix: c.prefix,
         window: c.window,
-        scale,
+        scale: x.scale,
         softcap: c.softcap,
     };
     let got = op
         .apply(
-            &tensor(&q, (c.rows, c.heads, c.len, c.d)),
-            &tensor(&k, (c.rows, c.kv_heads, keys, c.d)),
-            &tensor(&v, (c.rows, c.kv_heads, keys, c.d)),
+            &tensor(&x.q, (c.rows, c.heads, c.len, c.d)),
+            &tensor(&x.k, (c.rows, c.kv_heads, keys, c.d)),
+            &tensor(&x.v, (c.rows, c.kv_heads, keys, c.d)),
         )
         .unwrap_or_else(|e| panic!("{c:?}: {e}"));
     let got: Vec<f32> = got
@@ -166,7 +189,13 @@ fn check(c: Case, device: &Device, dtype: DType) {
         .unwrap()
         .to_vec1()
         .unwrap();
+    compare(&c, &x, &got, dtype, &format!("{dtype:?}"));
+}
 
+/// Holds `got` to the definition's output, within the dtype's bounds (module doc).
+fn compare(c: &Case, x: &Inputs, got: &[f32], dtype: DType, label: &str) {
+    let expected = reference(c, &x.q, &x.k, &x.v, &x.pos, &x.seg, x.scale as f64);
+    assert_eq!(got.len(), expected.len());
     let eps = match dtype {
         DType::BF16 => 2f64.powi(-8),
         DType::F16 => 2f64.powi(-11),
@@ -184,17 +213,94 @@ fn check(c: Case, device: &Device, dtype: DType) {
     }
     let mean_share = total / total_bound;
     eprintln!(
-        "{c:?} {dtype:?}: worst |Δ| {worst:.2e} ({worst_share:.2} of its bound), mean {:.2e} ({mean_share:.3} of the mean bound)",
+        "{c:?} {label}: worst |Δ| {worst:.2e} ({worst_share:.2} of its bound), mean {:.2e} ({mean_share:.3} of the mean bound)",
         total / got.len() as f64
     );
     assert!(
         worst_share <= 1.0,
-        "{c:?}: worst |Δ| {worst:.3e} is {worst_share:.2}× its bound"
+        "{c:?} {label}: worst |Δ| {worst:.3e} is {worst_share:.2}× its bound"
     );
     assert!(
         mean_share <= 0.25,
-        "{c:?}: mean |Δ| is {mean_share:.3} of the mean bound"
+        "{c:?} {label}: mean |Δ| is {mean_share:.3} of the mean bound"
     );
+}
+
+/// tests/emulation/attention_host.cpp built with this machine's C++ compiler, once; None (the
+/// test says it skips) where there is none.
+fn emulator() -> Option<&'static PathBuf> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = common::repo_root();
+            let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("attention_host");
+            let out = Command::new("c++")
+                .args(["-std=c++20", "-O2", "-pthread", "-x", "c++"])
+                .arg(root.join("tests/emulation/attention_host.cpp"))
+                .arg("-o")
+                .arg(&exe)
+                .output();
+            match out {
+                Err(e) => {
+                    eprintln!("skipping: no C++ compiler (c++: {e})");
+                    None
+                }
+                Ok(o) if !o.status.success() => {
+                    panic!("attention_host.cpp: {}", String::from_utf8_lossy(&o.stderr))
+                }
+                Ok(_) => Some(exe),
+            }
+        })
+        .as_ref()
+}
+
+/// One of kernels/attention.cu's kernels (0: one warp per query, 1: tensor cores) on the CPU.
+fn emulated(exe: &Path, kernel: i32, c: &Case, x: &Inputs) -> Vec<f32> {
+    let keys = c.prefix + c.len;
+    let mut bytes = Vec::new();
+    let ints = [
+        kernel,
+        c.d as i32,
+        c.rows as i32,
+        c.heads as i32,
+        c.kv_heads as i32,
+    ];
+    let more = [c.len, keys, c.prefix, keys, c.window.unwrap_or(0)].map(|n| n as i32);
+    for n in ints.iter().chain(&more) {
+        bytes.extend_from_slice(&n.to_le_bytes());
+    }
+    for f in [x.scale, c.softcap.unwrap_or(0.0)] {
+        bytes.extend_from_slice(&f.to_le_bytes());
+    }
+    for t in [&x.q, &x.k, &x.v] {
+        for f in t.iter() {
+            bytes.extend_from_slice(&half::bf16::from_f32(*f).to_bits().to_le_bytes());
+        }
+    }
+    for t in [&x.pos, &x.seg] {
+        for f in t.iter() {
+            bytes.extend_from_slice(&f.to_le_bytes());
+        }
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let name = format!(
+        "attention-{kernel}-{}-{}-{}",
+        c.d,
+        c.len,
+        std::process::id()
+    );
+    let (input, output) = (
+        dir.join(format!("{name}.in")),
+        dir.join(format!("{name}.out")),
+    );
+    std::fs::write(&input, bytes).unwrap();
+    let status = Command::new(exe).arg(&input).arg(&output).status().unwrap();
+    assert!(status.success(), "attention_host {c:?}: {status}");
+    let out = std::fs::read(&output).unwrap();
+    let _ = (std::fs::remove_file(&input), std::fs::remove_file(&output));
+    out.chunks_exact(2)
+        .map(|b| half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
+        .collect()
 }
 
 fn case(d: usize, len: usize) -> Case {
@@ -301,5 +407,40 @@ fn fused_attention_at_real_shapes() {
         },
     ] {
         check(c, &device, DType::BF16);
+    }
+}
+
+/// The CUDA kernels' own code (kernels/attention.cu) on the CPU, every CUDA thread an OS thread
+/// (tests/emulation/cuda_host.h, whose tensor-core product follows PTX's fragment layout): the
+/// kernels' indexing, tiles, barriers and online softmax checked on machines without a GPU.
+#[test]
+fn cuda_kernels_emulated_on_the_cpu() {
+    let Some(exe) = emulator() else { return };
+    // The one-warp kernel's exchanges make it ~10× slower to emulate: its smallest and most
+    // common head dims, on the cases with a prefix, branches, a window and a softcap.
+    let warp_cases = |d| small_cases(d)[4..6].to_vec();
+    let runs = [
+        (0, 8, warp_cases(8)),
+        (0, 128, warp_cases(128)),
+        (1, 16, small_cases(16)),
+        (1, 32, small_cases(32)),
+        (1, 64, small_cases(64)),
+        (1, 128, small_cases(128)),
+        (1, 256, small_cases(256)),
+    ];
+    for (kernel, d, cases) in runs {
+        let start = std::time::Instant::now();
+        for c in cases {
+            let x = inputs(&c);
+            let got = emulated(exe, kernel, &c, &x);
+            compare(
+                &c,
+                &x,
+                &got,
+                DType::BF16,
+                &format!("kernel {kernel} emulated"),
+            );
+        }
+        eprintln!("kernel {kernel}, head dim {d}: {:.1?}", start.elapsed());
     }
 }

@@ -1,0 +1,73 @@
+// kernels/attention.cu's kernels run on the CPU through cuda_host.h, for tests/fused_attention.rs.
+// Usage: attention_host IN OUT. IN holds i32 kernel (0: one warp per query, 1: tensor cores),
+// d, rows, heads, kv_heads, len, keys, prefix, pos_stride, window; f32 scale, softcap; then q
+// (rows·heads·len·d bf16 bits), k and v (rows·kv_heads·keys·d each), key positions and
+// segments (rows·pos_stride f32 each). OUT gets the output's bf16 bits (as q).
+#include "cuda_host.h"
+#include "../../kernels/attention.cu"
+
+#include <cstdio>
+
+using Kernel = void (*)(const bf16*, const bf16*, const bf16*, const float*, const float*, bf16*,
+                        int, int, int, int, int, int, int, float, float);
+
+template <class T>
+static std::vector<T> read(FILE* f, size_t n) {
+    std::vector<T> x(n);
+    if (fread(x.data(), sizeof(T), n, f) != n) {
+        fprintf(stderr, "attention_host: input too short\n");
+        exit(2);
+    }
+    return x;
+}
+
+int main(int argc, char** argv) {
+    if (argc != 3) return 2;
+    FILE* in = fopen(argv[1], "rb");
+    if (!in) return 2;
+    const auto h = read<int>(in, 10);
+    const auto f = read<float>(in, 2);
+    const int kind = h[0], d = h[1], rows = h[2], heads = h[3], kv_heads = h[4], len = h[5],
+              keys = h[6], prefix = h[7], pos_stride = h[8], window = h[9];
+    const auto q = read<bf16>(in, (size_t)rows * heads * len * d);
+    const auto k = read<bf16>(in, (size_t)rows * kv_heads * keys * d);
+    const auto v = read<bf16>(in, (size_t)rows * kv_heads * keys * d);
+    const auto pos = read<float>(in, (size_t)rows * pos_stride);
+    const auto seg = read<float>(in, (size_t)rows * pos_stride);
+    fclose(in);
+
+    Kernel kernel = nullptr;
+    if (kind == 0) {
+        switch (d) {
+            case 8: kernel = attention_bf16_d8; break;
+            case 16: kernel = attention_bf16_d16; break;
+            case 32: kernel = attention_bf16_d32; break;
+            case 64: kernel = attention_bf16_d64; break;
+            case 128: kernel = attention_bf16_d128; break;
+            case 256: kernel = attention_bf16_d256; break;
+        }
+    } else {
+        switch (d) {
+            case 16: kernel = attention_mma_bf16_d16; break;
+            case 32: kernel = attention_mma_bf16_d32; break;
+            case 64: kernel = attention_mma_bf16_d64; break;
+            case 128: kernel = attention_mma_bf16_d128; break;
+            case 256: kernel = attention_mma_bf16_d256; break;
+        }
+    }
+    if (!kernel) {
+        fprintf(stderr, "attention_host: no kernel %d for head dim %d\n", kind, d);
+        return 2;
+    }
+    const unsigned queries = kind == 0 ? WARPS : MMA_QUERIES;
+    const unsigned threads = kind == 0 ? 32 * WARPS : 32 * MMA_WARPS;
+    std::vector<bf16> out((size_t)rows * heads * len * d);
+    host_launch({(len + queries - 1) / queries, (unsigned)heads, (unsigned)rows}, {threads}, [&] {
+        kernel(q.data(), k.data(), v.data(), pos.data(), seg.data(), out.data(), heads, kv_heads,
+               len, keys, prefix, pos_stride, window, f[0], f[1]);
+    });
+    FILE* o = fopen(argv[2], "wb");
+    if (!o || fwrite(out.data(), sizeof(bf16), out.size(), o) != out.size()) return 2;
+    fclose(o);
+    return 0;
+}
