@@ -13,6 +13,9 @@
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
 
+#[cfg(feature = "cuda")]
+const ATTENTION_CU: &str = include_str!("../../kernels/attention.cu");
+
 /// Keys per tile: the kernel's warp width.
 const TILE: usize = 32;
 /// What the unfused path adds to a score its query does not see (`batch::MASKED`).
@@ -228,7 +231,8 @@ impl CustomOp3 for FusedAttention {
         }
         let pos = pos_st.as_cuda_slice::<f32>()?.slice(pos_l.start_offset()..);
         let seg = seg_st.as_cuda_slice::<f32>()?.slice(seg_l.start_offset()..);
-        let (ptx, tensor_cores) = kernel_ptx(dev)?;
+        let ptx = super::nvrtc::ptx(dev, "kernels/attention.cu", ATTENTION_CU)?;
+        let tensor_cores = super::nvrtc::compute_capability(dev).0 >= 8;
         // The tensor-core kernel reads 32-bit words: every operand starts at an even element.
         let aligned = [ql, kl, vl].iter().all(|l| l.start_offset() % 2 == 0);
         let mma = tensor_cores && n.d % 16 == 0 && aligned;
@@ -284,27 +288,4 @@ impl CustomOp3 for FusedAttention {
 /// Whether the CUDA body takes this dtype and head dim.
 pub fn cuda_applies(dtype: DType, head_dim: usize) -> bool {
     dtype == DType::BF16 && matches!(head_dim, 8 | 16 | 32 | 64 | 128 | 256)
-}
-
-/// kernels/attention.cu compiled for this GPU's compute capability, once per process, and
-/// whether the GPU has bf16 tensor cores (compute capability 8.0 or later).
-#[cfg(feature = "cuda")]
-fn kernel_ptx(dev: &candle_core::CudaDevice) -> Result<(String, bool)> {
-    use candle_core::cuda_backend::cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
-    type Compiled = std::result::Result<(String, bool), String>;
-    static PTX: std::sync::OnceLock<Compiled> = std::sync::OnceLock::new();
-    PTX.get_or_init(|| {
-        let device = candle_core::Device::Cuda(dev.clone());
-        let (major, minor) = super::device::compute_capability(&device).unwrap_or((8, 0));
-        let arch: &'static str = Box::leak(format!("compute_{major}{minor}").into_boxed_str());
-        let opts = CompileOptions {
-            arch: Some(arch),
-            ..Default::default()
-        };
-        compile_ptx_with_opts(include_str!("../../kernels/attention.cu"), opts)
-            .map(|p| (p.to_src(), major >= 8))
-            .map_err(|e| format!("{e:?}"))
-    })
-    .clone()
-    .map_err(|e| candle_core::Error::Msg(format!("kernels/attention.cu: {e}")))
 }

@@ -6,6 +6,7 @@ mod attention_products;
 pub mod batch;
 pub mod block_dots;
 pub mod config;
+pub mod cuda_expand;
 pub mod decode;
 pub mod device;
 pub mod encoder;
@@ -20,6 +21,8 @@ mod kquant_expand;
 mod layers;
 mod masked_softmax;
 pub mod matrix;
+#[cfg(feature = "cuda")]
+mod nvrtc;
 mod prefill_attention;
 mod prefill_gemm;
 pub mod rope;
@@ -323,7 +326,7 @@ pub fn load_gguf_content(
     Ok(Transformer::load(&weights, cfg)?)
 }
 
-/// EXPERIMENT (branch gpu-next2, unmeasured): HYOKA_GPU_EXPERIMENT=qblock,keep-pool,fused-attention
+/// EXPERIMENT (branch gpu-next2, unmeasured): HYOKA_GPU_EXPERIMENT=qblock,keep-pool,fused-attention,bf16expand
 /// switches GPU paths on, to compare them with main's in one bundle on a GPU.
 pub(crate) fn experiment(name: &str) -> bool {
     static ON: std::sync::OnceLock<String> = std::sync::OnceLock::new();

@@ -42,6 +42,14 @@ inline thread_local dim3 threadIdx, blockIdx;
 #define __align__(n) __attribute__((aligned(n)))
 #define ATTENTION_HOST_MMA 1
 
+struct uint4 {
+    unsigned x, y, z, w;
+};
+// Built with -ffp-contract=off: each operation rounds once, as these intrinsics do.
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+
 inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; }
 inline float __uint_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned x; std::memcpy(&x, &f, 4); return x; }
@@ -126,4 +134,19 @@ void host_launch(dim3 grid, dim3 block, Kernel kernel) {
                     });
                 for (auto& t : threads) t.join();
             }
+}
+
+// For kernels without barriers or warp exchanges: every thread in turn, on this thread.
+template <class Kernel>
+void host_launch_serial(dim3 grid, dim3 block, Kernel kernel) {
+    gridDim = grid;
+    blockDim = block;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++)
+                for (unsigned i = 0; i < block.x; i++) {
+                    threadIdx = {i, 0, 0};
+                    blockIdx = {x, y, z};
+                    kernel();
+                }
 }
