@@ -73,32 +73,7 @@ fn assert_same(label: &str, got: &[u16], want: &[u16]) {
 fn emulator() -> Option<&'static PathBuf> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("expand_host");
-            let out = Command::new("c++")
-                .args([
-                    "-std=c++20",
-                    "-O2",
-                    "-ffp-contract=off",
-                    "-pthread",
-                    "-x",
-                    "c++",
-                ])
-                .arg(common::repo_root().join("tests/emulation/expand_host.cpp"))
-                .arg("-o")
-                .arg(&exe)
-                .output();
-            match out {
-                Err(e) => {
-                    eprintln!("skipping: no C++ compiler (c++: {e})");
-                    None
-                }
-                Ok(o) if !o.status.success() => {
-                    panic!("expand_host.cpp: {}", String::from_utf8_lossy(&o.stderr))
-                }
-                Ok(_) => Some(exe),
-            }
-        })
+        .get_or_init(|| common::build_emulator("expand_host.cpp"))
         .as_ref()
 }
 
@@ -110,7 +85,7 @@ fn expansion_kernels_emulated_equal_the_cpu_bit_for_bit() {
         let (name, size, per) = cuda_expand::kernel(ty).unwrap();
         let blocks = q.data().unwrap();
         assert_eq!(blocks.len(), ROWS * COLS / per * size, "{ty:?}: block size");
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let dir = common::scratch_dir();
         let tag = format!("expand-{name}-{}", std::process::id());
         let (input, output) = (
             dir.join(format!("{tag}.in")),

@@ -226,31 +226,10 @@ fn compare(c: &Case, x: &Inputs, got: &[f32], dtype: DType, label: &str) {
     );
 }
 
-/// tests/emulation/attention_host.cpp built with this machine's C++ compiler, once; None (the
-/// test says it skips) where there is none.
 fn emulator() -> Option<&'static PathBuf> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            let root = common::repo_root();
-            let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("attention_host");
-            let out = Command::new("c++")
-                .args(["-std=c++20", "-O2", "-pthread", "-x", "c++"])
-                .arg(root.join("tests/emulation/attention_host.cpp"))
-                .arg("-o")
-                .arg(&exe)
-                .output();
-            match out {
-                Err(e) => {
-                    eprintln!("skipping: no C++ compiler (c++: {e})");
-                    None
-                }
-                Ok(o) if !o.status.success() => {
-                    panic!("attention_host.cpp: {}", String::from_utf8_lossy(&o.stderr))
-                }
-                Ok(_) => Some(exe),
-            }
-        })
+        .get_or_init(|| common::build_emulator("attention_host.cpp"))
         .as_ref()
 }
 
@@ -282,7 +261,7 @@ fn emulated(exe: &Path, kernel: i32, c: &Case, x: &Inputs) -> Vec<f32> {
             bytes.extend_from_slice(&f.to_le_bytes());
         }
     }
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let dir = common::scratch_dir();
     let name = format!(
         "attention-{kernel}-{}-{}-{}",
         c.d,

@@ -122,3 +122,46 @@ pub fn every_position_logits(model: &hyoka::model::Transformer, ids: &[u32]) -> 
         .to_vec2::<f32>()
         .unwrap()
 }
+
+/// A directory for a test's files: cargo's tmp directory for this target where it exists (not on
+/// a machine a bundled test binary was carried to), the system's otherwise.
+pub fn scratch_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    if dir.is_dir() {
+        dir
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// tests/emulation/`source` (a CUDA kernel file run on the CPU) built with this machine's C++
+/// compiler; None where there is none (the caller says it skips). A compile error panics.
+pub fn build_emulator(source: &str) -> Option<PathBuf> {
+    let exe = scratch_dir().join(source.trim_end_matches(".cpp"));
+    let building = exe.with_extension(format!("{}.tmp", std::process::id()));
+    let out = std::process::Command::new("c++")
+        .args([
+            "-std=c++20",
+            "-O2",
+            "-ffp-contract=off",
+            "-pthread",
+            "-x",
+            "c++",
+        ])
+        .arg(repo_root().join("tests/emulation").join(source))
+        .arg("-o")
+        .arg(&building)
+        .output();
+    match out {
+        Err(e) => {
+            eprintln!("skipping: no C++ compiler to emulate the CUDA kernels (c++: {e})");
+            None
+        }
+        Ok(o) if !o.status.success() => panic!("{source}: {}", String::from_utf8_lossy(&o.stderr)),
+        Ok(_) => {
+            // A rename replaces the file whole: test binaries running at once each build theirs.
+            std::fs::rename(&building, &exe).expect("the emulator's binary is moved in place");
+            Some(exe)
+        }
+    }
+}
