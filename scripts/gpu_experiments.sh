@@ -13,6 +13,10 @@
 #    expanded weights, the experiments together and alone; transformers on the same tokens.
 # 3. json mode end to end (roleplay8-ja, 10 items): every experiment on vs off, how far apart;
 #    then where the time goes with every experiment on (--stage-times).
+# A rehearsal of the script's paths on this machine, with a CPU bundle
+# (`HYOKA_BUNDLE_FEATURES= scripts/gpu_bundle.sh`) and a small model:
+#   OUT=/tmp/out HYOKA_EXP_DEVICE=cpu HYOKA_EXP_FUSED=none HYOKA_EXP_MODEL=…/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
+#   HYOKA_EXP_TOKENIZER= HYOKA_EXP_N=2 scripts/gpu_experiments.sh 900
 set -u
 export PYTHONUNBUFFERED=1
 DEADLINE=${1:-500}; T0=$SECONDS
@@ -20,14 +24,18 @@ B=/tmp/b; X=/tmp/x; mkdir -p $B $X /tmp/synth
 ( while sleep 4; do tar czf "$OUT/logs.tmp.tgz" -C /tmp x 2>/dev/null && mv "$OUT/logs.tmp.tgz" "$OUT/logs.tgz"; done ) &
 LOOP=$!
 left() { echo $((DEADLINE - (SECONDS - T0))); }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' .gpu/bundle.tar.xz $B
 python3 -m pip install -q --no-index --no-deps --target $B/site $B/wheels/*.whl > $X/wheels.log 2>&1
 echo "unpacked at $((SECONDS - T0)) s: $(head -1 $B/commit)"
 LIBS="$(python3 -c 'import glob, os, site
 dirs = {os.path.dirname(p) for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/**/lib*.so.*", recursive=True)}
 print(":".join(sorted(dirs)))'):/usr/local/nvidia/lib64"
-H=$B/bin/hyoka; G=/tmp/synth/llama-8b-q4_k_m.gguf; TOK=$B/models/llama-3-tokenizer
+DEV=${HYOKA_EXP_DEVICE:-cuda}; N=${HYOKA_EXP_N:-12}
+# (The fused attention's CPU body is a scalar reference: a rehearsal sets HYOKA_EXP_FUSED=none.)
+FUSED=${HYOKA_EXP_FUSED:-fused-attention}; ALL=$FUSED,bf16expand,keep-pool
+H=$B/bin/hyoka; G=${HYOKA_EXP_MODEL:-/tmp/synth/llama-8b-q4_k_m.gguf}
+TOK=(--tokenizer "${HYOKA_EXP_TOKENIZER-$B/models/llama-3-tokenizer}"); [ -n "${TOK[1]}" ] || TOK=()
 run() { # NAME MIN_LEFT COMMAND...: its output in $X/NAME.log
   local name=$1 min=$2; shift 2; local l; l=$(left)
   if [ "$l" -lt "$min" ]; then echo "== skipped ($l s left): $name"; return; fi
@@ -45,7 +53,7 @@ def last_json(p):
 '
 
 # 1. correctness
-T=(env CARGO_MANIFEST_DIR="$PWD" HYOKA_TEST_DEVICE=cuda HYOKA_TEST_DTYPE=bf16 HYOKA_SKIP_MODEL_TESTS=1)
+T=(env CARGO_MANIFEST_DIR="$PWD" HYOKA_TEST_DEVICE=$DEV HYOKA_TEST_DTYPE=bf16 HYOKA_SKIP_MODEL_TESTS=1)
 run fused-kernels 60 "${T[@]}" $B/tests/fused_attention --test-threads 1 --nocapture fused_attention_
 run expand-kernels 30 "${T[@]}" $B/tests/expand_kernels --nocapture on_the_gpu
 run fused-models 60 "${T[@]}" $B/tests/runtime_parity --nocapture fused_attention_matches_transformers
@@ -54,37 +62,37 @@ grep -hE "worst|bit for bit|panicked|test result" $X/fused-kernels.log $X/expand
       -e 's/window: None, softcap: None, //' | cut -c1-170
 
 # 2. speed
-run synthetic 60 python3 scripts/synthetic_gguf.py --shape llama-8b --quant q4_k_m -o $G --models $B/models
-BENCH=($H bench --device cuda --model $G --input $B/items.jsonl --n 12 --decode-tokens 32 --tokenizer $TOK)
+[ -e $G ] || run synthetic 60 python3 scripts/synthetic_gguf.py --shape llama-8b --quant q4_k_m -o $G --models $B/models
+BENCH=($H bench --device $DEV --model $G --input $B/items.jsonl --decode-tokens 32 "${TOK[@]}")
 bench() { # NAME EXPERIMENTS [flags]
   local name=$1 exp=$2; shift 2
-  run bench-$name 45 env HYOKA_GPU_EXPERIMENT="$exp" "${BENCH[@]}" "$@"
+  run bench-$name 45 env HYOKA_GPU_EXPERIMENT="$exp" "${BENCH[@]}" --n ${PROMPTS:-$N} "$@"
 }
 bench stored "" --dump-tokens $X/tokens.json
 bench expanded "" --weights expanded
-bench stored-all fused-attention,bf16expand,keep-pool
-bench expanded-fused-pool fused-attention,keep-pool --weights expanded
-run transformers 40 python3 scripts/bench_torch_prefill.py $G $X/tokens.json --device cuda --decode-tokens 0
-bench stored-fused fused-attention
+bench stored-all $ALL
+bench expanded-fused-pool $FUSED,keep-pool --weights expanded
+run transformers 40 python3 scripts/bench_torch_prefill.py $G $X/tokens.json --device $DEV --decode-tokens 0
+bench stored-fused $FUSED
 bench stored-bf16expand bf16expand
 bench stored-keep-pool keep-pool
 python3 -c "$last_json"'
 import glob
 keys = ("prefill_batch1_tok_s", "prefill_batched_tok_s", "judge_items_s", "decode_batch1_tok_s", "decode_batched_tok_s")
-print("%-22s" % "tok/s, judge items/s" + "".join("%14s" % k.replace("_tok_s", "").replace("_items_s", "") for k in keys))
+print("%-22s" % "tok/s, judge items/s" + "".join("%16s" % k.replace("_tok_s", "").replace("_items_s", "") for k in keys))
 for p in sorted(glob.glob("/tmp/x/bench-*.log"), key=os.path.getmtime):
     if (h := last_json(p)) and all(k in h for k in keys):
-        print("%-22s" % os.path.basename(p)[6:-4] + "".join("%14.1f" % h[k] for k in keys))
+        print("%-22s" % os.path.basename(p)[6:-4] + "".join("%16.1f" % h[k] for k in keys))
 t = last_json("/tmp/x/transformers.log")
 if t: print("transformers prefill %.0f tok/s" % t["prefill_tok_s"])
 '
 
 # 3. json mode end to end, then where the time goes
-head -10 $B/items.jsonl > $X/items10.jsonl
+head -${HYOKA_EXP_ITEMS:-10} $B/items.jsonl > $X/items10.jsonl
 sed 's/^reason_max_tokens = .*/reason_max_tokens = 128/' prompts/roleplay8-ja.toml > $X/rp128.toml
-J=($H judge --rubric $X/rp128.toml --model $G --tokenizer $TOK --device cuda --input $X/items10.jsonl --overwrite)
+J=($H judge --rubric $X/rp128.toml --model $G "${TOK[@]}" --device $DEV --input $X/items10.jsonl --overwrite)
 run e2e-main 40 "${J[@]}" -o $X/e2e-main.jsonl
-run e2e-all 40 env HYOKA_GPU_EXPERIMENT=fused-attention,bf16expand,keep-pool "${J[@]}" -o $X/e2e-all.jsonl
+run e2e-all 40 env HYOKA_GPU_EXPERIMENT=$ALL "${J[@]}" -o $X/e2e-all.jsonl
 python3 -c '
 import json, os
 def load(p): return {d["id"]: d for d in map(json.loads, open(p))} if os.path.exists(p) else None
@@ -98,7 +106,7 @@ if a and b:
     print(f"json mode, every experiment vs none: {len(a)} items, same text {text}, max |dexpected| {de:.3g}")
 '
 grep -H "scor\|items/s" $X/e2e-*.log | tail -4
-bench stored-all-stages fused-attention,bf16expand,keep-pool --n 6 --stage-times
+PROMPTS=$(( N < 6 ? N : 6 )) bench stored-all-stages $ALL --stage-times
 python3 -c "$last_json"'
 r = last_json("/tmp/x/bench-stored-all-stages.log") or {}
 for m, st in (r.get("stage_seconds") or {}).items():
