@@ -33,14 +33,26 @@ __device__ __forceinline__ float warp_sum(float x) {
     return x;
 }
 
-// q (rows, heads, len, D), k and v (rows, kv_heads, keys, D), out like q; key_pos and key_seg
-// (rows, pos_stride) f32, the queries at columns prefix..prefix + len. Grid: (query blocks of
-// WARPS, heads, rows); block: 32 × WARPS threads. window 0: none; softcap 0: none.
+// Key `key` of a (row, kv head): the first `shared_len` are a prefix every row continues, one
+// copy ((kv_heads, shared_len, D) at `shared`), the rest the row's own, `own` pointing at the
+// row's and kv head's first (keys D apart: a decoding cache is read where it lies).
+__device__ __forceinline__ const bf16* key_at(const bf16* shared, const bf16* own, int shared_len,
+                                              int key, int D) {
+    return key < shared_len ? shared + (size_t)key * D : own + (size_t)(key - shared_len) * D;
+}
+
+// q (rows, heads, len, D) contiguous; keys and values: `shared_len` shared ones (k_shared,
+// v_shared: (kv_heads, shared_len, D)), then each row's own at k, v with strides row_stride
+// and head_stride (elements), keys - shared_len of them; out like q; key_pos and key_seg (rows,
+// pos_stride) f32, the queries at columns prefix..prefix + len. Grid: (query blocks of WARPS,
+// heads, rows); block: 32 × WARPS threads. window 0: none; softcap 0: none.
 template <int D>
 __device__ void attention(const bf16* __restrict__ q, const bf16* __restrict__ k,
-                          const bf16* __restrict__ v, const float* __restrict__ key_pos,
+                          const bf16* __restrict__ v, const bf16* __restrict__ k_shared,
+                          const bf16* __restrict__ v_shared, const float* __restrict__ key_pos,
                           const float* __restrict__ key_seg, bf16* __restrict__ out, int heads,
                           int kv_heads, int len, int keys, int prefix, int pos_stride, int window,
+                          int shared_len, long long row_stride, long long head_stride,
                           float scale, float softcap) {
     constexpr int PER_LANE = (D + 31) / 32;  // output dims per lane: i·32 + lane < D
     __shared__ bf16 kt[D][TILE + 2];  // keys transposed: lane j reads column j
@@ -59,8 +71,10 @@ __device__ void attention(const bf16* __restrict__ q, const bf16* __restrict__ k
     const float* pos = key_pos + (size_t)row * pos_stride;
     const float* seg = key_seg + (size_t)row * pos_stride;
     const float pq = real ? pos[prefix + query] : 0.0f, sq = real ? seg[prefix + query] : 0.0f;
-    const bf16* kbase = k + ((size_t)row * kv_heads + kv) * keys * D;
-    const bf16* vbase = v + ((size_t)row * kv_heads + kv) * keys * D;
+    const bf16* kown = k + row * row_stride + kv * head_stride;
+    const bf16* vown = v + row * row_stride + kv * head_stride;
+    const bf16* kshared = k_shared + (size_t)kv * shared_len * D;
+    const bf16* vshared = v_shared + (size_t)kv * shared_len * D;
 
     float m = NEG_INF, l = 0.0f, o[PER_LANE];
     for (int i = 0; i < PER_LANE; i++) o[i] = 0.0f;
@@ -70,8 +84,8 @@ __device__ void attention(const bf16* __restrict__ q, const bf16* __restrict__ k
         for (int at = threadIdx.x; at < TILE * D; at += 32 * WARPS) {
             const int j = at / D, d = at % D, key = start + j;
             const bool in = key < key_end;
-            kt[d][j] = in ? kbase[(size_t)key * D + d] : (bf16)0;
-            vs[j][d] = in ? vbase[(size_t)key * D + d] : (bf16)0;
+            kt[d][j] = in ? key_at(kshared, kown, shared_len, key, D)[d] : (bf16)0;
+            vs[j][d] = in ? key_at(vshared, vown, shared_len, key, D)[d] : (bf16)0;
         }
         __syncthreads();
         if (!real) continue;  // every warp still meets both barriers of every tile
@@ -106,11 +120,14 @@ __device__ void attention(const bf16* __restrict__ q, const bf16* __restrict__ k
 
 #define ATTENTION(D)                                                                           \
     extern "C" __global__ void attention_bf16_d##D(                                            \
-        const bf16* q, const bf16* k, const bf16* v, const float* key_pos,                     \
-        const float* key_seg, bf16* out, int heads, int kv_heads, int len, int keys,           \
-        int prefix, int pos_stride, int window, float scale, float softcap) {                  \
-        attention<D>(q, k, v, key_pos, key_seg, out, heads, kv_heads, len, keys, prefix,       \
-                     pos_stride, window, scale, softcap);                                      \
+        const bf16* q, const bf16* k, const bf16* v, const bf16* k_shared,                     \
+        const bf16* v_shared, const float* key_pos, const float* key_seg, bf16* out, int heads, \
+        int kv_heads, int len, int keys, int prefix, int pos_stride, int window,               \
+        int shared_len, long long row_stride, long long head_stride, float scale,              \
+        float softcap) {                                                                       \
+        attention<D>(q, k, v, k_shared, v_shared, key_pos, key_seg, out, heads, kv_heads, len, \
+                     keys, prefix, pos_stride, window, shared_len, row_stride, head_stride,    \
+                     scale, softcap);                                                          \
     }
 
 ATTENTION(8)
@@ -156,13 +173,16 @@ __device__ __forceinline__ unsigned pack2(bf16 lo, bf16 hi) {
 __device__ __forceinline__ unsigned word(const bf16* p) { return *(const unsigned*)p; }
 
 // Arguments and grid as `attention`, with MMA_QUERIES queries a block and 32 × MMA_WARPS
-// threads; q, k and v 4-byte aligned (checked by the caller).
+// threads; q, k, v and the shared keys and values 4-byte aligned (checked by the caller).
 template <int D, int KT>
 __device__ void attention_mma(const bf16* __restrict__ q, const bf16* __restrict__ k,
-                              const bf16* __restrict__ v, const float* __restrict__ key_pos,
+                              const bf16* __restrict__ v, const bf16* __restrict__ k_shared,
+                              const bf16* __restrict__ v_shared,
+                              const float* __restrict__ key_pos,
                               const float* __restrict__ key_seg, bf16* __restrict__ out,
                               int heads, int kv_heads, int len, int keys, int prefix,
-                              int pos_stride, int window, float scale, float softcap) {
+                              int pos_stride, int window, int shared_len, long long row_stride,
+                              long long head_stride, float scale, float softcap) {
     constexpr int DP = D + 8, KP = KT + 8, THREADS = 32 * MMA_WARPS;
     __shared__ __align__(16) bf16 ks[KT * DP];  // ks[key][dim]
     __shared__ __align__(16) bf16 vt[D * KP];   // vt[dim][key]
@@ -179,8 +199,10 @@ __device__ void attention_mma(const bf16* __restrict__ q, const bf16* __restrict
     const bf16* qbase = q + ((size_t)row * heads + head) * len * D;
     const float* pos = key_pos + (size_t)row * pos_stride;
     const float* seg = key_seg + (size_t)row * pos_stride;
-    const bf16* kbase = k + ((size_t)row * kv_heads + kv) * keys * D;
-    const bf16* vbase = v + ((size_t)row * kv_heads + kv) * keys * D;
+    const bf16* kown = k + row * row_stride + kv * head_stride;
+    const bf16* vown = v + row * row_stride + kv * head_stride;
+    const bf16* kshared = k_shared + (size_t)kv * shared_len * D;
+    const bf16* vshared = v_shared + (size_t)kv * shared_len * D;
 
     // A fragments of the warp's queries, 16 dims each: registers (row g | g + 8) × (columns
     // 2t | 8 + 2t).
@@ -209,11 +231,13 @@ __device__ void attention_mma(const bf16* __restrict__ q, const bf16* __restrict
         // threads on consecutive keys, so that their transposed stores do not collide.
         for (int at = threadIdx.x; at < KT * D / 2; at += THREADS) {
             const int j = at / (D / 2), d = (at % (D / 2)) * 2, key = start + j;
-            *(unsigned*)&ks[j * DP + d] = key < key_end ? word(kbase + (size_t)key * D + d) : 0u;
+            *(unsigned*)&ks[j * DP + d] =
+                key < key_end ? word(key_at(kshared, kown, shared_len, key, D) + d) : 0u;
         }
         for (int at = threadIdx.x; at < KT * D / 2; at += THREADS) {
             const int j = at % KT, d = (at / KT) * 2, key = start + j;
-            const unsigned x = key < key_end ? word(vbase + (size_t)key * D + d) : 0u;
+            const unsigned x =
+                key < key_end ? word(key_at(vshared, vown, shared_len, key, D) + d) : 0u;
             vt[d * KP + j] = (bf16)(x & 0xffffu);
             vt[(d + 1) * KP + j] = (bf16)(x >> 16);
         }
@@ -311,11 +335,14 @@ __device__ void attention_mma(const bf16* __restrict__ q, const bf16* __restrict
 
 #define ATTENTION_MMA(D, KT)                                                                   \
     extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS) attention_mma_bf16_d##D(     \
-        const bf16* q, const bf16* k, const bf16* v, const float* key_pos,                     \
-        const float* key_seg, bf16* out, int heads, int kv_heads, int len, int keys,           \
-        int prefix, int pos_stride, int window, float scale, float softcap) {                  \
-        attention_mma<D, KT>(q, k, v, key_pos, key_seg, out, heads, kv_heads, len, keys,       \
-                             prefix, pos_stride, window, scale, softcap);                      \
+        const bf16* q, const bf16* k, const bf16* v, const bf16* k_shared,                     \
+        const bf16* v_shared, const float* key_pos, const float* key_seg, bf16* out, int heads, \
+        int kv_heads, int len, int keys, int prefix, int pos_stride, int window,               \
+        int shared_len, long long row_stride, long long head_stride, float scale,              \
+        float softcap) {                                                                       \
+        attention_mma<D, KT>(q, k, v, k_shared, v_shared, key_pos, key_seg, out, heads,        \
+                             kv_heads, len, keys, prefix, pos_stride, window, shared_len,      \
+                             row_stride, head_stride, scale, softcap);                         \
     }
 
 ATTENTION_MMA(16, 64)

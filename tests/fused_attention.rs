@@ -37,6 +37,11 @@ struct Case {
     softcap: Option<f32>,
     /// Even rows hold a trunk then two branches (the judge's layout); odd rows one sequence.
     branches: bool,
+    /// The first `shared` keys (≤ prefix) are one copy every row reads (a judge's header).
+    shared: usize,
+    /// Slots after each row's own keys that are not keys (a decoding cache's free slots): the
+    /// op reads the rows where they lie, at a stride.
+    pad: usize,
 }
 
 /// Each key's position and segment: the prefix and the trunk in segment 0, branch b in
@@ -137,8 +142,15 @@ fn reference(
 
 struct Inputs {
     q: Vec<f32>,
+    /// Every row's keys and values, (rows, kv_heads, keys, d): the definition's.
     k: Vec<f32>,
     v: Vec<f32>,
+    /// The same as the op reads them: the shared ones (kv_heads, shared, d), each row's own
+    /// (rows, kv_heads, own + pad, d), the pad slots full of values far from any key's.
+    shared_k: Vec<f32>,
+    shared_v: Vec<f32>,
+    own_k: Vec<f32>,
+    own_v: Vec<f32>,
     pos: Vec<f32>,
     seg: Vec<f32>,
     scale: f32,
@@ -146,12 +158,40 @@ struct Inputs {
 
 fn inputs(c: &Case) -> Inputs {
     let keys = c.prefix + c.len;
+    let (h, own, d, kv) = (c.shared, keys - c.shared, c.d, c.kv_heads);
     let seed = (c.d * 1_000 + c.len) as u64;
     let (pos, seg) = layout(c);
+    let (shared_k, shared_v) = (
+        values(kv * h * d, 1.0, seed + 3),
+        values(kv * h * d, 1.0, seed + 4),
+    );
+    let slots = own + c.pad;
+    let mut own_k = values(c.rows * kv * slots * d, 1.0, seed + 1);
+    let mut own_v = values(c.rows * kv * slots * d, 1.0, seed + 2);
+    for (i, (x, y)) in own_k.iter_mut().zip(own_v.iter_mut()).enumerate() {
+        if i / d % slots >= own {
+            (*x, *y) = (64.0, -64.0);
+        }
+    }
+    // The definition's keys: the shared ones, then the row's own.
+    let full = |shared: &[f32], own_t: &[f32]| -> Vec<f32> {
+        let mut out = Vec::with_capacity(c.rows * kv * keys * d);
+        for r in 0..c.rows {
+            for g in 0..kv {
+                out.extend_from_slice(&shared[g * h * d..][..h * d]);
+                out.extend_from_slice(&own_t[(r * kv + g) * slots * d..][..own * d]);
+            }
+        }
+        out
+    };
     Inputs {
         q: values(c.rows * c.heads * c.len * c.d, 6.0, seed),
-        k: values(c.rows * c.kv_heads * keys * c.d, 1.0, seed + 1),
-        v: values(c.rows * c.kv_heads * keys * c.d, 1.0, seed + 2),
+        k: full(&shared_k, &own_k),
+        v: full(&shared_v, &own_v),
+        shared_k,
+        shared_v,
+        own_k,
+        own_v,
         pos,
         seg,
         scale: 1.0 / (c.d as f32).sqrt(),
@@ -167,19 +207,29 @@ fn check(c: Case, device: &Device, dtype: DType) {
             .to_dtype(dtype)
             .unwrap()
     };
+    let (own, slots) = (keys - c.shared, keys - c.shared + c.pad);
+    let shared = (c.shared > 0).then(|| {
+        let shape = (1, c.kv_heads, c.shared, c.d);
+        (tensor(&x.shared_k, shape), tensor(&x.shared_v, shape))
+    });
     let op = FusedAttention {
         key_pos: Tensor::from_slice(&x.pos, (c.rows, keys), device).unwrap(),
         key_seg: Tensor::from_slice(&x.seg, (c.rows, keys), device).unwrap(),
+        shared,
         prefix: c.prefix,
         window: c.window,
         scale: x.scale,
         softcap: c.softcap,
     };
+    let own_part = |t: &[f32]| {
+        let all = tensor(t, (c.rows, c.kv_heads, slots, c.d));
+        all.narrow(2, 0, own).unwrap()
+    };
     let got = op
         .apply(
             &tensor(&x.q, (c.rows, c.heads, c.len, c.d)),
-            &tensor(&x.k, (c.rows, c.kv_heads, keys, c.d)),
-            &tensor(&x.v, (c.rows, c.kv_heads, keys, c.d)),
+            &own_part(&x.own_k),
+            &own_part(&x.own_v),
         )
         .unwrap_or_else(|e| panic!("{c:?}: {e}"));
     let got: Vec<f32> = got
@@ -244,14 +294,24 @@ fn emulated(exe: &Path, kernel: i32, c: &Case, x: &Inputs) -> Vec<f32> {
         c.heads as i32,
         c.kv_heads as i32,
     ];
-    let more = [c.len, keys, c.prefix, keys, c.window.unwrap_or(0)].map(|n| n as i32);
+    let slots = keys - c.shared + c.pad;
+    let more = [
+        c.len,
+        keys,
+        c.prefix,
+        keys,
+        c.window.unwrap_or(0),
+        c.shared,
+        slots,
+    ];
+    let more = more.map(|n| n as i32);
     for n in ints.iter().chain(&more) {
         bytes.extend_from_slice(&n.to_le_bytes());
     }
     for f in [x.scale, c.softcap.unwrap_or(0.0)] {
         bytes.extend_from_slice(&f.to_le_bytes());
     }
-    for t in [&x.q, &x.k, &x.v] {
+    for t in [&x.q, &x.shared_k, &x.shared_v, &x.own_k, &x.own_v] {
         for f in t.iter() {
             bytes.extend_from_slice(&half::bf16::from_f32(*f).to_bits().to_le_bytes());
         }
@@ -293,6 +353,8 @@ fn case(d: usize, len: usize) -> Case {
         window: None,
         softcap: None,
         branches: false,
+        shared: 0,
+        pad: 0,
     }
 }
 
@@ -304,6 +366,8 @@ fn small_cases(d: usize) -> Vec<Case> {
         case(d, 65),
         Case {
             prefix: 37,
+            shared: 20,
+            pad: 11,
             ..case(d, 130)
         },
         Case {
@@ -312,6 +376,7 @@ fn small_cases(d: usize) -> Vec<Case> {
         },
         Case {
             prefix: 5,
+            shared: 5,
             branches: true,
             window: Some(40),
             ..case(d, 97)
@@ -323,6 +388,8 @@ fn small_cases(d: usize) -> Vec<Case> {
         },
         Case {
             prefix: 200,
+            shared: 150,
+            pad: 9,
             ..case(d, 3)
         },
     ]
@@ -350,8 +417,9 @@ fn fused_attention_matches_its_definition() {
 }
 
 /// A judge's prompt at real shape: Llama-3.1-8B's heads (32 queries, 8 keys/values of 128) and
-/// gemma-2's (8/4 of 256) over 1,643 tokens, a header then two branches. On the CPU the op's
-/// CPU body is too slow for this: GPU only.
+/// gemma-2's (8/4 of 256) over 1,643 tokens, a header then two branches; 20 rows decoding after
+/// a shared header and their own caches. On the CPU the op's CPU body is too slow for this: GPU
+/// only.
 #[test]
 fn fused_attention_at_real_shapes() {
     let device = common::device();
@@ -375,13 +443,25 @@ fn fused_attention_at_real_shapes() {
         window: Some(1_024),
         ..llama
     };
+    let decoding = Case {
+        rows: 20,
+        len: 1,
+        prefix: 1_200,
+        shared: 900,
+        pad: 300,
+        branches: false,
+        ..llama
+    };
     for c in [
         llama,
         gemma,
+        decoding,
         Case {
             rows: 3,
             len: 700,
             prefix: 300,
+            shared: 250,
+            pad: 40,
             ..llama
         },
     ] {

@@ -10,6 +10,11 @@
 //! FlashAttention's online softmax in f32, the mask computed from every key's position and
 //! segment. `tests/fused_attention.rs` holds either body to attention computed in f64 from its
 //! definition (on a GPU at real judges' shapes too); `runtime_parity` runs the models through it.
+//!
+//! A prefix every row continues (a judge's header) is read from its one copy, and each row's own
+//! keys where they lie (a decoding cache's rows, strided): without copying either for every row
+//! and layer, as the unfused path does — a GPU decoding step of 20 rows spent ~100 ms, mostly
+//! in launches of per-row copies and ops (~30 a row and layer, 8B: 32 layers).
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
 
@@ -21,13 +26,17 @@ const TILE: usize = 32;
 /// What the unfused path adds to a score its query does not see (`batch::MASKED`).
 const MASKED: f32 = f32::MIN;
 
-/// softmax(q·kᵀ·scale + mask)·v for q (rows, heads, len, d) and k, v (rows, kv_heads, keys, d)
-/// contiguous, where the queries are the last `len` of `prefix + len` keys; `key_pos` and
-/// `key_seg` (rows, ≥ keys) f32 give every key's position and segment (`Batch`). Keys after
-/// the last query of a block of 8 queries are left out (masked for all of them).
+/// softmax(q·kᵀ·scale + mask)·v for q (rows, heads, len, d) contiguous and the keys and values
+/// of `shared` ((1, kv_heads, h, d) contiguous: a prefix every row continues, one copy)
+/// followed by k, v (rows, kv_heads, own, d), read where they lie (keys d apart, rows and heads
+/// at any stride: a decoding cache's rows), where the queries are the last `len` of
+/// `prefix + len = h + own` keys; `key_pos` and `key_seg` (rows, ≥ keys) f32 give every key's
+/// position and segment (`Batch`). Keys after the last query of a block of 8 queries are left
+/// out (masked for all of them).
 pub struct FusedAttention {
     pub key_pos: Tensor,
     pub key_seg: Tensor,
+    pub shared: Option<(Tensor, Tensor)>,
     pub prefix: usize,
     pub window: Option<usize>,
     pub scale: f32,
@@ -47,10 +56,36 @@ impl FusedAttention {
         q.apply_op3_no_bwd(k, v, self)
     }
 
+    /// Whether k or v (rows, kv_heads, own, d) can be read where it lies.
+    pub fn reads_in_place(t: &Tensor) -> bool {
+        strides(t.layout()).is_some_and(|s| s[2..] == [t.dims()[3], 1])
+    }
+
+    fn shared_len(&self) -> Result<usize> {
+        Ok(match &self.shared {
+            Some((k, _)) => k.dim(2)?,
+            None => 0,
+        })
+    }
+
     fn dims(&self, ql: &Layout, kl: &Layout, vl: &Layout) -> Result<Dims> {
         let (rows, heads, len, d) = ql.shape().dims4()?;
-        let (krows, kv_heads, keys, kd) = kl.shape().dims4()?;
+        let (krows, kv_heads, own, kd) = kl.shape().dims4()?;
         let (pos_rows, pos_stride) = self.key_pos.dims2()?;
+        let shared_len = self.shared_len()?;
+        let keys = shared_len + own;
+        if let Some((sk, sv)) = &self.shared {
+            if sk.dims() != [1, kv_heads, shared_len, d] || sv.dims() != sk.dims() {
+                bail!(
+                    "fused attention: shared keys {:?}, values {:?}",
+                    sk.dims(),
+                    sv.dims()
+                )
+            }
+            if !(sk.is_contiguous() && sv.is_contiguous()) {
+                bail!("fused attention: the shared keys and values must be contiguous")
+            }
+        }
         if krows != rows || kd != d || vl.shape() != kl.shape() || heads % kv_heads.max(1) != 0 {
             bail!(
                 "fused attention: q {:?}, k {:?}, v {:?}",
@@ -65,8 +100,15 @@ impl FusedAttention {
                 self.prefix
             )
         }
-        if !(ql.is_contiguous() && kl.is_contiguous() && vl.is_contiguous()) {
-            bail!("fused attention: q, k and v must be contiguous")
+        let (ks, vs) = (strides(kl), strides(vl));
+        let in_place = ks.is_some_and(|s| s[2..] == [d, 1]) && ks == vs;
+        if !(ql.is_contiguous() && in_place) {
+            bail!(
+                "fused attention: q contiguous, k and v with keys d apart, alike expected: q {:?}, k {:?}, v {:?}",
+                ql.stride(),
+                kl.stride(),
+                vl.stride()
+            )
         }
         Ok(Dims {
             rows,
@@ -76,6 +118,9 @@ impl FusedAttention {
             keys,
             d,
             pos_stride,
+            shared_len,
+            row_stride: ks.map_or(0, |s| s[0]),
+            head_stride: ks.map_or(0, |s| s[1]),
         })
     }
 }
@@ -89,6 +134,11 @@ struct Dims {
     keys: usize,
     d: usize,
     pos_stride: usize,
+    shared_len: usize,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    row_stride: usize,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    head_stride: usize,
 }
 
 impl CustomOp3 for FusedAttention {
@@ -106,22 +156,24 @@ impl CustomOp3 for FusedAttention {
         vl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let n = self.dims(ql, kl, vl)?;
+        // Every tensor in logical order (k and v: (rows, kv_heads, own, d)).
         let f32s = |s: &CpuStorage, l: &Layout| -> Result<Vec<f32>> {
-            let count = l.shape().elem_count();
             Ok(match s {
-                CpuStorage::F32(x) => x[l.start_offset()..][..count].to_vec(),
-                CpuStorage::BF16(x) => x[l.start_offset()..][..count]
-                    .iter()
-                    .map(|v| v.to_f32())
-                    .collect(),
-                CpuStorage::F16(x) => x[l.start_offset()..][..count]
-                    .iter()
-                    .map(|v| v.to_f32())
-                    .collect(),
+                CpuStorage::F32(x) => indices(l)?.map(|i| x[i]).collect(),
+                CpuStorage::BF16(x) => indices(l)?.map(|i| x[i].to_f32()).collect(),
+                CpuStorage::F16(x) => indices(l)?.map(|i| x[i].to_f32()).collect(),
                 _ => bail!("fused attention: f32, bf16 or f16 expected"),
             })
         };
         let (q, k, v) = (f32s(qs, ql)?, f32s(ks, kl)?, f32s(vs, vl)?);
+        let shared = |t: &Tensor| -> Result<Vec<f32>> {
+            t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()
+        };
+        let (sk, sv) = match &self.shared {
+            Some((k, v)) => (shared(k)?, shared(v)?),
+            None => (Vec::new(), Vec::new()),
+        };
+        let (h, own) = (n.shared_len, n.keys - n.shared_len);
         let pos = self
             .key_pos
             .to_dtype(DType::F32)?
@@ -137,7 +189,16 @@ impl CustomOp3 for FusedAttention {
         for row in 0..n.rows {
             let (pos, seg) = (&pos[row * n.pos_stride..], &seg[row * n.pos_stride..]);
             for head in 0..n.heads {
-                let kv = (row * n.kv_heads + head / group) * n.keys * n.d;
+                let kvh = head / group;
+                let (shared_at, own_at) = (kvh * h * n.d, (row * n.kv_heads + kvh) * own * n.d);
+                let place = KeyPlace {
+                    h,
+                    keys: n.keys,
+                    d: n.d,
+                    shared_at,
+                    own_at,
+                };
+                let (krows, vrows) = (place.rows(&k, &sk), place.rows(&v, &sv));
                 for query in 0..n.len {
                     let at = ((row * n.heads + head) * n.len + query) * n.d;
                     let last = (n.len.min((query / QUERY_BLOCK + 1) * QUERY_BLOCK)) - 1;
@@ -148,7 +209,7 @@ impl CustomOp3 for FusedAttention {
                     for start in (0..key_end).step_by(TILE) {
                         let s: Vec<f32> = (start..(start + TILE).min(key_end))
                             .map(|key| {
-                                let kr = &k[kv + key * n.d..][..n.d];
+                                let kr = krows[key];
                                 let mut s =
                                     qv.iter().zip(kr).fold(0f32, |a, (x, y)| x.mul_add(*y, a));
                                 if let Some(cap) = self.softcap {
@@ -167,7 +228,7 @@ impl CustomOp3 for FusedAttention {
                         l = l * alpha + p.iter().sum::<f32>();
                         o.iter_mut().for_each(|x| *x *= alpha);
                         for (j, pj) in p.iter().enumerate() {
-                            let vr = &v[kv + (start + j) * n.d..][..n.d];
+                            let vr = vrows[start + j];
                             o.iter_mut()
                                 .zip(vr)
                                 .for_each(|(x, y)| *x = pj.mul_add(*y, *x));
@@ -231,10 +292,23 @@ impl CustomOp3 for FusedAttention {
         }
         let pos = pos_st.as_cuda_slice::<f32>()?.slice(pos_l.start_offset()..);
         let seg = seg_st.as_cuda_slice::<f32>()?.slice(seg_l.start_offset()..);
+        let shared_st = (self.shared.as_ref())
+            .map(|(sk, sv)| (sk.storage_and_layout(), sv.storage_and_layout()));
+        let (sk, sv, shared_even) = match &shared_st {
+            Some(((sk_st, sk_l), (sv_st, sv_l))) => {
+                let (Storage::Cuda(a), Storage::Cuda(b)) = (&**sk_st, &**sv_st) else {
+                    bail!("fused attention: shared keys not on the GPU")
+                };
+                let even = sk_l.start_offset() % 2 == 0 && sv_l.start_offset() % 2 == 0;
+                (bf16s(a, sk_l)?, bf16s(b, sv_l)?, even)
+            }
+            // Never read (no shared keys): any bf16 buffer.
+            None => (bf16s(qs, ql)?, bf16s(qs, ql)?, true),
+        };
         let ptx = super::nvrtc::ptx(dev, "kernels/attention.cu", ATTENTION_CU)?;
         let tensor_cores = super::nvrtc::compute_capability(dev).0 >= 8;
         // The tensor-core kernel reads 32-bit words: every operand starts at an even element.
-        let aligned = [ql, kl, vl].iter().all(|l| l.start_offset() % 2 == 0);
+        let aligned = [ql, kl, vl].iter().all(|l| l.start_offset() % 2 == 0) && shared_even;
         let mma = tensor_cores && n.d % 16 == 0 && aligned;
         let (name, queries, threads) = match mma {
             true => ("attention_mma_bf16_d", MMA_QUERY_BLOCK, 128),
@@ -261,17 +335,24 @@ impl CustomOp3 for FusedAttention {
             self.prefix,
             n.pos_stride,
             self.window.unwrap_or(0),
+            n.shared_len,
         ]
         .map(|x| x as i32);
+        let strides = [n.row_stride, n.head_stride].map(|x| x as i64);
         let (scale, softcap) = (self.scale, self.softcap.unwrap_or(0.0));
         let mut b = func.builder();
         b.arg(&q);
         b.arg(&k);
         b.arg(&v);
+        b.arg(&sk);
+        b.arg(&sv);
         b.arg(&pos);
         b.arg(&seg);
         b.arg(&out);
         for x in &ints {
+            b.arg(x);
+        }
+        for x in &strides {
             b.arg(x);
         }
         b.arg(&scale);
@@ -282,6 +363,54 @@ impl CustomOp3 for FusedAttention {
             candle_core::CudaStorage::wrap_cuda_slice(out, dev.clone()),
             ql.shape().clone(),
         ))
+    }
+}
+
+/// A 4-dimensional layout's strides as they matter: a dimension of one element may have any
+/// stride (candle counts such a tensor contiguous and does not copy it), so its own is taken
+/// as what a contiguous tensor's would be.
+fn strides(l: &Layout) -> Option<[usize; 4]> {
+    let (dims, st) = (l.dims(), l.stride());
+    if dims.len() != 4 {
+        return None;
+    }
+    let mut out = [0; 4];
+    let mut dense = 1;
+    for i in (0..4).rev() {
+        out[i] = if dims[i] == 1 { dense } else { st[i] };
+        dense = out[i] * dims[i];
+    }
+    Some(out)
+}
+
+/// A 4-dimensional layout's elements in logical order.
+fn indices(l: &Layout) -> Result<impl Iterator<Item = usize> + '_> {
+    let (a, b, c, e) = l.shape().dims4()?;
+    let st = l.stride();
+    Ok((0..a * b * c * e).map(move |i| {
+        let (i3, i2, i1, i0) = (i % e, i / e % c, i / (e * c) % b, i / (e * c * b));
+        l.start_offset() + i0 * st[0] + i1 * st[1] + i2 * st[2] + i3 * st[3]
+    }))
+}
+
+/// Where a (row, kv head)'s keys lie in the CPU body's copies: the shared prefix's `h` at
+/// `shared_at` of the shared copy, then the row's own at `own_at` of its copy, `d` values each.
+struct KeyPlace {
+    h: usize,
+    keys: usize,
+    d: usize,
+    shared_at: usize,
+    own_at: usize,
+}
+
+impl KeyPlace {
+    fn rows<'t>(&self, own: &'t [f32], shared: &'t [f32]) -> Vec<&'t [f32]> {
+        (0..self.keys)
+            .map(|key| match key < self.h {
+                true => &shared[self.shared_at + key * self.d..][..self.d],
+                false => &own[self.own_at + (key - self.h) * self.d..][..self.d],
+            })
+            .collect()
     }
 }
 

@@ -434,9 +434,22 @@ impl Transformer {
                 window,
                 scale: cfg.attn_scale as f32,
                 softcap: cfg.attn_softcap.map(|c| c as f32),
+                shared: match shared {
+                    Some((k, v)) => Some((k.contiguous()?, v.contiguous()?)),
+                    None => None,
+                },
             };
-            let (k, v) = after_shared(shared, k, v, b)?;
-            return op.apply(&q.contiguous()?, &k.contiguous()?, &v.contiguous()?);
+            // A decoding cache's rows are read where they lie (keys d apart, rows strided).
+            let in_place = |t: &Tensor| match fused_attention::FusedAttention::reads_in_place(t) {
+                true => Ok(t.clone()),
+                false => t.contiguous(),
+            };
+            let (k, v) = (in_place(k)?, in_place(v)?);
+            let (k, v) = match k.stride() == v.stride() {
+                true => (k, v),
+                false => (k.contiguous()?, v.contiguous()?),
+            };
+            return op.apply(&q.contiguous()?, &k, &v);
         }
         if few_queries::runs(q, len) {
             let mask = batch.mask(window, 0..b, 0..len, prefix + len)?;
