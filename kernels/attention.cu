@@ -41,11 +41,21 @@ __device__ __forceinline__ const bf16* key_at(const bf16* shared, const bf16* ow
     return key < shared_len ? shared + (size_t)key * D : own + (size_t)(key - shared_len) * D;
 }
 
+// A key's position and segment: from the row's arrays, or (none given: a single sequence whose
+// positions are its key indices) the index itself and segment 0.
+__device__ __forceinline__ float pos_at(const float* pos, int key) {
+    return pos ? pos[key] : (float)key;
+}
+__device__ __forceinline__ float seg_at(const float* seg, int key) { return seg ? seg[key] : 0.0f; }
+
 // q (rows, heads, len, D) contiguous; keys and values: `shared_len` shared ones (k_shared,
 // v_shared: (kv_heads, shared_len, D)), then each row's own at k, v with strides row_stride
 // and head_stride (elements), keys - shared_len of them; out like q; key_pos and key_seg (rows,
-// pos_stride) f32, the queries at columns prefix..prefix + len. Grid: (query blocks of WARPS,
-// heads, rows); block: 32 × WARPS threads. window 0: none; softcap 0: none.
+// pos_stride) f32 (both null: positions are key indices, one segment), the queries at columns
+// prefix..prefix + len — or, where row_span (2 per row: prefix, queries) is given, each row's
+// own prefix and number of queries ≤ len, keys after its last query not read and its padding
+// queries' outputs zero. Grid: (query blocks of WARPS, heads, rows); block: 32 × WARPS threads.
+// window 0: none; softcap 0: none.
 template <int D>
 __device__ void attention(const bf16* __restrict__ q, const bf16* __restrict__ k,
                           const bf16* __restrict__ v, const bf16* __restrict__ k_shared,
@@ -53,7 +63,7 @@ __device__ void attention(const bf16* __restrict__ q, const bf16* __restrict__ k
                           const float* __restrict__ key_seg, bf16* __restrict__ out, int heads,
                           int kv_heads, int len, int keys, int prefix, int pos_stride, int window,
                           int shared_len, long long row_stride, long long head_stride,
-                          float scale, float softcap) {
+                          const unsigned* __restrict__ row_span, float scale, float softcap) {
     constexpr int PER_LANE = (D + 31) / 32;  // output dims per lane: i·32 + lane < D
     __shared__ bf16 kt[D][TILE + 2];  // keys transposed: lane j reads column j
     __shared__ bf16 vs[TILE][D];
@@ -62,15 +72,18 @@ __device__ void attention(const bf16* __restrict__ q, const bf16* __restrict__ k
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int row = blockIdx.z, head = blockIdx.y, kv = head / (heads / kv_heads);
     const int query = blockIdx.x * WARPS + warp;
-    const bool real = query < len;
-    const int last = min(len, (blockIdx.x + 1) * WARPS) - 1;
-    const int key_end = min(keys, prefix + last + 1);
+    const int first = row_span ? (int)row_span[2 * row] : prefix;
+    const int queries = row_span ? (int)row_span[2 * row + 1] : len;
+    const bool real = query < queries;
+    const int last = min(queries, (blockIdx.x + 1) * WARPS) - 1;
+    const int key_end = last < (int)(blockIdx.x * WARPS) ? 0 : min(keys, first + last + 1);
 
     const bf16* qrow = q + (((size_t)row * heads + head) * len + (real ? query : 0)) * D;
     for (int d = lane; d < D; d += 32) qs[warp][d] = real ? to_f32(qrow[d]) * scale : 0.0f;
-    const float* pos = key_pos + (size_t)row * pos_stride;
-    const float* seg = key_seg + (size_t)row * pos_stride;
-    const float pq = real ? pos[prefix + query] : 0.0f, sq = real ? seg[prefix + query] : 0.0f;
+    const float* pos = key_pos ? key_pos + (size_t)row * pos_stride : nullptr;
+    const float* seg = key_seg ? key_seg + (size_t)row * pos_stride : nullptr;
+    const float pq = real ? pos_at(pos, first + query) : 0.0f;
+    const float sq = real ? seg_at(seg, first + query) : 0.0f;
     const bf16* kown = k + row * row_stride + kv * head_stride;
     const bf16* vown = v + row * row_stride + kv * head_stride;
     const bf16* kshared = k_shared + (size_t)kv * shared_len * D;
@@ -96,7 +109,7 @@ __device__ void attention(const bf16* __restrict__ q, const bf16* __restrict__ k
 #pragma unroll 8
             for (int d = 0; d < D; d++) s = fmaf(qs[warp][d], to_f32(kt[d][lane]), s);
             if (softcap > 0.0f) s = tanhf(s / softcap) * softcap;
-            const float behind = pos[key] - pq, sk = seg[key];
+            const float behind = pos_at(pos, key) - pq, sk = seg_at(seg, key);
             const bool seen = behind <= 0.0f && (window == 0 || behind > -(float)window) &&
                               sk * (sk - sq) == 0.0f;
             if (!seen) s += MASKED;
@@ -112,10 +125,10 @@ __device__ void attention(const bf16* __restrict__ q, const bf16* __restrict__ k
         }
         m = m_new;
     }
-    if (!real) return;
+    if (query >= len) return;
     bf16* orow = out + (((size_t)row * heads + head) * len + query) * D;
     for (int i = 0; i < PER_LANE; i++)
-        if (i * 32 + lane < D) orow[i * 32 + lane] = to_bf16(o[i] / l);
+        if (i * 32 + lane < D) orow[i * 32 + lane] = real ? to_bf16(o[i] / l) : (bf16)0;
 }
 
 #define ATTENTION(D)                                                                           \
@@ -123,11 +136,11 @@ __device__ void attention(const bf16* __restrict__ q, const bf16* __restrict__ k
         const bf16* q, const bf16* k, const bf16* v, const bf16* k_shared,                     \
         const bf16* v_shared, const float* key_pos, const float* key_seg, bf16* out, int heads, \
         int kv_heads, int len, int keys, int prefix, int pos_stride, int window,               \
-        int shared_len, long long row_stride, long long head_stride, float scale,              \
-        float softcap) {                                                                       \
+        int shared_len, long long row_stride, long long head_stride, const unsigned* row_span, \
+        float scale, float softcap) {                                                          \
         attention<D>(q, k, v, k_shared, v_shared, key_pos, key_seg, out, heads, kv_heads, len, \
                      keys, prefix, pos_stride, window, shared_len, row_stride, head_stride,    \
-                     scale, softcap);                                                          \
+                     row_span, scale, softcap);                                                \
     }
 
 ATTENTION(8)
@@ -182,7 +195,8 @@ __device__ void attention_mma(const bf16* __restrict__ q, const bf16* __restrict
                               const float* __restrict__ key_seg, bf16* __restrict__ out,
                               int heads, int kv_heads, int len, int keys, int prefix,
                               int pos_stride, int window, int shared_len, long long row_stride,
-                              long long head_stride, float scale, float softcap) {
+                              long long head_stride, const unsigned* __restrict__ row_span,
+                              float scale, float softcap) {
     constexpr int DP = D + 8, KP = KT + 8, THREADS = 32 * MMA_WARPS;
     __shared__ __align__(16) bf16 ks[KT * DP];  // ks[key][dim]
     __shared__ __align__(16) bf16 vt[D * KP];   // vt[dim][key]
@@ -192,13 +206,15 @@ __device__ void attention_mma(const bf16* __restrict__ q, const bf16* __restrict
     const int row = blockIdx.z, head = blockIdx.y, kv = head / (heads / kv_heads);
     const int qblock = gridDim.x - 1 - blockIdx.x;  // the blocks with the most keys first
     const int q0 = qblock * MMA_QUERIES + warp * 16;
-    const int last = min(len, (qblock + 1) * MMA_QUERIES) - 1;
-    const int key_end = min(keys, prefix + last + 1);
+    const int first = row_span ? (int)row_span[2 * row] : prefix;
+    const int queries = row_span ? (int)row_span[2 * row + 1] : len;
+    const int last = min(queries, (qblock + 1) * MMA_QUERIES) - 1;
+    const int key_end = last < qblock * MMA_QUERIES ? 0 : min(keys, first + last + 1);
     const int qr[2] = {q0 + g, q0 + g + 8};
 
     const bf16* qbase = q + ((size_t)row * heads + head) * len * D;
-    const float* pos = key_pos + (size_t)row * pos_stride;
-    const float* seg = key_seg + (size_t)row * pos_stride;
+    const float* pos = key_pos ? key_pos + (size_t)row * pos_stride : nullptr;
+    const float* seg = key_seg ? key_seg + (size_t)row * pos_stride : nullptr;
     const bf16* kown = k + row * row_stride + kv * head_stride;
     const bf16* vown = v + row * row_stride + kv * head_stride;
     const bf16* kshared = k_shared + (size_t)kv * shared_len * D;
@@ -210,15 +226,15 @@ __device__ void attention_mma(const bf16* __restrict__ q, const bf16* __restrict
     float pq[2], sq[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const bool real = qr[h] < len;
+        const bool real = qr[h] < queries;
         const bf16* qrow = qbase + (size_t)(real ? qr[h] : 0) * D;
 #pragma unroll
         for (int c = 0; c < D / 16; c++) {
             qa[c][h] = real ? word(qrow + c * 16 + 2 * t) : 0u;
             qa[c][h + 2] = real ? word(qrow + c * 16 + 8 + 2 * t) : 0u;
         }
-        pq[h] = real ? pos[prefix + qr[h]] : 0.0f;
-        sq[h] = real ? seg[prefix + qr[h]] : 0.0f;
+        pq[h] = real ? pos_at(pos, first + qr[h]) : 0.0f;
+        sq[h] = real ? seg_at(seg, first + qr[h]) : 0.0f;
     }
 
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, o[D / 8][4];
@@ -243,11 +259,11 @@ __device__ void attention_mma(const bf16* __restrict__ q, const bf16* __restrict
         }
         for (int j = threadIdx.x; j < KT; j += THREADS) {
             const bool in = start + j < key_end;
-            kpos[j] = in ? pos[start + j] : 0.0f;
-            kseg[j] = in ? seg[start + j] : 0.0f;
+            kpos[j] = in ? pos_at(pos, start + j) : 0.0f;
+            kseg[j] = in ? seg_at(seg, start + j) : 0.0f;
         }
         __syncthreads();
-        if (q0 >= len) continue;  // a warp past the last query still meets every barrier
+        if (q0 >= queries) continue;  // a warp past the last query still meets every barrier
 
         float s[KT / 8][4];
 #pragma unroll
@@ -324,11 +340,12 @@ __device__ void attention_mma(const bf16* __restrict__ q, const bf16* __restrict
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
         if (qr[h] >= len) continue;
+        const bool real = qr[h] < queries;  // a row's padding queries: zeros
         bf16* orow = out + (((size_t)row * heads + head) * len + qr[h]) * D;
 #pragma unroll
         for (int j = 0; j < D / 8; j++) {
-            orow[j * 8 + 2 * t] = to_bf16(o[j][2 * h] / l[h]);
-            orow[j * 8 + 2 * t + 1] = to_bf16(o[j][2 * h + 1] / l[h]);
+            orow[j * 8 + 2 * t] = real ? to_bf16(o[j][2 * h] / l[h]) : (bf16)0;
+            orow[j * 8 + 2 * t + 1] = real ? to_bf16(o[j][2 * h + 1] / l[h]) : (bf16)0;
         }
     }
 }
@@ -338,11 +355,11 @@ __device__ void attention_mma(const bf16* __restrict__ q, const bf16* __restrict
         const bf16* q, const bf16* k, const bf16* v, const bf16* k_shared,                     \
         const bf16* v_shared, const float* key_pos, const float* key_seg, bf16* out, int heads, \
         int kv_heads, int len, int keys, int prefix, int pos_stride, int window,               \
-        int shared_len, long long row_stride, long long head_stride, float scale,              \
-        float softcap) {                                                                       \
+        int shared_len, long long row_stride, long long head_stride, const unsigned* row_span, \
+        float scale, float softcap) {                                                          \
         attention_mma<D, KT>(q, k, v, k_shared, v_shared, key_pos, key_seg, out, heads,        \
                              kv_heads, len, keys, prefix, pos_stride, window, shared_len,      \
-                             row_stride, head_stride, scale, softcap);                         \
+                             row_stride, head_stride, row_span, scale, softcap);               \
     }
 
 ATTENTION_MMA(16, 64)

@@ -42,6 +42,23 @@ struct Case {
     /// Slots after each row's own keys that are not keys (a decoding cache's free slots): the
     /// op reads the rows where they lie, at a stride.
     pad: usize,
+    /// Rows of a decoding step (`row_span`): positions are key indices (no branches), and row r
+    /// has its own prefix and number of queries (`span`), the rest of its queries padding.
+    spans: bool,
+}
+
+impl Case {
+    /// Row r's (prefix, queries): the case's own, or with spans fewer queries and an earlier
+    /// prefix on some rows (caches of different lengths in one call).
+    fn span(&self, r: usize) -> (usize, usize) {
+        match self.spans {
+            false => (self.prefix, self.len),
+            true => {
+                let queries = self.len.saturating_sub(r % 3);
+                (self.prefix - (r % 2) * self.prefix.min(4), queries)
+            }
+        }
+    }
 }
 
 /// Each key's position and segment: the prefix and the trunk in segment 0, branch b in
@@ -99,9 +116,10 @@ fn reference(
             let kv = (r * c.kv_heads + h / group) * keys * c.d;
             let (p, s) = (&pos[r * keys..][..keys], &seg[r * keys..][..keys]);
             let mut out = vec![0f64; c.len * c.d];
-            for i in 0..c.len {
+            let (first, queries) = c.span(r);
+            for i in 0..queries {
                 let qi = &q[(rh * c.len + i) * c.d..][..c.d];
-                let (pq, sq) = (p[c.prefix + i], s[c.prefix + i]);
+                let (pq, sq) = (p[first + i], s[first + i]);
                 let seen: Vec<usize> = (0..keys)
                     .filter(|&j| {
                         let behind = p[j] - pq;
@@ -213,8 +231,19 @@ fn check(c: Case, device: &Device, dtype: DType) {
         (tensor(&x.shared_k, shape), tensor(&x.shared_v, shape))
     });
     let op = FusedAttention {
-        key_pos: Tensor::from_slice(&x.pos, (c.rows, keys), device).unwrap(),
-        key_seg: Tensor::from_slice(&x.seg, (c.rows, keys), device).unwrap(),
+        positions: (!c.spans).then(|| {
+            let t = |x: &[f32]| Tensor::from_slice(x, (c.rows, keys), device).unwrap();
+            (t(&x.pos), t(&x.seg))
+        }),
+        row_span: c.spans.then(|| {
+            let span: Vec<u32> = (0..c.rows)
+                .flat_map(|r| {
+                    let (first, queries) = c.span(r);
+                    [first as u32, queries as u32]
+                })
+                .collect();
+            Tensor::from_vec(span, (c.rows, 2), device).unwrap()
+        }),
         shared,
         prefix: c.prefix,
         window: c.window,
@@ -303,6 +332,8 @@ fn emulated(exe: &Path, kernel: i32, c: &Case, x: &Inputs) -> Vec<f32> {
         c.window.unwrap_or(0),
         c.shared,
         slots,
+        c.spans as usize,
+        c.spans as usize,
     ];
     let more = more.map(|n| n as i32);
     for n in ints.iter().chain(&more) {
@@ -316,9 +347,17 @@ fn emulated(exe: &Path, kernel: i32, c: &Case, x: &Inputs) -> Vec<f32> {
             bytes.extend_from_slice(&half::bf16::from_f32(*f).to_bits().to_le_bytes());
         }
     }
-    for t in [&x.pos, &x.seg] {
-        for f in t.iter() {
-            bytes.extend_from_slice(&f.to_le_bytes());
+    if c.spans {
+        for r in 0..c.rows {
+            let (first, queries) = c.span(r);
+            bytes.extend_from_slice(&(first as u32).to_le_bytes());
+            bytes.extend_from_slice(&(queries as u32).to_le_bytes());
+        }
+    } else {
+        for t in [&x.pos, &x.seg] {
+            for f in t.iter() {
+                bytes.extend_from_slice(&f.to_le_bytes());
+            }
         }
     }
     let dir = common::scratch_dir();
@@ -355,6 +394,7 @@ fn case(d: usize, len: usize) -> Case {
         branches: false,
         shared: 0,
         pad: 0,
+        spans: false,
     }
 }
 
@@ -390,6 +430,15 @@ fn small_cases(d: usize) -> Vec<Case> {
             prefix: 200,
             shared: 150,
             pad: 9,
+            ..case(d, 3)
+        },
+        Case {
+            rows: 5,
+            prefix: 90,
+            shared: 40,
+            pad: 7,
+            spans: true,
+            window: Some(64),
             ..case(d, 3)
         },
     ]
@@ -450,6 +499,7 @@ fn fused_attention_at_real_shapes() {
         shared: 900,
         pad: 300,
         branches: false,
+        spans: true,
         ..llama
     };
     for c in [
@@ -476,8 +526,11 @@ fn fused_attention_at_real_shapes() {
 fn cuda_kernels_emulated_on_the_cpu() {
     let Some(exe) = emulator() else { return };
     // The one-warp kernel's exchanges make it ~10× slower to emulate: its smallest and most
-    // common head dims, on the cases with a prefix, branches, a window and a softcap.
-    let warp_cases = |d| small_cases(d)[4..6].to_vec();
+    // common head dims, on the cases with a prefix, branches, a window, a softcap and spans.
+    let warp_cases = |d| {
+        let all = small_cases(d);
+        vec![all[4], all[5], all[7]]
+    };
     let runs = [
         (0, 8, warp_cases(8)),
         (0, 128, warp_cases(128)),

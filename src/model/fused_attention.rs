@@ -30,12 +30,16 @@ const MASKED: f32 = f32::MIN;
 /// of `shared` ((1, kv_heads, h, d) contiguous: a prefix every row continues, one copy)
 /// followed by k, v (rows, kv_heads, own, d), read where they lie (keys d apart, rows and heads
 /// at any stride: a decoding cache's rows), where the queries are the last `len` of
-/// `prefix + len = h + own` keys; `key_pos` and `key_seg` (rows, ≥ keys) f32 give every key's
+/// `prefix + len = h + own` keys; `positions`: `key_pos` and `key_seg` (rows, ≥ keys) f32 give every key's
 /// position and segment (`Batch`). Keys after the last query of a block of 8 queries are left
 /// out (masked for all of them).
 pub struct FusedAttention {
-    pub key_pos: Tensor,
-    pub key_seg: Tensor,
+    /// (key_pos, key_seg); None: every row is one sequence whose positions are its key indices.
+    pub positions: Option<(Tensor, Tensor)>,
+    /// (rows, 2) u32: each row's own prefix and number of queries (≤ len; its padding
+    /// queries' outputs are zero), for rows of a decoding step that continue caches of
+    /// different lengths, all in one call. Only with `positions` None; `prefix` is then unused.
+    pub row_span: Option<Tensor>,
     pub shared: Option<(Tensor, Tensor)>,
     pub prefix: usize,
     pub window: Option<usize>,
@@ -71,7 +75,10 @@ impl FusedAttention {
     fn dims(&self, ql: &Layout, kl: &Layout, vl: &Layout) -> Result<Dims> {
         let (rows, heads, len, d) = ql.shape().dims4()?;
         let (krows, kv_heads, own, kd) = kl.shape().dims4()?;
-        let (pos_rows, pos_stride) = self.key_pos.dims2()?;
+        let (pos_rows, pos_stride) = match &self.positions {
+            Some((p, _)) => p.dims2()?,
+            None => (rows, 0),
+        };
         let shared_len = self.shared_len()?;
         let keys = shared_len + own;
         if let Some((sk, sv)) = &self.shared {
@@ -94,7 +101,12 @@ impl FusedAttention {
                 vl.shape()
             )
         }
-        if keys != self.prefix + len || pos_rows != rows || pos_stride < keys {
+        let spans_ok = match &self.row_span {
+            Some(span) => self.positions.is_none() && span.dims() == [rows, 2],
+            None => keys == self.prefix + len,
+        };
+        let positions_ok = self.positions.is_none() || (pos_rows == rows && pos_stride >= keys);
+        if !(spans_ok && positions_ok) {
             bail!(
                 "fused attention: {keys} keys for prefix {} + {len} queries, positions {pos_rows}×{pos_stride}",
                 self.prefix
@@ -174,20 +186,29 @@ impl CustomOp3 for FusedAttention {
             None => (Vec::new(), Vec::new()),
         };
         let (h, own) = (n.shared_len, n.keys - n.shared_len);
-        let pos = self
-            .key_pos
-            .to_dtype(DType::F32)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
-        let seg = self
-            .key_seg
-            .to_dtype(DType::F32)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
+        let positions = match &self.positions {
+            Some((p, s)) => Some((
+                p.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?,
+                s.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?,
+            )),
+            None => None,
+        };
+        let span = match &self.row_span {
+            Some(t) => Some(t.flatten_all()?.to_vec1::<u32>()?),
+            None => None,
+        };
         let mut out = vec![0f32; q.len()];
         let group = n.heads / n.kv_heads;
         for row in 0..n.rows {
-            let (pos, seg) = (&pos[row * n.pos_stride..], &seg[row * n.pos_stride..]);
+            // A key's position and segment (none given: its index, segment 0).
+            let place_of = |key: usize| match &positions {
+                Some((p, s)) => (p[row * n.pos_stride + key], s[row * n.pos_stride + key]),
+                None => (key as f32, 0.0),
+            };
+            let (first, queries) = match &span {
+                Some(sp) => (sp[2 * row] as usize, sp[2 * row + 1] as usize),
+                None => (self.prefix, n.len),
+            };
             for head in 0..n.heads {
                 let kvh = head / group;
                 let (shared_at, own_at) = (kvh * h * n.d, (row * n.kv_heads + kvh) * own * n.d);
@@ -199,12 +220,12 @@ impl CustomOp3 for FusedAttention {
                     own_at,
                 };
                 let (krows, vrows) = (place.rows(&k, &sk), place.rows(&v, &sv));
-                for query in 0..n.len {
+                for query in 0..queries.min(n.len) {
                     let at = ((row * n.heads + head) * n.len + query) * n.d;
-                    let last = (n.len.min((query / QUERY_BLOCK + 1) * QUERY_BLOCK)) - 1;
-                    let key_end = n.keys.min(self.prefix + last + 1);
+                    let last = (queries.min((query / QUERY_BLOCK + 1) * QUERY_BLOCK)) - 1;
+                    let key_end = n.keys.min(first + last + 1);
                     let qv: Vec<f32> = q[at..at + n.d].iter().map(|x| x * self.scale).collect();
-                    let (pq, sq) = (pos[self.prefix + query], seg[self.prefix + query]);
+                    let (pq, sq) = place_of(first + query);
                     let (mut m, mut l, mut o) = (f32::NEG_INFINITY, 0f32, vec![0f32; n.d]);
                     for start in (0..key_end).step_by(TILE) {
                         let s: Vec<f32> = (start..(start + TILE).min(key_end))
@@ -215,7 +236,8 @@ impl CustomOp3 for FusedAttention {
                                 if let Some(cap) = self.softcap {
                                     s = (s / cap).tanh() * cap;
                                 }
-                                let (behind, sk) = (pos[key] - pq, seg[key]);
+                                let (pk, sk) = place_of(key);
+                                let behind = pk - pq;
                                 let seen = behind <= 0.0
                                     && self.window.is_none_or(|w| behind > -(w as f32))
                                     && sk * (sk - sq) == 0.0;
@@ -282,16 +304,38 @@ impl CustomOp3 for FusedAttention {
             Ok(s.as_cuda_slice::<half::bf16>()?.slice(l.start_offset()..))
         }
         let (q, k, v) = (bf16s(qs, ql)?, bf16s(ks, kl)?, bf16s(vs, vl)?);
-        let (pos_st, pos_l) = self.key_pos.storage_and_layout();
-        let (seg_st, seg_l) = self.key_seg.storage_and_layout();
-        let (Storage::Cuda(pos_st), Storage::Cuda(seg_st)) = (&*pos_st, &*seg_st) else {
-            bail!("fused attention: positions not on the GPU")
+        let pos_guards = (self.positions.as_ref())
+            .map(|(p, s)| (p.storage_and_layout(), s.storage_and_layout()));
+        let positions = match &pos_guards {
+            Some(((pos_st, pos_l), (seg_st, seg_l))) => {
+                let (Storage::Cuda(pos_st), Storage::Cuda(seg_st)) = (&**pos_st, &**seg_st) else {
+                    bail!("fused attention: positions not on the GPU")
+                };
+                if !(pos_l.is_contiguous() && seg_l.is_contiguous()) {
+                    bail!("fused attention: positions must be contiguous")
+                }
+                Some((
+                    pos_st.as_cuda_slice::<f32>()?.slice(pos_l.start_offset()..),
+                    seg_st.as_cuda_slice::<f32>()?.slice(seg_l.start_offset()..),
+                ))
+            }
+            None => None,
         };
-        if !(pos_l.is_contiguous() && seg_l.is_contiguous()) {
-            bail!("fused attention: positions must be contiguous")
-        }
-        let pos = pos_st.as_cuda_slice::<f32>()?.slice(pos_l.start_offset()..);
-        let seg = seg_st.as_cuda_slice::<f32>()?.slice(seg_l.start_offset()..);
+        let span_guard = self.row_span.as_ref().map(|t| t.storage_and_layout());
+        let span = match &span_guard {
+            Some((st, l)) => {
+                let Storage::Cuda(st) = &**st else {
+                    bail!("fused attention: row spans not on the GPU")
+                };
+                if !l.is_contiguous() {
+                    bail!("fused attention: row spans must be contiguous")
+                }
+                Some(st.as_cuda_slice::<u32>()?.slice(l.start_offset()..))
+            }
+            None => None,
+        };
+        // An absent array is a null pointer.
+        let null = 0u64;
         let shared_st = (self.shared.as_ref())
             .map(|(sk, sv)| (sk.storage_and_layout(), sv.storage_and_layout()));
         let (sk, sv, shared_even) = match &shared_st {
@@ -346,8 +390,16 @@ impl CustomOp3 for FusedAttention {
         b.arg(&v);
         b.arg(&sk);
         b.arg(&sv);
-        b.arg(&pos);
-        b.arg(&seg);
+        match &positions {
+            Some((pos, seg)) => {
+                b.arg(pos);
+                b.arg(seg);
+            }
+            None => {
+                b.arg(&null);
+                b.arg(&null);
+            }
+        }
         b.arg(&out);
         for x in &ints {
             b.arg(x);
@@ -355,6 +407,10 @@ impl CustomOp3 for FusedAttention {
         for x in &strides {
             b.arg(x);
         }
+        match &span {
+            Some(span) => b.arg(span),
+            None => b.arg(&null),
+        };
         b.arg(&scale);
         b.arg(&softcap);
         // SAFETY: the arguments match the kernel's signature; the sizes were checked above.

@@ -366,6 +366,12 @@ impl Transformer {
             Some((hk, _)) => hk.dim(2)?,
             None => 0,
         };
+        if self.fused_attention
+            && (q.device().is_cpu() || fused_attention::cuda_applies(q.dtype(), d))
+            && one_trunk_per_row(segments, b)
+        {
+            return self.attend_rows_at_once(q, k, v, ((ck, cv), header), segments, window);
+        }
         let mut parts: Vec<Vec<Tensor>> = vec![Vec::new(); b];
         let mut filled = vec![0; b];
         for s in segments {
@@ -400,6 +406,55 @@ impl Transformer {
         cat_or_single(rows, 0)
     }
 
+    /// `attend_segments` for a step whose rows each continue their trunk (no branches) — json
+    /// mode's decoding: every row's keys and values written into its cache, then one fused call
+    /// for all rows (EXPERIMENT fused-attention): each row's own prefix and number of queries,
+    /// the caches read where they lie, the header from its one copy, positions the key indices
+    /// (a trunk's are: the header's from 0, then the row's slots).
+    fn attend_rows_at_once(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        ((ck, cv), header): ((&Tensor, &Tensor), Option<&LayerKv>),
+        segments: &[Segment],
+        window: Option<usize>,
+    ) -> Result<Tensor> {
+        let b = q.dim(0)?;
+        let h = match header {
+            Some((hk, _)) => hk.dim(2)?,
+            None => 0,
+        };
+        let (mut span, mut own) = (vec![0u32; 2 * b], 0);
+        for s in segments {
+            let take = |t: &Tensor| t.narrow(0, s.row, 1)?.narrow(2, 0, s.len)?.contiguous();
+            let slot = s.batch.prefix_len - h;
+            ck.narrow(0, s.row, 1)?.slice_set(&take(k)?, 2, slot)?;
+            cv.narrow(0, s.row, 1)?.slice_set(&take(v)?, 2, slot)?;
+            span[2 * s.row] = s.batch.prefix_len as u32;
+            span[2 * s.row + 1] = s.len as u32;
+            own = own.max(slot + s.len);
+        }
+        let cfg = &self.cfg;
+        let op = fused_attention::FusedAttention {
+            positions: None,
+            row_span: Some(Tensor::from_vec(span, (b, 2), q.device())?),
+            shared: match header {
+                Some((k, v)) => Some((k.contiguous()?, v.contiguous()?)),
+                None => None,
+            },
+            prefix: 0,
+            window,
+            scale: cfg.attn_scale as f32,
+            softcap: cfg.attn_softcap.map(|c| c as f32),
+        };
+        op.apply(
+            &q.contiguous()?,
+            &ck.narrow(2, 0, own)?,
+            &cv.narrow(2, 0, own)?,
+        )
+    }
+
     /// softmax(q·kᵀ·scale + mask)·v for q (b, heads, len, d) and the keys and values of
     /// `shared` ((1, kv_heads, h, d): a prefix every row continues) followed by k, v (b,
     /// kv_heads, keys, d), where the last `len` keys belong to the queries (the rest, with the
@@ -428,8 +483,8 @@ impl Transformer {
         {
             let (key_pos, key_seg) = batch.key_positions();
             let op = fused_attention::FusedAttention {
-                key_pos: key_pos.clone(),
-                key_seg: key_seg.clone(),
+                positions: Some((key_pos.clone(), key_seg.clone())),
+                row_span: None,
                 prefix,
                 window,
                 scale: cfg.attn_scale as f32,
@@ -710,6 +765,16 @@ impl AttentionPlan {
         let (step, end) = (self.queries, self.len);
         (0..end).step_by(step).map(move |s| s..(s + step).min(end))
     }
+}
+
+/// Whether a step's segments are at most one trunk per row (each from the row's first token).
+fn one_trunk_per_row(segments: &[Segment], rows: usize) -> bool {
+    let mut seen = vec![false; rows];
+    segments.iter().all(|s| {
+        let first = s.start == 0 && !seen[s.row];
+        seen[s.row] = true;
+        first
+    })
 }
 
 /// k, v (b, kv_heads, keys, d) after the keys and values of a prefix every row continues
