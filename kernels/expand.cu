@@ -94,30 +94,39 @@ __device__ __forceinline__ void q8_0_values(const u8* b, int o, float (&y)[8]) {
     for (int e = 0; e < 8; e++) y[e] = MUL((float)(signed char)b[2 + o + e], d);
 }
 
-// Q4_K: f16 d, f16 dmin, 12 bytes of scales, 128 of nibbles: per 64 values, 32 bytes whose low
-// nibbles are sub-block 2p and high nibbles 2p + 1.
-__device__ __forceinline__ void q4_K_values(const u8* b, int o, float (&y)[8]) {
+// Where value o of a Q4_K or Q5_K block lies: in the 64 values p, the high nibbles or not, at
+// byte l of its 32; and its sub-block's scale d1 and offset m1 (f16 d, f16 dmin, then 12 bytes
+// of 6-bit scales and mins).
+struct KSubBlock {
+    int p, high, l;
+    float d1, m1;
+};
+
+__device__ __forceinline__ KSubBlock k_sub_block(const u8* b, int o) {
     const float d = f16_to_f32(b), dmin = f16_to_f32(b + 2);
-    const int p = o / 64, high = (o / 32) % 2, l = o % 32;
+    const int p = o / 64, high = (o / 32) % 2;
     int sc, m;
     scale_min_k4(2 * p + high, b + 4, sc, m);
-    const float d1 = MUL(d, (float)sc), m1 = MUL(dmin, (float)m);
+    return {p, high, o % 32, MUL(d, (float)sc), MUL(dmin, (float)m)};
+}
+
+// Q4_K: the scales, then 128 bytes of nibbles: per 64 values, 32 bytes whose low nibbles are
+// sub-block 2p and high nibbles 2p + 1.
+__device__ __forceinline__ void q4_K_values(const u8* b, int o, float (&y)[8]) {
+    const KSubBlock s = k_sub_block(b, o);
     for (int e = 0; e < 8; e++) {
-        const int q = b[16 + 32 * p + l + e];
-        y[e] = SUB(MUL(d1, (float)(high ? q >> 4 : q & 0xF)), m1);
+        const int q = b[16 + 32 * s.p + s.l + e];
+        y[e] = SUB(MUL(s.d1, (float)(s.high ? q >> 4 : q & 0xF)), s.m1);
     }
 }
 
 // Q5_K: as Q4_K with 32 bytes of fifth bits (bit 2p + high of byte l) before the nibbles.
 __device__ __forceinline__ void q5_K_values(const u8* b, int o, float (&y)[8]) {
-    const float d = f16_to_f32(b), dmin = f16_to_f32(b + 2);
-    const int p = o / 64, high = (o / 32) % 2, l = o % 32;
-    int sc, m;
-    scale_min_k4(2 * p + high, b + 4, sc, m);
-    const float d1 = MUL(d, (float)sc), m1 = MUL(dmin, (float)m);
+    const KSubBlock s = k_sub_block(b, o);
     for (int e = 0; e < 8; e++) {
-        const int q = b[48 + 32 * p + l + e], h = b[16 + l + e] >> (2 * p + high) & 1;
-        y[e] = SUB(MUL(d1, ADD((float)(high ? q >> 4 : q & 0xF), h ? 16.0f : 0.0f)), m1);
+        const int q = b[48 + 32 * s.p + s.l + e], h = b[16 + s.l + e] >> (2 * s.p + s.high) & 1;
+        const float x = ADD((float)(s.high ? q >> 4 : q & 0xF), h ? 16.0f : 0.0f);
+        y[e] = SUB(MUL(s.d1, x), s.m1);
     }
 }
 
