@@ -12,7 +12,6 @@ use candle_core::{DType, Device, Tensor};
 use hyoka::model::cuda_expand;
 use hyoka::rng::SplitMix64;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
 const TYPES: [GgmlDType; 6] = [
@@ -85,26 +84,8 @@ fn expansion_kernels_emulated_equal_the_cpu_bit_for_bit() {
         let (name, size, per) = cuda_expand::kernel(ty).unwrap();
         let blocks = q.data().unwrap();
         assert_eq!(blocks.len(), ROWS * COLS / per * size, "{ty:?}: block size");
-        let dir = common::scratch_dir();
-        let tag = format!("expand-{name}-{}", std::process::id());
-        let (input, output) = (
-            dir.join(format!("{tag}.in")),
-            dir.join(format!("{tag}.out")),
-        );
-        std::fs::write(&input, &blocks).unwrap();
-        let status = Command::new(exe)
-            .args([name, &(ROWS * COLS).to_string()])
-            .arg(&input)
-            .arg(&output)
-            .status()
-            .unwrap();
-        assert!(status.success(), "expand_host {name}: {status}");
-        let got: Vec<u16> = std::fs::read(&output)
-            .unwrap()
-            .chunks_exact(2)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]))
-            .collect();
-        let _ = (std::fs::remove_file(&input), std::fs::remove_file(&output));
+        let values = (ROWS * COLS).to_string();
+        let got = common::run_emulator(exe, &[name, &values], &blocks, &format!("expand-{name}"));
         assert_same(&format!("{ty:?} emulated"), &got, &expected(&q));
         eprintln!(
             "{ty:?}: {} values, emulated kernel = CPU expansion bit for bit",

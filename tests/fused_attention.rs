@@ -22,7 +22,6 @@ use hyoka::model::fused_attention::FusedAttention;
 use hyoka::rng::SplitMix64;
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 #[derive(Clone, Copy, Debug)]
@@ -360,24 +359,9 @@ fn emulated(exe: &Path, kernel: i32, c: &Case, x: &Inputs) -> Vec<f32> {
             }
         }
     }
-    let dir = common::scratch_dir();
-    let name = format!(
-        "attention-{kernel}-{}-{}-{}",
-        c.d,
-        c.len,
-        std::process::id()
-    );
-    let (input, output) = (
-        dir.join(format!("{name}.in")),
-        dir.join(format!("{name}.out")),
-    );
-    std::fs::write(&input, bytes).unwrap();
-    let status = Command::new(exe).arg(&input).arg(&output).status().unwrap();
-    assert!(status.success(), "attention_host {c:?}: {status}");
-    let out = std::fs::read(&output).unwrap();
-    let _ = (std::fs::remove_file(&input), std::fs::remove_file(&output));
-    out.chunks_exact(2)
-        .map(|b| half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
+    let tag = format!("attention-{kernel}-{}-{}", c.d, c.len);
+    (common::run_emulator(exe, &[], &bytes, &tag).into_iter())
+        .map(|b| half::bf16::from_bits(b).to_f32())
         .collect()
 }
 

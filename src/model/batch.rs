@@ -252,6 +252,12 @@ impl Batch {
         }
     }
 
+    /// (rows, prefix + len) f32: every key's position and segment, for a kernel that applies
+    /// `mask`'s rule itself (`fused_attention`).
+    pub fn key_positions(&self) -> (&Tensor, &Tensor) {
+        (&self.key_pos, &self.key_seg)
+    }
+
     /// The additive f32 mask (rows, 1, queries, keys) of the batch rows `rows`, for the queries
     /// `queries` (indices within the rows) against the first `keys` keys (prefix included),
     /// for layers with sliding window `window` (None: full attention). Built on the device.
@@ -259,12 +265,6 @@ impl Batch {
     /// A query sees a key when the key is not after it, within the window, and in the prefix,
     /// the trunk or the query's own branch: with positions p and segments s,
     /// `0 ≤ p_q − p_k < window` and `s_k · (s_k − s_q) = 0`.
-    /// (rows, prefix + len) f32: every key's position and segment, for a kernel that applies
-    /// `mask`'s rule itself (`fused_attention`).
-    pub fn key_positions(&self) -> (&Tensor, &Tensor) {
-        (&self.key_pos, &self.key_seg)
-    }
-
     pub fn mask(
         &self,
         window: Option<usize>,

@@ -56,13 +56,16 @@ const QUERY_BLOCK: usize = 8;
 const MMA_QUERY_BLOCK: usize = 64;
 
 impl FusedAttention {
+    /// The op on q, k and v as they are: k and v read where they lie when their keys are d
+    /// apart and they are laid out alike (a decoding cache's rows), copied otherwise.
     pub fn apply(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
-        q.apply_op3_no_bwd(k, v, self)
-    }
-
-    /// Whether k or v (rows, kv_heads, own, d) can be read where it lies.
-    pub fn reads_in_place(t: &Tensor) -> bool {
-        strides(t.layout()).is_some_and(|s| s[2..] == [t.dims()[3], 1])
+        let in_place = |t: &Tensor| strides(t.layout()).is_some_and(|s| s[2..] == [t.dims()[3], 1]);
+        let alike = strides(k.layout()) == strides(v.layout());
+        let (k, v) = match in_place(k) && in_place(v) && alike {
+            true => (k.clone(), v.clone()),
+            false => (k.contiguous()?, v.contiguous()?),
+        };
+        q.contiguous()?.apply_op3_no_bwd(&k, &v, self)
     }
 
     fn shared_len(&self) -> Result<usize> {

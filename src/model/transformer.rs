@@ -366,10 +366,7 @@ impl Transformer {
             Some((hk, _)) => hk.dim(2)?,
             None => 0,
         };
-        if self.fused_attention
-            && (q.device().is_cpu() || fused_attention::cuda_applies(q.dtype(), d))
-            && one_trunk_per_row(segments, b)
-        {
+        if self.fuses(q)? && one_trunk_per_row(segments, b) {
             return self.attend_rows_at_once(q, k, v, ((ck, cv), header), segments, window);
         }
         let mut parts: Vec<Vec<Tensor>> = vec![Vec::new(); b];
@@ -435,24 +432,42 @@ impl Transformer {
             span[2 * s.row + 1] = s.len as u32;
             own = own.max(slot + s.len);
         }
-        let cfg = &self.cfg;
-        let op = fused_attention::FusedAttention {
-            positions: None,
-            row_span: Some(Tensor::from_vec(span, (b, 2), q.device())?),
-            shared: match header {
+        let span = Tensor::from_vec(span, (b, 2), q.device())?;
+        let op = self.fused_op(None, Some(span), 0, header, window)?;
+        op.apply(q, &ck.narrow(2, 0, own)?, &cv.narrow(2, 0, own)?)
+    }
+
+    /// Whether attention of q goes through `fused_attention` (EXPERIMENT): its CPU body
+    /// anywhere, on a GPU where its kernels take q's dtype and head dim.
+    fn fuses(&self, q: &Tensor) -> Result<bool> {
+        let (dtype, d) = (q.dtype(), q.dim(3)?);
+        Ok(
+            self.fused_attention
+                && (q.device().is_cpu() || fused_attention::cuda_applies(dtype, d)),
+        )
+    }
+
+    /// The fused op with this model's scale and softcap (`FusedAttention`'s fields).
+    fn fused_op(
+        &self,
+        positions: Option<(Tensor, Tensor)>,
+        row_span: Option<Tensor>,
+        prefix: usize,
+        shared: Option<&LayerKv>,
+        window: Option<usize>,
+    ) -> Result<fused_attention::FusedAttention> {
+        Ok(fused_attention::FusedAttention {
+            positions,
+            row_span,
+            shared: match shared {
                 Some((k, v)) => Some((k.contiguous()?, v.contiguous()?)),
                 None => None,
             },
-            prefix: 0,
+            prefix,
             window,
-            scale: cfg.attn_scale as f32,
-            softcap: cfg.attn_softcap.map(|c| c as f32),
-        };
-        op.apply(
-            &q.contiguous()?,
-            &ck.narrow(2, 0, own)?,
-            &cv.narrow(2, 0, own)?,
-        )
+            scale: self.cfg.attn_scale as f32,
+            softcap: self.cfg.attn_softcap.map(|c| c as f32),
+        })
     }
 
     /// softmax(q·kᵀ·scale + mask)·v for q (b, heads, len, d) and the keys and values of
@@ -478,33 +493,11 @@ impl Transformer {
         let cfg = &self.cfg;
         let (b, heads, len, d) = q.dims4()?;
         let prefix = batch.prefix_len;
-        if self.fused_attention
-            && (q.device().is_cpu() || fused_attention::cuda_applies(q.dtype(), q.dim(3)?))
-        {
+        if self.fuses(q)? {
             let (key_pos, key_seg) = batch.key_positions();
-            let op = fused_attention::FusedAttention {
-                positions: Some((key_pos.clone(), key_seg.clone())),
-                row_span: None,
-                prefix,
-                window,
-                scale: cfg.attn_scale as f32,
-                softcap: cfg.attn_softcap.map(|c| c as f32),
-                shared: match shared {
-                    Some((k, v)) => Some((k.contiguous()?, v.contiguous()?)),
-                    None => None,
-                },
-            };
-            // A decoding cache's rows are read where they lie (keys d apart, rows strided).
-            let in_place = |t: &Tensor| match fused_attention::FusedAttention::reads_in_place(t) {
-                true => Ok(t.clone()),
-                false => t.contiguous(),
-            };
-            let (k, v) = (in_place(k)?, in_place(v)?);
-            let (k, v) = match k.stride() == v.stride() {
-                true => (k, v),
-                false => (k.contiguous()?, v.contiguous()?),
-            };
-            return op.apply(&q.contiguous()?, &k, &v);
+            let positions = Some((key_pos.clone(), key_seg.clone()));
+            let op = self.fused_op(positions, None, prefix, shared, window)?;
+            return op.apply(q, k, v);
         }
         if few_queries::runs(q, len) {
             let mask = batch.mask(window, 0..b, 0..len, prefix + len)?;

@@ -165,3 +165,30 @@ pub fn build_emulator(source: &str) -> Option<PathBuf> {
         }
     }
 }
+
+/// Runs an emulator built by `build_emulator`: `args`, then an input file holding `input` and
+/// the output file it writes, read back as bf16 bits. `tag` names the files (unique per call).
+pub fn run_emulator(exe: &std::path::Path, args: &[&str], input: &[u8], tag: &str) -> Vec<u16> {
+    let dir = scratch_dir();
+    let tag = format!("{tag}-{}", std::process::id());
+    let (in_file, out_file) = (
+        dir.join(format!("{tag}.in")),
+        dir.join(format!("{tag}.out")),
+    );
+    std::fs::write(&in_file, input).unwrap();
+    let status = std::process::Command::new(exe)
+        .args(args)
+        .arg(&in_file)
+        .arg(&out_file)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{} {tag}: {status}", exe.display());
+    let out = std::fs::read(&out_file).unwrap();
+    let _ = (
+        std::fs::remove_file(&in_file),
+        std::fs::remove_file(&out_file),
+    );
+    out.chunks_exact(2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        .collect()
+}
