@@ -18,6 +18,7 @@ use super::prefill_attention;
 use super::stage_times;
 use super::weights::Weights;
 use candle_core::{DType, Device, Result, Tensor};
+use std::cell::OnceCell;
 
 /// Keys and values of one layer: (1 or batch, kv_heads, seq, head_dim).
 pub type LayerKv = (Tensor, Tensor);
@@ -251,6 +252,8 @@ impl Transformer {
             .map(|(f, rope)| rope_tables(f, &batch.positions, rope.attention_factor(), dtype))
             .collect::<Result<_>>()?;
         let mut kvs = Vec::with_capacity(self.blocks.len());
+        // Where a decoding step's keys go in the rows' caches: the same in every layer.
+        let key_slots = OnceCell::new();
         let last = self.blocks.len().saturating_sub(1);
         for (i, block) in self.blocks.iter().enumerate() {
             let kind = &self.cfg.layers[i];
@@ -266,7 +269,7 @@ impl Transformer {
                 Past::Fresh => LayerPast::Fresh,
                 Past::Shared(p) => LayerPast::Shared(&p.layers[i]),
                 Past::Cached(layers, header, segments) => {
-                    LayerPast::Cached(&layers[i], header.map(|h| &h[i]), segments)
+                    LayerPast::Cached(&layers[i], header.map(|h| &h[i]), segments, &key_slots)
                 }
             };
             let (h, kv) = self.attention(
@@ -334,8 +337,9 @@ impl Transformer {
         })?;
         let out = stage_times::time(&self.device, "attention (rest)", || match past {
             LayerPast::Shared(header) => self.attend(&q, Some(header), &k, &v, batch, window),
-            LayerPast::Cached(cache, header, segments) => {
-                self.attend_segments(&q, &k, &v, (cache, header), segments, window)
+            LayerPast::Cached(cache, header, segments, key_slots) => {
+                let step = (segments, key_slots);
+                self.attend_segments(&q, &k, &v, (cache, header), step, window)
             }
             LayerPast::Fresh => self.attend(&q, None, &k, &v, batch, window),
         })?;
@@ -358,7 +362,7 @@ impl Transformer {
         k: &Tensor,
         v: &Tensor,
         ((ck, cv), header): (&LayerKv, Option<&LayerKv>),
-        segments: &[Segment],
+        (segments, key_slots): (&[Segment], &OnceCell<Tensor>),
         window: Option<usize>,
     ) -> Result<Tensor> {
         let (b, heads, len, d) = q.dims4()?;
@@ -367,7 +371,8 @@ impl Transformer {
             None => 0,
         };
         if self.fuses(q)? && one_trunk_per_row(segments, b) {
-            return self.attend_rows_at_once(q, k, v, ((ck, cv), header), segments, window);
+            let step = (segments, key_slots);
+            return self.attend_rows_at_once(q, k, v, ((ck, cv), header), step, window);
         }
         let mut parts: Vec<Vec<Tensor>> = vec![Vec::new(); b];
         let mut filled = vec![0; b];
@@ -414,24 +419,31 @@ impl Transformer {
         k: &Tensor,
         v: &Tensor,
         ((ck, cv), header): ((&Tensor, &Tensor), Option<&LayerKv>),
-        segments: &[Segment],
+        (segments, key_slots): (&[Segment], &OnceCell<Tensor>),
         window: Option<usize>,
     ) -> Result<Tensor> {
-        let b = q.dim(0)?;
+        let (b, kv_heads, len, d) = k.dims4()?;
         let h = match header {
             Some((hk, _)) => hk.dim(2)?,
             None => 0,
         };
         let (mut span, mut own) = (vec![0u32; 2 * b], 0);
         for s in segments {
-            let take = |t: &Tensor| t.narrow(0, s.row, 1)?.narrow(2, 0, s.len)?.contiguous();
-            let slot = s.batch.prefix_len - h;
-            ck.narrow(0, s.row, 1)?.slice_set(&take(k)?, 2, slot)?;
-            cv.narrow(0, s.row, 1)?.slice_set(&take(v)?, 2, slot)?;
             span[2 * s.row] = s.batch.prefix_len as u32;
             span[2 * s.row + 1] = s.len as u32;
-            own = own.max(slot + s.len);
+            own = own.max(s.batch.prefix_len - h + s.len);
         }
+        // Every row's keys and values into its cache in one scatter a tensor (per-row copies
+        // were two launches a row and layer on a GPU); built once a step, shared by the layers.
+        let slots = match key_slots.get() {
+            Some(t) => t,
+            None => {
+                let t = cache_slots(segments, (b, kv_heads, len, d), h, q.device())?;
+                key_slots.get_or_init(|| t)
+            }
+        };
+        ck.scatter_set(slots, &k.contiguous()?, 2)?;
+        cv.scatter_set(slots, &v.contiguous()?, 2)?;
         let span = Tensor::from_vec(span, (b, 2), q.device())?;
         let op = self.fused_op(None, Some(span), 0, header, window)?;
         op.apply(q, &ck.narrow(2, 0, own)?, &cv.narrow(2, 0, own)?)
@@ -702,7 +714,13 @@ enum Past<'a> {
 enum LayerPast<'a> {
     Fresh,
     Shared(&'a LayerKv),
-    Cached(&'a LayerKv, Option<&'a LayerKv>, &'a [Segment]),
+    /// With where the step's keys go in the caches, computed by the first layer that needs it.
+    Cached(
+        &'a LayerKv,
+        Option<&'a LayerKv>,
+        &'a [Segment],
+        &'a OnceCell<Tensor>,
+    ),
 }
 
 /// Vocabulary rows of a quantized (or differently typed) output head expanded at once when all
@@ -758,6 +776,28 @@ impl AttentionPlan {
         let (step, end) = (self.queries, self.len);
         (0..end).step_by(step).map(move |s| s..(s + step).min(end))
     }
+}
+
+/// For a step's keys (rows, kv_heads, len, d), the cache slot each element goes to (`scatter_set`
+/// along dim 2): a segment's query i at its row's slot + i; padding queries and rows without a
+/// segment at u32::MAX, which `scatter_set` skips.
+fn cache_slots(
+    segments: &[Segment],
+    (b, kv_heads, len, d): (usize, usize, usize, usize),
+    header: usize,
+    device: &Device,
+) -> Result<Tensor> {
+    let mut slots = vec![u32::MAX; b * kv_heads * len * d];
+    for s in segments {
+        let slot = s.batch.prefix_len - header;
+        for head in 0..kv_heads {
+            for i in 0..s.len {
+                let at = ((s.row * kv_heads + head) * len + i) * d;
+                slots[at..at + d].fill((slot + i) as u32);
+            }
+        }
+    }
+    Tensor::from_vec(slots, (b, kv_heads, len, d), device)
 }
 
 /// Whether a step's segments are at most one trunk per row (each from the row's first token).
