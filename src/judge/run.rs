@@ -84,6 +84,9 @@ impl<'a> Judge<'a> {
         if self.rubric.output == OutputMode::Json || opts.greedy_baseline.is_some() {
             settings.insert("weights".into(), json!(first.weights_mode().name()));
         }
+        if let Some(on) = crate::model::experiments() {
+            settings.insert("gpu_experiment".into(), json!(on));
+        }
         Provenance {
             hyoka: crate::VERSION.into(),
             task: Task::Judge,

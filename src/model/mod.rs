@@ -329,8 +329,13 @@ pub fn load_gguf_content(
 /// EXPERIMENT (branch gpu-next2, unmeasured): HYOKA_GPU_EXPERIMENT=qblock,keep-pool,fused-attention,bf16expand
 /// switches GPU paths on, to compare them with main's in one bundle on a GPU.
 pub(crate) fn experiment(name: &str) -> bool {
+    experiments().is_some_and(|on| on.split(',').any(|e| e == name))
+}
+
+/// HYOKA_GPU_EXPERIMENT as read once, None when unset or empty: in the judge's provenance, since
+/// the experiments change numbers (EXPERIMENT, branch gpu-next2).
+pub fn experiments() -> Option<&'static str> {
     static ON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    ON.get_or_init(|| std::env::var("HYOKA_GPU_EXPERIMENT").unwrap_or_default())
-        .split(',')
-        .any(|e| e == name)
+    let on = ON.get_or_init(|| std::env::var("HYOKA_GPU_EXPERIMENT").unwrap_or_default());
+    (!on.is_empty()).then_some(on.as_str())
 }
