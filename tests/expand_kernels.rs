@@ -1,5 +1,4 @@
-//! `kernels/expand.cu` (GGUF blocks to bf16 on a GPU, `model::cuda_expand`, EXPERIMENT of branch
-//! gpu-next2) against candle's CPU expansion (`QTensor::dequantize`, llama.cpp's reference
+//! `kernels/expand.cu` (GGUF blocks to bf16 on a GPU, `model::cuda_expand`) against candle's CPU expansion (`QTensor::dequantize`, llama.cpp's reference
 //! `to_float`) cast to bf16: **bit for bit**, for every block type the kernels take, on matrices
 //! quantized by candle from values of many magnitudes (zero rows, subnormal f16 scales, large
 //! ones). On every machine the CUDA source runs on the CPU through tests/emulation; with

@@ -1,4 +1,4 @@
-//! The fused attention op (`model::fused_attention`, EXPERIMENT of branch gpu-next2) against
+//! The fused attention op (`model::fused_attention`: prefill attention on CUDA) against
 //! attention computed in f64 from its definition: softmax(q·kᵀ·scale, softcapped, over the keys
 //! a query sees by `Batch::mask`'s rule)·v. On the CPU it runs the op's CPU body (in
 //! HYOKA_TEST_DTYPE); with HYOKA_TEST_DEVICE=cuda its CUDA kernels in bf16 — the tensor-core

@@ -68,7 +68,7 @@ impl Setup {
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut command = Command::new(env!("CARGO_BIN_EXE_hyoka"));
-        command.args(&args).env_remove("HYOKA_GPU_EXPERIMENT");
+        command.args(&args).env_remove("HYOKA_GPU_KERNELS");
         command
     }
 }
@@ -399,16 +399,13 @@ fn truncation_and_baseline_settings_are_part_of_the_run() {
     );
 }
 
-/// EXPERIMENT (branch gpu-next2): HYOKA_GPU_EXPERIMENT changes numbers, so it is in every
-/// line's provenance, and a file written with it is not continued without it.
+/// HYOKA_GPU_KERNELS changes numbers on a GPU, so when set it is in every line's provenance,
+/// and a file written with it is not continued without it.
 #[test]
-fn gpu_experiments_are_part_of_the_run() {
+fn gpu_kernels_are_part_of_the_run() {
     let Some(s) = Setup::new() else { return };
     let mut with = s.command("scores.jsonl", &[]);
-    let out = with
-        .env("HYOKA_GPU_EXPERIMENT", "fused-attention")
-        .output()
-        .unwrap();
+    let out = with.env("HYOKA_GPU_KERNELS", "candle").output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -418,7 +415,7 @@ fn gpu_experiments_are_part_of_the_run() {
     assert_eq!(rows.len(), 4);
     for row in &rows {
         let settings = &row["provenance"]["settings"];
-        assert_eq!(settings["gpu_experiment"], "fused-attention", "{row}");
+        assert_eq!(settings["gpu_kernels"], "candle", "{row}");
     }
     let out = s.judge("scores.jsonl", &[]);
     let err = String::from_utf8_lossy(&out.stderr);

@@ -37,7 +37,7 @@ fn load_with(arch: &str, fused: bool) -> (Transformer, Vec<Case>) {
     let dir = common::fixtures().join("tiny").join(arch);
     let mut model =
         load_safetensors_dir(&dir, common::dtype(), &common::device(), Default::default()).unwrap();
-    model.set_fused_attention(fused);
+    model.set_fused_attention(fused.then_some(1));
     let expected =
         candle_core::safetensors::load(dir.join("expected.safetensors"), &Device::Cpu).unwrap();
     let mut cases = Vec::new();

@@ -34,10 +34,14 @@ pub fn parse_device(spec: &str) -> Result<Device, ModelError> {
             if !candle_core::utils::cuda_is_available() {
                 return Err(ModelError::Device { spec: spec.into(), message: "this binary was built without CUDA (`cargo build --release --features cuda`)".into() });
             }
-            let device = Device::new_cuda(ordinal)
-                .map_err(|e| unavailable(&format!("GPU {ordinal}"), "cuda", e))?;
-            keep_pool_memory(&device);
-            Ok(device)
+            if let Some(other) = super::gpu_kernels().filter(|k| !matches!(*k, "hyoka" | "candle"))
+            {
+                return Err(ModelError::Device {
+                    spec: spec.into(),
+                    message: format!("{}={other:?}: expected hyoka or candle", super::GPU_KERNELS),
+                });
+            }
+            Device::new_cuda(ordinal).map_err(|e| unavailable(&format!("GPU {ordinal}"), "cuda", e))
         }
         other => Err(ModelError::Device {
             spec: other.into(),
@@ -74,35 +78,6 @@ pub fn default_dtype(device: &Device) -> DType {
             _ => DType::BF16,
         },
     }
-}
-
-/// EXPERIMENT keep-pool: candle allocates with cuMemAllocAsync from the device's default pool,
-/// which by default hands freed memory back to the driver at every synchronisation (release
-/// threshold 0), so the next allocations are mapped afresh. Keep it instead, as PyTorch's
-/// caching allocator does. Failing to set it is reported and otherwise ignored.
-fn keep_pool_memory(device: &Device) {
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(d) = device {
-        if !super::experiment("keep-pool") {
-            return;
-        }
-        use candle_core::cuda_backend::cudarc::driver::sys;
-        let cu = d.cuda_stream().context().cu_device();
-        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
-        let mut keep: u64 = u64::MAX;
-        // Safety: `cu` is the device of a live context (held by `d`); `pool` and `keep` are
-        // valid for the calls' writes and reads; the attribute takes a u64.
-        let ok = unsafe {
-            sys::cuDeviceGetDefaultMemPool(&mut pool, cu) == sys::CUresult::CUDA_SUCCESS
-                && sys::cuMemPoolSetAttribute(
-                    pool,
-                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                    (&mut keep as *mut u64).cast(),
-                ) == sys::CUresult::CUDA_SUCCESS
-        };
-        eprintln!("keep-pool: release threshold set: {ok}");
-    }
-    let _ = device;
 }
 
 /// (major, minor) compute capability of a CUDA device; None elsewhere.

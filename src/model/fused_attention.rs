@@ -1,7 +1,10 @@
 //! Attention of a prompt in one pass per query: scores, mask, softmax and values fused, the
-//! scores never written out. EXPERIMENT (branch gpu-next2, never run on a GPU): on an H200 the
-//! unfused path — scores materialised in blocks of 256 queries through candle's ops — took 82 ms
-//! of a 1,643-token prompt's 130 ms prefill (8B), cuDNN's fused kernel 1.9 ms.
+//! scores never written out. On CUDA, attention of `transformer::FUSED_FROM_QUERIES` queries a
+//! row or more (prefill) runs here unless HYOKA_GPU_KERNELS=candle: on an H200 the unfused path —
+//! scores materialised in blocks of 256 queries through candle's ops — took 82 ms of a
+//! 1,643-token prompt's 130 ms prefill (8B, session 27); with this op stored prefill went 11.4k
+//! → 16.8k tok/s (session 30). Decoding a token at a time it was slower (98 → 37 tok/s: one
+//! query in a block of 64), hence the threshold.
 //!
 //! An op with two bodies, as candle-nn's norms: the CUDA one is `kernels/attention.cu` (bf16,
 //! compiled at run time by NVRTC): on tensor cores (`mma.sync`, FlashAttention-2's layout) for
@@ -13,8 +16,9 @@
 //!
 //! A prefix every row continues (a judge's header) is read from its one copy, and each row's own
 //! keys where they lie (a decoding cache's rows, strided): without copying either for every row
-//! and layer, as the unfused path does — a GPU decoding step of 20 rows spent ~100 ms, mostly
-//! in launches of per-row copies and ops (~30 a row and layer, 8B: 32 layers).
+//! and layer, as the unfused path does. (Rows that continue caches of different lengths can go
+//! in one call, `row_span`: written for json mode's decoding steps, which measured slower this
+//! way — 0.91 vs 0.96 items/s, session 30 — and so no longer call it; kept with its tests.)
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
 

@@ -141,9 +141,7 @@ impl Matrix {
             Matrix::Dense(t) => t.to_dtype(dtype),
             Matrix::Quantized(q) if dtype == DType::F16 => q.dequantize_f16(&q.device()),
             Matrix::Quantized(q)
-                if dtype == DType::BF16
-                    && q.device().is_cuda()
-                    && super::experiment("bf16expand") =>
+                if dtype == DType::BF16 && q.device().is_cuda() && super::hyoka_gpu_kernels() =>
             {
                 match super::cuda_expand::expand_bf16(q)? {
                     Some(w) => Ok(w),

@@ -326,16 +326,21 @@ pub fn load_gguf_content(
     Ok(Transformer::load(&weights, cfg)?)
 }
 
-/// EXPERIMENT (branch gpu-next2, unmeasured): HYOKA_GPU_EXPERIMENT=qblock,keep-pool,fused-attention,bf16expand
-/// switches GPU paths on, to compare them with main's in one bundle on a GPU.
-pub(crate) fn experiment(name: &str) -> bool {
-    experiments().is_some_and(|on| on.split(',').any(|e| e == name))
+/// `HYOKA_GPU_KERNELS`: `hyoka` (the default) or `candle`. On CUDA, prefill attention runs
+/// in hyoka's fused kernel (`fused_attention`) and GGUF blocks are expanded to bf16 by hyoka's
+/// (`cuda_expand`); `candle` puts both back on candle's ops, to compare or to get around a fault
+/// in a kernel. Read once; the value, when set, is in a judge's provenance (it changes numbers
+/// in their last bits), and one not understood is refused when a GPU is opened
+/// (`device::parse_device`).
+pub fn gpu_kernels() -> Option<&'static str> {
+    static ON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let on = ON.get_or_init(|| std::env::var(GPU_KERNELS).unwrap_or_default());
+    (!on.is_empty()).then_some(on.as_str())
 }
 
-/// HYOKA_GPU_EXPERIMENT as read once, None when unset or empty: in the judge's provenance, since
-/// the experiments change numbers (EXPERIMENT, branch gpu-next2).
-pub fn experiments() -> Option<&'static str> {
-    static ON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let on = ON.get_or_init(|| std::env::var("HYOKA_GPU_EXPERIMENT").unwrap_or_default());
-    (!on.is_empty()).then_some(on.as_str())
+pub const GPU_KERNELS: &str = "HYOKA_GPU_KERNELS";
+
+/// Whether hyoka's own CUDA kernels are in use where they apply (`gpu_kernels`).
+pub(crate) fn hyoka_gpu_kernels() -> bool {
+    gpu_kernels() != Some("candle")
 }

@@ -18,7 +18,6 @@ use super::prefill_attention;
 use super::stage_times;
 use super::weights::Weights;
 use candle_core::{DType, Device, Result, Tensor};
-use std::cell::OnceCell;
 
 /// Keys and values of one layer: (1 or batch, kv_heads, seq, head_dim).
 pub type LayerKv = (Tensor, Tensor);
@@ -62,8 +61,8 @@ pub struct Transformer {
     device: Device,
     weights_mode: WeightsMode,
     attention_elements: usize,
-    /// Attention through `fused_attention` (EXPERIMENT, branch gpu-next2).
-    fused_attention: bool,
+    /// Attention of this many queries a row or more through `fused_attention`; None: never.
+    fused_from_queries: Option<usize>,
 }
 
 impl Transformer {
@@ -132,7 +131,8 @@ impl Transformer {
             device: w.device().clone(),
             weights_mode: w.mode(),
             attention_elements: ATTENTION_ELEMENTS,
-            fused_attention: super::experiment("fused-attention"),
+            fused_from_queries: (w.device().is_cuda() && super::hyoka_gpu_kernels())
+                .then_some(FUSED_FROM_QUERIES),
             cfg,
         })
     }
@@ -252,8 +252,6 @@ impl Transformer {
             .map(|(f, rope)| rope_tables(f, &batch.positions, rope.attention_factor(), dtype))
             .collect::<Result<_>>()?;
         let mut kvs = Vec::with_capacity(self.blocks.len());
-        // Where a decoding step's keys go in the rows' caches: the same in every layer.
-        let key_slots = OnceCell::new();
         let last = self.blocks.len().saturating_sub(1);
         for (i, block) in self.blocks.iter().enumerate() {
             let kind = &self.cfg.layers[i];
@@ -269,7 +267,7 @@ impl Transformer {
                 Past::Fresh => LayerPast::Fresh,
                 Past::Shared(p) => LayerPast::Shared(&p.layers[i]),
                 Past::Cached(layers, header, segments) => {
-                    LayerPast::Cached(&layers[i], header.map(|h| &h[i]), segments, &key_slots)
+                    LayerPast::Cached(&layers[i], header.map(|h| &h[i]), segments)
                 }
             };
             let (h, kv) = self.attention(
@@ -337,9 +335,8 @@ impl Transformer {
         })?;
         let out = stage_times::time(&self.device, "attention (rest)", || match past {
             LayerPast::Shared(header) => self.attend(&q, Some(header), &k, &v, batch, window),
-            LayerPast::Cached(cache, header, segments, key_slots) => {
-                let step = (segments, key_slots);
-                self.attend_segments(&q, &k, &v, (cache, header), step, window)
+            LayerPast::Cached(cache, header, segments) => {
+                self.attend_segments(&q, &k, &v, (cache, header), segments, window)
             }
             LayerPast::Fresh => self.attend(&q, None, &k, &v, batch, window),
         })?;
@@ -362,7 +359,7 @@ impl Transformer {
         k: &Tensor,
         v: &Tensor,
         ((ck, cv), header): (&LayerKv, Option<&LayerKv>),
-        (segments, key_slots): (&[Segment], &OnceCell<Tensor>),
+        segments: &[Segment],
         window: Option<usize>,
     ) -> Result<Tensor> {
         let (b, heads, len, d) = q.dims4()?;
@@ -370,10 +367,6 @@ impl Transformer {
             Some((hk, _)) => hk.dim(2)?,
             None => 0,
         };
-        if self.fuses(q)? && one_trunk_per_row(segments, b) {
-            let step = (segments, key_slots);
-            return self.attend_rows_at_once(q, k, v, ((ck, cv), header), step, window);
-        }
         let mut parts: Vec<Vec<Tensor>> = vec![Vec::new(); b];
         let mut filled = vec![0; b];
         for s in segments {
@@ -408,69 +401,25 @@ impl Transformer {
         cat_or_single(rows, 0)
     }
 
-    /// `attend_segments` for a step whose rows each continue their trunk (no branches) — json
-    /// mode's decoding: every row's keys and values written into its cache, then one fused call
-    /// for all rows (EXPERIMENT fused-attention): each row's own prefix and number of queries,
-    /// the caches read where they lie, the header from its one copy, positions the key indices
-    /// (a trunk's are: the header's from 0, then the row's slots).
-    fn attend_rows_at_once(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        ((ck, cv), header): ((&Tensor, &Tensor), Option<&LayerKv>),
-        (segments, key_slots): (&[Segment], &OnceCell<Tensor>),
-        window: Option<usize>,
-    ) -> Result<Tensor> {
-        let (b, kv_heads, len, d) = k.dims4()?;
-        let h = match header {
-            Some((hk, _)) => hk.dim(2)?,
-            None => 0,
-        };
-        let (mut span, mut own) = (vec![0u32; 2 * b], 0);
-        for s in segments {
-            span[2 * s.row] = s.batch.prefix_len as u32;
-            span[2 * s.row + 1] = s.len as u32;
-            own = own.max(s.batch.prefix_len - h + s.len);
-        }
-        // Every row's keys and values into its cache in one scatter a tensor (per-row copies
-        // were two launches a row and layer on a GPU); built once a step, shared by the layers.
-        let slots = match key_slots.get() {
-            Some(t) => t,
-            None => {
-                let t = cache_slots(segments, (b, kv_heads, len, d), h, q.device())?;
-                key_slots.get_or_init(|| t)
-            }
-        };
-        ck.scatter_set(slots, &k.contiguous()?, 2)?;
-        cv.scatter_set(slots, &v.contiguous()?, 2)?;
-        let span = Tensor::from_vec(span, (b, 2), q.device())?;
-        let op = self.fused_op(None, Some(span), 0, header, window)?;
-        op.apply(q, &ck.narrow(2, 0, own)?, &cv.narrow(2, 0, own)?)
-    }
-
-    /// Whether attention of q goes through `fused_attention` (EXPERIMENT): its CPU body
-    /// anywhere, on a GPU where its kernels take q's dtype and head dim.
+    /// Whether attention of q goes through `fused_attention`: enough queries a row, and its
+    /// CPU body (tests), or on a GPU its kernels taking q's dtype and head dim.
     fn fuses(&self, q: &Tensor) -> Result<bool> {
-        let (dtype, d) = (q.dtype(), q.dim(3)?);
-        Ok(
-            self.fused_attention
-                && (q.device().is_cpu() || fused_attention::cuda_applies(dtype, d)),
-        )
+        let (dtype, len, d) = (q.dtype(), q.dim(2)?, q.dim(3)?);
+        Ok(self.fused_from_queries.is_some_and(|from| len >= from)
+            && (q.device().is_cpu() || fused_attention::cuda_applies(dtype, d)))
     }
 
     /// The fused op with this model's scale and softcap (`FusedAttention`'s fields).
     fn fused_op(
         &self,
         positions: Option<(Tensor, Tensor)>,
-        row_span: Option<Tensor>,
         prefix: usize,
         shared: Option<&LayerKv>,
         window: Option<usize>,
     ) -> Result<fused_attention::FusedAttention> {
         Ok(fused_attention::FusedAttention {
             positions,
-            row_span,
+            row_span: None,
             shared: match shared {
                 Some((k, v)) => Some((k.contiguous()?, v.contiguous()?)),
                 None => None,
@@ -508,7 +457,7 @@ impl Transformer {
         if self.fuses(q)? {
             let (key_pos, key_seg) = batch.key_positions();
             let positions = Some((key_pos.clone(), key_seg.clone()));
-            let op = self.fused_op(positions, None, prefix, shared, window)?;
+            let op = self.fused_op(positions, prefix, shared, window)?;
             return op.apply(q, k, v);
         }
         if few_queries::runs(q, len) {
@@ -517,15 +466,7 @@ impl Transformer {
             return few_queries::attend(q, shared, k, v, &mask, prefix + len, scale, cap);
         }
         let kv = cfg.num_kv_heads;
-        let mut plan = AttentionPlan::new(b, heads, len, prefix + len, self.attention_elements)?;
-        if self.device.is_cuda() && super::experiment("qblock") {
-            // EXPERIMENT qblock: on CUDA one query block for the whole prompt where its scores
-            // fit: a seventh of the launches for 1,650 tokens, twice the scores of causal blocks
-            // (session 27: attention 82 ms of a 130 ms prefill, ~105 small ops a layer).
-            let per_query = heads * (prefix + len).max(1);
-            plan.queries = len.min(self.attention_elements / per_query).max(1);
-            plan.rows = (self.attention_elements / (per_query * plan.queries)).clamp(1, b.max(1));
-        }
+        let plan = AttentionPlan::new(b, heads, len, prefix + len, self.attention_elements)?;
         if prefill_attention::runs(q, len) {
             let mask = |rows, queries, keys| batch.mask(window, rows, queries, keys);
             let (scale, cap) = (cfg.attn_scale, cfg.attn_softcap);
@@ -580,11 +521,12 @@ impl Transformer {
         cat_or_single(row_outs, 0)
     }
 
-    /// Attention through the fused op (`fused_attention`) instead of blocks of scores: its CPU
-    /// body anywhere, its CUDA kernel on a GPU in bf16 (EXPERIMENT; HYOKA_GPU_EXPERIMENT=
-    /// fused-attention sets it at load).
-    pub fn set_fused_attention(&mut self, on: bool) {
-        self.fused_attention = on;
+    /// Attention of `from` queries a row or more through the fused op (`fused_attention`)
+    /// instead of blocks of scores: its CPU body anywhere (tests), its CUDA kernel on a GPU in
+    /// bf16. None: never. On CUDA it is `FUSED_FROM_QUERIES` from load (unless
+    /// HYOKA_GPU_KERNELS=candle); elsewhere None.
+    pub fn set_fused_attention(&mut self, from: Option<usize>) {
+        self.fused_from_queries = from;
     }
 
     /// The most attention scores (rows × heads × queries × keys) one block may hold; see
@@ -714,13 +656,7 @@ enum Past<'a> {
 enum LayerPast<'a> {
     Fresh,
     Shared(&'a LayerKv),
-    /// With where the step's keys go in the caches, computed by the first layer that needs it.
-    Cached(
-        &'a LayerKv,
-        Option<&'a LayerKv>,
-        &'a [Segment],
-        &'a OnceCell<Tensor>,
-    ),
+    Cached(&'a LayerKv, Option<&'a LayerKv>, &'a [Segment]),
 }
 
 /// Vocabulary rows of a quantized (or differently typed) output head expanded at once when all
@@ -736,6 +672,14 @@ const QUERY_BLOCK: usize = 256;
 /// scores (mask add, softmax, the products) far below 2^31 elements: candle's CUDA softmax
 /// indexes its rows with 32-bit integers.
 pub const ATTENTION_ELEMENTS: usize = 1 << 28;
+
+/// On CUDA, attention of this many queries a row or more (a prompt's prefill, a judge's items
+/// after their header) runs in the fused kernel; fewer (decoding steps, a judge's answer
+/// branches) through blocks of scores. Measured on an H200 (session 30, synthetic Llama-3.1-8B
+/// Q4_K_M, 12 prompts of ~1,650 tokens): prefill 11.4k → 16.8k tok/s fused, but decoding a
+/// token at a time 98 → 37 tok/s, and json mode's steps 0.96 → 0.91 items/s — the tensor-core
+/// kernel's blocks of 64 queries hold one, and a head's keys are read by one block.
+pub const FUSED_FROM_QUERIES: usize = 16;
 
 /// How attention splits a batch: `rows` batch rows and `queries` queries at a time.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -776,38 +720,6 @@ impl AttentionPlan {
         let (step, end) = (self.queries, self.len);
         (0..end).step_by(step).map(move |s| s..(s + step).min(end))
     }
-}
-
-/// For a step's keys (rows, kv_heads, len, d), the cache slot each element goes to (`scatter_set`
-/// along dim 2): a segment's query i at its row's slot + i; padding queries and rows without a
-/// segment at u32::MAX, which `scatter_set` skips.
-fn cache_slots(
-    segments: &[Segment],
-    (b, kv_heads, len, d): (usize, usize, usize, usize),
-    header: usize,
-    device: &Device,
-) -> Result<Tensor> {
-    let mut slots = vec![u32::MAX; b * kv_heads * len * d];
-    for s in segments {
-        let slot = s.batch.prefix_len - header;
-        for head in 0..kv_heads {
-            for i in 0..s.len {
-                let at = ((s.row * kv_heads + head) * len + i) * d;
-                slots[at..at + d].fill((slot + i) as u32);
-            }
-        }
-    }
-    Tensor::from_vec(slots, (b, kv_heads, len, d), device)
-}
-
-/// Whether a step's segments are at most one trunk per row (each from the row's first token).
-fn one_trunk_per_row(segments: &[Segment], rows: usize) -> bool {
-    let mut seen = vec![false; rows];
-    segments.iter().all(|s| {
-        let first = s.start == 0 && !seen[s.row];
-        seen[s.row] = true;
-        first
-    })
 }
 
 /// k, v (b, kv_heads, keys, d) after the keys and values of a prefix every row continues

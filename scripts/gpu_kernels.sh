@@ -1,8 +1,9 @@
 #!/bin/bash
-# Branch gpu-next2's experiments on a lent GPU, in one device call under one deadline (this
+# hyoka's own CUDA kernels (fused attention, bf16 expansion of GGUF blocks) against candle's ops
+# (HYOKA_GPU_KERNELS=candle) on a lent GPU, in one device call under one deadline (this
 # project's machines: 15 minutes of device time a session, 64 MiB carried, no cargo there).
 # Build the bundle here first (`scripts/gpu_bundle.sh`, ~7 min), then, carrying .gpu:
-#   run: scripts/gpu_experiments.sh 500 2>&1 | tail -c 11000        (timeout_s ≥ deadline + 30)
+#   run: scripts/gpu_kernels.sh 500 2>&1 | tail -c 11000        (timeout_s ≥ deadline + 30)
 # Logs go to $OUT/logs.tgz as they are written (a call cut short still returns them).
 #
 # 1. Correctness on the GPU, before any speed: the fused attention kernels (tensor cores and one
@@ -10,13 +11,13 @@
 #    expansion kernels bit for bit against the CPU; the six architectures through the fused
 #    kernels against transformers (bf16).
 # 2. `hyoka bench` on a synthetic Llama-3.1-8B Q4_K_M (12 prompts of ~1,650 tokens): stored and
-#    expanded weights, the experiments together and alone; transformers on the same tokens.
-# 3. json mode end to end (roleplay8-ja, 10 items): every experiment on vs off, how far apart;
-#    then where the time goes with every experiment on (--stage-times).
+#    expanded weights, hyoka's kernels and candle's; transformers on the same tokens.
+# 3. json mode end to end (roleplay8-ja, 10 items): hyoka's kernels vs candle's, how far apart;
+#    then where the time goes (--stage-times).
 # A rehearsal of the script's paths on this machine, with a CPU bundle
 # (`HYOKA_BUNDLE_FEATURES= scripts/gpu_bundle.sh`) and a small model:
-#   OUT=/tmp/out HYOKA_EXP_DEVICE=cpu HYOKA_EXP_FUSED=none HYOKA_EXP_MODEL=…/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
-#   HYOKA_EXP_TOKENIZER= HYOKA_EXP_N=2 scripts/gpu_experiments.sh 900
+#   OUT=/tmp/out HYOKA_EXP_DEVICE=cpu HYOKA_EXP_MODEL=…/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
+#   HYOKA_EXP_TOKENIZER= HYOKA_EXP_N=2 scripts/gpu_kernels.sh 900
 set -u
 export PYTHONUNBUFFERED=1
 DEADLINE=${1:-500}; T0=$SECONDS
@@ -32,8 +33,6 @@ LIBS="$(python3 -c 'import glob, os, site
 dirs = {os.path.dirname(p) for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/**/lib*.so.*", recursive=True)}
 print(":".join(sorted(dirs)))'):/usr/local/nvidia/lib64"
 DEV=${HYOKA_EXP_DEVICE:-cuda}; N=${HYOKA_EXP_N:-12}
-# (The fused attention's CPU body is a scalar reference: a rehearsal sets HYOKA_EXP_FUSED=none.)
-FUSED=${HYOKA_EXP_FUSED:-fused-attention}; ALL=$FUSED,bf16expand,keep-pool
 H=$B/bin/hyoka; G=${HYOKA_EXP_MODEL:-/tmp/synth/llama-8b-q4_k_m.gguf}
 TOK=(--tokenizer "${HYOKA_EXP_TOKENIZER-$B/models/llama-3-tokenizer}"); [ -n "${TOK[1]}" ] || TOK=()
 run() { # NAME MIN_LEFT COMMAND...: its output in $X/NAME.log
@@ -64,18 +63,16 @@ grep -hE "worst|bit for bit|panicked|test result" $X/fused-kernels.log $X/expand
 # 2. speed
 [ -e $G ] || run synthetic 60 python3 scripts/synthetic_gguf.py --shape llama-8b --quant q4_k_m -o $G --models $B/models
 BENCH=($H bench --device $DEV --model $G --input $B/items.jsonl --decode-tokens 32 "${TOK[@]}")
-bench() { # NAME EXPERIMENTS [flags]
-  local name=$1 exp=$2; shift 2
-  run bench-$name 45 env HYOKA_GPU_EXPERIMENT="$exp" "${BENCH[@]}" --n ${PROMPTS:-$N} "$@"
+bench() { # NAME KERNELS [flags]
+  local name=$1 kernels=$2; shift 2
+  run bench-$name 45 env HYOKA_GPU_KERNELS="$kernels" "${BENCH[@]}" --n ${PROMPTS:-$N} "$@"
 }
-bench stored "" --dump-tokens $X/tokens.json
-bench expanded "" --weights expanded
-bench stored-all $ALL
-bench expanded-fused-pool $FUSED,keep-pool --weights expanded
+bench stored hyoka --dump-tokens $X/tokens.json
+bench stored-candle candle
+bench expanded hyoka --weights expanded
+bench expanded-candle candle --weights expanded
 run transformers 40 python3 scripts/bench_torch_prefill.py $G $X/tokens.json --device $DEV --decode-tokens 0
-bench stored-fused $FUSED
-bench stored-bf16expand bf16expand
-bench stored-keep-pool keep-pool
+bench stored-again hyoka
 python3 -c "$last_json"'
 import glob
 keys = ("prefill_batch1_tok_s", "prefill_batched_tok_s", "judge_items_s", "decode_batch1_tok_s", "decode_batched_tok_s")
@@ -91,24 +88,24 @@ if t: print("transformers prefill %.0f tok/s" % t["prefill_tok_s"])
 head -${HYOKA_EXP_ITEMS:-10} $B/items.jsonl > $X/items10.jsonl
 sed 's/^reason_max_tokens = .*/reason_max_tokens = 128/' prompts/roleplay8-ja.toml > $X/rp128.toml
 J=($H judge --rubric $X/rp128.toml --model $G "${TOK[@]}" --device $DEV --input $X/items10.jsonl --overwrite)
-run e2e-main 40 "${J[@]}" -o $X/e2e-main.jsonl
-run e2e-all 40 env HYOKA_GPU_EXPERIMENT=$ALL "${J[@]}" -o $X/e2e-all.jsonl
+run e2e-candle 40 env HYOKA_GPU_KERNELS=candle "${J[@]}" -o $X/e2e-candle.jsonl
+run e2e-hyoka 40 "${J[@]}" -o $X/e2e-hyoka.jsonl
 python3 -c '
 import json, os
 def load(p): return {d["id"]: d for d in map(json.loads, open(p))} if os.path.exists(p) else None
-a, b = load("/tmp/x/e2e-main.jsonl"), load("/tmp/x/e2e-all.jsonl")
+a, b = load("/tmp/x/e2e-candle.jsonl"), load("/tmp/x/e2e-hyoka.jsonl")
 if a and b:
     de = 0.0; text = 0
     for k in a:
         text += (a[k].get("answer"), a[k].get("reason")) == (b[k].get("answer"), b[k].get("reason"))
         for asp, s in a[k]["scores"].items():
             de = max(de, abs(s["expected"] - b[k]["scores"][asp]["expected"]))
-    print(f"json mode, every experiment vs none: {len(a)} items, same text {text}, max |dexpected| {de:.3g}")
+    print(f"json mode, hyoka kernels vs candle: {len(a)} items, same text {text}, max |dexpected| {de:.3g}")
 '
 grep -H "scor\|items/s" $X/e2e-*.log | tail -4
-PROMPTS=$(( N < 6 ? N : 6 )) bench stored-all-stages $ALL --stage-times
+PROMPTS=$(( N < 6 ? N : 6 )) bench stored-stages hyoka --stage-times
 python3 -c "$last_json"'
-r = last_json("/tmp/x/bench-stored-all-stages.log") or {}
+r = last_json("/tmp/x/bench-stored-stages.log") or {}
 for m, st in (r.get("stage_seconds") or {}).items():
     top = sorted(st.items(), key=lambda x: -x[1]["seconds"])[:8]
     print("-- %s: " % m + ", ".join("%s %.3f" % (s, v["seconds"]) for s, v in top))
