@@ -51,6 +51,10 @@ impl Setup {
     }
 
     fn judge(&self, out: &str, extra: &[&str]) -> Output {
+        self.command(out, extra).output().unwrap()
+    }
+
+    fn command(&self, out: &str, extra: &[&str]) -> Command {
         let mut args = vec![
             "judge".to_string(),
             "--rubric".into(),
@@ -63,10 +67,9 @@ impl Setup {
             self.path(out),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        Command::new(env!("CARGO_BIN_EXE_hyoka"))
-            .args(&args)
-            .output()
-            .unwrap()
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hyoka"));
+        command.args(&args).env_remove("HYOKA_GPU_KERNELS");
+        command
     }
 }
 
@@ -393,5 +396,32 @@ fn truncation_and_baseline_settings_are_part_of_the_run() {
     let out = s.judge("scores.jsonl", &["--max-prompt-tokens", "4000"]);
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stderr).contains("scored 0 items")
+    );
+}
+
+/// HYOKA_GPU_KERNELS changes numbers on a GPU, so when set it is in every line's provenance,
+/// and a file written with it is not continued without it.
+#[test]
+fn gpu_kernels_are_part_of_the_run() {
+    let Some(s) = Setup::new() else { return };
+    let mut with = s.command("scores.jsonl", &[]);
+    let out = with.env("HYOKA_GPU_KERNELS", "candle").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = lines(Path::new(&s.path("scores.jsonl")));
+    assert_eq!(rows.len(), 4);
+    for row in &rows {
+        let settings = &row["provenance"]["settings"];
+        assert_eq!(settings["gpu_kernels"], "candle", "{row}");
+    }
+    let out = s.judge("scores.jsonl", &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("written by a different run (settings differs"),
+        "{err}"
     );
 }

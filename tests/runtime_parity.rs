@@ -30,9 +30,14 @@ impl Case {
 }
 
 fn load(arch: &str) -> (Transformer, Vec<Case>) {
+    load_with(arch, false)
+}
+
+fn load_with(arch: &str, fused: bool) -> (Transformer, Vec<Case>) {
     let dir = common::fixtures().join("tiny").join(arch);
-    let model =
+    let mut model =
         load_safetensors_dir(&dir, common::dtype(), &common::device(), Default::default()).unwrap();
+    model.set_fused_attention(fused.then_some(1));
     let expected =
         candle_core::safetensors::load(dir.join("expected.safetensors"), &Device::Cpu).unwrap();
     let mut cases = Vec::new();
@@ -92,8 +97,12 @@ fn run(model: &Transformer, rows: &[Vec<u32>], prefix: Option<&[u32]>) -> Vec<Ve
 
 #[test]
 fn every_architecture_matches_transformers_alone_and_batched() {
+    alone_and_batched(false);
+}
+
+fn alone_and_batched(fused: bool) {
     for arch in ARCHS {
-        let (model, cases) = load(arch);
+        let (model, cases) = load_with(arch, fused);
         // One prompt at a time.
         for (n, case) in cases.iter().enumerate().take(4) {
             let got = run(&model, std::slice::from_ref(&case.ids), None);
@@ -113,8 +122,12 @@ fn every_architecture_matches_transformers_alone_and_batched() {
 
 #[test]
 fn shared_prefix_equals_recomputation() {
+    shared_prefix(false);
+}
+
+fn shared_prefix(fused: bool) {
     for arch in ARCHS {
-        let (model, cases) = load(arch);
+        let (model, cases) = load_with(arch, fused);
         // The longest prompt split after 9 tokens: the prefix is computed once, and two rows
         // continue it (the rest of the prompt, and a shorter continuation).
         let full = &cases[2];
@@ -151,8 +164,12 @@ fn restricted_lm_head_equals_full_rows() {
 
 #[test]
 fn a_batch_mixing_5_and_2000_tokens_is_correct() {
+    five_and_2000_tokens(false);
+}
+
+fn five_and_2000_tokens(fused: bool) {
     for arch in ARCHS {
-        let (model, cases) = load(arch);
+        let (model, cases) = load_with(arch, fused);
         let (short, long) = (&cases[4], &cases[5]);
         assert_eq!((short.ids.len(), long.ids.len()), (5, 2000));
         let got = run(&model, &[short.ids.clone(), long.ids.clone()], None);
@@ -170,8 +187,12 @@ fn a_batch_mixing_5_and_2000_tokens_is_correct() {
 /// judge's layout (an item's prompt, then one branch per aspect), with and without a prefix.
 #[test]
 fn branches_equal_separate_rows() {
+    branches(false);
+}
+
+fn branches(fused: bool) {
     for arch in ARCHS {
-        let (model, cases) = load(arch);
+        let (model, cases) = load_with(arch, fused);
         let full = &cases[2];
         for prefix_len in [0usize, 4] {
             let prefix = (prefix_len > 0).then(|| model.prefix(&full.ids[..prefix_len]).unwrap());
@@ -272,8 +293,12 @@ fn attention_split_into_small_blocks_matches() {
 /// Every position read equals transformers' logits for the whole prompt.
 #[test]
 fn decoding_steps_on_a_cache_match_transformers() {
+    decoding_steps(false);
+}
+
+fn decoding_steps(fused: bool) {
     for arch in ARCHS {
-        let (model, cases) = load(arch);
+        let (model, cases) = load_with(arch, fused);
         let mut worst = 0f32;
         // (header length, rows as (case, tokens up to)): four prompts of 7, 1, 23 and 12
         // tokens; then the longest split after 9 tokens, continued by two rows.
@@ -359,4 +384,16 @@ fn decoding_steps_on_a_cache_match_transformers() {
         }
         eprintln!("{arch}: worst |Δlogit| decoding on a cache vs transformers {worst:.2e}");
     }
+}
+
+/// The fused attention op (`model/fused_attention.rs`: on a GPU in bf16 its CUDA kernel, on the
+/// CPU the same arithmetic) against transformers, as the unfused path is above: alone and
+/// batched, a shared prefix, 5 and 2,000 tokens together, branches, decoding on a cache.
+#[test]
+fn fused_attention_matches_transformers() {
+    alone_and_batched(true);
+    shared_prefix(true);
+    five_and_2000_tokens(true);
+    branches(true);
+    decoding_steps(true);
 }

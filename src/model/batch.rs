@@ -252,6 +252,12 @@ impl Batch {
         }
     }
 
+    /// (rows, prefix + len) f32: every key's position and segment, for a kernel that applies
+    /// `mask`'s rule itself (`fused_attention`).
+    pub fn key_positions(&self) -> (&Tensor, &Tensor) {
+        (&self.key_pos, &self.key_seg)
+    }
+
     /// The additive f32 mask (rows, 1, queries, keys) of the batch rows `rows`, for the queries
     /// `queries` (indices within the rows) against the first `keys` keys (prefix included),
     /// for layers with sliding window `window` (None: full attention). Built on the device.

@@ -34,6 +34,13 @@ pub fn parse_device(spec: &str) -> Result<Device, ModelError> {
             if !candle_core::utils::cuda_is_available() {
                 return Err(ModelError::Device { spec: spec.into(), message: "this binary was built without CUDA (`cargo build --release --features cuda`)".into() });
             }
+            if let Some(other) = super::gpu_kernels().filter(|k| !matches!(*k, "hyoka" | "candle"))
+            {
+                return Err(ModelError::Device {
+                    spec: spec.into(),
+                    message: format!("{}={other:?}: expected hyoka or candle", super::GPU_KERNELS),
+                });
+            }
             Device::new_cuda(ordinal).map_err(|e| unavailable(&format!("GPU {ordinal}"), "cuda", e))
         }
         other => Err(ModelError::Device {

@@ -140,6 +140,14 @@ impl Matrix {
         match self {
             Matrix::Dense(t) => t.to_dtype(dtype),
             Matrix::Quantized(q) if dtype == DType::F16 => q.dequantize_f16(&q.device()),
+            Matrix::Quantized(q)
+                if dtype == DType::BF16 && q.device().is_cuda() && super::hyoka_gpu_kernels() =>
+            {
+                match super::cuda_expand::expand_bf16(q)? {
+                    Some(w) => Ok(w),
+                    None => q.dequantize(&q.device())?.to_dtype(dtype),
+                }
+            }
             Matrix::Quantized(q) => match expand_on_threads(q)? {
                 Some(w) => w.to_dtype(dtype),
                 None => q.dequantize(&q.device())?.to_dtype(dtype),

@@ -6,6 +6,7 @@ mod attention_products;
 pub mod batch;
 pub mod block_dots;
 pub mod config;
+pub mod cuda_expand;
 pub mod decode;
 pub mod device;
 pub mod encoder;
@@ -13,12 +14,15 @@ mod expanded_dots;
 mod expf_lanes;
 pub mod few_queries;
 pub mod fused;
+pub mod fused_attention;
 mod int8_runs;
 pub mod kquant_dots;
 mod kquant_expand;
 mod layers;
 mod masked_softmax;
 pub mod matrix;
+#[cfg(feature = "cuda")]
+mod nvrtc;
 mod prefill_attention;
 mod prefill_gemm;
 pub mod rope;
@@ -320,4 +324,23 @@ pub fn load_gguf_content(
         mode,
     )?;
     Ok(Transformer::load(&weights, cfg)?)
+}
+
+/// `HYOKA_GPU_KERNELS`: `hyoka` (the default) or `candle`. On CUDA, prefill attention runs
+/// in hyoka's fused kernel (`fused_attention`) and GGUF blocks are expanded to bf16 by hyoka's
+/// (`cuda_expand`); `candle` puts both back on candle's ops, to compare or to get around a fault
+/// in a kernel. Read once; the value, when set, is in a judge's provenance (it changes numbers
+/// in their last bits), and one not understood is refused when a GPU is opened
+/// (`device::parse_device`).
+pub fn gpu_kernels() -> Option<&'static str> {
+    static ON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let on = ON.get_or_init(|| std::env::var(GPU_KERNELS).unwrap_or_default());
+    (!on.is_empty()).then_some(on.as_str())
+}
+
+pub const GPU_KERNELS: &str = "HYOKA_GPU_KERNELS";
+
+/// Whether hyoka's own CUDA kernels are in use where they apply (`gpu_kernels`).
+pub(crate) fn hyoka_gpu_kernels() -> bool {
+    gpu_kernels() != Some("candle")
 }

@@ -122,3 +122,73 @@ pub fn every_position_logits(model: &hyoka::model::Transformer, ids: &[u32]) -> 
         .to_vec2::<f32>()
         .unwrap()
 }
+
+/// A directory for a test's files: cargo's tmp directory for this target where it exists (not on
+/// a machine a bundled test binary was carried to), the system's otherwise.
+pub fn scratch_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    if dir.is_dir() {
+        dir
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// tests/emulation/`source` (a CUDA kernel file run on the CPU) built with this machine's C++
+/// compiler; None where there is none (the caller says it skips). A compile error panics.
+pub fn build_emulator(source: &str) -> Option<PathBuf> {
+    let exe = scratch_dir().join(source.trim_end_matches(".cpp"));
+    let building = exe.with_extension(format!("{}.tmp", std::process::id()));
+    let out = std::process::Command::new("c++")
+        .args([
+            "-std=c++20",
+            "-O2",
+            "-ffp-contract=off",
+            "-pthread",
+            "-x",
+            "c++",
+        ])
+        .arg(repo_root().join("tests/emulation").join(source))
+        .arg("-o")
+        .arg(&building)
+        .output();
+    match out {
+        Err(e) => {
+            eprintln!("skipping: no C++ compiler to emulate the CUDA kernels (c++: {e})");
+            None
+        }
+        Ok(o) if !o.status.success() => panic!("{source}: {}", String::from_utf8_lossy(&o.stderr)),
+        Ok(_) => {
+            // A rename replaces the file whole: test binaries running at once each build theirs.
+            std::fs::rename(&building, &exe).expect("the emulator's binary is moved in place");
+            Some(exe)
+        }
+    }
+}
+
+/// Runs an emulator built by `build_emulator`: `args`, then an input file holding `input` and
+/// the output file it writes, read back as bf16 bits. `tag` names the files (unique per call).
+pub fn run_emulator(exe: &std::path::Path, args: &[&str], input: &[u8], tag: &str) -> Vec<u16> {
+    let dir = scratch_dir();
+    let tag = format!("{tag}-{}", std::process::id());
+    let (in_file, out_file) = (
+        dir.join(format!("{tag}.in")),
+        dir.join(format!("{tag}.out")),
+    );
+    std::fs::write(&in_file, input).unwrap();
+    let status = std::process::Command::new(exe)
+        .args(args)
+        .arg(&in_file)
+        .arg(&out_file)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{} {tag}: {status}", exe.display());
+    let out = std::fs::read(&out_file).unwrap();
+    let _ = (
+        std::fs::remove_file(&in_file),
+        std::fs::remove_file(&out_file),
+    );
+    out.chunks_exact(2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        .collect()
+}

@@ -1,0 +1,152 @@
+// Runs a CUDA C++ kernel on the CPU, one OS thread per CUDA thread, for tests on machines
+// without a GPU (tests/fused_attention.rs): the kernel's index arithmetic, barriers and warp
+// exchanges run as written. `__shared__` variables become function statics, so blocks run one
+// at a time. Warp-collective operations (`__shfl_*_sync`, `mma_bf16`) exchange through per-warp
+// slots between two warp barriers; `mma_bf16` is PTX's `mma.m16n8k16.row.col` with the register
+// layout of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type"),
+// written here independently of the kernel that uses it.
+#pragma once
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+// CUDA's integer min/max: mixed signedness compares in the common type, as there.
+template <class A, class B>
+inline std::common_type_t<A, B> min(A a, B b) {
+    using T = std::common_type_t<A, B>;
+    return (T)a < (T)b ? (T)a : (T)b;
+}
+template <class A, class B>
+inline std::common_type_t<A, B> max(A a, B b) {
+    using T = std::common_type_t<A, B>;
+    return (T)a < (T)b ? (T)b : (T)a;
+}
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+};
+inline dim3 gridDim, blockDim;
+inline thread_local dim3 threadIdx, blockIdx;
+
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __shared__ static
+#define __restrict__ __restrict
+#define __launch_bounds__(n)
+#define __align__(n) __attribute__((aligned(n)))
+#define ATTENTION_HOST_MMA 1
+
+struct uint4 {
+    unsigned x, y, z, w;
+};
+// Built with -ffp-contract=off: each operation rounds once, as these intrinsics do.
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+
+inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; }
+inline float __uint_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned x; std::memcpy(&x, &f, 4); return x; }
+
+constexpr int MAX_WARPS = 32;
+struct HostBlock {
+    std::barrier<> all;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    float lanes[MAX_WARPS][32];
+    struct Mma { unsigned a[4], b[2]; } mma[MAX_WARPS][32];
+    explicit HostBlock(int threads) : all(threads) {
+        for (int w = 0; w < (threads + 31) / 32; w++)
+            warps.push_back(std::make_unique<std::barrier<>>(min(32, threads - 32 * w)));
+    }
+};
+inline thread_local HostBlock* host_block;
+
+inline void __syncthreads() { host_block->all.arrive_and_wait(); }
+
+inline float host_exchange(float x, int from_lane) {
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    host_block->lanes[w][lane] = x;
+    host_block->warps[w]->arrive_and_wait();
+    const float r = host_block->lanes[w][from_lane];
+    host_block->warps[w]->arrive_and_wait();
+    return r;
+}
+inline float __shfl_xor_sync(unsigned, float x, int mask) {
+    return host_exchange(x, (threadIdx.x % 32) ^ mask);
+}
+inline float __shfl_sync(unsigned, float x, int lane) { return host_exchange(x, lane); }
+
+inline float host_bf16(unsigned bits) { return __uint_as_float((bits & 0xffffu) << 16); }
+
+// D = A·B + C for A 16×16 (row-major), B 16×8 (column-major), bf16; C, D 16×8 f32. Per PTX:
+// with g = lane / 4, t = lane % 4, A's registers hold (row g, cols 2t..2t+1), (row g + 8,
+// cols 2t..), (row g, cols 2t + 8..), (row g + 8, cols 2t + 8..); B's (rows 2t..2t+1, col g),
+// (rows 2t + 8.., col g); C's and D's (row g, cols 2t, 2t + 1), (row g + 8, cols 2t, 2t + 1);
+// the lower column or row of a pair in the low half of a register.
+inline void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    auto& slots = host_block->mma[w];
+    std::memcpy(slots[lane].a, a, sizeof a);
+    slots[lane].b[0] = b0;
+    slots[lane].b[1] = b1;
+    host_block->warps[w]->arrive_and_wait();
+    auto A = [&](int r, int k) {
+        const unsigned x = slots[(r % 8) * 4 + (k % 8) / 2].a[r / 8 + 2 * (k / 8)];
+        return host_bf16(k % 2 ? x >> 16 : x);
+    };
+    auto B = [&](int k, int n) {
+        const unsigned x = slots[n * 4 + (k % 8) / 2].b[k / 8];
+        return host_bf16(k % 2 ? x >> 16 : x);
+    };
+    float d[4];
+    for (int e = 0; e < 4; e++) {
+        const int r = g + 8 * (e / 2), n = 2 * t + e % 2;
+        float s = c[e];
+        for (int k = 0; k < 16; k++) s += A(r, k) * B(k, n);
+        d[e] = s;
+    }
+    host_block->warps[w]->arrive_and_wait();
+    std::memcpy(c, d, sizeof d);
+}
+
+// Runs kernel() for every thread of every block, blocks one after another.
+template <class Kernel>
+void host_launch(dim3 grid, dim3 block, Kernel kernel) {
+    gridDim = grid;
+    blockDim = block;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                HostBlock b(block.x);
+                std::vector<std::thread> threads;
+                for (unsigned i = 0; i < block.x; i++)
+                    threads.emplace_back([&, i] {
+                        threadIdx = {i, 0, 0};
+                        blockIdx = {x, y, z};
+                        host_block = &b;
+                        kernel();
+                    });
+                for (auto& t : threads) t.join();
+            }
+}
+
+// For kernels without barriers or warp exchanges: every thread in turn, on this thread.
+template <class Kernel>
+void host_launch_serial(dim3 grid, dim3 block, Kernel kernel) {
+    gridDim = grid;
+    blockDim = block;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++)
+                for (unsigned i = 0; i < block.x; i++) {
+                    threadIdx = {i, 0, 0};
+                    blockIdx = {x, y, z};
+                    kernel();
+                }
+}

@@ -1,0 +1,34 @@
+// kernels/expand.cu's kernels run on the CPU through cuda_host.h, for tests/expand_kernels.rs.
+// Usage: expand_host TYPE VALUES IN OUT: IN holds the GGUF blocks of VALUES values of TYPE
+// (q4_0, q5_0, q8_0, q4_K, q5_K, q6_K); OUT gets their bf16 bits.
+#include "cuda_host.h"
+#include "../../kernels/expand.cu"
+
+#include <cstdio>
+#include <string>
+
+int main(int argc, char** argv) {
+    if (argc != 5) return 2;
+    const std::string type = argv[1];
+    const long values = std::stol(argv[2]);
+    void (*kernel)(const u8*, bf16*, long) = nullptr;
+    if (type == "q4_0") kernel = expand_q4_0_bf16;
+    if (type == "q5_0") kernel = expand_q5_0_bf16;
+    if (type == "q8_0") kernel = expand_q8_0_bf16;
+    if (type == "q4_K") kernel = expand_q4_K_bf16;
+    if (type == "q5_K") kernel = expand_q5_K_bf16;
+    if (type == "q6_K") kernel = expand_q6_K_bf16;
+    FILE* in = fopen(argv[3], "rb");
+    if (!kernel || !in || values % 8) return 2;
+    std::vector<u8> blocks;
+    for (int c; (c = fgetc(in)) != EOF;) blocks.push_back((u8)c);
+    fclose(in);
+    std::vector<bf16> out(values);
+    const long groups = values / 8;
+    host_launch_serial({(unsigned)((groups + 255) / 256)}, {256},
+                       [&] { kernel(blocks.data(), out.data(), groups); });
+    FILE* o = fopen(argv[4], "wb");
+    if (!o || fwrite(out.data(), 2, out.size(), o) != out.size()) return 2;
+    fclose(o);
+    return 0;
+}

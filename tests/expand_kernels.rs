@@ -1,0 +1,118 @@
+//! `kernels/expand.cu` (GGUF blocks to bf16 on a GPU, `model::cuda_expand`) against candle's CPU expansion (`QTensor::dequantize`, llama.cpp's reference
+//! `to_float`) cast to bf16: **bit for bit**, for every block type the kernels take, on matrices
+//! quantized by candle from values of many magnitudes (zero rows, subnormal f16 scales, large
+//! ones). On every machine the CUDA source runs on the CPU through tests/emulation; with
+//! HYOKA_TEST_DEVICE=cuda the kernels run on the GPU as hyoka calls them.
+
+mod common;
+
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
+use candle_core::{DType, Device, Tensor};
+use hyoka::model::cuda_expand;
+use hyoka::rng::SplitMix64;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+const TYPES: [GgmlDType; 6] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q5_0,
+    GgmlDType::Q8_0,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+];
+const ROWS: usize = 24;
+const COLS: usize = 1024;
+
+/// Rows of different scales: zeros, f16-subnormal block scales, ordinary weights, large ones,
+/// a row with one outlier per block.
+fn matrix(seed: u64) -> Tensor {
+    let mut rng = SplitMix64(seed);
+    let mut x = rng.symmetric_f32s(ROWS * COLS);
+    for (r, row) in x.chunks_mut(COLS).enumerate() {
+        let scale = [0.0, 1e-6, 3e-3, 0.05, 1.0, 40.0][r % 6];
+        for (i, v) in row.iter_mut().enumerate() {
+            *v *= scale;
+            if r % 12 == 5 && i % 37 == 0 {
+                *v *= 30.0;
+            }
+        }
+    }
+    Tensor::from_vec(x, (ROWS, COLS), &Device::Cpu).unwrap()
+}
+
+/// The CPU's expansion cast to bf16, as bits.
+fn expected(q: &QTensor) -> Vec<u16> {
+    let w = q
+        .dequantize(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::BF16)
+        .unwrap();
+    let w: Vec<half::bf16> = w.flatten_all().unwrap().to_vec1().unwrap();
+    w.iter().map(|x| x.to_bits()).collect()
+}
+
+fn assert_same(label: &str, got: &[u16], want: &[u16]) {
+    assert_eq!(got.len(), want.len(), "{label}: length");
+    let differ: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want[i]).collect();
+    if let Some(&i) = differ.first() {
+        panic!(
+            "{label}: {} of {} values differ; first at {i} (row {}, col {}): {:?} vs {:?}",
+            differ.len(),
+            got.len(),
+            i / COLS,
+            i % COLS,
+            half::bf16::from_bits(got[i]),
+            half::bf16::from_bits(want[i])
+        );
+    }
+}
+
+fn emulator() -> Option<&'static PathBuf> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| common::build_emulator("expand_host.cpp"))
+        .as_ref()
+}
+
+#[test]
+fn expansion_kernels_emulated_equal_the_cpu_bit_for_bit() {
+    let Some(exe) = emulator() else { return };
+    for (n, ty) in TYPES.into_iter().enumerate() {
+        let q = QTensor::quantize(&matrix(n as u64), ty).unwrap();
+        let (name, size, per) = cuda_expand::kernel(ty).unwrap();
+        let blocks = q.data().unwrap();
+        assert_eq!(blocks.len(), ROWS * COLS / per * size, "{ty:?}: block size");
+        let values = (ROWS * COLS).to_string();
+        let got = common::run_emulator(exe, &[name, &values], &blocks, &format!("expand-{name}"));
+        assert_same(&format!("{ty:?} emulated"), &got, &expected(&q));
+        eprintln!(
+            "{ty:?}: {} values, emulated kernel = CPU expansion bit for bit",
+            got.len()
+        );
+    }
+}
+
+#[test]
+fn expansion_kernels_on_the_gpu_equal_the_cpu_bit_for_bit() {
+    let device = common::device();
+    if !device.is_cuda() {
+        eprintln!("skipping: the kernels run on a GPU (HYOKA_TEST_DEVICE=cuda)");
+        return;
+    }
+    for (n, ty) in TYPES.into_iter().enumerate() {
+        let cpu = QTensor::quantize(&matrix(n as u64), ty).unwrap();
+        let storage = QStorage::from_data(cpu.data().unwrap(), &device, ty).unwrap();
+        let gpu = QTensor::new(storage, (ROWS, COLS)).unwrap();
+        let w = cuda_expand::expand_bf16(&gpu)
+            .unwrap()
+            .expect("a kernel for this type");
+        let w: Vec<half::bf16> = w.flatten_all().unwrap().to_vec1().unwrap();
+        let got: Vec<u16> = w.iter().map(|x| x.to_bits()).collect();
+        assert_same(&format!("{ty:?} on the GPU"), &got, &expected(&cpu));
+        eprintln!(
+            "{ty:?}: {} values, GPU kernel = CPU expansion bit for bit",
+            got.len()
+        );
+    }
+}
