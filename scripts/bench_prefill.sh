@@ -4,7 +4,8 @@
 # when llama-cpp-python is in $HYOKA_REF_PYTHON (default python3; install it with
 # CMAKE_ARGS=-DGGML_NATIVE=ON pip install llama-cpp-python).
 # Usage: scripts/bench_prefill.sh [N_ITEMS] [THREADS] [GGUF]
-# HYOKA_BENCH_WEIGHTS="stored" skips the expanded run (an 8B GGUF expanded to f32 needs ~32 GB).
+# HYOKA_BENCH_WEIGHTS="stored" skips the expanded run (an 8B GGUF expanded to f32 needs ~32 GB);
+# a "+bf16" variant (e.g. "stored stored+bf16") runs with --prefill-gemm bf16 (AVX512-BF16).
 # Needs a release build, the test models and DBDC3 items; /usr/bin/time (Debian's `time`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,35 +18,37 @@ bin="${HYOKA_BIN:-target/release/hyoka}"
 decode="${HYOKA_DECODE_TOKENS:-64}"
 work=$(mktemp -d)
 "$bin" import dbdc3 ../shared/datasets/dbdc3-ja -o "$work/items.jsonl" --max-context 4 2>/dev/null
-for weights in ${HYOKA_BENCH_WEIGHTS:-stored expanded}; do
-  RAYON_NUM_THREADS="$threads" /usr/bin/time -f "%M" -o "$work/rss-$weights" "$bin" bench \
-    --model "$gguf" --input "$work/items.jsonl" --n "$n" --weights "$weights" \
-    --rubric "${HYOKA_BENCH_RUBRIC:-dialogue6-ja}" --dump-tokens "$work/tokens.json" --decode-tokens "$decode" > "$work/hyoka-$weights.json"
+variants="${HYOKA_BENCH_WEIGHTS:-stored expanded}"
+for variant in $variants; do
+  gemm=(); [[ "$variant" == *+bf16 ]] && gemm=(--prefill-gemm bf16)
+  RAYON_NUM_THREADS="$threads" /usr/bin/time -f "%M" -o "$work/rss-$variant" "$bin" bench \
+    --model "$gguf" --input "$work/items.jsonl" --n "$n" --weights "${variant%%+*}" "${gemm[@]}" \
+    --rubric "${HYOKA_BENCH_RUBRIC:-dialogue6-ja}" --dump-tokens "$work/tokens.json" --decode-tokens "$decode" > "$work/hyoka-$variant.json"
 done
 if "$py" -c "import llama_cpp" 2>/dev/null; then
   "$py" scripts/bench_llama_cpp.py "$gguf" "$work/tokens.json" --threads "$threads" --decode-tokens "$decode" > "$work/llama.json"
 fi
-python3 - "$work" "$(stat -c %s "$gguf")" <<'PY'
+python3 - "$work" "$(stat -c %s "$gguf")" $variants <<'PY'
 import json, os, sys
 w, size = sys.argv[1], int(sys.argv[2])
-h = {m: json.load(open(f"{w}/hyoka-{m}.json")) for m in ("stored", "expanded") if os.path.exists(f"{w}/hyoka-{m}.json")}
+h = {m: json.load(open(f"{w}/hyoka-{m}.json")) for m in sys.argv[3:] if os.path.exists(f"{w}/hyoka-{m}.json")}
 rss = {m: int(open(f"{w}/rss-{m}").read().split()[-1]) / 1e6 for m in h}
 l = json.load(open(f"{w}/llama.json")) if os.path.exists(f"{w}/llama.json") else None
-s = h["stored"]
+s = h.get("stored") or next(iter(h.values()))
 print(f"prefill tok/s on {s['items']} prompts (mean {s['mean_prompt_tokens']:.0f} tokens), GGUF {size / 1e9:.2f} GB:")
 if l:
     print(f"  llama.cpp batch 1       {l['prefill_tok_s']:8.1f} ({l['threads']} threads)")
 for m in h:
     for k in ("prefill_batch1_tok_s", "prefill_batched_tok_s"):
         ratio = f" = {h[m][k] / l['prefill_tok_s']:.2f}x llama.cpp" if l else ""
-        print(f"  hyoka {m:8} {k[8:-6]:9} {h[m][k]:8.1f}{ratio}")
-    print(f"  hyoka {m:8} judge layout {h[m]['judge_items_s']:.2f} items/s; peak RSS {rss[m]:.2f} GB")
+        print(f"  hyoka {m:12} {k[8:-6]:9} {h[m][k]:8.1f}{ratio}")
+    print(f"  hyoka {m:12} judge layout {h[m]['judge_items_s']:.2f} items/s; peak RSS {rss[m]:.2f} GB")
 print(f"decoding tok/s, {s['decode_tokens']} greedy tokens after the first prompt (batch 1) / after all {s['decode_rows']}:")
 if l and l.get("decode_batch1_tok_s"):
     print(f"  llama.cpp batch 1       {l['decode_batch1_tok_s']:8.1f}")
 for m in h:
     ratio = f" = {h[m]['decode_batch1_tok_s'] / l['decode_batch1_tok_s']:.2f}x llama.cpp" if l and l.get("decode_batch1_tok_s") else ""
-    print(f"  hyoka {m:8} batch 1 {h[m]['decode_batch1_tok_s']:8.1f}{ratio}; {s['decode_rows']} rows {h[m]['decode_batched_tok_s']:8.1f}")
-if "expanded" in h:
+    print(f"  hyoka {m:12} batch 1 {h[m]['decode_batch1_tok_s']:8.1f}{ratio}; {s['decode_rows']} rows {h[m]['decode_batched_tok_s']:8.1f}")
+if "expanded" in h and "stored" in h:
     print(f"  stored / expanded, batched prefill: {s['prefill_batched_tok_s'] / h['expanded']['prefill_batched_tok_s']:.3f}")
 PY

@@ -33,8 +33,11 @@ LIBS="$(python3 -c 'import glob, os, site
 dirs = {os.path.dirname(p) for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/**/lib*.so.*", recursive=True)}
 print(":".join(sorted(dirs)))'):/usr/local/nvidia/lib64"
 DEV=${HYOKA_EXP_DEVICE:-cuda}; N=${HYOKA_EXP_N:-12}
-H=$B/bin/hyoka; G=${HYOKA_EXP_MODEL:-/tmp/synth/llama-8b-q4_k_m.gguf}
-TOK=(--tokenizer "${HYOKA_EXP_TOKENIZER-$B/models/llama-3-tokenizer}"); [ -n "${TOK[1]}" ] || TOK=()
+# HYOKA_EXP_SHAPE=qwen-14b: the synthetic Qwen2.5-14B instead (its tokenizer in the file).
+SHAPE=${HYOKA_EXP_SHAPE:-llama-8b}; H=$B/bin/hyoka; G=${HYOKA_EXP_MODEL:-/tmp/synth/$SHAPE-q4_k_m.gguf}
+SOURCE=(--models $B/models); TOKDEF=$B/models/llama-3-tokenizer
+[ "$SHAPE" = qwen-14b ] && SOURCE=(--tokenizer-from $B/models/qwen2.5-tokenizer.gguf) TOKDEF=
+TOK=(--tokenizer "${HYOKA_EXP_TOKENIZER-$TOKDEF}"); [ -n "${TOK[1]}" ] || TOK=()
 run() { # NAME MIN_LEFT COMMAND...: its output in $X/NAME.log
   local name=$1 min=$2; shift 2; local l; l=$(left)
   if [ "$l" -lt "$min" ]; then echo "== skipped ($l s left): $name"; return; fi
@@ -53,15 +56,18 @@ def last_json(p):
 
 # 1. correctness
 T=(env CARGO_MANIFEST_DIR="$PWD" HYOKA_TEST_DEVICE=$DEV HYOKA_TEST_DTYPE=bf16 HYOKA_SKIP_MODEL_TESTS=1)
+# HYOKA_EXP_BENCH_ONLY=1 skips this (a second call, another shape).
+[ -n "${HYOKA_EXP_BENCH_ONLY:-}" ] || {
 run fused-kernels 60 "${T[@]}" $B/tests/fused_attention --test-threads 1 --nocapture fused_attention_
 run expand-kernels 30 "${T[@]}" $B/tests/expand_kernels --nocapture on_the_gpu
 run fused-models 60 "${T[@]}" $B/tests/runtime_parity --nocapture fused_attention_matches_transformers
 grep -hE "worst|bit for bit|panicked|test result" $X/fused-kernels.log $X/expand-kernels.log $X/fused-models.log |
   sed -e 's/Case { rows: \([0-9]*\), heads: \([0-9]*\), kv_heads: \([0-9]*\), d: \([0-9]*\),/r\1 h\2\/\3 d\4/' \
       -e 's/window: None, softcap: None, //' | cut -c1-170
+}
 
 # 2. speed
-[ -e $G ] || run synthetic 60 python3 scripts/synthetic_gguf.py --shape llama-8b --quant q4_k_m -o $G --models $B/models
+[ -e $G ] || run synthetic 60 python3 scripts/synthetic_gguf.py --shape $SHAPE --quant q4_k_m -o $G "${SOURCE[@]}"
 BENCH=($H bench --device $DEV --model $G --input $B/items.jsonl --decode-tokens 32 "${TOK[@]}")
 bench() { # NAME KERNELS [flags]
   local name=$1 kernels=$2; shift 2

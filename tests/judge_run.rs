@@ -425,3 +425,34 @@ fn gpu_kernels_are_part_of_the_run() {
         "{err}"
     );
 }
+
+/// `--prefill-gemm bf16` changes the scores, so it is in every line's provenance, and a file
+/// written with it is not continued without it. Where the CPU lacks AVX512-BF16, the flag is
+/// refused with exit 2 and a message naming what is missing.
+#[test]
+fn bf16_prefill_gemm_is_part_of_the_run() {
+    let Some(s) = Setup::new() else { return };
+    let out = s.judge("scores.jsonl", &["--prefill-gemm", "bf16"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if !hyoka::model::bf16_gemm::available() {
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("AVX512-BF16"), "{err}");
+        return;
+    }
+    assert!(out.status.success(), "{err}");
+    let rows = lines(Path::new(&s.path("scores.jsonl")));
+    assert_eq!(rows.len(), 4);
+    for row in &rows {
+        assert_eq!(
+            row["provenance"]["settings"]["prefill_gemm"], "bf16",
+            "{row}"
+        );
+    }
+    let out = s.judge("scores.jsonl", &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("written by a different run (settings differs"),
+        "{err}"
+    );
+}

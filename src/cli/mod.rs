@@ -24,7 +24,7 @@ pub const EXIT_CODES: &str = "Exit codes:
   0  success: every item scored (or nothing left to do)
   1  failure: I/O, a model that cannot load, an internal error
   2  usage: a bad flag or flag value, including one this build or machine cannot use
-     (--dtype f64, --device cuda without CUDA)
+     (--dtype f64, --device cuda without CUDA, --prefill-gemm bf16 without AVX512-BF16)
   3  invalid input: an items, rubric or results file that fails validation (named as
      FILE:LINE: FIELD: bad UTF-8, a line over 64 MiB, a rating beyond ±2^53, a repeated
      item, lines of another run), or an output written by another run or locked by a
@@ -139,6 +139,13 @@ pub struct RuntimeArgs {
     /// (json rubrics, --greedy-baseline) uses quantized kernels when stored.
     #[arg(long, value_enum, default_value = "stored")]
     pub weights: hyoka::model::WeightsMode,
+    /// The CPU's products for prompts (prefill, a judge's scored prompts): `f32` gives the
+    /// expanded f32 model's numbers to the bit; `bf16` rounds both operands to bf16 and sums
+    /// in f32 on AVX512-BF16 (AMD Zen 4 and later, Intel Sapphire Rapids and later), faster
+    /// and less exact, as a GPU's bf16. Recorded in the provenance; measured in README
+    /// ("Judges at real size"). Refused on other CPUs, on GPUs, and with --dtype other than f32.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub prefill_gemm: hyoka::model::prefill_gemm::PrefillGemm,
 }
 
 impl RuntimeArgs {
@@ -166,6 +173,7 @@ impl RuntimeArgs {
     pub fn device_and_dtype(&self) -> anyhow::Result<(candle_core::Device, candle_core::DType)> {
         let device = hyoka::model::device::parse_device(&self.device)?;
         let dtype = hyoka::model::device::parse_dtype(self.dtype.as_deref(), &device)?;
+        hyoka::model::prefill_gemm::set_prefill_gemm(self.prefill_gemm, &device, dtype)?;
         if self.dtype.is_none() && !device.is_cpu() {
             eprintln!(
                 "dtype {} (the default on {}; --dtype overrides)",

@@ -84,6 +84,10 @@ impl<'a> Judge<'a> {
         if self.rubric.output == OutputMode::Json || opts.greedy_baseline.is_some() {
             settings.insert("weights".into(), json!(first.weights_mode().name()));
         }
+        let gemm = crate::model::prefill_gemm::prefill_gemm();
+        if gemm != crate::model::prefill_gemm::PrefillGemm::F32 {
+            settings.insert("prefill_gemm".into(), json!(gemm.name()));
+        }
         // Which CUDA kernels run changes the last bits; recorded wherever it is set.
         if let Some(kernels) = crate::model::gpu_kernels() {
             settings.insert("gpu_kernels".into(), json!(kernels));

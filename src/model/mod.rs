@@ -4,6 +4,7 @@
 mod act_rounding;
 mod attention_products;
 pub mod batch;
+pub mod bf16_gemm;
 pub mod block_dots;
 pub mod config;
 pub mod cuda_expand;
@@ -24,7 +25,7 @@ pub mod matrix;
 #[cfg(feature = "cuda")]
 mod nvrtc;
 mod prefill_attention;
-mod prefill_gemm;
+pub mod prefill_gemm;
 pub mod rope;
 mod runs;
 pub mod source;

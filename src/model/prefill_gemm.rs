@@ -15,9 +15,66 @@
 
 use super::fused::cpu::Data;
 use super::matrix::{Matrix, expand_into, expands_on_cpu};
+use super::{ModelError, bf16_gemm};
 use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor, bail};
 use rayon::prelude::*;
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// How prompts' products are computed on the CPU (`--prefill-gemm`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrefillGemm {
+    /// In f32: the expanded f32 model's numbers, to the bit.
+    #[default]
+    F32,
+    /// Both operands rounded to bf16, products summed in f32, on AVX512-BF16 (`bf16_gemm`).
+    Bf16,
+}
+
+impl PrefillGemm {
+    pub fn name(self) -> &'static str {
+        match self {
+            PrefillGemm::F32 => "f32",
+            PrefillGemm::Bf16 => "bf16",
+        }
+    }
+}
+
+/// Process-wide, as candle's TF32 switch is (`device::set_tf32`): set once by the command line.
+static BF16: AtomicBool = AtomicBool::new(false);
+
+/// `--prefill-gemm`: bf16 is refused where it does not apply — a device other than the CPU, a
+/// compute dtype other than f32 (a GPU's bf16 is `--dtype bf16`), a CPU without AVX512-BF16.
+pub fn set_prefill_gemm(
+    gemm: PrefillGemm,
+    device: &Device,
+    dtype: DType,
+) -> std::result::Result<(), ModelError> {
+    if gemm == PrefillGemm::Bf16 {
+        let refuse = |message: &str| ModelError::Device {
+            spec: super::device::device_name(device),
+            message: format!("--prefill-gemm bf16 {message}"),
+        };
+        if !device.is_cpu() || dtype != DType::F32 {
+            return Err(refuse("applies to f32 on the CPU (on a GPU, --dtype bf16)"));
+        }
+        if !bf16_gemm::available() {
+            return Err(refuse(
+                "needs AVX512-BF16 (AMD Zen 4 and later, Intel Sapphire Rapids and later), which this CPU lacks",
+            ));
+        }
+    }
+    BF16.store(gemm == PrefillGemm::Bf16, Ordering::Relaxed);
+    Ok(())
+}
+
+/// The products' precision in use (`set_prefill_gemm`), for the provenance.
+pub fn prefill_gemm() -> PrefillGemm {
+    match BF16.load(Ordering::Relaxed) {
+        true => PrefillGemm::Bf16,
+        false => PrefillGemm::F32,
+    }
+}
 
 const OP: &str = "x · Wᵀ";
 
@@ -67,11 +124,11 @@ pub fn product(w: &Matrix, x: &Tensor, runs: Option<&[u32]>) -> Result<Tensor> {
     let mut y = match w {
         Matrix::Dense(t) if t.dtype() == DType::F32 => {
             let t = t.contiguous()?;
-            gemm_t(lhs, rows, k, Data::of(&t, OP)?.slice(), out, m)
+            multiply(lhs, rows, k, Data::of(&t, OP)?.slice(), out, m)
         }
         _ => with_expanded(out * k, |buf| {
             expand(w, buf)?;
-            Ok(gemm_t(lhs, rows, k, buf, out, m))
+            Ok(multiply(lhs, rows, k, buf, out, m))
         })?,
     };
     if let Some(real) = &real {
@@ -150,6 +207,17 @@ fn widen<T: Copy + Sync>(from: &[T], to: &mut [f32], f: impl Fn(T) -> f32 + Sync
     to.par_chunks_mut(1 << 16)
         .zip(from.par_chunks(1 << 16))
         .for_each(|(to, from)| to.iter_mut().zip(from).for_each(|(t, &x)| *t = f(x)));
+}
+
+/// x (m, k) · wᵀ as `prefill_gemm` says: `gemm_t`, or `bf16_gemm` (whose availability
+/// `set_prefill_gemm` checked).
+fn multiply(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, room: usize) -> Vec<f32> {
+    match prefill_gemm() {
+        PrefillGemm::Bf16 => {
+            bf16_gemm::gemm_t(x, m, k, w, n, room).unwrap_or_else(|| gemm_t(x, m, k, w, n, room))
+        }
+        PrefillGemm::F32 => gemm_t(x, m, k, w, n, room),
+    }
 }
 
 /// x (m, k) · wᵀ (w: (n, k), row-major) → (m, n): gemm called with the arguments candle's CPU
