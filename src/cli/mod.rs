@@ -139,11 +139,12 @@ pub struct RuntimeArgs {
     /// (json rubrics, --greedy-baseline) uses quantized kernels when stored.
     #[arg(long, value_enum, default_value = "stored")]
     pub weights: hyoka::model::WeightsMode,
-    /// The CPU's products for prompts (prefill, a judge's scored prompts): `f32` gives the
-    /// expanded f32 model's numbers to the bit; `bf16` rounds both operands to bf16 and sums
-    /// in f32 on AVX512-BF16 (AMD Zen 4 and later, Intel Sapphire Rapids and later), faster
-    /// and less exact, as a GPU's bf16. Recorded in the provenance; measured in README
-    /// ("Judges at real size"). Refused on other CPUs, on GPUs, and with --dtype other than f32.
+    /// The CPU's products for prompts (prefill, a judge's scored prompts; with --weights
+    /// expanded, decoding's too): `f32` gives the expanded f32 model's numbers to the bit;
+    /// `bf16` rounds both operands to bf16 and sums in f32 on AVX512-BF16 (AMD Zen 4 and later,
+    /// Intel Sapphire Rapids and later), faster and less exact, as a GPU's bf16. Recorded in
+    /// the provenance; measured in README (`hyoka bench`). Refused on other CPUs, on GPUs, and
+    /// with --dtype other than f32.
     #[arg(long, value_enum, default_value = "f32")]
     pub prefill_gemm: hyoka::model::prefill_gemm::PrefillGemm,
 }
