@@ -46,6 +46,26 @@ impl Setup {
         Some(Setup { dir, model })
     }
 
+    /// Continuing `out` with `extra` is refused: exit 3, the settings named as what differs.
+    fn assert_settings_differ(&self, out: &str, extra: &[&str]) {
+        let o = self.judge(out, extra);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{extra:?}: {err}");
+        assert!(
+            err.contains("written by a different run (settings differs"),
+            "{extra:?}: {err}"
+        );
+    }
+
+    /// Every line of `out` (4 items) records `value` as its provenance's `settings.key`.
+    fn assert_setting(&self, out: &str, key: &str, value: &str) {
+        let rows = lines(Path::new(&self.path(out)));
+        assert_eq!(rows.len(), 4);
+        for row in &rows {
+            assert_eq!(row["provenance"]["settings"][key], value, "{row}");
+        }
+    }
+
     fn path(&self, name: &str) -> String {
         self.dir.path().join(name).to_str().unwrap().to_string()
     }
@@ -385,13 +405,7 @@ fn truncation_and_baseline_settings_are_part_of_the_run() {
         &[][..],
         &["--max-prompt-tokens", "4000", "--greedy-baseline", "2"][..],
     ] {
-        let out = s.judge("scores.jsonl", other);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(3), "{other:?}: {err}");
-        assert!(
-            err.contains("written by a different run (settings differs"),
-            "{other:?}: {err}"
-        );
+        s.assert_settings_differ("scores.jsonl", other);
     }
     let out = s.judge("scores.jsonl", &["--max-prompt-tokens", "4000"]);
     assert!(
@@ -411,19 +425,8 @@ fn gpu_kernels_are_part_of_the_run() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rows = lines(Path::new(&s.path("scores.jsonl")));
-    assert_eq!(rows.len(), 4);
-    for row in &rows {
-        let settings = &row["provenance"]["settings"];
-        assert_eq!(settings["gpu_kernels"], "candle", "{row}");
-    }
-    let out = s.judge("scores.jsonl", &[]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{err}");
-    assert!(
-        err.contains("written by a different run (settings differs"),
-        "{err}"
-    );
+    s.assert_setting("scores.jsonl", "gpu_kernels", "candle");
+    s.assert_settings_differ("scores.jsonl", &[]);
 }
 
 /// `--prefill-gemm bf16` changes the scores, so it is in every line's provenance, and a file
@@ -440,19 +443,6 @@ fn bf16_prefill_gemm_is_part_of_the_run() {
         return;
     }
     assert!(out.status.success(), "{err}");
-    let rows = lines(Path::new(&s.path("scores.jsonl")));
-    assert_eq!(rows.len(), 4);
-    for row in &rows {
-        assert_eq!(
-            row["provenance"]["settings"]["prefill_gemm"], "bf16",
-            "{row}"
-        );
-    }
-    let out = s.judge("scores.jsonl", &[]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{err}");
-    assert!(
-        err.contains("written by a different run (settings differs"),
-        "{err}"
-    );
+    s.assert_setting("scores.jsonl", "prefill_gemm", "bf16");
+    s.assert_settings_differ("scores.jsonl", &[]);
 }

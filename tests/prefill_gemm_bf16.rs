@@ -7,17 +7,15 @@ mod common;
 
 use candle_core::{DType, Device};
 use hyoka::model::prefill_gemm::{PrefillGemm, prefill_gemm, set_prefill_gemm};
-use hyoka::model::{Batch, load_safetensors_dir};
+use hyoka::model::{Batch, Transformer, load_safetensors_dir};
 
 const ARCHS: [&str; 6] = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"];
 /// runtime_parity's tolerance for bf16 against transformers in f32.
 const BF16_TOL: f32 = 0.05;
 
 /// Every position's logits of `ids` (one row), with the products `gemm` says.
-fn logits(arch: &str, ids: &[u32], gemm: PrefillGemm) -> Vec<Vec<f32>> {
+fn logits(model: &Transformer, ids: &[u32], gemm: PrefillGemm) -> Vec<Vec<f32>> {
     set_prefill_gemm(gemm, &Device::Cpu, DType::F32).unwrap();
-    let dir = common::fixtures().join("tiny").join(arch);
-    let model = load_safetensors_dir(&dir, DType::F32, &Device::Cpu, Default::default()).unwrap();
     let batch = Batch::new(&[ids.to_vec()], 0, &Device::Cpu).unwrap();
     let (hidden, _) = model.forward(&batch, None).unwrap();
     let at: Vec<(usize, usize)> = (0..ids.len()).map(|i| (0, i)).collect();
@@ -48,24 +46,19 @@ fn bf16_products_match_transformers_within_bf16_tolerance() {
         return;
     }
     for arch in ARCHS {
-        let dir = common::fixtures().join("tiny").join(arch);
-        let expected =
-            candle_core::safetensors::load(dir.join("expected.safetensors"), &Device::Cpu).unwrap();
+        let dir = common::tiny_model(arch);
+        let model =
+            load_safetensors_dir(&dir, DType::F32, &Device::Cpu, Default::default()).unwrap();
+        let cases = common::tiny_cases(arch);
         // The 23-token prompt and the 2,000-token one (its last positions' logits).
         let (mut worst, mut moved) = (0f32, 0f32);
         for n in [2, 5] {
-            let ids: Vec<u32> = expected[&format!("ids.{n}")]
-                .to_vec1::<i64>()
-                .unwrap()
-                .into_iter()
-                .map(|i| i as u32)
-                .collect();
-            let want = expected[&format!("logits.{n}")].to_vec2::<f32>().unwrap();
+            let (ids, want) = &cases[n];
             let first = ids.len() - want.len();
-            let bf16 = logits(arch, &ids, PrefillGemm::Bf16);
+            let bf16 = logits(&model, ids, PrefillGemm::Bf16);
             assert_eq!(prefill_gemm(), PrefillGemm::Bf16);
-            let f32 = logits(arch, &ids, PrefillGemm::F32);
-            let d = max_diff(&bf16[first..], &want);
+            let f32 = logits(&model, ids, PrefillGemm::F32);
+            let d = max_diff(&bf16[first..], want);
             assert!(d <= BF16_TOL, "{arch} prompt {n}: max |Δlogit| {d}");
             worst = worst.max(d);
             moved = moved.max(max_diff(&bf16, &f32));

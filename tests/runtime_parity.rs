@@ -4,7 +4,7 @@
 
 mod common;
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use hyoka::model::transformer::{ATTENTION_ELEMENTS, AttentionPlan};
 use hyoka::model::{Batch, KvCache, Products, Row, Transformer, load_safetensors_dir};
 
@@ -34,26 +34,14 @@ fn load(arch: &str) -> (Transformer, Vec<Case>) {
 }
 
 fn load_with(arch: &str, fused: bool) -> (Transformer, Vec<Case>) {
-    let dir = common::fixtures().join("tiny").join(arch);
+    let dir = common::tiny_model(arch);
     let mut model =
         load_safetensors_dir(&dir, common::dtype(), &common::device(), Default::default()).unwrap();
     model.set_fused_attention(fused.then_some(1));
-    let expected =
-        candle_core::safetensors::load(dir.join("expected.safetensors"), &Device::Cpu).unwrap();
-    let mut cases = Vec::new();
-    for n in 0.. {
-        let Some(ids) = expected.get(&format!("ids.{n}")) else {
-            break;
-        };
-        let ids: Vec<u32> = ids
-            .to_vec1::<i64>()
-            .unwrap()
-            .into_iter()
-            .map(|i| i as u32)
-            .collect();
-        let logits = expected[&format!("logits.{n}")].to_vec2::<f32>().unwrap();
-        cases.push(Case { ids, logits });
-    }
+    let cases: Vec<Case> = common::tiny_cases(arch)
+        .into_iter()
+        .map(|(ids, logits)| Case { ids, logits })
+        .collect();
     assert!(cases.len() >= 6);
     (model, cases)
 }

@@ -171,6 +171,8 @@ impl RuntimeArgs {
         .with_context(|| format!("loading model {name}"))
     }
 
+    /// The device and dtype these flags name, with `--prefill-gemm` applied for them (whether
+    /// it applies depends on both).
     pub fn device_and_dtype(&self) -> anyhow::Result<(candle_core::Device, candle_core::DType)> {
         let device = hyoka::model::device::parse_device(&self.device)?;
         let dtype = hyoka::model::device::parse_dtype(self.dtype.as_deref(), &device)?;

@@ -16,6 +16,34 @@ pub fn fixtures() -> PathBuf {
     repo_root().join("tests").join("fixtures")
 }
 
+/// A tiny random model's folder (scripts/make_runtime_fixtures.py): its weights and config, and
+/// transformers' logits for its prompts (`tiny_cases`).
+pub fn tiny_model(arch: &str) -> PathBuf {
+    fixtures().join("tiny").join(arch)
+}
+
+/// A tiny model's prompts, each as (token ids, transformers' f32 logits of its last positions:
+/// all of them for short prompts), in the fixture's order.
+pub fn tiny_cases(arch: &str) -> Vec<(Vec<u32>, Vec<Vec<f32>>)> {
+    let path = tiny_model(arch).join("expected.safetensors");
+    let expected = candle_core::safetensors::load(path, &candle_core::Device::Cpu).unwrap();
+    let mut cases = Vec::new();
+    for n in 0.. {
+        let Some(ids) = expected.get(&format!("ids.{n}")) else {
+            break;
+        };
+        let ids: Vec<u32> = ids
+            .to_vec1::<i64>()
+            .unwrap()
+            .into_iter()
+            .map(|i| i as u32)
+            .collect();
+        let logits = expected[&format!("logits.{n}")].to_vec2::<f32>().unwrap();
+        cases.push((ids, logits));
+    }
+    cases
+}
+
 /// The folder of the real test models (scripts/fetch_test_models.py puts them there).
 pub fn test_models() -> PathBuf {
     match std::env::var_os("HYOKA_TEST_MODELS") {
