@@ -214,3 +214,17 @@ fn a_rows_decoding_product_does_not_depend_on_the_other_rows() {
         }
     }
 }
+
+/// hyoka opens CUDA devices without cudarc's per-allocation events
+/// (`device::without_event_tracking`), unless HYOKA_GPU_KERNELS=candle.
+#[test]
+fn cuda_devices_open_without_per_allocation_events() {
+    let device = common::device();
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(d) = &device {
+        let candle = hyoka::model::gpu_kernels() == Some("candle");
+        assert_eq!(d.is_event_tracking(), candle, "event tracking");
+        return;
+    }
+    eprintln!("skipping: {device:?} is not a CUDA device (HYOKA_TEST_DEVICE=cuda)");
+}

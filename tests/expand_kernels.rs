@@ -21,15 +21,16 @@ const TYPES: [GgmlDType; 6] = [
     GgmlDType::Q5K,
     GgmlDType::Q6K,
 ];
-const ROWS: usize = 24;
-const COLS: usize = 1024;
+/// (rows, cols): a matrix of whole blocks of 256 threads (2,048 values), and one whose last
+/// block is part full (one K-quant block, eight of 32 values).
+const SHAPES: [(usize, usize); 2] = [(24, 1024), (3, 768)];
 
 /// Rows of different scales: zeros, f16-subnormal block scales, ordinary weights, large ones,
 /// a row with one outlier per block.
-fn matrix(seed: u64) -> Tensor {
+fn matrix(seed: u64, (rows, cols): (usize, usize)) -> Tensor {
     let mut rng = SplitMix64(seed);
-    let mut x = rng.symmetric_f32s(ROWS * COLS);
-    for (r, row) in x.chunks_mut(COLS).enumerate() {
+    let mut x = rng.symmetric_f32s(rows * cols);
+    for (r, row) in x.chunks_mut(cols).enumerate() {
         let scale = [0.0, 1e-6, 3e-3, 0.05, 1.0, 40.0][r % 6];
         for (i, v) in row.iter_mut().enumerate() {
             *v *= scale;
@@ -38,7 +39,7 @@ fn matrix(seed: u64) -> Tensor {
             }
         }
     }
-    Tensor::from_vec(x, (ROWS, COLS), &Device::Cpu).unwrap()
+    Tensor::from_vec(x, (rows, cols), &Device::Cpu).unwrap()
 }
 
 /// The CPU's expansion cast to bf16, as bits.
@@ -52,7 +53,7 @@ fn expected(q: &QTensor) -> Vec<u16> {
     w.iter().map(|x| x.to_bits()).collect()
 }
 
-fn assert_same(label: &str, got: &[u16], want: &[u16]) {
+fn assert_same(label: &str, cols: usize, got: &[u16], want: &[u16]) {
     assert_eq!(got.len(), want.len(), "{label}: length");
     let differ: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want[i]).collect();
     if let Some(&i) = differ.first() {
@@ -60,8 +61,8 @@ fn assert_same(label: &str, got: &[u16], want: &[u16]) {
             "{label}: {} of {} values differ; first at {i} (row {}, col {}): {:?} vs {:?}",
             differ.len(),
             got.len(),
-            i / COLS,
-            i % COLS,
+            i / cols,
+            i % cols,
             half::bf16::from_bits(got[i]),
             half::bf16::from_bits(want[i])
         );
@@ -78,19 +79,25 @@ fn emulator() -> Option<&'static PathBuf> {
 #[test]
 fn expansion_kernels_emulated_equal_the_cpu_bit_for_bit() {
     let Some(exe) = emulator() else { return };
-    for (n, ty) in TYPES.into_iter().enumerate() {
-        let q = QTensor::quantize(&matrix(n as u64), ty).unwrap();
+    for ((n, ty), shape) in TYPES.into_iter().enumerate().flat_map(cases) {
+        let q = QTensor::quantize(&matrix(n as u64, shape), ty).unwrap();
         let (name, size, per) = cuda_expand::kernel(ty).unwrap();
         let blocks = q.data().unwrap();
-        assert_eq!(blocks.len(), ROWS * COLS / per * size, "{ty:?}: block size");
-        let values = (ROWS * COLS).to_string();
-        let got = common::run_emulator(exe, &[name, &values], &blocks, &format!("expand-{name}"));
-        assert_same(&format!("{ty:?} emulated"), &got, &expected(&q));
-        eprintln!(
-            "{ty:?}: {} values, emulated kernel = CPU expansion bit for bit",
-            got.len()
+        let values = shape.0 * shape.1;
+        assert_eq!(blocks.len(), values / per * size, "{ty:?}: block size");
+        let got = common::run_emulator(
+            exe,
+            &[name, &values.to_string()],
+            &blocks,
+            &format!("expand-{name}"),
         );
+        assert_same(&format!("{ty:?} emulated"), shape.1, &got, &expected(&q));
+        eprintln!("{ty:?} {shape:?}: emulated kernel = CPU expansion bit for bit");
     }
+}
+
+fn cases(case: (usize, GgmlDType)) -> impl Iterator<Item = ((usize, GgmlDType), (usize, usize))> {
+    SHAPES.into_iter().map(move |shape| (case, shape))
 }
 
 #[test]
@@ -100,19 +107,21 @@ fn expansion_kernels_on_the_gpu_equal_the_cpu_bit_for_bit() {
         eprintln!("skipping: the kernels run on a GPU (HYOKA_TEST_DEVICE=cuda)");
         return;
     }
-    for (n, ty) in TYPES.into_iter().enumerate() {
-        let cpu = QTensor::quantize(&matrix(n as u64), ty).unwrap();
+    for ((n, ty), shape) in TYPES.into_iter().enumerate().flat_map(cases) {
+        let cpu = QTensor::quantize(&matrix(n as u64, shape), ty).unwrap();
         let storage = QStorage::from_data(cpu.data().unwrap(), &device, ty).unwrap();
-        let gpu = QTensor::new(storage, (ROWS, COLS)).unwrap();
+        let gpu = QTensor::new(storage, shape).unwrap();
         let w = cuda_expand::expand_bf16(&gpu)
             .unwrap()
             .expect("a kernel for this type");
         let w: Vec<half::bf16> = w.flatten_all().unwrap().to_vec1().unwrap();
         let got: Vec<u16> = w.iter().map(|x| x.to_bits()).collect();
-        assert_same(&format!("{ty:?} on the GPU"), &got, &expected(&cpu));
-        eprintln!(
-            "{ty:?}: {} values, GPU kernel = CPU expansion bit for bit",
-            got.len()
+        assert_same(
+            &format!("{ty:?} on the GPU"),
+            shape.1,
+            &got,
+            &expected(&cpu),
         );
+        eprintln!("{ty:?} {shape:?}: GPU kernel = CPU expansion bit for bit");
     }
 }
