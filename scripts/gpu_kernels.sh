@@ -10,8 +10,9 @@
 #    warp per query, every head dim, real judges' shapes) against attention in f64; the bf16
 #    expansion kernels bit for bit against the CPU; the six architectures through the fused
 #    kernels against transformers (bf16).
-# 2. `hyoka bench` on a synthetic Llama-3.1-8B Q4_K_M (12 prompts of ~1,650 tokens): stored and
-#    expanded weights, hyoka's kernels and candle's; transformers on the same tokens.
+# 2. `hyoka bench` on a synthetic Llama-3.1-8B Q4_K_M (12 prompts of ~1,650 tokens, 128 tokens
+#    decoded): stored and expanded weights, hyoka's kernels and candle's; transformers on the
+#    same tokens.
 # 3. json mode end to end (roleplay8-ja, 10 items): hyoka's kernels vs candle's, how far apart;
 #    then where the time goes (--stage-times).
 # A rehearsal of the script's paths on this machine, with a CPU bundle
@@ -68,7 +69,9 @@ grep -hE "worst|bit for bit|panicked|test result" $X/fused-kernels.log $X/expand
 
 # 2. speed
 [ -e $G ] || run synthetic 60 python3 scripts/synthetic_gguf.py --shape $SHAPE --quant q4_k_m -o $G "${SOURCE[@]}"
-BENCH=($H bench --device $DEV --model $G --input $B/items.jsonl --decode-tokens 32 "${TOK[@]}")
+# 128 decoded tokens (~1.3 s a run for one sequence of the 8B): with 32, one sequence's figure
+# moved by ±20% between runs of one binary (sessions 30, 31); HYOKA_EXP_DECODE changes it.
+BENCH=($H bench --device $DEV --model $G --input $B/items.jsonl --decode-tokens ${HYOKA_EXP_DECODE:-128} "${TOK[@]}")
 bench() { # NAME KERNELS [flags]
   local name=$1 kernels=$2; shift 2
   run bench-$name 45 env HYOKA_GPU_KERNELS="$kernels" "${BENCH[@]}" --n ${PROMPTS:-$N} "$@"
