@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--decode-tokens", type=int, default=64)
     args = ap.parse_args()
     prompts = json.load(open(args.tokens))["prompts"]
-    n_ctx = max(len(p) for p in prompts) + 16 + args.decode_tokens
+    n_ctx = max(len(p) for p in prompts) + 17 + args.decode_tokens
     llm = Llama(model_path=args.model, n_threads=args.threads, n_threads_batch=args.threads, n_batch=512,
                 n_ctx=n_ctx, verbose=False)
     llm.reset()
@@ -41,9 +41,11 @@ def main() -> None:
     if args.decode_tokens > 0:
         llm.reset()
         llm.eval(prompts[0])
-        start = time.perf_counter()
         vocab = llm.n_vocab()
-        for _ in range(args.decode_tokens):
+        # One untimed token first, as `hyoka bench` does (a first step's one-time costs).
+        for step in range(args.decode_tokens + 1):
+            if step == 1:
+                start = time.perf_counter()
             # The last evaluated token's logits, straight from llama.cpp's context.
             last = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1), shape=(vocab,))
             llm.eval([int(np.argmax(last))])

@@ -37,7 +37,8 @@ pub struct BenchArgs {
     pub n: usize,
     #[arg(long, default_value_t = 4096, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub batch_tokens: usize,
-    /// Greedy tokens to decode after the prompts (0: no decoding measurement).
+    /// Greedy tokens to decode after the prompts and one untimed token (0: no decoding
+    /// measurement).
     #[arg(long, default_value_t = 64)]
     pub decode_tokens: usize,
     /// Write the prompts' token ids here (JSON: {"prompts": [[ids…], …]}).
@@ -195,9 +196,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 
 /// Seconds to decode `steps` greedy tokens after each of `prompts`, all rows on one cache as
 /// json rubrics decode (the prompts' prefill is not timed).
+/// Seconds of `steps` greedy decoding steps after `prompts`, and after one more step untimed:
+/// a first step's one-time costs stay out (likely the driver compiling the kernels a step
+/// first uses: the first run on each fresh H100 of session 31 decoded at about half speed).
 fn decode_seconds(t: &Transformer, prompts: &[Vec<u32>], steps: usize) -> anyhow::Result<f64> {
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-    let mut cache = KvCache::new(t, prompts.len(), None, longest + steps)?;
+    let mut cache = KvCache::new(t, prompts.len(), None, longest + steps + 1)?;
     let rows: Vec<Row> = prompts.iter().map(|p| Row::plain(p.clone())).collect();
     let hidden = t.step(&mut cache, &rows, Products::ByRowCount)?;
     let last: Vec<(usize, usize)> = prompts
@@ -210,9 +214,13 @@ fn decode_seconds(t: &Transformer, prompts: &[Vec<u32>], steps: usize) -> anyhow
         .argmax(1)?
         .to_vec1::<u32>()?;
     let firsts: Vec<(usize, usize)> = (0..prompts.len()).map(|r| (r, 0)).collect();
-    stage_times::take(); // the prompts' prefill
-    let start = Instant::now();
-    for _ in 0..steps {
+    let mut start = Instant::now();
+    for step in 0..=steps {
+        if step == 1 {
+            t.device().synchronize()?;
+            stage_times::take(); // the prompts' prefill and the untimed step
+            start = Instant::now();
+        }
         let rows: Vec<Row> = next.iter().map(|&id| Row::plain(vec![id])).collect();
         let hidden = t.step(&mut cache, &rows, Products::RowWise)?;
         next = t
