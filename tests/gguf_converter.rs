@@ -52,21 +52,15 @@ fn cases(name: &str, kind: &str) -> Vec<Case> {
         &Device::Cpu,
     )
     .unwrap();
-    (0..)
-        .map_while(|n| {
-            let ids = expected.get(&format!("ids.{n}"))?;
-            Some(Case {
-                ids: ids
-                    .to_vec1::<i64>()
-                    .unwrap()
-                    .into_iter()
-                    .map(|i| i as u32)
-                    .collect(),
-                logits: expected[&format!("logits.{n}")].to_vec2::<f32>().unwrap(),
-                llama_cpp: expected
-                    .get(&format!("llama_cpp.logits.{n}"))
-                    .map(|t| t.to_vec2::<f32>().unwrap()),
-            })
+    common::prompt_cases(&expected)
+        .into_iter()
+        .enumerate()
+        .map(|(n, (ids, logits))| Case {
+            ids,
+            logits,
+            llama_cpp: expected
+                .get(&format!("llama_cpp.logits.{n}"))
+                .map(|t| t.to_vec2::<f32>().unwrap()),
         })
         .collect()
 }

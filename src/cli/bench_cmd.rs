@@ -213,19 +213,21 @@ fn decode_seconds(t: &Transformer, prompts: &[Vec<u32>], steps: usize) -> anyhow
         .argmax(1)?
         .to_vec1::<u32>()?;
     let firsts: Vec<(usize, usize)> = (0..prompts.len()).map(|r| (r, 0)).collect();
-    let mut start = Instant::now();
-    for step in 0..=steps {
-        if step == 1 {
-            t.device().synchronize()?;
-            stage_times::take(); // the prompts' prefill and the untimed step
-            start = Instant::now();
-        }
+    let mut step = |next: &mut Vec<u32>| -> anyhow::Result<()> {
         let rows: Vec<Row> = next.iter().map(|&id| Row::plain(vec![id])).collect();
         let hidden = t.step(&mut cache, &rows, Products::RowWise)?;
-        next = t
+        *next = t
             .decode_logits(&hidden, &firsts)?
             .argmax(1)?
             .to_vec1::<u32>()?;
+        Ok(())
+    };
+    step(&mut next)?;
+    t.device().synchronize()?;
+    stage_times::take(); // the prompts' prefill and the untimed step
+    let start = Instant::now();
+    for _ in 0..steps {
+        step(&mut next)?;
     }
     t.device().synchronize()?;
     Ok(start.elapsed().as_secs_f64())

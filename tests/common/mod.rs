@@ -26,22 +26,21 @@ pub fn tiny_model(arch: &str) -> PathBuf {
 /// all of them for short prompts), in the fixture's order.
 pub fn tiny_cases(arch: &str) -> Vec<(Vec<u32>, Vec<Vec<f32>>)> {
     let path = tiny_model(arch).join("expected.safetensors");
-    let expected = candle_core::safetensors::load(path, &candle_core::Device::Cpu).unwrap();
-    let mut cases = Vec::new();
-    for n in 0.. {
-        let Some(ids) = expected.get(&format!("ids.{n}")) else {
-            break;
-        };
-        let ids: Vec<u32> = ids
-            .to_vec1::<i64>()
-            .unwrap()
-            .into_iter()
-            .map(|i| i as u32)
-            .collect();
-        let logits = expected[&format!("logits.{n}")].to_vec2::<f32>().unwrap();
-        cases.push((ids, logits));
-    }
-    cases
+    prompt_cases(&candle_core::safetensors::load(path, &candle_core::Device::Cpu).unwrap())
+}
+
+/// The prompts of a fixture's expected tensors (`ids.N`, `logits.N` for N = 0, 1, … until
+/// one is missing), each as (token ids, logits of its last positions).
+pub fn prompt_cases(
+    expected: &std::collections::HashMap<String, candle_core::Tensor>,
+) -> Vec<(Vec<u32>, Vec<Vec<f32>>)> {
+    (0..)
+        .map_while(|n| {
+            let ids = expected.get(&format!("ids.{n}"))?.to_vec1::<i64>().unwrap();
+            let logits = expected[&format!("logits.{n}")].to_vec2::<f32>().unwrap();
+            Some((ids.into_iter().map(|i| i as u32).collect(), logits))
+        })
+        .collect()
 }
 
 /// The folder of the real test models (scripts/fetch_test_models.py puts them there).
