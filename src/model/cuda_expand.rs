@@ -3,10 +3,13 @@
 //! expansion writes f32 through blocks of 32 threads, then casts; on an H200 (session 30,
 //! synthetic Llama-3.1-8B Q4_K_M, 12 prompts of ~1,650 tokens) stored prefill went 11.4k →
 //! 12.4k tok/s with these kernels alone, 16.8k → 19.5k with the fused attention. On an H100
-//! (session 31) one expansion of a 14,336 × 4,096 Q4_K matrix takes ~97 µs (1.56 TB/s read and
-//! written); copying a block's bytes to shared memory in 16-byte loads first took 85 µs alone
-//! and changed prefill by under 1.3%, and expanding the next layer on a second stream gained
-//! under 1% (cuBLAS's GEMMs hold every SM): neither kept.
+//! (session 32) a 14,336 × 4,096 Q4_K matrix expands in 60 µs (2.5 TB/s read and written,
+//! against 2.8 for a device-to-device copy), 82 µs with session 31's kernels, which read a
+//! group's bytes one at a time and rounded to bf16 in integer steps; Q6_K 70 against 88 µs.
+//! Tried and not kept: a block's bytes staged in shared memory (session 31: 85 µs, prefill
+//! within 1.3%), the next layer expanded on a second stream (under 1%: cuBLAS's GEMMs hold every
+//! SM), one reused buffer for every expansion instead of the stream-ordered pool's (session 32:
+//! prefill unchanged, 17,335 / 17,376 against 17,398 / 17,329 tok/s).
 //! Each value is the CPU's expansion (candle's `to_float`) rounded to bf16, bit for bit
 //! (tests/expand_kernels.rs).
 
@@ -38,15 +41,16 @@ pub fn expand_bf16(q: &QTensor) -> Result<Option<Tensor>> {
         let ptx = super::nvrtc::ptx(&dev, "kernels/expand.cu", EXPAND_CU)?;
         let func =
             dev.get_or_load_custom_func(&format!("expand_{name}_bf16"), "hyoka_expand", &ptx)?;
-        // SAFETY: the kernel writes every value (values / 8 threads of 8).
+        // SAFETY: the kernel writes every value (values / 8 groups of 8).
         let out = unsafe { dev.alloc::<half::bf16>(values)? };
         let blocks = q.device_ptr()? as u64;
-        let groups = (values / 8) as i64;
+        let groups = values / 8;
         let cfg = LaunchConfig {
-            grid_dim: ((values / 8).div_ceil(256) as u32, 1, 1),
-            block_dim: (256, 1, 1),
+            grid_dim: (groups.div_ceil(THREADS * GROUPS_PER_THREAD) as u32, 1, 1),
+            block_dim: (THREADS as u32, 1, 1),
             shared_mem_bytes: 0,
         };
+        let groups = groups as i64;
         let mut b = func.builder();
         b.arg(&blocks);
         b.arg(&out);
@@ -65,6 +69,13 @@ pub fn expand_bf16(q: &QTensor) -> Result<Option<Tensor>> {
     let _ = q;
     Ok(None)
 }
+
+/// Threads a block, and groups of 8 values a thread loads at once (GROUPS in the kernel): the
+/// grid that has each thread load them once.
+#[cfg(feature = "cuda")]
+const THREADS: usize = 256;
+#[cfg(feature = "cuda")]
+const GROUPS_PER_THREAD: usize = 2;
 
 #[cfg(feature = "cuda")]
 const EXPAND_CU: &str = include_str!("../../kernels/expand.cu");

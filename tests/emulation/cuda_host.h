@@ -45,6 +45,14 @@ inline thread_local dim3 threadIdx, blockIdx;
 struct uint4 {
     unsigned x, y, z, w;
 };
+struct uint2 {
+    unsigned x, y;
+};
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+// The low 32 bits of (hi:lo) >> (shift mod 32).
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
+    return (unsigned)((((unsigned long long)hi << 32) | lo) >> (shift & 31));
+}
 // Built with -ffp-contract=off: each operation rounds once, as these intrinsics do.
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
