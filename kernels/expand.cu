@@ -67,17 +67,28 @@ __device__ __forceinline__ unsigned byte8(uint2 w, int k) {
     return byte_of(k < 4 ? w.x : w.y, k % 4);
 }
 
-// 8 bytes at an even address, in aligned 4-byte words: blocks of 18, 22, 34 or 210 bytes leave
-// a group's bytes 2-aligned only. (A word that holds one of the bytes lies in the allocation.)
+// A load of a T at p. A GPU faults where p is not a multiple of sizeof(T); the tests' emulation
+// on the CPU, which would not, checks it (tests/emulation/cuda_host.h).
+template <class T>
+__device__ __forceinline__ T load(const u8* p) {
+#ifndef __CUDA_ARCH__
+    host_check_aligned(p, sizeof(T));
+#endif
+    return *(const T*)p;
+}
+
+// 8 bytes at an even address, in aligned 4-byte words: blocks of 18, 20, 22, 34, 84, 110 or 210
+// bytes leave a group's bytes 2- or 4-aligned only. (A word that holds one of the bytes lies in
+// the allocation.)
 __device__ __forceinline__ uint2 load8_even(const u8* p) {
-    const unsigned* a = (const unsigned*)((unsigned long long)p & ~3ull);
-    const unsigned w0 = a[0], w1 = a[1];
-    if (((unsigned long long)p & 3) == 0) return make_uint2(w0, w1);
-    const unsigned w2 = a[2];
+    const u8* a = (const u8*)((unsigned long long)p & ~3ull);
+    const unsigned w0 = load<unsigned>(a), w1 = load<unsigned>(a + 4);
+    if (a == p) return make_uint2(w0, w1);
+    const unsigned w2 = load<unsigned>(a + 8);
     return make_uint2(__funnelshift_r(w0, w1, 16), __funnelshift_r(w1, w2, 16));
 }
 
-__device__ __forceinline__ unsigned load_u16(const u8* p) { return *(const unsigned short*)p; }
+__device__ __forceinline__ unsigned load_u16(const u8* p) { return load<unsigned short>(p); }
 
 // The k-quants' 6-bit scale and min of sub-block j (llama.cpp's get_scale_min_k4), from the 12
 // scale bytes as three words.
@@ -131,6 +142,40 @@ __device__ __forceinline__ void q5_0_values(const q5_0_raw& r, int o, float (&y)
     }
 }
 
+// Q4_1: f16 d, f16 m, 16 bytes of nibbles as Q4_0's; value x · d + m.
+struct q4_1_raw {
+    unsigned dm;
+    uint2 q;
+};
+__device__ __forceinline__ q4_1_raw q4_1_load(const u8* b, int o) {
+    return {load<unsigned>(b), load8_even(b + 4 + o % 16)};
+}
+__device__ __forceinline__ void q4_1_values(const q4_1_raw& r, int o, float (&y)[8]) {
+    const float d = f16_to_f32(r.dm & 0xffffu), m = f16_to_f32(r.dm >> 16);
+    for (int e = 0; e < 8; e++) {
+        const unsigned q = byte8(r.q, e);
+        y[e] = ADD(MUL(small_uint(o < 16 ? q & 0xF : q >> 4), d), m);
+    }
+}
+
+// Q5_1: f16 d, f16 m, 4 bytes of fifth bits, 16 bytes of nibbles, as Q5_0's; value x · d + m.
+struct q5_1_raw {
+    unsigned dm, qh;
+    uint2 q;
+};
+__device__ __forceinline__ q5_1_raw q5_1_load(const u8* b, int o) {
+    return {load<unsigned>(b), load<unsigned>(b + 4), load<uint2>(b + 8 + o % 16)};
+}
+__device__ __forceinline__ void q5_1_values(const q5_1_raw& r, int o, float (&y)[8]) {
+    const float d = f16_to_f32(r.dm & 0xffffu), m = f16_to_f32(r.dm >> 16);
+    for (int e = 0; e < 8; e++) {
+        const unsigned j = o % 16 + e, q = byte8(r.q, e);
+        const unsigned x = o < 16 ? ((q & 0xF) | (((r.qh >> j) << 4) & 0x10))
+                                  : ((q >> 4) | ((r.qh >> (j + 12)) & 0x10));
+        y[e] = ADD(MUL(small_uint(x), d), m);
+    }
+}
+
 // Q8_0: f16 d, 32 signed bytes (as x ^ 0x80 − 128).
 struct q8_0_raw {
     unsigned d;
@@ -142,6 +187,49 @@ __device__ __forceinline__ q8_0_raw q8_0_load(const u8* b, int o) {
 __device__ __forceinline__ void q8_0_values(const q8_0_raw& r, int o, float (&y)[8]) {
     const float d = f16_to_f32(r.d);
     for (int e = 0; e < 8; e++) y[e] = MUL(SUB(small_uint(byte8(r.q, e) ^ 0x80u), 128.0f), d);
+}
+
+// Q2_K: 16 bytes of 4-bit scale and min pairs, 64 bytes of 2-bit values, f16 d, f16 dmin. Per
+// 128 values n, 32 bytes; quarter j of 32 the bits 2j of them, its first 16 values from bytes
+// 0..15 with pair 8n + 2j, the next 16 from bytes 16..31 with pair 8n + 2j + 1.
+struct q2_K_raw {
+    unsigned dd, sc;
+    uint2 q;
+};
+__device__ __forceinline__ q2_K_raw q2_K_load(const u8* b, int o) {
+    const int n = o / 128, j = (o % 128) / 32, half = (o % 32) / 16;
+    return {load<unsigned>(b + 80), b[8 * n + 2 * j + half],
+            load8_even(b + 16 + 32 * n + 16 * half + o % 16)};
+}
+__device__ __forceinline__ void q2_K_values(const q2_K_raw& r, int o, float (&y)[8]) {
+    const int shift = 2 * ((o % 128) / 32);
+    const float d = f16_to_f32(r.dd & 0xffffu), dmin = f16_to_f32(r.dd >> 16);
+    const float dl = MUL(d, small_uint(r.sc & 0xF)), ml = MUL(dmin, small_uint(r.sc >> 4));
+    for (int e = 0; e < 8; e++) y[e] = SUB(MUL(dl, small_uint((byte8(r.q, e) >> shift) & 3)), ml);
+}
+
+// Q3_K: 32 bytes of high bits, 64 of 2-bit values, 12 of 6-bit scales, f16 d. Per 128 values n,
+// 32 bytes of qs; quarter j of 32 the bits 2j of them and bit 4n + j of the high bytes (set: the
+// value as it is; clear: less 4), 16 values from bytes 0..15 with scale 8n + 2j, 16 from bytes
+// 16..31 with 8n + 2j + 1. Scale s: the low 4 bits from nibble s / 8 of byte s % 8, the high
+// 2 from bits 2 (s / 4) of byte 8 + s % 4 (llama.cpp's kmask shuffle); as a value s − 32.
+struct q3_K_raw {
+    unsigned d, lo, hi;
+    uint2 q, h;
+};
+__device__ __forceinline__ q3_K_raw q3_K_load(const u8* b, int o) {
+    const int n = o / 128, j = (o % 128) / 32, half = (o % 32) / 16, s = 8 * n + 2 * j + half;
+    return {load_u16(b + 108), b[96 + s % 8], b[104 + s % 4],
+            load8_even(b + 32 + 32 * n + 16 * half + o % 16), load8_even(b + 16 * half + o % 16)};
+}
+__device__ __forceinline__ void q3_K_values(const q3_K_raw& r, int o, float (&y)[8]) {
+    const int n = o / 128, j = (o % 128) / 32, s = 8 * n + 2 * j + (o % 32) / 16;
+    const unsigned scale = ((r.lo >> (4 * (s / 8))) & 0xF) | (((r.hi >> (2 * (s / 4))) & 3) << 4);
+    const float dl = MUL(f16_to_f32(r.d), SUB(small_uint(scale), 32.0f));
+    for (int e = 0; e < 8; e++) {
+        const unsigned q = (byte8(r.q, e) >> (2 * j)) & 3, h = (byte8(r.h, e) >> (4 * n + j)) & 1;
+        y[e] = MUL(dl, SUB(small_uint(q), h ? 0.0f : 4.0f));
+    }
 }
 
 // Q4_K and Q5_K open with a 16-byte head: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins.
@@ -164,7 +252,7 @@ struct q4_K_raw {
     uint2 q;
 };
 __device__ __forceinline__ q4_K_raw q4_K_load(const u8* b, int o) {
-    return {*(const uint4*)b, *(const uint2*)(b + 16 + 32 * (o / 64) + o % 32)};
+    return {load<uint4>(b), load<uint2>(b + 16 + 32 * (o / 64) + o % 32)};
 }
 __device__ __forceinline__ void q4_K_values(const q4_K_raw& r, int o, float (&y)[8]) {
     const KSubBlock s = k_sub_block(r.head, o);
@@ -182,8 +270,8 @@ struct q5_K_raw {
     uint2 qh, q;
 };
 __device__ __forceinline__ q5_K_raw q5_K_load(const u8* b, int o) {
-    return {*(const uint4*)b, *(const uint2*)(b + 16 + o % 32),
-            *(const uint2*)(b + 48 + 32 * (o / 64) + o % 32)};
+    return {load<uint4>(b), load<uint2>(b + 16 + o % 32),
+            load<uint2>(b + 48 + 32 * (o / 64) + o % 32)};
 }
 __device__ __forceinline__ void q5_K_values(const q5_K_raw& r, int o, float (&y)[8]) {
     const KSubBlock s = k_sub_block(r.head, o);
@@ -246,8 +334,12 @@ __device__ __forceinline__ void q6_K_values(const q6_K_raw& raw, int o, float (&
     }
 
 EXPAND(q4_0, 18, 32)
+EXPAND(q4_1, 20, 32)
 EXPAND(q5_0, 22, 32)
+EXPAND(q5_1, 24, 32)
 EXPAND(q8_0, 34, 32)
+EXPAND(q2_K, 84, 256)
+EXPAND(q3_K, 110, 256)
 EXPAND(q4_K, 144, 256)
 EXPAND(q5_K, 176, 256)
 EXPAND(q6_K, 210, 256)

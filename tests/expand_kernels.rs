@@ -13,10 +13,14 @@ use hyoka::rng::SplitMix64;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-const TYPES: [GgmlDType; 6] = [
+const TYPES: [GgmlDType; 10] = [
     GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
     GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
     GgmlDType::Q8_0,
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
     GgmlDType::Q4K,
     GgmlDType::Q5K,
     GgmlDType::Q6K,

@@ -21,8 +21,12 @@ use candle_core::{Result, Tensor};
 pub fn kernel(dtype: GgmlDType) -> Option<(&'static str, usize, usize)> {
     Some(match dtype {
         GgmlDType::Q4_0 => ("q4_0", 18, 32),
+        GgmlDType::Q4_1 => ("q4_1", 20, 32),
         GgmlDType::Q5_0 => ("q5_0", 22, 32),
+        GgmlDType::Q5_1 => ("q5_1", 24, 32),
         GgmlDType::Q8_0 => ("q8_0", 34, 32),
+        GgmlDType::Q2K => ("q2_K", 84, 256),
+        GgmlDType::Q3K => ("q3_K", 110, 256),
         GgmlDType::Q4K => ("q4_K", 144, 256),
         GgmlDType::Q5K => ("q5_K", 176, 256),
         GgmlDType::Q6K => ("q6_K", 210, 256),

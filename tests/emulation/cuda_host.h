@@ -9,6 +9,8 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -49,6 +51,13 @@ struct uint2 {
     unsigned x, y;
 };
 inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+// A GPU faults on a load of n bytes at an address not a multiple of n; the CPU would not.
+inline void host_check_aligned(const void* p, unsigned long n) {
+    if ((unsigned long long)p % n != 0) {
+        std::fprintf(stderr, "misaligned load: %lu bytes at %p\n", n, p);
+        std::abort();
+    }
+}
 // The low 32 bits of (hi:lo) >> (shift mod 32).
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
     return (unsigned)((((unsigned long long)hi << 32) | lo) >> (shift & 31));

@@ -1,6 +1,6 @@
 // kernels/expand.cu's kernels run on the CPU through cuda_host.h, for tests/expand_kernels.rs.
 // Usage: expand_host TYPE VALUES IN OUT: IN holds the GGUF blocks of VALUES values of TYPE
-// (q4_0, q5_0, q8_0, q4_K, q5_K, q6_K); OUT gets their bf16 bits.
+// (q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K); OUT gets their bf16 bits.
 #include "cuda_host.h"
 #include "../../kernels/expand.cu"
 
@@ -13,8 +13,12 @@ int main(int argc, char** argv) {
     const long values = std::stol(argv[2]);
     void (*kernel)(const u8*, bf16*, long) = nullptr;
     if (type == "q4_0") kernel = expand_q4_0_bf16;
+    if (type == "q4_1") kernel = expand_q4_1_bf16;
     if (type == "q5_0") kernel = expand_q5_0_bf16;
+    if (type == "q5_1") kernel = expand_q5_1_bf16;
     if (type == "q8_0") kernel = expand_q8_0_bf16;
+    if (type == "q2_K") kernel = expand_q2_K_bf16;
+    if (type == "q3_K") kernel = expand_q3_K_bf16;
     if (type == "q4_K") kernel = expand_q4_K_bf16;
     if (type == "q5_K") kernel = expand_q5_K_bf16;
     if (type == "q6_K") kernel = expand_q6_K_bf16;
