@@ -26,9 +26,13 @@ pub fn ptx(dev: &CudaDevice, file: &'static str, source: &'static str) -> Result
                 .map(|p| Arc::from(p.to_src()))
                 .map_err(|e| format!("{e:?}"))
         });
-    compiled
-        .clone()
-        .map_err(|e| candle_core::Error::Msg(format!("{file}: {e}")))
+    compiled.clone().map_err(|e| {
+        candle_core::Error::Msg(format!(
+            "{file}: NVRTC could not compile it for this GPU ({e}); \
+             {}=candle runs candle's kernels instead",
+            super::GPU_KERNELS
+        ))
+    })
 }
 
 /// (major, minor) compute capability of `dev` ((8, 0) if the driver does not say).
