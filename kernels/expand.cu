@@ -68,24 +68,26 @@ __device__ __forceinline__ unsigned byte8(uint2 w, int k) {
 }
 
 // A load of a T at p. A GPU faults where p is not a multiple of sizeof(T); the tests' emulation
-// on the CPU, which would not, checks it (tests/emulation/cuda_host.h).
+// on the CPU, which would not, checks that, and that the load stays inside the tensor
+// (tests/emulation/cuda_host.h).
 template <class T>
 __device__ __forceinline__ T load(const u8* p) {
 #ifndef __CUDA_ARCH__
-    host_check_aligned(p, sizeof(T));
+    host_check_load(p, sizeof(T));
 #endif
     return *(const T*)p;
 }
 
-// 8 bytes at an even address, in aligned 4-byte words: blocks of 18, 20, 22, 34, 84, 110 or 210
-// bytes leave a group's bytes 2- or 4-aligned only. (A word that holds one of the bytes lies in
-// the allocation.)
+// 8 bytes at an even address p, in aligned words: blocks of 18, 20, 22, 34, 84, 110 or 210
+// bytes leave a group's bytes 2- or 4-aligned only. At p ≡ 2 (mod 4) the first word holds the 2
+// bytes before p (in the tensor: its start is aligned) and the last two come as a 16-bit load:
+// a word there would reach 2 bytes past p + 7, past the tensor's end for its last group.
 __device__ __forceinline__ uint2 load8_even(const u8* p) {
     const u8* a = (const u8*)((unsigned long long)p & ~3ull);
     const unsigned w0 = load<unsigned>(a), w1 = load<unsigned>(a + 4);
     if (a == p) return make_uint2(w0, w1);
-    const unsigned w2 = load<unsigned>(a + 8);
-    return make_uint2(__funnelshift_r(w0, w1, 16), __funnelshift_r(w1, w2, 16));
+    const unsigned last = load<unsigned short>(p + 6);
+    return make_uint2(__funnelshift_r(w0, w1, 16), __funnelshift_r(w1, last, 16));
 }
 
 __device__ __forceinline__ unsigned load_u16(const u8* p) { return load<unsigned short>(p); }

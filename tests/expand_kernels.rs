@@ -25,9 +25,12 @@ const TYPES: [GgmlDType; 10] = [
     GgmlDType::Q5K,
     GgmlDType::Q6K,
 ];
-/// (rows, cols): a matrix of whole blocks of 256 threads (2,048 values), and one whose last
-/// block is part full (one K-quant block, eight of 32 values).
+/// (rows, cols): a matrix of whole blocks of 256 threads (2,048 values), one whose last block is
+/// part full (one K-quant block, eight of 32 values), and for the 32-value types an odd number
+/// of blocks (25), so that the last block's bytes end 2 bytes past a 4-byte boundary (18, 22
+/// and 34-byte blocks): where a kernel reading whole words would read past the tensor.
 const SHAPES: [(usize, usize); 2] = [(24, 1024), (3, 768)];
+const ODD_BLOCKS: (usize, usize) = (1, 800);
 
 /// Rows of different scales: zeros, f16-subnormal block scales, ordinary weights, large ones,
 /// a row with one outlier per block.
@@ -101,7 +104,11 @@ fn expansion_kernels_emulated_equal_the_cpu_bit_for_bit() {
 }
 
 fn cases(case: (usize, GgmlDType)) -> impl Iterator<Item = ((usize, GgmlDType), (usize, usize))> {
-    SHAPES.into_iter().map(move |shape| (case, shape))
+    let odd = (case.1.block_size() == 32).then_some(ODD_BLOCKS);
+    SHAPES
+        .into_iter()
+        .chain(odd)
+        .map(move |shape| (case, shape))
 }
 
 #[test]

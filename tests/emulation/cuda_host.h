@@ -51,10 +51,20 @@ struct uint2 {
     unsigned x, y;
 };
 inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
-// A GPU faults on a load of n bytes at an address not a multiple of n; the CPU would not.
-inline void host_check_aligned(const void* p, unsigned long n) {
+// Loads through this check (kernels/expand.cu's `load`): a GPU faults on a load of n bytes at
+// an address not a multiple of n, and may read another tensor's bytes, or fault, past the end
+// of its own, where the CPU would do neither. The extent [host_load_begin, host_load_end), when
+// an emulator sets it, is what loads may read.
+inline const unsigned char *host_load_begin = nullptr, *host_load_end = nullptr;
+inline void host_check_load(const void* p, unsigned long n) {
+    const unsigned char* b = (const unsigned char*)p;
     if ((unsigned long long)p % n != 0) {
         std::fprintf(stderr, "misaligned load: %lu bytes at %p\n", n, p);
+        std::abort();
+    }
+    if (host_load_begin && (b < host_load_begin || b + n > host_load_end)) {
+        std::fprintf(stderr, "load outside the tensor: %lu bytes at offset %ld of %ld\n", n,
+                     (long)(b - host_load_begin), (long)(host_load_end - host_load_begin));
         std::abort();
     }
 }

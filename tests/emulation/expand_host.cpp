@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
     std::vector<u8> blocks;
     for (int c; (c = fgetc(in)) != EOF;) blocks.push_back((u8)c);
     fclose(in);
+    host_load_begin = blocks.data();
+    host_load_end = blocks.data() + blocks.size();
     std::vector<bf16> out(values);
     const long groups = values / 8;
     // Two blocks, whatever the size: each thread strides through several pairs of groups, the
