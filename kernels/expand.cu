@@ -72,7 +72,7 @@ __device__ __forceinline__ unsigned byte8(uint2 w, int k) {
 // (tests/emulation/cuda_host.h).
 template <class T>
 __device__ __forceinline__ T load(const u8* p) {
-#ifndef __CUDA_ARCH__
+#ifdef HYOKA_HOST_EMULATION
     host_check_load(p, sizeof(T));
 #endif
     return *(const T*)p;

@@ -35,6 +35,8 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         shutil.copy(m["executable"], sys.argv[1] + "/" + m["target"]["name"])
 ' "$stage/tests"
+# The expansion kernels timed alone (scripts/bench_expand.cu), for compute capability 8.0 and on.
+[ "$features" = cuda ] && nvcc -O3 -arch=sm_80 -o "$stage/bin/bench_expand" scripts/bench_expand.cu
 strip --strip-all "$stage"/bin/* "$stage"/tests/*
 
 # Benchmark inputs that cannot be made there: DBDC3 items (the dataset lives beside the

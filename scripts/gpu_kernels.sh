@@ -8,7 +8,8 @@
 #
 # 1. Correctness on the GPU, before any speed: the fused attention kernels (tensor cores and one
 #    warp per query, every head dim, real judges' shapes) against attention in f64; the bf16
-#    expansion kernels bit for bit against the CPU; the six architectures through the fused
+#    expansion kernels bit for bit against the CPU, then timed alone (scripts/bench_expand.cu:
+#    every block type against a copy's bandwidth); the six architectures through the fused
 #    kernels against transformers (bf16).
 # 2. `hyoka bench` on a synthetic Llama-3.1-8B Q4_K_M (12 prompts of ~1,650 tokens, 128 tokens
 #    decoded): stored and expanded weights, hyoka's kernels and candle's; transformers on the
@@ -61,6 +62,7 @@ T=(env CARGO_MANIFEST_DIR="$PWD" HYOKA_TEST_DEVICE=$DEV HYOKA_TEST_DTYPE=bf16 HY
 [ -n "${HYOKA_EXP_BENCH_ONLY:-}" ] || {
 run fused-kernels 60 "${T[@]}" $B/tests/fused_attention --test-threads 1 --nocapture fused_attention_
 run expand-kernels 30 "${T[@]}" $B/tests/expand_kernels --nocapture on_the_gpu
+[ -x $B/bin/bench_expand ] && run expand-speed 30 $B/bin/bench_expand && cat $X/expand-speed.log
 run fused-models 60 "${T[@]}" $B/tests/runtime_parity --nocapture fused_attention_matches_transformers
 grep -hE "worst|bit for bit|panicked|test result" $X/fused-kernels.log $X/expand-kernels.log $X/fused-models.log |
   sed -e 's/Case { rows: \([0-9]*\), heads: \([0-9]*\), kv_heads: \([0-9]*\), d: \([0-9]*\),/r\1 h\2\/\3 d\4/' \

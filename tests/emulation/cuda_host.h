@@ -43,6 +43,7 @@ inline thread_local dim3 threadIdx, blockIdx;
 #define __launch_bounds__(n)
 #define __align__(n) __attribute__((aligned(n)))
 #define ATTENTION_HOST_MMA 1
+#define HYOKA_HOST_EMULATION 1
 
 struct uint4 {
     unsigned x, y, z, w;
