@@ -183,7 +183,12 @@ __device__ __forceinline__ unsigned pack2(bf16 lo, bf16 hi) {
     return (unsigned)lo | ((unsigned)hi << 16);
 }
 
-__device__ __forceinline__ unsigned word(const bf16* p) { return *(const unsigned*)p; }
+__device__ __forceinline__ unsigned word(const bf16* p) {
+#ifdef HYOKA_HOST_EMULATION
+    host_check_load(p, 4);  // a GPU faults on a 4-byte load at an address not a multiple of 4
+#endif
+    return *(const unsigned*)p;
+}
 
 // Arguments and grid as `attention`, with MMA_QUERIES queries a block and 32 × MMA_WARPS
 // threads; q, k, v and the shared keys and values 4-byte aligned (checked by the caller).
