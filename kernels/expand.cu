@@ -1,7 +1,7 @@
 // GGUF blocks to bf16 in one pass (src/model/cuda_expand.rs), for the GEMMs of weights kept as
 // stored. candle's CUDA path writes f32 through kernels of 32-thread blocks, then casts: three
 // passes over the expanded matrix. Here a thread expands groups of 8 consecutive values, each
-// written as one 16-byte store, reading a group's bytes in 4- to 16-byte words; it loads the
+// written as one 16-byte store, reading a group's bytes in words of up to 16 bytes; it loads the
 // words of two groups before expanding either (loads in flight while it computes). Every value
 // is computed as candle's CPU `to_float` computes it (llama.cpp's reference dequantization) —
 // same operations in the same order, no fused multiply-add — then rounded to bf16 to nearest
