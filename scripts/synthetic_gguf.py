@@ -12,7 +12,8 @@ file is never in memory, and no f32 copy is ever made:
             vocab 152064, Qwen2.5's tokenizer (`qwen2`)
 
 --quant q4_k_m lays the types out as llama.cpp's Q4_K_M does (Q4_K, with Q6_K for the output,
-and for attn_v / ffn_down in the first and last eighth of the layers and every third between).
+and for attn_v / ffn_down in the first and last eighth of the layers and every third between);
+q5_k_m as Q5_K_M (the same with Q5_K); q4_k all Q4_K but the output.
 
 Usage: python scripts/synthetic_gguf.py --shape llama-8b --quant q4_k_m -o llama-8b.gguf
        [--models DIR]   (the test-model cache: Llama-3 tokenizer folder, Qwen GGUF)
@@ -34,14 +35,15 @@ SHAPES = {
                      rope_base=1000000.0, eps=1e-6, ctx=32768, bias=True, tokenizer="qwen2"),
 }
 # Bytes per block of 256 values, and how to fill one block with finite random values.
-BLOCK_BYTES = {Q.Q4_K: 144, Q.Q6_K: 210}
+BLOCK_BYTES = {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}
 
 
 def random_blocks(rng, qtype: Q, rows: int, cols: int) -> np.ndarray:
     n = rows * cols // 256
     raw = rng.integers(0, 256, size=(n, BLOCK_BYTES[qtype]), dtype=np.uint8)
-    if qtype == Q.Q4_K:  # d, dmin (f16) first: (q * scale) * d - m * dmin, |w| ≲ 0.1
-        raw[:, 0:2] = np.frombuffer(np.float16(2e-4).tobytes(), np.uint8)
+    if qtype in (Q.Q4_K, Q.Q5_K):  # d, dmin (f16) first: (q * scale) * d - m * dmin, |w| ≲ 0.2
+        d = 2e-4 if qtype == Q.Q4_K else 1e-4
+        raw[:, 0:2] = np.frombuffer(np.float16(d).tobytes(), np.uint8)
         raw[:, 2:4] = np.frombuffer(np.float16(1e-4).tobytes(), np.uint8)
     else:  # Q6_K: d (f16) last: d * scale(int8) * (q - 32), |w| ≲ 0.1
         raw[:, 208:210] = np.frombuffer(np.float16(2e-5).tobytes(), np.uint8)
@@ -56,22 +58,23 @@ def more_bits(i: int, n: int) -> bool:
 def tensors(s: dict, quant: str):
     """(name, shape (rows, cols) or (n,), type) in llama.cpp's order."""
     h, f, hd = s["hidden"], s["ffn"], s["hidden"] // s["heads"]
-    mixed = quant == "q4_k_m"
-    out = [("token_embd.weight", (s["vocab"], h), Q.Q4_K)]
+    mixed = quant in ("q4_k_m", "q5_k_m")
+    base = Q.Q5_K if quant == "q5_k_m" else Q.Q4_K
+    out = [("token_embd.weight", (s["vocab"], h), base)]
     for i in range(s["layers"]):
-        hi = Q.Q6_K if mixed and more_bits(i, s["layers"]) else Q.Q4_K
+        hi = Q.Q6_K if mixed and more_bits(i, s["layers"]) else base
         p = f"blk.{i}."
         out += [(p + "attn_norm.weight", (h,), None),
-                (p + "attn_q.weight", (s["heads"] * hd, h), Q.Q4_K),
-                (p + "attn_k.weight", (s["kv"] * hd, h), Q.Q4_K),
+                (p + "attn_q.weight", (s["heads"] * hd, h), base),
+                (p + "attn_k.weight", (s["kv"] * hd, h), base),
                 (p + "attn_v.weight", (s["kv"] * hd, h), hi)]
         if s["bias"]:
             out += [(p + "attn_q.bias", (s["heads"] * hd,), None), (p + "attn_k.bias", (s["kv"] * hd,), None),
                     (p + "attn_v.bias", (s["kv"] * hd,), None)]
-        out += [(p + "attn_output.weight", (h, s["heads"] * hd), Q.Q4_K),
+        out += [(p + "attn_output.weight", (h, s["heads"] * hd), base),
                 (p + "ffn_norm.weight", (h,), None),
-                (p + "ffn_gate.weight", (f, h), Q.Q4_K),
-                (p + "ffn_up.weight", (f, h), Q.Q4_K),
+                (p + "ffn_gate.weight", (f, h), base),
+                (p + "ffn_up.weight", (f, h), base),
                 (p + "ffn_down.weight", (h, f), hi)]
     out += [("output_norm.weight", (h,), None), ("output.weight", (s["vocab"], h), Q.Q6_K)]
     return out
@@ -119,7 +122,7 @@ def copy_tokenizer(w: GGUFWriter, source: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--shape", choices=SHAPES, required=True)
-    ap.add_argument("--quant", choices=["q4_k_m", "q4_k"], default="q4_k_m")
+    ap.add_argument("--quant", choices=["q4_k_m", "q5_k_m", "q4_k"], default="q4_k_m")
     ap.add_argument("-o", "--output", type=Path, required=True)
     ap.add_argument("--models", type=Path, default=Path(os.environ.get("HYOKA_TEST_MODELS", Path.home() / ".cache/hyoka/test-models")))
     ap.add_argument("--seed", type=int, default=0)
@@ -138,7 +141,7 @@ def main() -> None:
     w.add_head_count_kv(s["kv"])
     w.add_rope_freq_base(s["rope_base"])
     w.add_layer_norm_rms_eps(s["eps"])
-    w.add_file_type(15 if args.quant == "q4_k_m" else 14)
+    w.add_file_type({"q4_k_m": 15, "q5_k_m": 17, "q4_k": 14}[args.quant])  # llama_ftype
     if s["tokenizer"] == "llama3":
         llama3_tokenizer(w, args.models / "llama-3-tokenizer", s["vocab"])
     else:

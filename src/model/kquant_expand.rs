@@ -1,6 +1,7 @@
-//! Q4_K and Q6_K blocks expanded to f32 sixteen values per instruction (AVX-512), each value
-//! candle's `to_float` to the bit: the same scale products (`d · scale`, `dmin · min`) in f32
-//! and the same multiply, then subtract (Q4_K) or multiply (Q6_K), with no fused operation.
+//! Q4_K, Q5_K and Q6_K blocks expanded to f32 sixteen values per instruction (AVX-512), each
+//! value candle's `to_float` to the bit: the same scale products (`d · scale`, `dmin · min`) in
+//! f32 and the same multiply, then subtract (Q4_K, Q5_K) or multiply (Q6_K), with no fused
+//! operation.
 //!
 //! candle's loops run a value at a time: expanding the weights a json step's forced runs
 //! multiply (every matrix, once per step) spent 3.6% of such a step in them on Qwen2.5-0.5B's
@@ -21,8 +22,8 @@ pub fn expand(kind: KQuantKind, bytes: &[u8], out: &mut [f32]) -> bool {
         match kind {
             // SAFETY (both): avx512f was just detected; whole blocks into as many values.
             KQuantKind::Q4K => unsafe { avx512::q4k(bytes, out) },
+            KQuantKind::Q5K => unsafe { avx512::q5k(bytes, out) },
             KQuantKind::Q6K => unsafe { avx512::q6k(bytes, out) },
-            KQuantKind::Q5K => return false,
         }
         return true;
     }
@@ -97,6 +98,41 @@ mod avx512 {
         }
     }
 
+    /// Layout: d, dmin (f16), 12 bytes of scales and mins, 32 bytes of fifth bits, 128 of
+    /// nibbles; per 64 values j: the low nibbles of 32 bytes plus 16 where bit 2j of the fifth
+    /// bits' byte is set, times d·scale(2j) minus dmin·min(2j), then the high nibbles with bit
+    /// 2j + 1 and 2j + 1. (candle adds the 16 in f32: both terms are small integers, so the
+    /// integer sum converts to the same float.)
+    #[target_feature(enable = "avx512f")]
+    pub fn q5k(bytes: &[u8], out: &mut [f32]) {
+        let (low, one) = (_mm512_set1_epi32(0xF), _mm512_set1_epi32(1));
+        for (b, ys) in bytes.chunks_exact(176).zip(out.chunks_exact_mut(QK_K)) {
+            let (d, min) = (f16_at(b, 0), f16_at(b, 2));
+            let (scales, qh, qs) = (&b[4..16], &b[16..48], &b[48..176]);
+            for j in 0..4 {
+                for (s, high) in [(2 * j, false), (2 * j + 1, true)] {
+                    let (sc, m) = scale_min(s, scales);
+                    let (dv, mv) = (d * sc as f32, min * m as f32);
+                    let (dv, mv) = (_mm512_set1_ps(dv), _mm512_set1_ps(mv));
+                    for h in 0..2 {
+                        let q = bytes16(qs, 32 * j + 16 * h);
+                        let q = if high {
+                            _mm512_srli_epi32::<4>(q)
+                        } else {
+                            _mm512_and_si512(q, low)
+                        };
+                        let bit =
+                            _mm512_srlv_epi32(bytes16(qh, 16 * h), _mm512_set1_epi32(s as i32));
+                        let q =
+                            _mm512_or_si512(q, _mm512_slli_epi32::<4>(_mm512_and_si512(bit, one)));
+                        let y = _mm512_sub_ps(_mm512_mul_ps(dv, _mm512_cvtepi32_ps(q)), mv);
+                        store(ys, 64 * j + 32 * usize::from(high) + 16 * h, y);
+                    }
+                }
+            }
+        }
+    }
+
     /// Layout: 128 bytes of low 4 bits, 64 of high 2 bits, 16 signed scales, d (f16); per 128
     /// values n and 32 positions l, four values (l, l + 32, l + 64, l + 96), each
     /// (d · scale) · (its 6 bits − 32).
@@ -154,7 +190,7 @@ mod tests {
     #[test]
     fn random_blocks_expand_to_candles_values() {
         let mut rng = crate::rng::SplitMix64(11);
-        for kind in [KQuantKind::Q4K, KQuantKind::Q6K] {
+        for kind in [KQuantKind::Q4K, KQuantKind::Q5K, KQuantKind::Q6K] {
             let blocks = 37;
             let mut bytes: Vec<u8> = (0..blocks * kind.block_bytes())
                 .map(|_| rng.next_u64() as u8)
@@ -176,7 +212,8 @@ mod tests {
             let mut want = vec![0f32; blocks * QK_K];
             match kind {
                 KQuantKind::Q4K => candle_blocks::<k_quants::BlockQ4K>(&bytes, &mut want),
-                _ => candle_blocks::<k_quants::BlockQ6K>(&bytes, &mut want),
+                KQuantKind::Q5K => candle_blocks::<k_quants::BlockQ5K>(&bytes, &mut want),
+                KQuantKind::Q6K => candle_blocks::<k_quants::BlockQ6K>(&bytes, &mut want),
             }
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "{kind:?}");
@@ -203,6 +240,7 @@ mod tests {
         let w = Tensor::from_vec(rng.symmetric_f32s(rows * cols), (rows, cols), &Device::Cpu)?;
         for (dtype, kind) in [
             (GgmlDType::Q4K, KQuantKind::Q4K),
+            (GgmlDType::Q5K, KQuantKind::Q5K),
             (GgmlDType::Q6K, KQuantKind::Q6K),
         ] {
             let q = QTensor::quantize(&w, dtype)?;
