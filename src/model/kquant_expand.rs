@@ -68,66 +68,50 @@ mod avx512 {
         unsafe { _mm512_storeu_ps(o.as_mut_ptr(), lanes) };
     }
 
-    /// Layout: d, dmin (f16), 12 bytes of scales and mins, 128 bytes of nibbles; per 64 values
-    /// j: the low nibbles of 32 bytes times d·scale(2j) minus dmin·min(2j), then their high
-    /// nibbles with 2j + 1.
+    /// Q4_K. Layout: d, dmin (f16), 12 bytes of scales and mins, 128 bytes of nibbles.
     #[target_feature(enable = "avx512f")]
     pub fn q4k(bytes: &[u8], out: &mut [f32]) {
-        let low = _mm512_set1_epi32(0xF);
         for (b, ys) in bytes.chunks_exact(144).zip(out.chunks_exact_mut(QK_K)) {
-            let (d, min) = (f16_at(b, 0), f16_at(b, 2));
-            let (scales, qs) = (&b[4..16], &b[16..144]);
-            for j in 0..4 {
-                let parts = [(2 * j, 0), (2 * j + 1, 4)];
-                for (s, shift) in parts {
-                    let (sc, m) = scale_min(s, scales);
-                    let (dv, mv) = (d * sc as f32, min * m as f32);
-                    let (dv, mv) = (_mm512_set1_ps(dv), _mm512_set1_ps(mv));
-                    for h in 0..2 {
-                        let q = bytes16(qs, 32 * j + 16 * h);
-                        let q = if shift == 0 {
-                            _mm512_and_si512(q, low)
-                        } else {
-                            _mm512_srli_epi32::<4>(q)
-                        };
-                        let y = _mm512_sub_ps(_mm512_mul_ps(dv, _mm512_cvtepi32_ps(q)), mv);
-                        store(ys, 64 * j + 32 * (shift / 4) + 16 * h, y);
-                    }
-                }
-            }
+            nibble_block(b, None, &b[16..144], ys);
         }
     }
 
-    /// Layout: d, dmin (f16), 12 bytes of scales and mins, 32 bytes of fifth bits, 128 of
-    /// nibbles; per 64 values j: the low nibbles of 32 bytes plus 16 where bit 2j of the fifth
-    /// bits' byte is set, times d·scale(2j) minus dmin·min(2j), then the high nibbles with bit
-    /// 2j + 1 and 2j + 1. (candle adds the 16 in f32: both terms are small integers, so the
-    /// integer sum converts to the same float.)
+    /// Q5_K. Layout: as Q4_K's with 32 bytes of fifth bits before the nibbles.
     #[target_feature(enable = "avx512f")]
     pub fn q5k(bytes: &[u8], out: &mut [f32]) {
-        let (low, one) = (_mm512_set1_epi32(0xF), _mm512_set1_epi32(1));
         for (b, ys) in bytes.chunks_exact(176).zip(out.chunks_exact_mut(QK_K)) {
-            let (d, min) = (f16_at(b, 0), f16_at(b, 2));
-            let (scales, qh, qs) = (&b[4..16], &b[16..48], &b[48..176]);
-            for j in 0..4 {
-                for (s, high) in [(2 * j, false), (2 * j + 1, true)] {
-                    let (sc, m) = scale_min(s, scales);
-                    let (dv, mv) = (d * sc as f32, min * m as f32);
-                    let (dv, mv) = (_mm512_set1_ps(dv), _mm512_set1_ps(mv));
-                    for h in 0..2 {
-                        let q = bytes16(qs, 32 * j + 16 * h);
-                        let q = if high {
-                            _mm512_srli_epi32::<4>(q)
-                        } else {
-                            _mm512_and_si512(q, low)
-                        };
-                        let bit =
-                            _mm512_srlv_epi32(bytes16(qh, 16 * h), _mm512_set1_epi32(s as i32));
-                        let q =
-                            _mm512_or_si512(q, _mm512_slli_epi32::<4>(_mm512_and_si512(bit, one)));
-                        let y = _mm512_sub_ps(_mm512_mul_ps(dv, _mm512_cvtepi32_ps(q)), mv);
-                        store(ys, 64 * j + 32 * usize::from(high) + 16 * h, y);
+            nibble_block(b, Some(&b[16..48]), &b[48..176], ys);
+        }
+    }
+
+    /// One Q4_K or Q5_K block `b` (d, dmin, 12 bytes of scales and mins first): per 64 values
+    /// j, the low nibbles of 32 bytes of `qs` — plus 16 where bit 2j of the matching byte of
+    /// `fifth` is set (Q5_K) — times d·scale(2j) minus dmin·min(2j); then their high nibbles
+    /// with bit and pair 2j + 1. (candle adds Q5_K's 16 in f32: both terms are small integers,
+    /// so the integer sum converts to the same float.)
+    #[target_feature(enable = "avx512f")]
+    fn nibble_block(b: &[u8], fifth: Option<&[u8]>, qs: &[u8], ys: &mut [f32]) {
+        let (low, one) = (_mm512_set1_epi32(0xF), _mm512_set1_epi32(1));
+        let (d, min, scales) = (f16_at(b, 0), f16_at(b, 2), &b[4..16]);
+        let fifth = fifth.map(|qh| [bytes16(qh, 0), bytes16(qh, 16)]);
+        for j in 0..4 {
+            for (s, high) in [(2 * j, false), (2 * j + 1, true)] {
+                let (sc, m) = scale_min(s, scales);
+                let (dv, mv) = (d * sc as f32, min * m as f32);
+                let (dv, mv) = (_mm512_set1_ps(dv), _mm512_set1_ps(mv));
+                for h in 0..2 {
+                    let q = bytes16(qs, 32 * j + 16 * h);
+                    let mut q = if high {
+                        _mm512_srli_epi32::<4>(q)
+                    } else {
+                        _mm512_and_si512(q, low)
+                    };
+                    if let Some(bits) = &fifth {
+                        let bit = _mm512_srlv_epi32(bits[h], _mm512_set1_epi32(s as i32));
+                        q = _mm512_or_si512(q, _mm512_slli_epi32::<4>(_mm512_and_si512(bit, one)));
                     }
+                    let y = _mm512_sub_ps(_mm512_mul_ps(dv, _mm512_cvtepi32_ps(q)), mv);
+                    store(ys, 64 * j + 32 * usize::from(high) + 16 * h, y);
                 }
             }
         }
