@@ -110,7 +110,18 @@ __device__ __forceinline__ void scale_min_k4(int j, unsigned s0, unsigned s1, un
 // Per block type: `raw` holds the words a group's 8 values come from, `load` reads them for the
 // group at value o of block b, `values` expands them.
 
-// Q4_0: f16 d, 16 bytes of nibbles; value j (< 16) the low nibble of byte j, j + 16 the high.
+// The 32-value blocks' quants: of 16 bytes of nibbles, value v (< 16) the low nibble of byte v,
+// v + 16 the high one; Q5_0's and Q5_1's fifth bit of value v is bit v of 4 bytes `qh`. For
+// value o + e of a group at o, of the group's 8 bytes `q`:
+__device__ __forceinline__ unsigned nibble32(uint2 q, int o, int e) {
+    const unsigned b = byte8(q, e);
+    return o < 16 ? b & 0xF : b >> 4;
+}
+__device__ __forceinline__ unsigned five_bits32(uint2 q, unsigned qh, int o, int e) {
+    return nibble32(q, o, e) | (((qh >> (o + e)) & 1) << 4);
+}
+
+// Q4_0: f16 d, 16 bytes of nibbles; value (x − 8) · d.
 struct q4_0_raw {
     unsigned d;
     uint2 q;
@@ -120,13 +131,10 @@ __device__ __forceinline__ q4_0_raw q4_0_load(const u8* b, int o) {
 }
 __device__ __forceinline__ void q4_0_values(const q4_0_raw& r, int o, float (&y)[8]) {
     const float d = f16_to_f32(r.d);
-    for (int e = 0; e < 8; e++) {
-        const unsigned q = byte8(r.q, e);
-        y[e] = MUL(SUB(small_uint(o < 16 ? q & 0xF : q >> 4), 8.0f), d);
-    }
+    for (int e = 0; e < 8; e++) y[e] = MUL(SUB(small_uint(nibble32(r.q, o, e)), 8.0f), d);
 }
 
-// Q5_0: f16 d, 4 bytes of fifth bits, 16 bytes of nibbles.
+// Q5_0: f16 d, 4 bytes of fifth bits, 16 bytes of nibbles; value (x − 16) · d.
 struct q5_0_raw {
     unsigned d, qh;
     uint2 q;
@@ -136,15 +144,11 @@ __device__ __forceinline__ q5_0_raw q5_0_load(const u8* b, int o) {
 }
 __device__ __forceinline__ void q5_0_values(const q5_0_raw& r, int o, float (&y)[8]) {
     const float d = f16_to_f32(r.d);
-    for (int e = 0; e < 8; e++) {
-        const unsigned j = o % 16 + e, q = byte8(r.q, e);
-        const unsigned x = o < 16 ? ((q & 0xF) | (((r.qh >> j) << 4) & 0x10))
-                                  : ((q >> 4) | ((r.qh >> (j + 12)) & 0x10));
-        y[e] = MUL(SUB(small_uint(x), 16.0f), d);
-    }
+    for (int e = 0; e < 8; e++)
+        y[e] = MUL(SUB(small_uint(five_bits32(r.q, r.qh, o, e)), 16.0f), d);
 }
 
-// Q4_1: f16 d, f16 m, 16 bytes of nibbles as Q4_0's; value x · d + m.
+// Q4_1: f16 d, f16 m, 16 bytes of nibbles; value x · d + m.
 struct q4_1_raw {
     unsigned dm;
     uint2 q;
@@ -154,13 +158,10 @@ __device__ __forceinline__ q4_1_raw q4_1_load(const u8* b, int o) {
 }
 __device__ __forceinline__ void q4_1_values(const q4_1_raw& r, int o, float (&y)[8]) {
     const float d = f16_to_f32(r.dm & 0xffffu), m = f16_to_f32(r.dm >> 16);
-    for (int e = 0; e < 8; e++) {
-        const unsigned q = byte8(r.q, e);
-        y[e] = ADD(MUL(small_uint(o < 16 ? q & 0xF : q >> 4), d), m);
-    }
+    for (int e = 0; e < 8; e++) y[e] = ADD(MUL(small_uint(nibble32(r.q, o, e)), d), m);
 }
 
-// Q5_1: f16 d, f16 m, 4 bytes of fifth bits, 16 bytes of nibbles, as Q5_0's; value x · d + m.
+// Q5_1: f16 d, f16 m, 4 bytes of fifth bits, 16 bytes of nibbles; value x · d + m.
 struct q5_1_raw {
     unsigned dm, qh;
     uint2 q;
@@ -170,12 +171,7 @@ __device__ __forceinline__ q5_1_raw q5_1_load(const u8* b, int o) {
 }
 __device__ __forceinline__ void q5_1_values(const q5_1_raw& r, int o, float (&y)[8]) {
     const float d = f16_to_f32(r.dm & 0xffffu), m = f16_to_f32(r.dm >> 16);
-    for (int e = 0; e < 8; e++) {
-        const unsigned j = o % 16 + e, q = byte8(r.q, e);
-        const unsigned x = o < 16 ? ((q & 0xF) | (((r.qh >> j) << 4) & 0x10))
-                                  : ((q >> 4) | ((r.qh >> (j + 12)) & 0x10));
-        y[e] = ADD(MUL(small_uint(x), d), m);
-    }
+    for (int e = 0; e < 8; e++) y[e] = ADD(MUL(small_uint(five_bits32(r.q, r.qh, o, e)), d), m);
 }
 
 // Q8_0: f16 d, 32 signed bytes (as x ^ 0x80 − 128).
