@@ -75,7 +75,7 @@ int main() {
     std::printf("copy of %.0f MB: %.1f us, %.2f TB/s read + written; memset %.1f us, %.2f TB/s\n",
                 out_mb, copy_us, copy_tbs, set_us, out_mb / set_us / 1e6);
     std::mt19937 rng(7);
-    const int threads = 256, per_thread = 2;  // cuda_expand.rs: THREADS, GROUPS_PER_THREAD
+    const int threads = 256, per_thread = GROUPS;  // as cuda_expand.rs launches them
     for (const Type& t : types) {
         const long blocks = values / t.per, bytes = blocks * t.size;
         std::vector<u8> host(bytes);

@@ -74,8 +74,8 @@ pub fn expand_bf16(q: &QTensor) -> Result<Option<Tensor>> {
     Ok(None)
 }
 
-/// Threads a block, and groups of 8 values a thread loads at once (GROUPS in the kernel): the
-/// grid that has each thread load them once.
+/// Threads a block, and groups of 8 values a thread loads at once: the kernel's GROUPS (any grid
+/// covers the matrix, this one has each thread load them once).
 #[cfg(feature = "cuda")]
 const THREADS: usize = 256;
 #[cfg(feature = "cuda")]
