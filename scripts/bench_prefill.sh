@@ -5,7 +5,7 @@
 # CMAKE_ARGS=-DGGML_NATIVE=ON pip install llama-cpp-python).
 # Usage: scripts/bench_prefill.sh [N_ITEMS] [THREADS] [GGUF]
 # HYOKA_BENCH_WEIGHTS="stored" skips the expanded run (an 8B GGUF expanded to f32 needs ~32 GB);
-# a "+bf16" variant (e.g. "stored stored+bf16") runs with --prefill-gemm bf16 (AVX512-BF16).
+# a "+GEMM" variant (e.g. "stored stored+bf16 stored+int8") runs with --prefill-gemm GEMM.
 # Needs a release build, the test models and DBDC3 items; /usr/bin/time (Debian's `time`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ work=$(mktemp -d)
 "$bin" import dbdc3 ../shared/datasets/dbdc3-ja -o "$work/items.jsonl" --max-context 4 2>/dev/null
 variants="${HYOKA_BENCH_WEIGHTS:-stored expanded}"
 for variant in $variants; do
-  gemm=(); [[ "$variant" == *+bf16 ]] && gemm=(--prefill-gemm bf16)
+  gemm=(); [[ "$variant" == *+* ]] && gemm=(--prefill-gemm "${variant#*+}")
   RAYON_NUM_THREADS="$threads" /usr/bin/time -f "%M" -o "$work/rss-$variant" "$bin" bench \
     --model "$gguf" --input "$work/items.jsonl" --n "$n" --weights "${variant%%+*}" "${gemm[@]}" \
     --rubric "${HYOKA_BENCH_RUBRIC:-dialogue6-ja}" --dump-tokens "$work/tokens.json" --decode-tokens "$decode" > "$work/hyoka-$variant.json"

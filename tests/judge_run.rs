@@ -446,3 +446,27 @@ fn bf16_prefill_gemm_is_part_of_the_run() {
     s.assert_setting("scores.jsonl", "prefill_gemm", "bf16");
     s.assert_settings_differ("scores.jsonl", &[]);
 }
+
+/// `--prefill-gemm int8` likewise; refused (exit 2) with `--weights expanded`, which holds no
+/// integer blocks, and where the CPU lacks AVX512-VNNI.
+#[test]
+fn int8_prefill_gemm_is_part_of_the_run() {
+    let Some(s) = Setup::new() else { return };
+    let expanded = s.judge(
+        "expanded.jsonl",
+        &["--prefill-gemm", "int8", "--weights", "expanded"],
+    );
+    let err = String::from_utf8_lossy(&expanded.stderr);
+    assert_eq!(expanded.status.code(), Some(2), "{err}");
+    assert!(err.contains("--weights expanded"), "{err}");
+    let out = s.judge("scores.jsonl", &["--prefill-gemm", "int8"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if !hyoka::model::prefill_gemm::PrefillGemm::Int8.available() {
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("VNNI"), "{err}");
+        return;
+    }
+    assert!(out.status.success(), "{err}");
+    s.assert_setting("scores.jsonl", "prefill_gemm", "int8");
+    s.assert_settings_differ("scores.jsonl", &[]);
+}

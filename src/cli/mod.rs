@@ -141,10 +141,13 @@ pub struct RuntimeArgs {
     pub weights: hyoka::model::WeightsMode,
     /// The CPU's products for prompts (prefill, a judge's scored prompts; with --weights
     /// expanded, decoding's too): `f32` gives the expanded f32 model's numbers to the bit;
-    /// `bf16` rounds both operands to bf16 and sums in f32 on AVX512-BF16 (AMD Zen 4 and later,
-    /// Intel Sapphire Rapids and later), faster and less exact, as a GPU's bf16. Recorded in
-    /// the provenance; measured in README (`hyoka bench`). Refused on other CPUs, on GPUs, and
-    /// with --dtype other than f32.
+    /// `bf16` rounds both operands to bf16 and sums in f32 on AVX512-BF16, as a GPU's bf16 —
+    /// faster on AMD Zen 4/5, slower on Intel Xeons (their bf16 instruction is quarter-rate);
+    /// `int8` rounds activations to 8 bits per 32 values and multiplies them with a GGUF's
+    /// Q4_0/Q5_0/Q8_0/Q4_K/Q6_K blocks as integers on AVX512-VNNI, as llama.cpp does (other
+    /// matrices stay f32; not with --weights expanded). bf16 and int8 are faster and less
+    /// exact: recorded in the provenance; measured in README (`hyoka bench`). Refused on CPUs
+    /// without the instructions, on GPUs, and with --dtype other than f32.
     #[arg(long, value_enum, default_value = "f32")]
     pub prefill_gemm: hyoka::model::prefill_gemm::PrefillGemm,
 }
@@ -176,7 +179,22 @@ impl RuntimeArgs {
     pub fn device_and_dtype(&self) -> anyhow::Result<(candle_core::Device, candle_core::DType)> {
         let device = hyoka::model::device::parse_device(&self.device)?;
         let dtype = hyoka::model::device::parse_dtype(self.dtype.as_deref(), &device)?;
-        hyoka::model::prefill_gemm::set_prefill_gemm(self.prefill_gemm, &device, dtype)?;
+        use hyoka::model::prefill_gemm::{PrefillGemm, advice, set_prefill_gemm};
+        if self.prefill_gemm == PrefillGemm::Int8
+            && self.weights == hyoka::model::WeightsMode::Expanded
+        {
+            return Err(hyoka::model::ModelError::Device {
+                spec: hyoka::model::device::device_name(&device),
+                message: "--prefill-gemm int8 multiplies the integers of GGUF blocks kept as \
+                          stored; --weights expanded holds none"
+                    .into(),
+            }
+            .into());
+        }
+        set_prefill_gemm(self.prefill_gemm, &device, dtype)?;
+        if let Some(word) = advice(self.prefill_gemm) {
+            eprintln!("{word}");
+        }
         if self.dtype.is_none() && !device.is_cpu() {
             eprintln!(
                 "dtype {} (the default on {}; --dtype overrides)",

@@ -15,11 +15,11 @@
 
 use super::fused::cpu::Data;
 use super::matrix::{Matrix, expand_into, expands_on_cpu};
-use super::{ModelError, bf16_gemm};
+use super::{ModelError, bf16_gemm, int8_runs};
 use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor, bail};
 use rayon::prelude::*;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// How prompts' products are computed on the CPU (`--prefill-gemm`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -29,6 +29,10 @@ pub enum PrefillGemm {
     F32,
     /// Both operands rounded to bf16, products summed in f32, on AVX512-BF16 (`bf16_gemm`).
     Bf16,
+    /// Activations rounded to 8 bits per 32 values (llama.cpp's Q8_0) and multiplied with the
+    /// weights' own integers on AVX512-VNNI (`int8_runs`), for GGUF matrices in Q4_0, Q5_0,
+    /// Q8_0, Q4_K or Q6_K; every other matrix in f32.
+    Int8,
 }
 
 impl PrefillGemm {
@@ -36,44 +40,72 @@ impl PrefillGemm {
         match self {
             PrefillGemm::F32 => "f32",
             PrefillGemm::Bf16 => "bf16",
+            PrefillGemm::Int8 => "int8",
         }
     }
+
+    /// Whether this CPU has the instructions it needs (AVX512-BF16; AVX512-VNNI).
+    pub fn available(self) -> bool {
+        match self {
+            PrefillGemm::F32 => true,
+            PrefillGemm::Bf16 => bf16_gemm::available(),
+            PrefillGemm::Int8 => int8_runs::available(),
+        }
+    }
+
+    const ALL: [PrefillGemm; 3] = [PrefillGemm::F32, PrefillGemm::Bf16, PrefillGemm::Int8];
 }
 
-/// Process-wide, as candle's TF32 switch is (`device::set_tf32`): set once by the command line.
-static BF16: AtomicBool = AtomicBool::new(false);
+/// Process-wide, as candle's TF32 switch is (`device::set_tf32`): set once by the command line
+/// (the index of a `PrefillGemm::ALL` entry).
+static GEMM: AtomicU8 = AtomicU8::new(0);
 
-/// `--prefill-gemm`: bf16 is refused where it does not apply — a device other than the CPU, a
-/// compute dtype other than f32 (a GPU's bf16 is `--dtype bf16`), a CPU without AVX512-BF16.
+/// `--prefill-gemm`: bf16 and int8 are refused where they do not apply — a device other than
+/// the CPU, a compute dtype other than f32 (a GPU's bf16 is `--dtype bf16`), a CPU without the
+/// instructions (AVX512-BF16; AVX512-VNNI).
 pub fn set_prefill_gemm(
     gemm: PrefillGemm,
     device: &Device,
     dtype: DType,
 ) -> std::result::Result<(), ModelError> {
-    if gemm == PrefillGemm::Bf16 {
-        let refuse = |message: &str| ModelError::Device {
-            spec: super::device::device_name(device),
-            message: format!("--prefill-gemm bf16 {message}"),
-        };
-        if !device.is_cpu() || dtype != DType::F32 {
-            return Err(refuse("applies to f32 on the CPU (on a GPU, --dtype bf16)"));
-        }
-        if !bf16_gemm::available() {
-            return Err(refuse(
-                "needs AVX512-BF16 (AMD Zen 4 and later, Intel Sapphire Rapids and later), which this CPU lacks",
-            ));
-        }
+    let refuse = |message: &str| ModelError::Device {
+        spec: super::device::device_name(device),
+        message: format!("--prefill-gemm {} {message}", gemm.name()),
+    };
+    if gemm != PrefillGemm::F32 && (!device.is_cpu() || dtype != DType::F32) {
+        return Err(refuse("applies to f32 on the CPU (on a GPU, --dtype bf16)"));
     }
-    BF16.store(gemm == PrefillGemm::Bf16, Ordering::Relaxed);
+    if gemm == PrefillGemm::Bf16 && !gemm.available() {
+        return Err(refuse(
+            "needs AVX512-BF16 (AMD Zen 4 and later, Intel Sapphire Rapids and later), which this CPU lacks",
+        ));
+    }
+    if gemm == PrefillGemm::Int8 && !gemm.available() {
+        return Err(refuse(
+            "needs AVX-512 with VNNI (AMD Zen 4 and later, Intel Ice Lake and later), which this CPU lacks",
+        ));
+    }
+    let index = PrefillGemm::ALL
+        .iter()
+        .position(|g| *g == gemm)
+        .unwrap_or(0);
+    GEMM.store(index as u8, Ordering::Relaxed);
     Ok(())
 }
 
 /// The products' precision in use (`set_prefill_gemm`), for the provenance.
 pub fn prefill_gemm() -> PrefillGemm {
-    match BF16.load(Ordering::Relaxed) {
-        true => PrefillGemm::Bf16,
-        false => PrefillGemm::F32,
-    }
+    PrefillGemm::ALL[GEMM.load(Ordering::Relaxed) as usize]
+}
+
+/// A word for the user where a choice is slower on this CPU than the default: Intel's cores
+/// (Sapphire and Emerald Rapids) run `vdpbf16ps` at a quarter of the f32 FMA's rate, so bf16
+/// products there take longer than f32 ones (README, "--prefill-gemm").
+pub fn advice(gemm: PrefillGemm) -> Option<&'static str> {
+    (gemm == PrefillGemm::Bf16 && bf16_gemm::quarter_rate_here()).then_some(
+        "--prefill-gemm bf16 is slower than f32 on this Intel CPU (its bf16 dot product runs at a \
+         quarter of the f32 FMA's rate: 0.59× f32's prefill on a Xeon); int8 is the faster choice here",
+    )
 }
 
 const OP: &str = "x · Wᵀ";
@@ -121,12 +153,17 @@ pub fn product(w: &Matrix, x: &Tensor, runs: Option<&[u32]>) -> Result<Tensor> {
         }
         None => (m, xs.slice()),
     };
-    let mut y = match w {
-        Matrix::Dense(t) if t.dtype() == DType::F32 => {
+    let integer = match prefill_gemm() {
+        PrefillGemm::Int8 => w.row_kernels()?.filter(int8_runs::applies),
+        _ => None,
+    };
+    let mut y = match (w, &integer) {
+        (_, Some(kernels)) => int8_runs::products(kernels, out, k, lhs)?,
+        (Matrix::Dense(t), None) if t.dtype() == DType::F32 => {
             let t = t.contiguous()?;
             multiply(lhs, rows, k, Data::of(&t, OP)?.slice(), out, m)
         }
-        _ => with_expanded(out * k, |buf| {
+        (_, None) => with_expanded(out * k, |buf| {
             expand(w, buf)?;
             Ok(multiply(lhs, rows, k, buf, out, m))
         })?,
@@ -209,14 +246,15 @@ fn widen<T: Copy + Sync>(from: &[T], to: &mut [f32], f: impl Fn(T) -> f32 + Sync
         .for_each(|(to, from)| to.iter_mut().zip(from).for_each(|(t, &x)| *t = f(x)));
 }
 
-/// x (m, k) · wᵀ as `prefill_gemm` says: `gemm_t`, or `bf16_gemm` (whose availability
-/// `set_prefill_gemm` checked).
+/// x (m, k) · wᵀ on f32 weights as `prefill_gemm` says: `gemm_t`, or `bf16_gemm` (whose
+/// availability `set_prefill_gemm` checked).
 fn multiply(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, room: usize) -> Vec<f32> {
     match prefill_gemm() {
         PrefillGemm::Bf16 => {
             bf16_gemm::gemm_t(x, m, k, w, n, room).unwrap_or_else(|| gemm_t(x, m, k, w, n, room))
         }
-        PrefillGemm::F32 => gemm_t(x, m, k, w, n, room),
+        // int8 reaches here for the matrices its kernels do not take: those are f32.
+        PrefillGemm::F32 | PrefillGemm::Int8 => gemm_t(x, m, k, w, n, room),
     }
 }
 
