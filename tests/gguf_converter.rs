@@ -8,6 +8,7 @@
 mod common;
 
 use candle_core::{DType, Device};
+use common::{max_diff, max_share_of_range};
 use hyoka::model::{WeightsMode, load_gguf};
 
 /// Largest |Δlogit| at any position, in the dtype the test runs in. bf16 and f16 are held to what
@@ -65,31 +66,11 @@ fn cases(name: &str, kind: &str) -> Vec<Case> {
         .collect()
 }
 
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0f32, f32::max)
-}
-
 /// The largest difference at any position.
 fn max_abs_diff(got: &[Vec<f32>], expected: &[Vec<f32>]) -> f32 {
     got.iter()
         .zip(expected)
         .map(|(g, e)| max_diff(g, e))
-        .fold(0.0f32, f32::max)
-}
-
-/// The largest difference at any position, as a share of that position's expected logit range.
-fn max_share_of_range(got: &[Vec<f32>], expected: &[Vec<f32>]) -> f32 {
-    got.iter()
-        .zip(expected)
-        .map(|(g, e)| {
-            let (lo, hi) = e
-                .iter()
-                .fold((f32::MAX, f32::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
-            max_diff(g, e) / (hi - lo)
-        })
         .fold(0.0f32, f32::max)
 }
 

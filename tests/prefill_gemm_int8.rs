@@ -10,6 +10,7 @@
 mod common;
 
 use candle_core::{DType, Device};
+use common::max_share_of_range;
 use hyoka::model::prefill_gemm::{PrefillGemm, prefill_gemm, set_prefill_gemm};
 use hyoka::model::{Batch, Transformer, WeightsMode, load_gguf};
 
@@ -39,26 +40,6 @@ fn expected(name: &str, kind: &str) -> std::collections::HashMap<String, candle_
 fn logits(model: &Transformer, ids: &[u32], gemm: PrefillGemm) -> Vec<Vec<f32>> {
     set_prefill_gemm(gemm, &Device::Cpu, DType::F32).unwrap();
     common::every_position_logits(model, ids)
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
-/// The largest difference at any position, as a share of that position's expected range.
-fn share_of_range(got: &[Vec<f32>], want: &[Vec<f32>]) -> f32 {
-    got.iter()
-        .zip(want)
-        .map(|(g, e)| {
-            let (lo, hi) = e
-                .iter()
-                .fold((f32::MAX, f32::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
-            max_diff(g, e) / (hi - lo)
-        })
-        .fold(0.0, f32::max)
 }
 
 /// The switch is process-wide and the tests of a binary run on threads: one at a time.
@@ -98,7 +79,10 @@ fn int8_products_err_as_llama_cpp_does() {
             let theirs = (0..cases.len())
                 .filter_map(|n| {
                     let t = expected.get(&format!("llama_cpp.logits.{n}"))?;
-                    Some(share_of_range(&t.to_vec2::<f32>().unwrap(), &cases[n].1))
+                    Some(max_share_of_range(
+                        &t.to_vec2::<f32>().unwrap(),
+                        &cases[n].1,
+                    ))
                 })
                 .fold(0.0, f32::max);
             assert!(theirs > 0.0, "{name} {kind}: llama.cpp's logits");
@@ -107,13 +91,13 @@ fn int8_products_err_as_llama_cpp_does() {
                 let int8 = logits(&model, ids, PrefillGemm::Int8);
                 assert_eq!(prefill_gemm(), PrefillGemm::Int8);
                 let f32 = logits(&model, ids, PrefillGemm::F32);
-                let ours = share_of_range(&int8[first..], want);
-                let moved = share_of_range(&int8, &f32);
+                let ours = max_share_of_range(&int8[first..], want);
+                let moved = max_share_of_range(&int8, &f32);
                 eprintln!(
                     "{name} {kind} prompt {n} ({} tokens): {:.2}× llama.cpp's error (f32 products {:.2}×; int8 vs f32 {moved:.1e})",
                     ids.len(),
                     ours / theirs,
-                    share_of_range(&f32[first..], want) / theirs
+                    max_share_of_range(&f32[first..], want) / theirs
                 );
                 assert!(
                     ours <= LLAMA_CPP_RATIO * theirs,

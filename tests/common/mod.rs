@@ -219,3 +219,24 @@ pub fn run_emulator(exe: &std::path::Path, args: &[&str], input: &[u8], tag: &st
         .map(|b| u16::from_le_bytes([b[0], b[1]]))
         .collect()
 }
+
+/// The largest |a − b| over two equally long lists.
+pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max)
+}
+
+/// The largest difference at any position, as a share of that position's expected logit range.
+pub fn max_share_of_range(got: &[Vec<f32>], expected: &[Vec<f32>]) -> f32 {
+    got.iter()
+        .zip(expected)
+        .map(|(g, e)| {
+            let (lo, hi) = e
+                .iter()
+                .fold((f32::MAX, f32::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+            max_diff(g, e) / (hi - lo)
+        })
+        .fold(0.0f32, f32::max)
+}
