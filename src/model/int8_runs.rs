@@ -280,12 +280,7 @@ impl Unpacked {
                 };
                 for (i, sum) in sums.iter().enumerate().take(rn) {
                     let at = (r0 + i) * n + group * TOKENS;
-                    // A whole group as one fixed-size move (a call to memmove per 16 values
-                    // was 10% of a prompt's time with 896-wide rows).
-                    match <&mut [f32; TOKENS]>::try_from(&mut part[at..at + tokens]) {
-                        Ok(whole) => *whole = *sum,
-                        Err(_) => part[at..at + tokens].copy_from_slice(&sum[..tokens]),
-                    }
+                    part[at..at + tokens].copy_from_slice(&sum[..tokens]);
                 }
             }
         }
