@@ -68,12 +68,13 @@ int main() {
     CHECK(cudaMalloc(&in, values / 32 * 34));
     CHECK(cudaMalloc(&out, values * 2));
     CHECK(cudaMalloc(&copy, values * 2));
+    // MB per µs is TB/s.
     const double out_mb = values * 2 / 1e6;
     const float copy_us = median_us([&] { cudaMemcpyAsync(copy, out, values * 2, cudaMemcpyDeviceToDevice); });
     const float set_us = median_us([&] { cudaMemsetAsync(out, 1, values * 2); });
-    const double copy_tbs = 2 * out_mb / copy_us / 1e6;
+    const double copy_tbs = 2 * out_mb / copy_us;
     std::printf("copy of %.0f MB: %.1f us, %.2f TB/s read + written; memset %.1f us, %.2f TB/s\n",
-                out_mb, copy_us, copy_tbs, set_us, out_mb / set_us / 1e6);
+                out_mb, copy_us, copy_tbs, set_us, out_mb / set_us);
     std::mt19937 rng(7);
     const int threads = 256, per_thread = GROUPS;  // as cuda_expand.rs launches them
     for (const Type& t : types) {
@@ -88,7 +89,7 @@ int main() {
         CHECK(cudaMemcpy(in, host.data(), bytes, cudaMemcpyHostToDevice));
         const unsigned grid = (unsigned)((groups + threads * per_thread - 1) / (threads * per_thread));
         const float us = median_us([&] { t.kernel<<<grid, threads>>>(in, out, groups); });
-        const double tbs = (bytes / 1e6 + out_mb) / us / 1e6;
+        const double tbs = (bytes / 1e6 + out_mb) / us;
         std::printf("%-5s %7.1f us  %.2f TB/s read + written  %.2f of the copy's rate\n", t.name, us, tbs,
                     tbs / copy_tbs);
     }
