@@ -16,6 +16,7 @@
 use super::block_dots::{BlockKind, Q8Rows, dot_rows_kernel};
 use super::expanded_dots::{self, RowBlocks};
 use super::kquant_dots::{self, KQuantKind, Q8KRows};
+use super::row_tasks::by_weight_rows;
 use super::{prefill_gemm, runs, stage_times};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
@@ -456,61 +457,6 @@ impl Matrix {
                 _ => None,
             },
         )
-    }
-}
-
-/// y (n, out) of a product whose tasks each compute `chunk` weight rows: `task(rows, part)`
-/// appends, weight row by weight row, that row's n outputs. Each task writes its outputs
-/// straight into y, on its own thread: gathered afterwards on the calling thread (a 16 × 152k
-/// output head per step), with a fresh buffer per task, the gathering, zeroing and page faults
-/// took several percent of a 16-row json decoding run while the other threads waited.
-pub(super) fn by_weight_rows(
-    out: usize,
-    n: usize,
-    chunk: usize,
-    task: impl Fn(std::ops::Range<usize>, &mut Vec<f32>) -> Result<()> + Sync,
-) -> Result<Vec<f32>> {
-    // Not zeroed: the tasks write every element (n outputs for each of the out weight rows).
-    let mut y: Vec<f32> = Vec::with_capacity(n * out);
-    let dst = Scattered(y.as_mut_ptr(), n * out);
-    (0..out.div_ceil(chunk)).into_par_iter().try_for_each_init(
-        <(Vec<f32>, Vec<f32>)>::default,
-        |(part, line), b| {
-            let rows = b * chunk..((b + 1) * chunk).min(out);
-            part.clear();
-            task(rows.clone(), part)?;
-            assert_eq!(part.len(), rows.len() * n, "n outputs per weight row");
-            // Row by row of y, each a contiguous run of this task's columns.
-            for r in 0..n {
-                line.clear();
-                line.extend(part.iter().skip(r).step_by(n));
-                // SAFETY: r < n and rows lie in 0..out, so the run lies in y; columns `rows`
-                // of y are written by the one task that holds those weight rows, and y is not
-                // read until every task is done.
-                unsafe { dst.write(r * out + rows.start, line) };
-            }
-            Result::Ok(())
-        },
-    )?;
-    // SAFETY: every task returned Ok having written all n outputs of its weight rows (asserted
-    // per task), and the tasks cover rows 0..out, so all n × out elements are initialised.
-    unsafe { y.set_len(n * out) };
-    Ok(y)
-}
-
-/// The output of `by_weight_rows`, written by its tasks at disjoint indices.
-struct Scattered(*mut f32, usize);
-
-// SAFETY: the tasks write disjoint elements (see `by_weight_rows`), and the buffer outlives them.
-unsafe impl Sync for Scattered {}
-
-impl Scattered {
-    /// # Safety
-    /// No other thread reads or writes elements `i..i + values.len()` meanwhile.
-    unsafe fn write(&self, i: usize, values: &[f32]) {
-        assert!(i + values.len() <= self.1, "a run in the output");
-        // SAFETY: in bounds (asserted); exclusive by the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.0.add(i), values.len()) }
     }
 }
 

@@ -27,6 +27,7 @@ mod nvrtc;
 mod prefill_attention;
 pub mod prefill_gemm;
 pub mod rope;
+mod row_tasks;
 mod runs;
 pub mod source;
 mod spm_gguf;

@@ -17,8 +17,9 @@
 
 use super::expanded_dots::{self, RowBlocks, expand_row};
 use super::int8_runs;
-use super::matrix::{Matrix, RowKernels, by_weight_rows};
+use super::matrix::{Matrix, RowKernels};
 use super::prefill_gemm::with_expanded;
+use super::row_tasks::by_weight_rows;
 use candle_core::{DType, Device, Result, Tensor, bail};
 
 /// Whether a RowWise product of x with these runs goes through `Matrix::by_runs`: an f32 CPU
