@@ -117,7 +117,7 @@ pub fn products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> Resul
         let rows = columns.rows();
         let weights = Unpacked::new(form, &data[rows.start * row_bytes..rows.end * row_bytes], k);
         // SAFETY: `applies` detected the features before any call.
-        unsafe { weights.times(&lanes, n, columns) };
+        unsafe { weights.times(&lanes, columns) };
         Ok(())
     })
 }
@@ -262,11 +262,11 @@ impl Unpacked {
     }
 
     /// y[token][first + r] = weight row r · token, for each of these rows (the task's columns
-    /// from `first`) and each of the n tokens.
+    /// from `first`) and each token.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512vnni")]
-    unsafe fn times(&self, lanes: &Lanes, n: usize, columns: &Columns) {
-        let rows = self.rows();
+    unsafe fn times(&self, lanes: &Lanes, columns: &Columns) {
+        let (rows, n) = (self.rows(), columns.tokens());
         assert!(rows <= TASK_ROWS, "a task's weight rows");
         let first = columns.rows().start;
         // A group's outputs gathered here (2 KiB, in L1), then written as one run of the task's
@@ -291,7 +291,7 @@ impl Unpacked {
     }
 
     #[cfg(not(target_arch = "x86_64"))]
-    unsafe fn times(&self, _: &Lanes, _: usize, _: &Columns) {
+    unsafe fn times(&self, _: &Lanes, _: &Columns) {
         unreachable!("`applies` is false off x86_64")
     }
 }

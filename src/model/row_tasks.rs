@@ -86,6 +86,11 @@ impl Columns<'_> {
         self.rows.clone()
     }
 
+    /// n: the rows of y.
+    pub fn tokens(&self) -> usize {
+        self.n
+    }
+
     /// y[token + t][row + r] = values[r][t] for t < tokens, r < rows: a tile of weight rows
     /// (each a register of T tokens' outputs) written token by token.
     pub fn put_tile<const R: usize, const T: usize>(
@@ -98,7 +103,10 @@ impl Columns<'_> {
             tokens <= T && token + tokens <= self.n,
             "tokens of the product"
         );
-        assert!(rows <= R && row >= self.rows.start && row + rows <= self.rows.end);
+        assert!(
+            rows <= R && row >= self.rows.start && row + rows <= self.rows.end,
+            "rows outside the task's columns"
+        );
         // t picks a column of every row of the tile, not an element of one slice.
         #[allow(clippy::needless_range_loop)]
         for t in 0..tokens {
@@ -175,7 +183,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic]
+    #[should_panic(expected = "rows outside the task's columns")]
     fn a_task_cannot_write_outside_its_rows() {
         let _ = by_weight_columns(8, 2, 4, |c| {
             c.put_tile((0, 1), (c.rows().start + 1, 4), &[[0f32; 1]; 4]);
