@@ -6,6 +6,7 @@
 mod common;
 
 use candle_core::{DType, Device};
+use hyoka::model::matrix::WeightsMode;
 use hyoka::model::prefill_gemm::{PrefillGemm, prefill_gemm, set_prefill_gemm};
 use hyoka::model::{Batch, Transformer, load_safetensors_dir};
 
@@ -15,7 +16,7 @@ const BF16_TOL: f32 = 0.05;
 
 /// Every position's logits of `ids` (one row), with the products `gemm` says.
 fn logits(model: &Transformer, ids: &[u32], gemm: PrefillGemm) -> Vec<Vec<f32>> {
-    set_prefill_gemm(gemm, &Device::Cpu, DType::F32).unwrap();
+    set_prefill_gemm(gemm, &Device::Cpu, DType::F32, WeightsMode::Stored).unwrap();
     let batch = Batch::new(&[ids.to_vec()], 0, &Device::Cpu).unwrap();
     let (hidden, _) = model.forward(&batch, None).unwrap();
     let at: Vec<(usize, usize)> = (0..ids.len()).map(|i| (0, i)).collect();
@@ -34,13 +35,25 @@ fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
 #[test]
 fn bf16_products_match_transformers_within_bf16_tolerance() {
     // Refused where it does not apply, whatever the CPU.
-    let err = set_prefill_gemm(PrefillGemm::Bf16, &Device::Cpu, DType::BF16).unwrap_err();
+    let err = set_prefill_gemm(
+        PrefillGemm::Bf16,
+        &Device::Cpu,
+        DType::BF16,
+        WeightsMode::Stored,
+    )
+    .unwrap_err();
     assert!(
         err.to_string().contains("applies to f32 on the CPU"),
         "{err}"
     );
     if !hyoka::model::bf16_gemm::available() {
-        let err = set_prefill_gemm(PrefillGemm::Bf16, &Device::Cpu, DType::F32).unwrap_err();
+        let err = set_prefill_gemm(
+            PrefillGemm::Bf16,
+            &Device::Cpu,
+            DType::F32,
+            WeightsMode::Stored,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("AVX512-BF16"), "{err}");
         eprintln!("skipping: this CPU has no AVX512-BF16");
         return;

@@ -38,7 +38,7 @@ fn expected(name: &str, kind: &str) -> std::collections::HashMap<String, candle_
 }
 
 fn logits(model: &Transformer, ids: &[u32], gemm: PrefillGemm) -> Vec<Vec<f32>> {
-    set_prefill_gemm(gemm, &Device::Cpu, DType::F32).unwrap();
+    set_prefill_gemm(gemm, &Device::Cpu, DType::F32, WeightsMode::Stored).unwrap();
     common::every_position_logits(model, ids)
 }
 
@@ -46,13 +46,35 @@ fn logits(model: &Transformer, ids: &[u32], gemm: PrefillGemm) -> Vec<Vec<f32>> 
 static SWITCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn available() -> bool {
-    let err = set_prefill_gemm(PrefillGemm::Int8, &Device::Cpu, DType::BF16).unwrap_err();
+    let err = set_prefill_gemm(
+        PrefillGemm::Int8,
+        &Device::Cpu,
+        DType::BF16,
+        WeightsMode::Stored,
+    )
+    .unwrap_err();
     assert!(
         err.to_string().contains("applies to f32 on the CPU"),
         "{err}"
     );
+    // Weights expanded at load hold no blocks to multiply as integers: refused by the library
+    // (the command line's --weights expanded --prefill-gemm int8 exits 2 with this message).
+    let err = set_prefill_gemm(
+        PrefillGemm::Int8,
+        &Device::Cpu,
+        DType::F32,
+        WeightsMode::Expanded,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("--weights expanded"), "{err}");
     if !PrefillGemm::Int8.available() {
-        let err = set_prefill_gemm(PrefillGemm::Int8, &Device::Cpu, DType::F32).unwrap_err();
+        let err = set_prefill_gemm(
+            PrefillGemm::Int8,
+            &Device::Cpu,
+            DType::F32,
+            WeightsMode::Stored,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("VNNI"), "{err}");
         eprintln!("skipping: this CPU has no AVX512-VNNI");
         return false;

@@ -179,19 +179,8 @@ impl RuntimeArgs {
     pub fn device_and_dtype(&self) -> anyhow::Result<(candle_core::Device, candle_core::DType)> {
         let device = hyoka::model::device::parse_device(&self.device)?;
         let dtype = hyoka::model::device::parse_dtype(self.dtype.as_deref(), &device)?;
-        use hyoka::model::prefill_gemm::{PrefillGemm, advice, set_prefill_gemm};
-        if self.prefill_gemm == PrefillGemm::Int8
-            && self.weights == hyoka::model::WeightsMode::Expanded
-        {
-            return Err(hyoka::model::ModelError::Device {
-                spec: hyoka::model::device::device_name(&device),
-                message: "--prefill-gemm int8 multiplies the integers of GGUF blocks kept as \
-                          stored; --weights expanded holds none"
-                    .into(),
-            }
-            .into());
-        }
-        set_prefill_gemm(self.prefill_gemm, &device, dtype)?;
+        use hyoka::model::prefill_gemm::{advice, set_prefill_gemm};
+        set_prefill_gemm(self.prefill_gemm, &device, dtype, self.weights)?;
         if let Some(word) = advice(self.prefill_gemm) {
             eprintln!("{word}");
         }

@@ -14,7 +14,7 @@
 //! (its k blocking follows k and the caches only), so a real row keeps its bits.
 
 use super::fused::cpu::Data;
-use super::matrix::{Matrix, expand_into, expands_on_cpu};
+use super::matrix::{Matrix, WeightsMode, expand_into, expands_on_cpu};
 use super::{ModelError, bf16_gemm, int8_runs};
 use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor, bail};
 use rayon::prelude::*;
@@ -62,11 +62,13 @@ static GEMM: AtomicU8 = AtomicU8::new(0);
 
 /// `--prefill-gemm`: bf16 and int8 are refused where they do not apply — a device other than
 /// the CPU, a compute dtype other than f32 (a GPU's bf16 is `--dtype bf16`), a CPU without the
-/// instructions (AVX512-BF16; AVX512-VNNI).
+/// instructions (AVX512-BF16; AVX512-VNNI) — and int8 with weights expanded at load (it
+/// multiplies the integers of GGUF blocks kept as stored).
 pub fn set_prefill_gemm(
     gemm: PrefillGemm,
     device: &Device,
     dtype: DType,
+    weights: WeightsMode,
 ) -> std::result::Result<(), ModelError> {
     let refuse = |message: &str| ModelError::Device {
         spec: super::device::device_name(device),
@@ -74,6 +76,11 @@ pub fn set_prefill_gemm(
     };
     if gemm != PrefillGemm::F32 && (!device.is_cpu() || dtype != DType::F32) {
         return Err(refuse("applies to f32 on the CPU (on a GPU, --dtype bf16)"));
+    }
+    if gemm == PrefillGemm::Int8 && weights == WeightsMode::Expanded {
+        return Err(refuse(
+            "multiplies the integers of GGUF blocks kept as stored; --weights expanded holds none",
+        ));
     }
     if gemm == PrefillGemm::Bf16 && !gemm.available() {
         return Err(refuse(
