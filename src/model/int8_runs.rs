@@ -356,7 +356,7 @@ impl Unpacked {
                 }
             }
             for g in 0..groups {
-                for (t, acc) in sums.iter().enumerate() {
+                for (t, acc) in sums.iter().enumerate().take(tiles.len()) {
                     for i in 0..ROWS.min(rows - t * ROWS) {
                         // SAFETY: 16 values into an array of 16.
                         unsafe { _mm512_storeu_ps(staged[t * ROWS + i].as_mut_ptr(), acc[i][g]) };
