@@ -340,18 +340,16 @@ impl Unpacked {
         for pair in (0..lanes.groups()).step_by(GROUPS) {
             let groups = (lanes.groups() - pair).min(GROUPS);
             let mut sums = [[[_mm512_setzero_ps(); GROUPS]; ROWS]; TASK_ROWS / ROWS];
+            // The pair's lanes, or the last group alone.
+            let two = (groups == 2).then(|| avx512::Groups::<2>::new(lanes, pair, self.form));
+            let one = (groups == 1).then(|| avx512::Groups::<1>::new(lanes, pair, self.form));
             for from in (0..lanes.blocks).step_by(SPAN) {
                 let span = from..(from + SPAN).min(lanes.blocks);
                 for (tile, acc) in tiles.iter().zip(sums.iter_mut()) {
-                    *acc = match groups {
-                        2 => {
-                            let groups = avx512::Groups::<2>::new(lanes, pair, self.form);
-                            avx512::tile::<HALVES, MIN, 2>(tile, &groups, span.clone(), *acc)
-                        }
-                        _ => {
-                            let groups = avx512::Groups::<1>::new(lanes, pair, self.form);
-                            avx512::tile::<HALVES, MIN, 1>(tile, &groups, span.clone(), *acc)
-                        }
+                    *acc = match (&two, &one) {
+                        (Some(x), _) => avx512::tile::<HALVES, MIN, 2>(tile, x, span.clone(), *acc),
+                        (_, Some(x)) => avx512::tile::<HALVES, MIN, 1>(tile, x, span.clone(), *acc),
+                        (None, None) => unreachable!("a pair holds one or two groups"),
                     };
                 }
             }
