@@ -143,7 +143,7 @@ impl Lanes {
     fn new(acts: &Q8Rows, n: usize, k: usize, form: Form) -> Self {
         let blocks = k / BLOCK;
         let groups = n.div_ceil(TOKENS);
-        let units = if form.halves() { 2 } else { 1 };
+        let units = form.units();
         let min = form.has_min();
         let mut lanes = Lanes {
             blocks,
@@ -515,7 +515,7 @@ mod avx512 {
 
     impl<const G: usize> Groups<G> {
         pub fn new(lanes: &Lanes, first: usize, form: Form) -> Self {
-            let units = if form.halves() { 2 } else { 1 };
+            let units = form.units();
             assert!(G <= GROUPS && first + G <= lanes.groups());
             assert!(lanes.starts.len() == lanes.d.len() * units);
             assert!(!form.has_min() || lanes.sums.len() == lanes.d.len());
@@ -644,7 +644,7 @@ mod tests {
     }
 
     fn unit(form: Form) -> usize {
-        if form.halves() { 16 } else { 32 }
+        BLOCK / form.units()
     }
 
     /// Each weight read back from its byte, scale and min is candle's value to the bit.
