@@ -11,12 +11,16 @@
 //! VNNI's four times the FMA's multiply-adds an instruction.
 //!
 //! The numbers are those of the integer kernels for single tokens up to the order of the f32
-//! sums: activations rounded to 8 bits per 32 values (`Q8Rows`, llama.cpp's Q8_0); weights as
+//! sums: activations rounded to 8 bits per 32 values (`Q8Rows`, llama.cpp's Q8_0; finer than
+//! the Q8_K, per 256 values, of the single-token K-quant kernels: on a real Q4_K_M judge
+//! Q8_K's rounding moved expected scores about 1.5× as far from f32's, README); weights as
 //! unsigned bytes (their integer plus an offset) with an f32 scale per 32 values (per 16 for
 //! Q6_K) and for Q4_K a min; each unit's integer dot exact (the offset's part taken off with
-//! the activations' sums), and per (token, weight row) one f32 chain over the units in order:
-//! acc = fma(scale·d_x, dot, acc) (and acc −= min·d_x·Σx for Q4_K). A token's result depends on
-//! its own activations only, not on the other tokens of its group or the tile.
+//! the activations' sums), and per (token, weight row) one f32 chain over the blocks in order:
+//! acc = fma(scale·d_x, dot, acc) (and acc −= min·(d_x·Σx) for Q4_K, d_x·Σx rounded once per
+//! token and block; for Q6_K's two units acc = fma(scale₀·dot₀ + scale₁·dot₁, d_x, acc)). A
+//! token's result depends on its own activations only, not on the other tokens of its group or
+//! the tile.
 
 use super::block_dots::{self, BLOCK, BlockKind, Q8Rows};
 use super::kquant_dots::KQuantKind;
@@ -130,7 +134,8 @@ pub fn products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> Resul
 /// Activations of n tokens in groups of 16, interleaved for the lanes: per group and block of
 /// 32, bytes 4g..4g + 4 of token t at `[(g·16 + t)·4..]`; each token's block scale d; minus
 /// the weights' offset times the token's sum over each unit (what a unit's dot starts from, so
-/// that the offset the bytes carry cancels); for Q4_K the sums as f32. Zeros for tokens past n.
+/// that the offset the bytes carry cancels); for Q4_K d times the block's sum (what a min
+/// multiplies: one product per token and block, not per row). Zeros for tokens past n.
 struct Lanes {
     blocks: usize,
     qs: Vec<i8>,
@@ -182,7 +187,7 @@ impl Lanes {
                             starts[(b * units + u) * TOKENS + t] = -form.offset() * sum(unit);
                         }
                         if min {
-                            sums[b * TOKENS + t] = sum(x) as f32;
+                            sums[b * TOKENS + t] = scales[token * blocks + b] * sum(x) as f32;
                         }
                     }
                 }
@@ -339,6 +344,7 @@ impl Unpacked {
         let mut staged = [[0f32; TOKENS]; TASK_ROWS];
         for pair in (0..lanes.groups()).step_by(GROUPS) {
             let groups = (lanes.groups() - pair).min(GROUPS);
+            columns.prefetch(pair * TOKENS..(pair + groups) * TOKENS);
             let mut sums = [[[_mm512_setzero_ps(); GROUPS]; ROWS]; TASK_ROWS / ROWS];
             // The pair's lanes, or the last group alone.
             let two = (groups == 2).then(|| avx512::Groups::<2>::new(lanes, pair, self.form));
@@ -346,9 +352,10 @@ impl Unpacked {
             for from in (0..lanes.blocks).step_by(SPAN) {
                 let span = from..(from + SPAN).min(lanes.blocks);
                 for (tile, acc) in tiles.iter().zip(sums.iter_mut()) {
+                    let span = span.clone();
                     *acc = match (&two, &one) {
-                        (Some(x), _) => avx512::tile::<HALVES, MIN, 2>(tile, x, span.clone(), *acc),
-                        (_, Some(x)) => avx512::tile::<HALVES, MIN, 1>(tile, x, span.clone(), *acc),
+                        (Some(x), _) => avx512::tile::<HALVES, MIN, 2>(tile, x, span, *acc),
+                        (_, Some(x)) => avx512::tile::<HALVES, MIN, 1>(tile, x, span, *acc),
                         (None, None) => unreachable!("a pair holds one or two groups"),
                     };
                 }
@@ -533,10 +540,14 @@ mod avx512 {
     }
 
     /// Rows `w` times the 16 tokens of each of the G groups `x`, over `blocks`, carried on
-    /// from `acc`: per token and row, the f32 chain over the units in order (`HALVES`: two
-    /// scales per 32 values; `MIN`: a min per 32). Not inlined, with its operands checked by
-    /// their makers: inlined into its caller's loops the chains were kept in memory and the
-    /// activations spilled (perf).
+    /// from `acc`: per token and row, the f32 chain over the blocks in order of
+    /// fma(scale·d_x, dot, ·) (`MIN`: then − min·(d_x·Σx) per 32 values; `HALVES`, two
+    /// scales per 32 values: fma(scale₀·dot₀ + scale₁·dot₁, d_x, ·), one multiply by d_x a
+    /// block). The float work shares its ports with the integer instruction, so it is kept to
+    /// what each block needs; one integer chain per unit, the blocks' chains overlapping in the
+    /// core's window (two per 32 values, then added, were no faster). Not inlined, with its
+    /// operands checked by their makers: inlined into its caller's loops the chains were kept in
+    /// memory and the activations spilled (perf).
     #[inline(never)]
     #[target_feature(enable = "avx512f,avx512vnni")]
     pub fn tile<const HALVES: bool, const MIN: bool, const G: usize>(
@@ -554,49 +565,37 @@ mod avx512 {
         for b in blocks {
             let dx: [__m512; G] =
                 std::array::from_fn(|g| unsafe { _mm512_loadu_ps(x.d[g].add(b * TOKENS)) });
-            // Two chains per (row, group), over values 0..16 and 16..32 of the block: eight
-            // chains of eight stall on the instruction's latency (5 cycles); sixteen of four
-            // do not. With two scales per 32 values they are the two units; else they are
-            // added. Each unit's dot starts at minus the offset's part (`Lanes`).
-            let start = |u: usize| -> [__m512i; G] {
-                std::array::from_fn(|g| unsafe {
+            // HALVES: the block's two units summed, then times d_x once.
+            let mut part = [[_mm512_setzero_ps(); G]; ROWS];
+            for u in 0..units {
+                // Each unit's dot starts at minus the offset's part (`Lanes`).
+                let start: [__m512i; G] = std::array::from_fn(|g| unsafe {
                     _mm512_loadu_si512(x.starts[g].add((b * units + u) * TOKENS) as *const _)
-                })
-            };
-            let second = if HALVES {
-                start(1)
-            } else {
-                [_mm512_setzero_si512(); G]
-            };
-            let mut dots = [[start(0); ROWS], [second; ROWS]];
-            for s in 0..8 {
-                // Four values of 16 tokens.
-                let xs: [__m512i; G] = std::array::from_fn(|g| unsafe {
-                    _mm512_loadu_si512(x.qs[g].add((b * 8 + s) * TOKENS * 4) as *const _)
                 });
+                let mut dots = [start; ROWS];
+                for s in u * 8 / units..(u + 1) * 8 / units {
+                    products(w, x, b, s, &mut dots);
+                }
                 for i in 0..ROWS {
-                    let a = unsafe {
-                        let p = w.bytes.add((b * ROWS + i) * BLOCK + 4 * s) as *const i32;
-                        _mm512_set1_epi32(p.read_unaligned())
-                    };
+                    let scale = unsafe { *w.scales.add((b * units + u) * ROWS + i) };
+                    let scale = _mm512_set1_ps(scale);
                     for g in 0..G {
-                        dots[s / 4][i][g] = _mm512_dpbusd_epi32(dots[s / 4][i][g], a, xs[g]);
+                        let dot = _mm512_cvtepi32_ps(dots[i][g]);
+                        if !HALVES {
+                            let scaled = _mm512_mul_ps(scale, dx[g]);
+                            acc[i][g] = _mm512_fmadd_ps(scaled, dot, acc[i][g]);
+                        } else if u == 0 {
+                            part[i][g] = _mm512_mul_ps(dot, scale);
+                        } else {
+                            part[i][g] = _mm512_fmadd_ps(dot, scale, part[i][g]);
+                        }
                     }
                 }
             }
-            for u in 0..units {
+            if HALVES {
                 for i in 0..ROWS {
-                    let scale =
-                        _mm512_set1_ps(unsafe { *w.scales.add((b * units + u) * ROWS + i) });
                     for g in 0..G {
-                        let dot = if HALVES {
-                            dots[u][i][g]
-                        } else {
-                            _mm512_add_epi32(dots[0][i][g], dots[1][i][g])
-                        };
-                        let scaled = _mm512_mul_ps(scale, dx[g]);
-                        let dot = _mm512_cvtepi32_ps(dot);
-                        acc[i][g] = _mm512_fmadd_ps(scaled, dot, acc[i][g]);
+                        acc[i][g] = _mm512_fmadd_ps(part[i][g], dx[g], acc[i][g]);
                     }
                 }
             }
@@ -606,13 +605,37 @@ mod avx512 {
                 for i in 0..ROWS {
                     let min = _mm512_set1_ps(unsafe { *w.mins.add(b * ROWS + i) });
                     for g in 0..G {
-                        let scaled = _mm512_mul_ps(min, dx[g]);
-                        acc[i][g] = _mm512_fnmadd_ps(scaled, sums[g], acc[i][g]);
+                        acc[i][g] = _mm512_fnmadd_ps(min, sums[g], acc[i][g]);
                     }
                 }
             }
         }
         acc
+    }
+
+    /// Four values (step s of block b) of the tile's rows times those of the groups' tokens,
+    /// into `dots`.
+    #[inline(always)]
+    fn products<const G: usize>(
+        w: &Rows,
+        x: &Groups<G>,
+        b: usize,
+        s: usize,
+        dots: &mut [[__m512i; G]; ROWS],
+    ) {
+        // SAFETY: as in the callers: b < blocks of both, s < 8.
+        let xs: [__m512i; G] = std::array::from_fn(|g| unsafe {
+            _mm512_loadu_si512(x.qs[g].add((b * 8 + s) * TOKENS * 4) as *const _)
+        });
+        for i in 0..ROWS {
+            let a = unsafe {
+                let p = w.bytes.add((b * ROWS + i) * BLOCK + 4 * s) as *const i32;
+                _mm512_set1_epi32(p.read_unaligned())
+            };
+            for g in 0..G {
+                dots[i][g] = unsafe { _mm512_dpbusd_epi32(dots[i][g], a, xs[g]) };
+            }
+        }
     }
 }
 
@@ -674,10 +697,12 @@ mod tests {
         Ok(())
     }
 
-    /// Each product is the chain over the units of fma(scale·d_x, Σ (byte − offset)·x, ·)
-    /// from zero (then − min·d_x·Σx), with the activations rounded as for single tokens,
-    /// whatever the token's lane and the row's tile: 37 tokens (a pair of groups and a partial
-    /// one), 45 rows (partial tiles and tasks), 768 values (a whole span of blocks and a part).
+    /// Each product is the chain over the blocks of fma(scale·d_x, Σ (byte − offset)·x, ·)
+    /// from zero (for Q4_K then − min·(d_x·Σx); for Q6_K's two units
+    /// fma(scale₀·dot₀ + scale₁·dot₁, d_x, ·)), with the activations rounded as
+    /// for single tokens, whatever the token's lane and the row's tile: 37 tokens (a pair of
+    /// groups and a partial one), 45 rows (partial tiles and tasks), 768 values (a whole span
+    /// of blocks and a part).
     #[test]
     fn each_product_is_one_chain_over_the_units() -> anyhow::Result<()> {
         let (out, k, n) = (45, 768, 37);
@@ -706,14 +731,21 @@ mod tests {
                     let mut acc = 0f32;
                     for b in 0..k / BLOCK {
                         let dx = acts.scales()[t * (k / BLOCK) + b];
-                        for u in (b * BLOCK..(b + 1) * BLOCK).step_by(size) {
+                        let dot = |u: usize| -> f32 {
                             let dot: i32 = (u..u + size)
                                 .map(|j| {
                                     (w.bytes[w.byte_at(r, j)] as i32 - form.offset()) * x[j] as i32
                                 })
                                 .sum();
-                            let scale = w.scale_of(r, u);
-                            acc = (scale * dx).mul_add(dot as f32, acc);
+                            dot as f32
+                        };
+                        let (first, second) = (b * BLOCK, b * BLOCK + 16);
+                        if form.halves() {
+                            let part = dot(first) * w.scale_of(r, first);
+                            let part = dot(second).mul_add(w.scale_of(r, second), part);
+                            acc = part.mul_add(dx, acc);
+                        } else {
+                            acc = (w.scale_of(r, first) * dx).mul_add(dot(first), acc);
                         }
                         if form.has_min() {
                             let sum: i32 = x[b * BLOCK..(b + 1) * BLOCK]
@@ -721,7 +753,7 @@ mod tests {
                                 .map(|&q| q as i32)
                                 .sum();
                             let min = w.min_of(r, b * BLOCK);
-                            acc = (-(min * dx)).mul_add(sum as f32, acc);
+                            acc = (-min).mul_add(dx * sum as f32, acc);
                         }
                     }
                     assert_eq!(
