@@ -141,7 +141,7 @@ struct Lanes {
     qs: Vec<i8>,
     d: Vec<f32>,
     starts: Vec<i32>,
-    sums: Vec<f32>,
+    d_sums: Vec<f32>,
 }
 
 impl Lanes {
@@ -156,7 +156,7 @@ impl Lanes {
             d: vec![0.0; groups * blocks * TOKENS],
             starts: vec![0; groups * blocks * units * TOKENS],
             // Kept for every form (a value per token and block), filled only with a min.
-            sums: vec![0.0; groups * blocks * TOKENS],
+            d_sums: vec![0.0; groups * blocks * TOKENS],
         };
         let (values, scales) = (acts.values(), acts.scales());
         let sum = |x: &[i8]| x.iter().map(|&q| q as i32).sum::<i32>();
@@ -168,9 +168,9 @@ impl Lanes {
             .par_chunks_mut(per_group * BLOCK)
             .zip(lanes.d.par_chunks_mut(per_group))
             .zip(lanes.starts.par_chunks_mut(per_group * units))
-            .zip(lanes.sums.par_chunks_mut(per_group))
+            .zip(lanes.d_sums.par_chunks_mut(per_group))
             .enumerate()
-            .for_each(|(group, (((qs, d), starts), sums))| {
+            .for_each(|(group, (((qs, d), starts), d_sums))| {
                 for t in 0..TOKENS.min(n - group * TOKENS) {
                     let token = group * TOKENS + t;
                     for b in 0..blocks {
@@ -182,12 +182,13 @@ impl Lanes {
                             let dst: &mut [i8; 4] = (&mut qs[to..to + 4]).try_into().unwrap();
                             *dst = four;
                         }
-                        d[b * TOKENS + t] = scales[token * blocks + b];
+                        let dx = scales[token * blocks + b];
+                        d[b * TOKENS + t] = dx;
                         for (u, unit) in x.chunks_exact(BLOCK / units).enumerate() {
                             starts[(b * units + u) * TOKENS + t] = -form.offset() * sum(unit);
                         }
                         if min {
-                            sums[b * TOKENS + t] = scales[token * blocks + b] * sum(x) as f32;
+                            d_sums[b * TOKENS + t] = dx * sum(x) as f32;
                         }
                     }
                 }
@@ -514,7 +515,7 @@ mod avx512 {
         qs: [*const i8; G],
         d: [*const f32; G],
         starts: [*const i32; G],
-        sums: [*const f32; G],
+        d_sums: [*const f32; G],
         blocks: usize,
         min: bool,
         units: usize,
@@ -525,13 +526,13 @@ mod avx512 {
             let units = form.units();
             assert!(G <= GROUPS && first + G <= lanes.groups());
             assert!(lanes.starts.len() == lanes.d.len() * units);
-            assert!(!form.has_min() || lanes.sums.len() == lanes.d.len());
+            assert!(!form.has_min() || lanes.d_sums.len() == lanes.d.len());
             let at = |g: usize| (first + g) * lanes.blocks * TOKENS;
             Groups {
                 qs: std::array::from_fn(|g| lanes.qs[at(g) * BLOCK..].as_ptr()),
                 d: std::array::from_fn(|g| lanes.d[at(g)..].as_ptr()),
                 starts: std::array::from_fn(|g| lanes.starts[at(g) * units..].as_ptr()),
-                sums: std::array::from_fn(|g| lanes.sums.as_ptr().wrapping_add(at(g))),
+                d_sums: std::array::from_fn(|g| lanes.d_sums.as_ptr().wrapping_add(at(g))),
                 blocks: lanes.blocks,
                 min: form.has_min(),
                 units,
@@ -561,7 +562,7 @@ mod avx512 {
         assert!(!MIN || x.min);
         // SAFETY (every read below): b < blocks of both, as `Rows::new` and `Groups::new`
         // checked their lengths: per block 128 bytes, 4 scales per unit and 4 mins (MIN);
-        // per group and block 512 bytes, 16 scales, 16 starts per unit and 16 sums (MIN).
+        // per group and block 512 bytes, 16 scales, 16 starts per unit and 16 d·Σx (MIN).
         for b in blocks {
             let dx: [__m512; G] =
                 std::array::from_fn(|g| unsafe { _mm512_loadu_ps(x.d[g].add(b * TOKENS)) });
@@ -600,12 +601,13 @@ mod avx512 {
                 }
             }
             if MIN {
-                let sums: [__m512; G] =
-                    std::array::from_fn(|g| unsafe { _mm512_loadu_ps(x.sums[g].add(b * TOKENS)) });
+                let d_sums: [__m512; G] = std::array::from_fn(|g| unsafe {
+                    _mm512_loadu_ps(x.d_sums[g].add(b * TOKENS))
+                });
                 for i in 0..ROWS {
                     let min = _mm512_set1_ps(unsafe { *w.mins.add(b * ROWS + i) });
                     for g in 0..G {
-                        acc[i][g] = _mm512_fnmadd_ps(min, sums[g], acc[i][g]);
+                        acc[i][g] = _mm512_fnmadd_ps(min, d_sums[g], acc[i][g]);
                     }
                 }
             }
@@ -739,7 +741,7 @@ mod tests {
                                 .sum();
                             dot as f32
                         };
-                        let (first, second) = (b * BLOCK, b * BLOCK + 16);
+                        let (first, second) = (b * BLOCK, b * BLOCK + size);
                         if form.halves() {
                             let part = dot(first) * w.scale_of(r, first);
                             let part = dot(second).mul_add(w.scale_of(r, second), part);
