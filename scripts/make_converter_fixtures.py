@@ -29,21 +29,24 @@ Vocabularies, both trained here on Japanese sentences:
   BPE pre-tokenizer by hashing the ids of a check string, which only a real vocabulary of a known
   family reproduces: for this trained one the name is given (`qwen2`, what it finds for Qwen2.5).
 
-Types, each written by llama.cpp: f16 and q8_0 by convert_hf_to_gguf.py, q4_k_m from the f16 file
-by llama.cpp's quantizer (`llama_model_quantize` through llama-cpp-python, built from the same
-sdist). As llama.cpp does for real models whose row length is no multiple of 256 (Qwen2.5-0.5B's
-896), q4_k_m keeps Q4_K/Q6_K for ffn_down (256 columns) and falls back to Q5_0/Q8_0 elsewhere.
+Types, each written by llama.cpp: f16 and q8_0 by convert_hf_to_gguf.py, q4_k_m and q5_k_m from
+the f16 file by llama.cpp's quantizer (`llama_model_quantize` through llama-cpp-python, built from
+the same sdist). As llama.cpp does for real models whose row length is no multiple of 256
+(Qwen2.5-0.5B's 896), q4_k_m keeps Q4_K/Q6_K for ffn_down (256 columns) and falls back to
+Q5_0/Q8_0 elsewhere; q5_k_m keeps Q5_K/Q6_K there and falls back to Q5_1/Q8_0.
 
 For each model and type: <type>.gguf and expected.<type>.safetensors with token ids and
 logits (`ids.N`, `logits.N`; the last 16 positions of the long prompt) computed by transformers
 in float32 with eager attention on the checkpoint holding the weights transformers dequantizes
-from that GGUF; for q8_0 and q4_k_m also llama.cpp's own logits on the prompts of at most 8
+from that GGUF; for the quantized types also llama.cpp's own logits on the prompts of at most 8
 tokens (`llama_cpp.logits.N`), where quantized kernels run.
 
 Needs torch, transformers, sentencepiece, tokenizers, safetensors (scripts/requirements-reference.txt) and
 llama-cpp-python 0.3.36 built from source (`pip install llama-cpp-python==0.3.36`).
-Run: python scripts/make_converter_fixtures.py [--llama-cpp DIR] [--only NAME ...]
-(--only: remake those models' folders, leaving the others and the vocabularies' token files)
+Run: python scripts/make_converter_fixtures.py [--llama-cpp DIR] [--only NAME ...] [--types T ...]
+(--only: remake those models' folders, leaving the others and the vocabularies' token files;
+--types: write only these types' files into the folders, leaving the others: the model is made
+again and its f16 GGUF must be the committed one byte for byte, or nothing is written)
 """
 
 import argparse
@@ -230,14 +233,35 @@ def convert(llama_cpp: Path, hf: Path, outtype: str, gguf: Path, pre: str | None
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
 
 
-def quantize_q4_k_m(source: Path, target: Path) -> None:
+TYPES = ("f16", "q8_0", "q4_k_m", "q5_k_m")
+
+
+def quantize(source: Path, target: Path, outtype: str) -> None:
     import ctypes
     import llama_cpp
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    params.ftype = {"q4_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M,
+                    "q5_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_K_M}[outtype]
     params.nthread = 1
     if llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params)) != 0:
         raise RuntimeError(f"llama_model_quantize failed on {source}")
+
+
+def same_model(a: Path, b: Path) -> bool:
+    """Whether two GGUFs hold the same tensors and metadata, but for `general.*` (the converter
+    names the model after its temporary folder)."""
+    import numpy as np
+    from gguf import GGUFReader
+    ra, rb = GGUFReader(str(a)), GGUFReader(str(b))
+
+    def fields(r):
+        return {k: [bytes(p) for p in f.parts] for k, f in r.fields.items()
+                if not k.startswith(("general.", "GGUF."))}
+
+    def tensors(r):
+        return {t.name: (int(t.tensor_type), tuple(t.shape), np.asarray(t.data).tobytes()) for t in r.tensors}
+
+    return fields(ra) == fields(rb) and tensors(ra) == tensors(rb)
 
 
 def dequantized_model(cls, config, folder: Path, gguf: str):
@@ -289,6 +313,8 @@ def llama_cpp_from_args(ap: argparse.ArgumentParser | None = None) -> tuple[Path
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="+", choices=list(models()), help="remake only these models")
+    ap.add_argument("--types", nargs="+", choices=TYPES, default=list(TYPES),
+                    help="write only these types' files (the others are left as they are)")
     llama_cpp, _, env, args = llama_cpp_from_args(ap)
 
     vocabularies = {"spm": Path(tempfile.mkdtemp(prefix="hyoka-spm-")),
@@ -297,12 +323,14 @@ def main() -> None:
     train_qwen2_bpe(vocabularies["qwen2"])
     tokenizers = {kind: AutoTokenizer.from_pretrained(str(folder)) for kind, folder in vocabularies.items()}
 
+    every_type = set(args.types) == set(TYPES)
     for index, (name, (kind, cls, make_config)) in enumerate(models().items()):
         if args.only and name not in args.only:
             continue
         out = OUT / name
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir(parents=True)
+        if every_type:
+            shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True, exist_ok=True)
         hf = Path(tempfile.mkdtemp(prefix="hyoka-hf-"))
         vocab = len(tokenizers[kind])
         config = make_config(vocab)
@@ -317,10 +345,21 @@ def main() -> None:
         for f in vocabularies[kind].iterdir():
             shutil.copy(f, hf / f.name)
         pre = None if kind == "spm" else kind
-        convert(llama_cpp, hf, "f16", out / "f16.gguf", pre, env)
-        convert(llama_cpp, hf, "q8_0", out / "q8_0.gguf", pre, env)
-        quantize_q4_k_m(out / "f16.gguf", out / "q4_k_m.gguf")
-        for outtype in ("f16", "q8_0", "q4_k_m"):
+        f16 = out / "f16.gguf"
+        if "f16" in args.types:
+            convert(llama_cpp, hf, "f16", f16, pre, env)
+        else:
+            # The other types are made from the committed f16 file: it must be this model's.
+            again = hf / "again.f16.gguf"
+            convert(llama_cpp, hf, "f16", again, pre, env)
+            if not same_model(again, f16):
+                raise SystemExit(f"{f16}: not the model made again here; remake every type")
+        if "q8_0" in args.types:
+            convert(llama_cpp, hf, "q8_0", out / "q8_0.gguf", pre, env)
+        for outtype in ("q4_k_m", "q5_k_m"):
+            if outtype in args.types:
+                quantize(f16, out / f"{outtype}.gguf", outtype)
+        for outtype in args.types:
             reference = dequantized_model(cls, config, out, f"{outtype}.gguf")
             expected = expected_logits(reference, vocab)
             if outtype != "f16":
@@ -331,7 +370,7 @@ def main() -> None:
         shutil.rmtree(hf)
         print(f"wrote {out.relative_to(ROOT)}")
 
-    if args.only:
+    if args.only or not every_type:
         return
     # The vocabularies themselves: token ids of Japanese text. SentencePiece: by the
     # sentencepiece library, with BOS as the Llama-2 family's tokenizers add it. Qwen2 BPE: by

@@ -1,5 +1,6 @@
 //! GGUF files written by llama.cpp itself (convert_hf_to_gguf.py from the llama-cpp-python sdist
-//! for f16 and q8_0, its quantizer for q4_k_m; fixtures: scripts/make_converter_fixtures.py) of
+//! for f16 and q8_0, its quantizer for q4_k_m and q5_k_m; fixtures:
+//! scripts/make_converter_fixtures.py) of
 //! llama (llama3 rope), mistral, gemma2, gemma3, qwen2 and qwen3, against HF transformers on the
 //! weights it dequantizes from each file: every position's logits, in both weights modes.
 //! Device and dtype from HYOKA_TEST_DEVICE / HYOKA_TEST_DTYPE (scripts/gpu_check.sh runs them on
@@ -26,8 +27,9 @@ const QUANTIZED_KERNELS_RATIO: f32 = 1.5;
 /// through the sum of the activations before rounding, which weights each rounding error by the
 /// unsigned quant instead of the centred one: √(E q² / E (q−16)²) = √(325.5 / 85.5) = 1.95 for
 /// uniform 5-bit quants (tests/backend_ops.rs measures each kernel: about 2× the CPU's). These
-/// q4_k_m files are mostly Q5_0, llama.cpp's fallback for rows of 64 values. Measured on an H200:
-/// 1.70–2.31× llama.cpp's CPU error (f32).
+/// q4_k_m files are mostly Q5_0, llama.cpp's fallback for rows of 64 values (q5_k_m's Q5_1).
+/// Measured on an H200: 1.70–2.31× llama.cpp's CPU error (f32), q4_k_m (q5_k_m not yet run on a
+/// GPU).
 const CUDA_OFFSET_FORMATS: f32 = 1.95;
 
 fn quantized_kernels_ratio() -> f32 {
@@ -74,10 +76,11 @@ fn max_abs_diff(got: &[Vec<f32>], expected: &[Vec<f32>]) -> f32 {
         .fold(0.0f32, f32::max)
 }
 
-/// Every position's logits of `name`'s GGUFs (f16, q8_0, q4_k_m) against transformers, in both
-/// weights modes, each against the checkpoint holding the weights transformers dequantizes from it.
+/// Every position's logits of `name`'s GGUFs (f16, q8_0, q4_k_m, q5_k_m) against transformers, in
+/// both weights modes, each against the checkpoint holding the weights transformers dequantizes
+/// from it.
 fn check(name: &str) {
-    for kind in ["f16", "q8_0", "q4_k_m"] {
+    for kind in ["f16", "q8_0", "q4_k_m", "q5_k_m"] {
         check_kind(name, kind);
     }
 }
@@ -197,25 +200,25 @@ fn qwen2_with_yarn_rope_scaling() {
     check("qwen2-yarn");
 }
 
-/// The q4_k_m files hold what llama.cpp writes for real small models: K-quant blocks where a
-/// row is whole 256-value blocks (ffn_down), Q5_0/Q8_0 elsewhere — so the test above covers
-/// both kinds of kernels.
+/// The q4_k_m and q5_k_m files hold what llama.cpp writes for real small models: K-quant blocks
+/// where a row is whole 256-value blocks (ffn_down), Q5_0 or Q5_1 and Q8_0 elsewhere — so the
+/// test above covers both kinds of kernels.
 #[test]
-fn q4_k_m_files_mix_k_quants_and_fallbacks() {
+fn k_m_files_mix_k_quants_and_fallbacks() {
     use candle_core::quantized::{GgmlDType, gguf_file::Content};
-    let path = common::fixtures().join("converter/qwen3/q4_k_m.gguf");
-    let content = Content::read(&mut std::fs::File::open(path).unwrap()).unwrap();
-    let types: Vec<GgmlDType> = content
-        .tensor_infos
-        .values()
-        .map(|t| t.ggml_dtype)
-        .collect();
-    for t in [
-        GgmlDType::Q4K,
-        GgmlDType::Q6K,
-        GgmlDType::Q5_0,
-        GgmlDType::Q8_0,
+    for (kind, want) in [
+        ("q4_k_m", [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q5_0]),
+        ("q5_k_m", [GgmlDType::Q5K, GgmlDType::Q6K, GgmlDType::Q5_1]),
     ] {
-        assert!(types.contains(&t), "{t:?} in {types:?}");
+        let path = common::fixtures().join(format!("converter/qwen3/{kind}.gguf"));
+        let content = Content::read(&mut std::fs::File::open(path).unwrap()).unwrap();
+        let types: Vec<GgmlDType> = content
+            .tensor_infos
+            .values()
+            .map(|t| t.ggml_dtype)
+            .collect();
+        for t in want.into_iter().chain([GgmlDType::Q8_0]) {
+            assert!(types.contains(&t), "{kind}: {t:?} in {types:?}");
+        }
     }
 }

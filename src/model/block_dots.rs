@@ -136,6 +136,11 @@ impl Q8Rows {
         &self.d
     }
 
+    /// Each block's s (Q8_1: quantized `with_sums`), row after row; empty for Q8_0.
+    pub(super) fn sums(&self) -> &[f32] {
+        &self.s
+    }
+
     pub fn is_empty(&self) -> bool {
         self.qs.is_empty()
     }

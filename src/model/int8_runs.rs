@@ -1,7 +1,7 @@
 //! A decoding step's runs of several tokens (json's `",\n  "<key>": `) through 8-bit integer
 //! products with sixteen tokens in the lanes: Q4_0, Q5_0 and Q8_0 (most of Qwen2.5-0.5B's
-//! weights, whose 896 columns take no K-quant), Q4_K and Q6_K (Q4_K_M files of the 7–13B
-//! judges).
+//! weights, whose 896 columns take no K-quant), Q4_1 and Q5_1 (Q5_K_M's fallback there), Q4_K,
+//! Q5_K and Q6_K (Q4_K_M and Q5_K_M files of the 7–13B judges).
 //!
 //! The f32 products on expanded weight rows (`expanded_dots`) multiply sixteen values per
 //! instruction; one VNNI instruction here multiplies four weights by four activations of each
@@ -15,10 +15,12 @@
 //! the Q8_K, per 256 values, of the single-token K-quant kernels: on a real Q4_K_M judge
 //! Q8_K's rounding moved expected scores about 1.5× as far from f32's, README); weights as
 //! unsigned bytes (their integer plus an offset) with an f32 scale per 32 values (per 16 for
-//! Q6_K) and for Q4_K a min; each unit's integer dot exact (the offset's part taken off with
-//! the activations' sums), and per (token, weight row) one f32 chain over the blocks in order:
-//! acc = fma(scale·d_x, dot, acc) (and acc −= min·(d_x·Σx) for Q4_K, d_x·Σx rounded once per
-//! token and block; for Q6_K's two units acc = fma(scale₀·dot₀ + scale₁·dot₁, d_x, acc)). A
+//! Q6_K) and for Q4_1, Q5_1, Q4_K and Q5_K a min; each unit's integer dot exact (the offset's
+//! part taken off with the activations' sums), and per (token, weight row) one f32 chain over
+//! the blocks in order: acc = fma(scale·d_x, dot, acc) (and acc −= min·(d_x·Σx) with a min,
+//! d_x·Σx rounded once per token and block — for Q4_1/Q5_1 the f16 s of llama.cpp's Q8_1, as
+//! their single-token kernels take it, with min = −m; for Q6_K's two units
+//! acc = fma(scale₀·dot₀ + scale₁·dot₁, d_x, acc)). A
 //! token's result depends on its own activations only, not on the other tokens of its group or
 //! the tile.
 
@@ -36,28 +38,30 @@ const TOKENS: usize = 16;
 const TASK_ROWS: usize = 32;
 
 /// How a weight type's values read as bytes: value = scale·(byte − offset) − min, one scale
-/// per `unit` values (32, or 16 for Q6_K), one min per 32 values (Q4_K only).
+/// per `unit` values (32, or 16 for Q6_K), one min per 32 values (Q4_1, Q5_1, Q4_K, Q5_K).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Form {
     Blocks(BlockKind),
     Q4K,
+    Q5K,
     Q6K,
 }
 
 impl Form {
-    fn of(kernels: &RowKernels) -> Option<Self> {
+    /// Every type with row kernels has a form: a type added there must be given one here.
+    fn of(kernels: &RowKernels) -> Self {
         match kernels {
-            RowKernels::Blocks(kind, _) if !kind.has_min() => Some(Form::Blocks(*kind)),
-            RowKernels::KQuants(KQuantKind::Q4K, _) => Some(Form::Q4K),
-            RowKernels::KQuants(KQuantKind::Q6K, _) => Some(Form::Q6K),
-            _ => None,
+            RowKernels::Blocks(kind, _) => Form::Blocks(*kind),
+            RowKernels::KQuants(KQuantKind::Q4K, _) => Form::Q4K,
+            RowKernels::KQuants(KQuantKind::Q5K, _) => Form::Q5K,
+            RowKernels::KQuants(KQuantKind::Q6K, _) => Form::Q6K,
         }
     }
 
     fn offset(self) -> i32 {
         match self {
-            Form::Blocks(_) => 128,
-            Form::Q4K => 0,
+            Form::Blocks(kind) if !kind.has_min() => 128,
+            Form::Blocks(_) | Form::Q4K | Form::Q5K => 0,
             Form::Q6K => 32,
         }
     }
@@ -68,7 +72,17 @@ impl Form {
     }
 
     fn has_min(self) -> bool {
-        self == Form::Q4K
+        match self {
+            Form::Blocks(kind) => kind.has_min(),
+            Form::Q4K | Form::Q5K => true,
+            Form::Q6K => false,
+        }
+    }
+
+    /// Whether a min multiplies llama.cpp's Q8_1 block sum s = f16(f16(Σx)·d_x), as the
+    /// single-token kernels of these blocks take it, rather than d_x·Σx in f32.
+    fn takes_q8_1_sums(self) -> bool {
+        matches!(self, Form::Blocks(kind) if kind.has_min())
     }
 
     /// Units (scales) per 32 values.
@@ -81,14 +95,16 @@ impl Form {
         match self {
             Form::Blocks(kind) => (BLOCK, kind.block_bytes()),
             Form::Q4K => (256, KQuantKind::Q4K.block_bytes()),
+            Form::Q5K => (256, KQuantKind::Q5K.block_bytes()),
             Form::Q6K => (256, KQuantKind::Q6K.block_bytes()),
         }
     }
 }
 
-/// Whether `products` runs for these weights here.
-pub fn applies(kernels: &RowKernels) -> bool {
-    Form::of(kernels).is_some() && available()
+/// Whether `products` runs for these weights here: every type with row kernels (all of
+/// `BlockKind` and `KQuantKind`) takes them where the CPU has the instructions.
+pub fn applies(_: &RowKernels) -> bool {
+    available()
 }
 
 /// Whether this CPU has the instructions (AVX-512 with VNNI, and AVX2/FMA/F16C).
@@ -107,11 +123,8 @@ pub fn available() -> bool {
 
 /// xs (n, k) · Wᵀ for the `out` rows of the weights: y (n, out). Call only where `applies`.
 pub fn products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> Result<Vec<f32>> {
-    let (Some(form), RowKernels::Blocks(_, data) | RowKernels::KQuants(_, data)) =
-        (Form::of(kernels), kernels)
-    else {
-        bail!("8-bit run products of weights they do not take");
-    };
+    let form = Form::of(kernels);
+    let (RowKernels::Blocks(_, data) | RowKernels::KQuants(_, data)) = kernels;
     let n = xs.len() / k.max(1);
     let (values, bytes) = form.block();
     let row_bytes = k / values * bytes;
@@ -121,7 +134,8 @@ pub fn products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> Resul
             xs.len()
         );
     }
-    let lanes = Lanes::new(&Q8Rows::quantize(xs, k, false), n, k, form);
+    let acts = Q8Rows::quantize(xs, k, form.takes_q8_1_sums());
+    let lanes = Lanes::new(&acts, n, k, form);
     by_weight_columns(out, n, TASK_ROWS, |columns| {
         let rows = columns.rows();
         let weights = Unpacked::new(form, &data[rows.start * row_bytes..rows.end * row_bytes], k);
@@ -134,8 +148,9 @@ pub fn products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> Resul
 /// Activations of n tokens in groups of 16, interleaved for the lanes: per group and block of
 /// 32, bytes 4g..4g + 4 of token t at `[(g·16 + t)·4..]`; each token's block scale d; minus
 /// the weights' offset times the token's sum over each unit (what a unit's dot starts from, so
-/// that the offset the bytes carry cancels); for Q4_K d times the block's sum (what a min
-/// multiplies: one product per token and block, not per row). Zeros for tokens past n.
+/// that the offset the bytes carry cancels); with a min, d times the block's sum (what a min
+/// multiplies: one product per token and block, not per row; Q8_1's s for Q4_1/Q5_1). Zeros
+/// for tokens past n.
 struct Lanes {
     blocks: usize,
     qs: Vec<i8>,
@@ -158,7 +173,15 @@ impl Lanes {
             // Kept for every form (a value per token and block), filled only with a min.
             d_sums: vec![0.0; groups * blocks * TOKENS],
         };
-        let (values, scales) = (acts.values(), acts.scales());
+        let (values, scales, q8_1_sums) = (acts.values(), acts.scales(), acts.sums());
+        assert!(
+            q8_1_sums.len()
+                == if form.takes_q8_1_sums() {
+                    scales.len()
+                } else {
+                    0
+                }
+        );
         let sum = |x: &[i8]| x.iter().map(|&q| q as i32).sum::<i32>();
         // Group by group on the threads: a prompt's products interleave thousands of tokens.
         // (max(1): chunks must not be empty; with k = 0 every vector is.)
@@ -188,7 +211,10 @@ impl Lanes {
                             starts[(b * units + u) * TOKENS + t] = -form.offset() * sum(unit);
                         }
                         if min {
-                            d_sums[b * TOKENS + t] = dx * sum(x) as f32;
+                            d_sums[b * TOKENS + t] = match form.takes_q8_1_sums() {
+                                true => q8_1_sums[token * blocks + b],
+                                false => dx * sum(x) as f32,
+                            };
                         }
                     }
                 }
@@ -202,8 +228,9 @@ impl Lanes {
 }
 
 /// Weight rows as bytes (integer + offset, unsigned as the instruction takes them), a scale
-/// per unit and, for Q4_K, a min per 32 values: value = scale·(byte − offset) − min, the
-/// scale and min as candle's `to_float` computes them. Laid out for the kernel's tiles of
+/// per unit and, for Q4_1, Q5_1, Q4_K and Q5_K, a min per 32 values: value = scale·(byte −
+/// offset) − min, the scale and min as candle's `to_float` computes them (Q4_1/Q5_1's d·q + m
+/// with min = −m: the same rounding). Laid out for the kernel's tiles of
 /// `TILE` rows: per tile and block of 32 values, the tile's rows' 32 bytes one after the other
 /// (128 bytes), then its scales and mins likewise, so that a tile reads one sequential stream
 /// (four rows apart in memory, 4 and 14 KiB, the streams from L2 ran the kernel at ~40% of the
@@ -249,9 +276,12 @@ impl Unpacked {
                             avx2::unpack_block(kind, block, &mut w.bytes[byte(b)..byte(b) + BLOCK])
                         };
                         w.scales[scale(b, 0)] = block_dots::read_f16(block, 0);
+                        if kind.has_min() {
+                            w.mins[scale(b, 0)] = -block_dots::read_f16(block, 2);
+                        }
                     }
                 }
-                Form::Q4K => {
+                Form::Q4K | Form::Q5K => {
                     for (sb, block) in row.chunks_exact(block_bytes).enumerate() {
                         let (d, dmin) = (
                             block_dots::read_f16(block, 0),
@@ -262,10 +292,14 @@ impl Unpacked {
                             w.scales[scale(sb * 8 + j, 0)] = d * sc as f32;
                             w.mins[scale(sb * 8 + j, 0)] = dmin * m as f32;
                         }
+                        let out = &mut w.bytes[byte(sb * 8)..];
                         #[cfg(target_arch = "x86_64")]
                         // SAFETY: as above.
                         unsafe {
-                            avx2::unpack_q4k(&block[16..144], &mut w.bytes[byte(sb * 8)..])
+                            match form {
+                                Form::Q4K => avx2::unpack_q4k(&block[16..144], out),
+                                _ => avx2::unpack_q5k(&block[16..48], &block[48..176], out),
+                            }
                         };
                     }
                 }
@@ -305,7 +339,7 @@ impl Unpacked {
         self.scales[((r / TILE * blocks + j / BLOCK) * units + u) * TILE + r % TILE]
     }
 
-    /// The min of value j of row r (Q4_K).
+    /// The min of value j of row r (forms with a min).
     #[cfg(test)]
     fn min_of(&self, r: usize, j: usize) -> f32 {
         self.mins[(r / TILE * (self.k / BLOCK) + j / BLOCK) * TILE + r % TILE]
@@ -386,11 +420,14 @@ mod avx2 {
     use super::{BLOCK, BlockKind, TILE, block_dots};
     use std::arch::x86_64::*;
 
-    /// A block's 32 values as bytes w + 128.
+    /// A block's 32 values as bytes: w + 128 where w is signed, w itself (Q4_1, Q5_1).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub fn unpack_block(kind: BlockKind, block: &[u8], out: &mut [u8]) {
         let q = block_dots::avx2::unpack(kind, block);
-        store(out, _mm256_xor_si256(q, _mm256_set1_epi8(i8::MIN)));
+        match kind.has_min() {
+            true => store(out, q),
+            false => store(out, _mm256_xor_si256(q, _mm256_set1_epi8(i8::MIN))),
+        }
     }
 
     #[target_feature(enable = "avx2")]
@@ -422,6 +459,36 @@ mod avx2 {
             store(
                 &mut out[(2 * c + 1) * RUN..],
                 _mm256_and_si256(_mm256_srli_epi16::<4>(q), low),
+            );
+        }
+    }
+
+    /// A Q5_K block's fifth bits (32 bytes) and low nibbles (128) as 256 bytes of 5-bit values:
+    /// run j takes the low (j even) or high nibbles of qs[32·(j/2)..] and, as 16, bit j of
+    /// each of qh's 32 bytes (candle's `to_float` order); run j to `out[j·RUN..]`.
+    #[target_feature(enable = "avx2")]
+    pub fn unpack_q5k(qh: &[u8], qs: &[u8], out: &mut [u8]) {
+        assert!(qh.len() == 32 && qs.len() == 128 && out.len() >= 7 * RUN + BLOCK);
+        let (low, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
+        let qh = load(qh);
+        // Bit j of each byte as 16: 16-bit shifts keep a byte's bits in the byte once masked.
+        let fifth = |j: i32| {
+            let bit = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one);
+            _mm256_slli_epi16::<4>(bit)
+        };
+        for c in 0..4 {
+            let q = load(&qs[32 * c..]);
+            let j = 2 * c as i32;
+            store(
+                &mut out[2 * c * RUN..],
+                _mm256_or_si256(_mm256_and_si256(q, low), fifth(j)),
+            );
+            store(
+                &mut out[(2 * c + 1) * RUN..],
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(q), low),
+                    fifth(j + 1),
+                ),
             );
         }
     }
@@ -483,7 +550,7 @@ mod avx512 {
     pub type Sums = [[__m512; GROUPS]; ROWS];
 
     /// A tile's weight rows from block 0 (`Unpacked`'s layout): per block their bytes, then
-    /// their scales per unit and mins (Q4_K) four by four. Made by `new` only, which checks
+    /// their scales per unit and mins (forms with one) four by four. Made by `new` only, which checks
     /// that the tile lies in the weights.
     pub struct Rows {
         bytes: *const u8,
@@ -651,15 +718,18 @@ mod tests {
         crate::rng::SplitMix64(seed).symmetric_f32s(rows * cols)
     }
 
-    const FORMS: [(GgmlDType, Form); 5] = [
+    const FORMS: [(GgmlDType, Form); 8] = [
         (GgmlDType::Q4_0, Form::Blocks(BlockKind::Q4_0)),
+        (GgmlDType::Q4_1, Form::Blocks(BlockKind::Q4_1)),
         (GgmlDType::Q5_0, Form::Blocks(BlockKind::Q5_0)),
+        (GgmlDType::Q5_1, Form::Blocks(BlockKind::Q5_1)),
         (GgmlDType::Q8_0, Form::Blocks(BlockKind::Q8_0)),
         (GgmlDType::Q4K, Form::Q4K),
+        (GgmlDType::Q5K, Form::Q5K),
         (GgmlDType::Q6K, Form::Q6K),
     ];
 
-    /// `out` random rows of k values (offset by 0.3, so that Q4_K's mins matter), quantized by
+    /// `out` random rows of k values (offset by 0.3, so that K-quants' mins matter), quantized by
     /// candle: its bytes and its dequantized values.
     fn weights(dtype: GgmlDType, out: usize, k: usize) -> anyhow::Result<(Vec<u8>, Vec<f32>)> {
         let w: Vec<f32> = random(out, k, 1).iter().map(|v| v + 0.3).collect();
@@ -700,7 +770,7 @@ mod tests {
     }
 
     /// Each product is the chain over the blocks of fma(scale·d_x, Σ (byte − offset)·x, ·)
-    /// from zero (for Q4_K then − min·(d_x·Σx); for Q6_K's two units
+    /// from zero (with a min then − min·(d_x·Σx), Q4_1/Q5_1's min·s; for Q6_K's two units
     /// fma(scale₀·dot₀ + scale₁·dot₁, d_x, ·)), with the activations rounded as
     /// for single tokens, whatever the token's lane and the row's tile: 37 tokens (a pair of
     /// groups and a partial one), 45 rows (partial tiles and tasks), 768 values (a whole span
@@ -715,6 +785,9 @@ mod tests {
                 Form::Q4K => {
                     RowKernels::KQuants(KQuantKind::Q4K, std::borrow::Cow::from(&data[..]))
                 }
+                Form::Q5K => {
+                    RowKernels::KQuants(KQuantKind::Q5K, std::borrow::Cow::from(&data[..]))
+                }
                 Form::Q6K => {
                     RowKernels::KQuants(KQuantKind::Q6K, std::borrow::Cow::from(&data[..]))
                 }
@@ -725,7 +798,7 @@ mod tests {
             let xs = random(n, k, 2);
             let got = products(&kernels, out, k, &xs)?;
             let w = Unpacked::new(form, &data, k);
-            let acts = Q8Rows::quantize(&xs, k, false);
+            let acts = Q8Rows::quantize(&xs, k, form.takes_q8_1_sums());
             let size = unit(form);
             for t in 0..n {
                 let x = &acts.values()[t * k..(t + 1) * k];
@@ -754,8 +827,12 @@ mod tests {
                                 .iter()
                                 .map(|&q| q as i32)
                                 .sum();
+                            let d_sum = match form.takes_q8_1_sums() {
+                                true => acts.sums()[t * (k / BLOCK) + b],
+                                false => dx * sum as f32,
+                            };
                             let min = w.min_of(r, b * BLOCK);
-                            acc = (-min).mul_add(dx * sum as f32, acc);
+                            acc = (-min).mul_add(d_sum, acc);
                         }
                     }
                     assert_eq!(

@@ -30,8 +30,8 @@ pub enum PrefillGemm {
     /// Both operands rounded to bf16, products summed in f32, on AVX512-BF16 (`bf16_gemm`).
     Bf16,
     /// Activations rounded to 8 bits per 32 values (llama.cpp's Q8_0) and multiplied with the
-    /// weights' own integers on AVX512-VNNI (`int8_runs`), for GGUF matrices in Q4_0, Q5_0,
-    /// Q8_0, Q4_K or Q6_K; every other matrix in f32.
+    /// weights' own integers on AVX512-VNNI (`int8_runs`), for GGUF matrices in Q4_0, Q4_1,
+    /// Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K; every other matrix in f32.
     Int8,
 }
 

@@ -1,8 +1,8 @@
 //! A decoding step's products by run: a token fed alone goes through the integer kernels, a
 //! run of several tokens of one sequence (a trunk or branch fed at once) through 8-bit
 //! products with sixteen tokens in the lanes where the CPU has AVX-512 VNNI and the weights
-//! are Q4_0/Q5_0/Q8_0/Q4_K/Q6_K (`int8_runs`), else through f32 products on weight rows
-//! expanded a few at a time (`expanded_dots`).
+//! are Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K (`int8_runs`), else through f32 products on
+//! weight rows expanded a few at a time (`expanded_dots`).
 //!
 //! json mode feeds, after each score, the fixed text up to the next one (`",\n  "<key>": `,
 //! about ten tokens per row) and reads the next score. Through the integer kernels each of
@@ -166,7 +166,10 @@ mod tests {
             (GgmlDType::Q8_0, 64, 1024),
             (GgmlDType::Q5_0, 37, 96),
             (GgmlDType::Q4_0, 30, 64),
+            (GgmlDType::Q4_1, 29, 128),
+            (GgmlDType::Q5_1, 31, 96),
             (GgmlDType::Q4K, 40, 512),
+            (GgmlDType::Q5K, 33, 512),
             (GgmlDType::Q6K, 35, 256),
         ] {
             let w = Matrix::from_qtensor(QTensor::quantize(&random(out, k, 1), dtype)?)?;
@@ -197,7 +200,7 @@ mod tests {
                 // alike, each block's dot exact) summed in another order (K-quants' kernels
                 // round activations per 256 values instead); and the GEMM's within that
                 // rounding.
-                if !matches!(dtype, GgmlDType::Q4K | GgmlDType::Q6K) {
+                if !matches!(dtype, GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K) {
                     let integer = w.dots_t(&run)?;
                     let d = diff(&alone, &integer)?;
                     let scale = integer.abs()?.max_all()?.to_scalar::<f32>()?;
