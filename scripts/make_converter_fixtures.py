@@ -46,7 +46,8 @@ llama-cpp-python 0.3.36 built from source (`pip install llama-cpp-python==0.3.36
 Run: python scripts/make_converter_fixtures.py [--llama-cpp DIR] [--only NAME ...] [--types T ...]
 (--only: remake those models' folders, leaving the others and the vocabularies' token files;
 --types: write only these types' files into the folders, leaving the others: the model is made
-again and its f16 GGUF must be the committed one byte for byte, or nothing is written)
+again and, without f16 among them, its f16 GGUF must hold the committed one's tensors and
+metadata but for the name, or nothing is written)
 """
 
 import argparse

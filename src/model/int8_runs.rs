@@ -174,14 +174,12 @@ impl Lanes {
             d_sums: vec![0.0; groups * blocks * TOKENS],
         };
         let (values, scales, q8_1_sums) = (acts.values(), acts.scales(), acts.sums());
-        assert!(
-            q8_1_sums.len()
-                == if form.takes_q8_1_sums() {
-                    scales.len()
-                } else {
-                    0
-                }
-        );
+        let blocks_with_sums = if form.takes_q8_1_sums() {
+            scales.len()
+        } else {
+            0
+        };
+        assert_eq!(q8_1_sums.len(), blocks_with_sums, "activations' Q8_1 sums");
         let sum = |x: &[i8]| x.iter().map(|&q| q as i32).sum::<i32>();
         // Group by group on the threads: a prompt's products interleave thousands of tokens.
         // (max(1): chunks must not be empty; with k = 0 every vector is.)
@@ -211,9 +209,10 @@ impl Lanes {
                             starts[(b * units + u) * TOKENS + t] = -form.offset() * sum(unit);
                         }
                         if min {
-                            d_sums[b * TOKENS + t] = match form.takes_q8_1_sums() {
-                                true => q8_1_sums[token * blocks + b],
-                                false => dx * sum(x) as f32,
+                            d_sums[b * TOKENS + t] = if form.takes_q8_1_sums() {
+                                q8_1_sums[token * blocks + b]
+                            } else {
+                                dx * sum(x) as f32
                             };
                         }
                     }
@@ -296,9 +295,10 @@ impl Unpacked {
                         #[cfg(target_arch = "x86_64")]
                         // SAFETY: as above.
                         unsafe {
-                            match form {
-                                Form::Q4K => avx2::unpack_q4k(&block[16..144], out),
-                                _ => avx2::unpack_q5k(&block[16..48], &block[48..176], out),
+                            if form == Form::Q4K {
+                                avx2::unpack_q4k(&block[16..144], out)
+                            } else {
+                                avx2::unpack_q5k(&block[16..48], &block[48..176], out)
                             }
                         };
                     }
@@ -424,9 +424,10 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub fn unpack_block(kind: BlockKind, block: &[u8], out: &mut [u8]) {
         let q = block_dots::avx2::unpack(kind, block);
-        match kind.has_min() {
-            true => store(out, q),
-            false => store(out, _mm256_xor_si256(q, _mm256_set1_epi8(i8::MIN))),
+        if kind.has_min() {
+            store(out, q)
+        } else {
+            store(out, _mm256_xor_si256(q, _mm256_set1_epi8(i8::MIN)))
         }
     }
 
@@ -827,9 +828,10 @@ mod tests {
                                 .iter()
                                 .map(|&q| q as i32)
                                 .sum();
-                            let d_sum = match form.takes_q8_1_sums() {
-                                true => acts.sums()[t * (k / BLOCK) + b],
-                                false => dx * sum as f32,
+                            let d_sum = if form.takes_q8_1_sums() {
+                                acts.sums()[t * (k / BLOCK) + b]
+                            } else {
+                                dx * sum as f32
                             };
                             let min = w.min_of(r, b * BLOCK);
                             acc = (-min).mul_add(d_sum, acc);
