@@ -101,13 +101,8 @@ impl Form {
     }
 }
 
-/// Whether `products` runs for these weights here: every type with row kernels (all of
-/// `BlockKind` and `KQuantKind`) takes them where the CPU has the instructions.
-pub fn applies(_: &RowKernels) -> bool {
-    available()
-}
-
-/// Whether this CPU has the instructions (AVX-512 with VNNI, and AVX2/FMA/F16C).
+/// Whether this CPU has the instructions (AVX-512 with VNNI, and AVX2/FMA/F16C): then
+/// `products` takes every type with row kernels (all of `BlockKind` and `KQuantKind`).
 pub fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -121,8 +116,12 @@ pub fn available() -> bool {
     }
 }
 
-/// xs (n, k) · Wᵀ for the `out` rows of the weights: y (n, out). Call only where `applies`.
+/// xs (n, k) · Wᵀ for the `out` rows of the weights: y (n, out); an error where not
+/// `available`.
 pub fn products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> Result<Vec<f32>> {
+    if !available() {
+        bail!("8-bit run products need AVX-512 VNNI, AVX2, FMA and F16C");
+    }
     let form = Form::of(kernels);
     let (RowKernels::Blocks(_, data) | RowKernels::KQuants(_, data)) = kernels;
     let n = xs.len() / k.max(1);
@@ -139,7 +138,7 @@ pub fn products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> Resul
     by_weight_columns(out, n, TASK_ROWS, |columns| {
         let rows = columns.rows();
         let weights = Unpacked::new(form, &data[rows.start * row_bytes..rows.end * row_bytes], k);
-        // SAFETY: `applies` detected the features before any call.
+        // SAFETY: `available` detected the features above.
         unsafe { weights.times(&lanes, columns) };
         Ok(())
     })
@@ -270,7 +269,8 @@ impl Unpacked {
                 Form::Blocks(kind) => {
                     for (b, block) in row.chunks_exact(block_bytes).enumerate() {
                         #[cfg(target_arch = "x86_64")]
-                        // SAFETY: `applies` detected AVX2 before any call.
+                        // SAFETY: callers detected AVX2, FMA and F16C (`products` checks
+                        // `available`; the tests `has_avx2_fma_f16c`).
                         unsafe {
                             avx2::unpack_block(kind, block, &mut w.bytes[byte(b)..byte(b) + BLOCK])
                         };
@@ -295,11 +295,7 @@ impl Unpacked {
                         #[cfg(target_arch = "x86_64")]
                         // SAFETY: as above.
                         unsafe {
-                            if form == Form::Q4K {
-                                avx2::unpack_q4k(&block[16..144], out)
-                            } else {
-                                avx2::unpack_q5k(&block[16..48], &block[48..176], out)
-                            }
+                            avx2::unpack_k(block, form == Form::Q5K, out)
                         };
                     }
                 }
@@ -411,12 +407,13 @@ impl Unpacked {
 
     #[cfg(not(target_arch = "x86_64"))]
     unsafe fn times(&self, _: &Lanes, _: &Columns) {
-        unreachable!("`applies` is false off x86_64")
+        unreachable!("`available` is false off x86_64")
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
+    use super::super::kquant_dots;
     use super::{BLOCK, BlockKind, TILE, block_dots};
     use std::arch::x86_64::*;
 
@@ -448,49 +445,19 @@ mod avx2 {
     /// Where run j (values 32j..32j + 32) of a super-block goes: a tile's rows lie between.
     const RUN: usize = TILE * BLOCK;
 
-    /// A Q4_K block's 128 bytes of values: 32 bytes give the low nibbles of 32 values, then
-    /// the high nibbles of the next 32 (candle's `to_float` order); run j to `out[j·RUN..]`.
-    #[target_feature(enable = "avx2")]
-    pub fn unpack_q4k(qs: &[u8], out: &mut [u8]) {
-        assert!(qs.len() == 128 && out.len() >= 7 * RUN + BLOCK);
-        let low = _mm256_set1_epi8(0x0F);
-        for c in 0..4 {
-            let q = load(&qs[32 * c..]);
-            store(&mut out[2 * c * RUN..], _mm256_and_si256(q, low));
-            store(
-                &mut out[(2 * c + 1) * RUN..],
-                _mm256_and_si256(_mm256_srli_epi16::<4>(q), low),
-            );
-        }
-    }
-
-    /// A Q5_K block's fifth bits (32 bytes) and low nibbles (128) as 256 bytes of 5-bit values:
-    /// run j takes the low (j even) or high nibbles of qs[32·(j/2)..] and, as 16, bit j of
-    /// each of qh's 32 bytes (candle's `to_float` order); run j to `out[j·RUN..]`.
-    #[target_feature(enable = "avx2")]
-    pub fn unpack_q5k(qh: &[u8], qs: &[u8], out: &mut [u8]) {
-        assert!(qh.len() == 32 && qs.len() == 128 && out.len() >= 7 * RUN + BLOCK);
-        let (low, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
-        let qh = load(qh);
-        // Bit j of each byte as 16: 16-bit shifts keep a byte's bits in the byte once masked.
-        let fifth = |j: i32| {
-            let bit = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one);
-            _mm256_slli_epi16::<4>(bit)
+    /// A Q4_K or (`fifth`) Q5_K block's 256 values as bytes, as `kquant_dots`' decoding
+    /// kernels unpack them (candle's `to_float` order): run j (values 32j..32j + 32) to
+    /// `out[j·RUN..]`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn unpack_k(block: &[u8], fifth: bool, out: &mut [u8]) {
+        assert!(out.len() >= 7 * RUN + BLOCK);
+        let runs = if fifth {
+            kquant_dots::avx2::q5k_values(block)
+        } else {
+            kquant_dots::avx2::nibbles(&block[16..144])
         };
-        for c in 0..4 {
-            let q = load(&qs[32 * c..]);
-            let j = 2 * c as i32;
-            store(
-                &mut out[2 * c * RUN..],
-                _mm256_or_si256(_mm256_and_si256(q, low), fifth(j)),
-            );
-            store(
-                &mut out[(2 * c + 1) * RUN..],
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(q), low),
-                    fifth(j + 1),
-                ),
-            );
+        for (j, run) in runs.into_iter().enumerate() {
+            store(&mut out[j * RUN..], run);
         }
     }
 
@@ -793,7 +760,7 @@ mod tests {
                     RowKernels::KQuants(KQuantKind::Q6K, std::borrow::Cow::from(&data[..]))
                 }
             };
-            if !applies(&kernels) {
+            if !available() {
                 return Ok(());
             }
             let xs = random(n, k, 2);

@@ -139,7 +139,7 @@ pub fn dot_rows(kind: KQuantKind, w: &[u8], xs: &Q8KRows, out: &mut Vec<f32>) {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(super) mod avx2 {
     use super::super::block_dots::avx2::{PREFETCH_BYTES, read_f16};
     use super::{KQuantKind, Q8KRows, QK_K, ROWS_PER_LOAD};
     use std::arch::x86_64::*;
@@ -272,10 +272,24 @@ mod avx2 {
         std::array::from_fn(|k| _mm256_shuffle_epi8(scales, load(&SHUFFLE_Q4[32 * k..])))
     }
 
+    /// The 5-bit values of a Q5_K block (fifth bits at 16..48, nibbles at 48..176), 32 per
+    /// vector in `nibbles`' order: value k·32 + i is the nibble plus 16 where bit k of byte i
+    /// of the fifth bits is set.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::model) fn q5k_values(block: &[u8]) -> [__m256i; 8] {
+        let hbits = load(&block[16..48]);
+        let low = nibbles(&block[48..]);
+        std::array::from_fn(|k| {
+            let mask = _mm256_set1_epi8((1u8 << k) as i8);
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mask), mask);
+            _mm256_add_epi8(low[k], _mm256_and_si256(set, _mm256_set1_epi8(16)))
+        })
+    }
+
     /// The 4-bit values of a Q4_K / Q5_K block, 32 per vector: the low nibbles of bytes
     /// 32j..32j + 32, then their high nibbles, for j = 0..4.
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn nibbles(qs: &[u8]) -> [__m256i; 8] {
+    pub(in crate::model) fn nibbles(qs: &[u8]) -> [__m256i; 8] {
         let m4 = _mm256_set1_epi8(0xF);
         std::array::from_fn(|k| {
             let bits = load(&qs[32 * (k / 2)..]);
@@ -342,16 +356,7 @@ mod avx2 {
             let (xd, xdmin) = (read_f16(block, 0), read_f16(block, 2));
             let (mins, scales) = mins_and_scales(block);
             let sc = scale_vectors(scales);
-            let hbits = load(&block[16..48]);
-            let qs = &block[48..];
-            // Value k·32 + i: nibble as in Q4_K, plus 16 where bit k of byte i of the fifth
-            // bits is set.
-            let low = nibbles(qs);
-            let q: [__m256i; 8] = std::array::from_fn(|k| {
-                let mask = _mm256_set1_epi8((1u8 << k) as i8);
-                let set = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, mask), mask);
-                _mm256_add_epi8(low[k], _mm256_and_si256(set, _mm256_set1_epi8(16)))
-            });
+            let q = q5k_values(block);
             for r in 0..R {
                 let at = (first + r) * blocks + b;
                 let yd = xs.d[at];

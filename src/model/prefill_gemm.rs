@@ -161,7 +161,7 @@ pub fn product(w: &Matrix, x: &Tensor, runs: Option<&[u32]>) -> Result<Tensor> {
         None => (m, xs.slice()),
     };
     let integer = match prefill_gemm() {
-        PrefillGemm::Int8 => w.row_kernels()?.filter(int8_runs::applies),
+        PrefillGemm::Int8 => w.row_kernels()?.filter(|_| int8_runs::available()),
         _ => None,
     };
     let mut y = match (w, &integer) {
