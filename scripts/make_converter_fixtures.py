@@ -29,11 +29,14 @@ Vocabularies, both trained here on Japanese sentences:
   BPE pre-tokenizer by hashing the ids of a check string, which only a real vocabulary of a known
   family reproduces: for this trained one the name is given (`qwen2`, what it finds for Qwen2.5).
 
-Types, each written by llama.cpp: f16 and q8_0 by convert_hf_to_gguf.py, q4_k_m and q5_k_m from
-the f16 file by llama.cpp's quantizer (`llama_model_quantize` through llama-cpp-python, built from
+Types, each written by llama.cpp: f16 and q8_0 by convert_hf_to_gguf.py, the others from the
+f16 file by llama.cpp's quantizer (`llama_model_quantize` through llama-cpp-python, built from
 the same sdist). As llama.cpp does for real models whose row length is no multiple of 256
 (Qwen2.5-0.5B's 896), q4_k_m keeps Q4_K/Q6_K for ffn_down (256 columns) and falls back to
-Q5_0/Q8_0 elsewhere; q5_k_m keeps Q5_K/Q6_K there and falls back to Q5_1/Q8_0.
+Q5_0/Q8_0 elsewhere; q5_k_m keeps Q5_K/Q6_K there and falls back to Q5_1/Q8_0; q3_k_s (llama.cpp's
+Q3_K_S mix) keeps Q3_K there and falls back to Q4_0. q2_k is quantized `pure` (llama-quantize's
+--pure: every tensor Q2_K, no per-tensor mix): Q2_K in ffn_down, Q4_0 elsewhere — llama.cpp's Q2_K
+mix would give ffn_down Q3_K, and its Q2_K_S needs an importance matrix.
 
 For each model and type: <type>.gguf and expected.<type>.safetensors with token ids and
 logits (`ids.N`, `logits.N`; the last 16 positions of the long prompt) computed by transformers
@@ -234,7 +237,8 @@ def convert(llama_cpp: Path, hf: Path, outtype: str, gguf: Path, pre: str | None
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
 
 
-TYPES = ("f16", "q8_0", "q4_k_m", "q5_k_m")
+TYPES = ("f16", "q8_0", "q4_k_m", "q5_k_m", "q3_k_s", "q2_k")
+QUANTIZED = TYPES[2:]
 
 
 def quantize(source: Path, target: Path, outtype: str) -> None:
@@ -242,7 +246,10 @@ def quantize(source: Path, target: Path, outtype: str) -> None:
     import llama_cpp
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = {"q4_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M,
-                    "q5_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_K_M}[outtype]
+                    "q5_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_K_M,
+                    "q3_k_s": llama_cpp.LLAMA_FTYPE_MOSTLY_Q3_K_S,
+                    "q2_k": llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K}[outtype]
+    params.pure = outtype == "q2_k"
     params.nthread = 1
     if llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params)) != 0:
         raise RuntimeError(f"llama_model_quantize failed on {source}")
@@ -357,7 +364,7 @@ def main() -> None:
                 raise SystemExit(f"{f16}: not the model made again here; remake every type")
         if "q8_0" in args.types:
             convert(llama_cpp, hf, "q8_0", out / "q8_0.gguf", pre, env)
-        for outtype in ("q4_k_m", "q5_k_m"):
+        for outtype in QUANTIZED:
             if outtype in args.types:
                 quantize(f16, out / f"{outtype}.gguf", outtype)
         for outtype in args.types:

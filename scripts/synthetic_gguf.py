@@ -13,7 +13,10 @@ file is never in memory, and no f32 copy is ever made:
 
 --quant q4_k_m lays the types out as llama.cpp's Q4_K_M does (Q4_K, with Q6_K for the output,
 and for attn_v / ffn_down in the first and last eighth of the layers and every third between);
-q5_k_m as Q5_K_M (the same with Q5_K); q4_k all Q4_K but the output.
+q5_k_m as Q5_K_M (the same with Q5_K); q4_k all Q4_K but the output; q3_k_m as Q3_K_M (Q3_K, with
+Q4_K for attn_output, attn_v and ffn_down — Q5_K for attn_v in the first two layers and ffn_down
+in the first sixteenth); q2_k as Q2_K (Q2_K, with Q3_K for attn_output and ffn_down, Q4_K for
+attn_v where 4+ query heads share a key head). llama.cpp's rules: src/llama-quant.cpp.
 
 Usage: python scripts/synthetic_gguf.py --shape llama-8b --quant q4_k_m -o llama-8b.gguf
        [--models DIR]   (the test-model cache: Llama-3 tokenizer folder, Qwen GGUF)
@@ -35,7 +38,7 @@ SHAPES = {
                      rope_base=1000000.0, eps=1e-6, ctx=32768, bias=True, tokenizer="qwen2"),
 }
 # Bytes per block of 256 values, and how to fill one block with finite random values.
-BLOCK_BYTES = {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}
+BLOCK_BYTES = {Q.Q2_K: 84, Q.Q3_K: 110, Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}
 
 
 def random_blocks(rng, qtype: Q, rows: int, cols: int) -> np.ndarray:
@@ -45,6 +48,11 @@ def random_blocks(rng, qtype: Q, rows: int, cols: int) -> np.ndarray:
         d = 2e-4 if qtype == Q.Q4_K else 1e-4
         raw[:, 0:2] = np.frombuffer(np.float16(d).tobytes(), np.uint8)
         raw[:, 2:4] = np.frombuffer(np.float16(1e-4).tobytes(), np.uint8)
+    elif qtype == Q.Q3_K:  # d (f16) last: d * (scale - 32) * q, q in -4..3, |w| ≲ 0.13
+        raw[:, 108:110] = np.frombuffer(np.float16(1e-3).tobytes(), np.uint8)
+    elif qtype == Q.Q2_K:  # d, dmin (f16) last: d * scale * q - dmin * m, |w| ≲ 0.09
+        raw[:, 80:82] = np.frombuffer(np.float16(2e-3).tobytes(), np.uint8)
+        raw[:, 82:84] = np.frombuffer(np.float16(2e-3).tobytes(), np.uint8)
     else:  # Q6_K: d (f16) last: d * scale(int8) * (q - 32), |w| ≲ 0.1
         raw[:, 208:210] = np.frombuffer(np.float16(2e-5).tobytes(), np.uint8)
     return raw.reshape(rows, cols // 256 * BLOCK_BYTES[qtype])
@@ -57,25 +65,41 @@ def more_bits(i: int, n: int) -> bool:
 
 def tensors(s: dict, quant: str):
     """(name, shape (rows, cols) or (n,), type) in llama.cpp's order."""
-    h, f, hd = s["hidden"], s["ffn"], s["hidden"] // s["heads"]
-    mixed = quant in ("q4_k_m", "q5_k_m")
-    base = Q.Q5_K if quant == "q5_k_m" else Q.Q4_K
+    h, f, hd, n = s["hidden"], s["ffn"], s["hidden"] // s["heads"], s["layers"]
+    base = {"q5_k_m": Q.Q5_K, "q3_k_m": Q.Q3_K, "q2_k": Q.Q2_K}.get(quant, Q.Q4_K)
+
+    def attn_v(i: int) -> Q:
+        if quant in ("q4_k_m", "q5_k_m"):
+            return Q.Q6_K if more_bits(i, n) else base
+        if quant == "q3_k_m":
+            return Q.Q5_K if i < 2 else Q.Q4_K
+        if quant == "q2_k":
+            return Q.Q4_K if s["heads"] // s["kv"] >= 4 else Q.Q3_K
+        return base
+
+    def ffn_down(i: int) -> Q:
+        if quant in ("q4_k_m", "q5_k_m"):
+            return Q.Q6_K if more_bits(i, n) else base
+        if quant == "q3_k_m":
+            return Q.Q5_K if i < n // 16 else Q.Q4_K
+        return Q.Q3_K if quant == "q2_k" else base
+
+    attn_output = {"q3_k_m": Q.Q4_K, "q2_k": Q.Q3_K}.get(quant, base)
     out = [("token_embd.weight", (s["vocab"], h), base)]
-    for i in range(s["layers"]):
-        hi = Q.Q6_K if mixed and more_bits(i, s["layers"]) else base
+    for i in range(n):
         p = f"blk.{i}."
         out += [(p + "attn_norm.weight", (h,), None),
                 (p + "attn_q.weight", (s["heads"] * hd, h), base),
                 (p + "attn_k.weight", (s["kv"] * hd, h), base),
-                (p + "attn_v.weight", (s["kv"] * hd, h), hi)]
+                (p + "attn_v.weight", (s["kv"] * hd, h), attn_v(i))]
         if s["bias"]:
             out += [(p + "attn_q.bias", (s["heads"] * hd,), None), (p + "attn_k.bias", (s["kv"] * hd,), None),
                     (p + "attn_v.bias", (s["kv"] * hd,), None)]
-        out += [(p + "attn_output.weight", (h, s["heads"] * hd), base),
+        out += [(p + "attn_output.weight", (h, s["heads"] * hd), attn_output),
                 (p + "ffn_norm.weight", (h,), None),
                 (p + "ffn_gate.weight", (f, h), base),
                 (p + "ffn_up.weight", (f, h), base),
-                (p + "ffn_down.weight", (h, f), hi)]
+                (p + "ffn_down.weight", (h, f), ffn_down(i))]
     out += [("output_norm.weight", (h,), None), ("output.weight", (s["vocab"], h), Q.Q6_K)]
     return out
 
@@ -122,7 +146,7 @@ def copy_tokenizer(w: GGUFWriter, source: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--shape", choices=SHAPES, required=True)
-    ap.add_argument("--quant", choices=["q4_k_m", "q5_k_m", "q4_k"], default="q4_k_m")
+    ap.add_argument("--quant", choices=["q4_k_m", "q5_k_m", "q4_k", "q3_k_m", "q2_k"], default="q4_k_m")
     ap.add_argument("-o", "--output", type=Path, required=True)
     ap.add_argument("--models", type=Path, default=Path(os.environ.get("HYOKA_TEST_MODELS", Path.home() / ".cache/hyoka/test-models")))
     ap.add_argument("--seed", type=int, default=0)
@@ -141,7 +165,7 @@ def main() -> None:
     w.add_head_count_kv(s["kv"])
     w.add_rope_freq_base(s["rope_base"])
     w.add_layer_norm_rms_eps(s["eps"])
-    w.add_file_type({"q4_k_m": 15, "q5_k_m": 17, "q4_k": 14}[args.quant])  # llama_ftype
+    w.add_file_type({"q4_k_m": 15, "q5_k_m": 17, "q4_k": 14, "q3_k_m": 12, "q2_k": 10}[args.quant])  # llama_ftype
     if s["tokenizer"] == "llama3":
         llama3_tokenizer(w, args.models / "llama-3-tokenizer", s["vocab"])
     else:

@@ -1,5 +1,5 @@
 //! GGUF files written by llama.cpp itself (convert_hf_to_gguf.py from the llama-cpp-python sdist
-//! for f16 and q8_0, its quantizer for q4_k_m and q5_k_m; fixtures:
+//! for f16 and q8_0, its quantizer for q4_k_m, q5_k_m, q3_k_s and q2_k; fixtures:
 //! scripts/make_converter_fixtures.py) of
 //! llama (llama3 rope), mistral, gemma2, gemma3, qwen2 and qwen3, against HF transformers on the
 //! weights it dequantizes from each file: every position's logits, in both weights modes.
@@ -76,11 +76,11 @@ fn max_abs_diff(got: &[Vec<f32>], expected: &[Vec<f32>]) -> f32 {
         .fold(0.0f32, f32::max)
 }
 
-/// Every position's logits of `name`'s GGUFs (f16, q8_0, q4_k_m, q5_k_m) against transformers, in
-/// both weights modes, each against the checkpoint holding the weights transformers dequantizes
-/// from it.
+/// Every position's logits of `name`'s GGUFs (f16, q8_0, q4_k_m, q5_k_m, q3_k_s, q2_k) against
+/// transformers, in both weights modes, each against the checkpoint holding the weights
+/// transformers dequantizes from it.
 fn check(name: &str) {
-    for kind in ["f16", "q8_0", "q4_k_m", "q5_k_m"] {
+    for kind in ["f16", "q8_0", "q4_k_m", "q5_k_m", "q3_k_s", "q2_k"] {
         check_kind(name, kind);
     }
 }
@@ -200,15 +200,37 @@ fn qwen2_with_yarn_rope_scaling() {
     check("qwen2-yarn");
 }
 
-/// The q4_k_m and q5_k_m files hold what llama.cpp writes for real small models: K-quant blocks
-/// where a row is whole 256-value blocks (ffn_down), Q5_0 or Q5_1 and Q8_0 elsewhere — so the
-/// test above covers both kinds of kernels.
+/// The quantized files hold what llama.cpp writes for real small models (q2_k: quantized
+/// `--pure`): K-quant blocks where a row is whole 256-value blocks (ffn_down), 32-value blocks
+/// elsewhere (Q5_0, Q5_1 or Q4_0, and Q8_0) — so the test above covers both kinds of kernels,
+/// and each K-quant type.
 #[test]
-fn k_m_files_mix_k_quants_and_fallbacks() {
+fn quantized_files_mix_k_quants_and_fallbacks() {
     use candle_core::quantized::{GgmlDType, gguf_file::Content};
     for (kind, want) in [
-        ("q4_k_m", [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q5_0]),
-        ("q5_k_m", [GgmlDType::Q5K, GgmlDType::Q6K, GgmlDType::Q5_1]),
+        (
+            "q4_k_m",
+            &[
+                GgmlDType::Q4K,
+                GgmlDType::Q6K,
+                GgmlDType::Q5_0,
+                GgmlDType::Q8_0,
+            ][..],
+        ),
+        (
+            "q5_k_m",
+            &[
+                GgmlDType::Q5K,
+                GgmlDType::Q6K,
+                GgmlDType::Q5_1,
+                GgmlDType::Q8_0,
+            ],
+        ),
+        (
+            "q3_k_s",
+            &[GgmlDType::Q3K, GgmlDType::Q4_0, GgmlDType::Q8_0],
+        ),
+        ("q2_k", &[GgmlDType::Q2K, GgmlDType::Q4_0]),
     ] {
         let path = common::fixtures().join(format!("converter/qwen3/{kind}.gguf"));
         let content = Content::read(&mut std::fs::File::open(path).unwrap()).unwrap();
@@ -217,8 +239,8 @@ fn k_m_files_mix_k_quants_and_fallbacks() {
             .values()
             .map(|t| t.ggml_dtype)
             .collect();
-        for t in want.into_iter().chain([GgmlDType::Q8_0]) {
-            assert!(types.contains(&t), "{kind}: {t:?} in {types:?}");
+        for t in want {
+            assert!(types.contains(t), "{kind}: {t:?} in {types:?}");
         }
     }
 }

@@ -1,6 +1,6 @@
 //! `--prefill-gemm int8` (`model::int8_runs` for prompts' products, AVX512-VNNI) through whole
 //! models: the GGUFs llama.cpp's own converter and quantizer wrote for the six architectures
-//! (tests/gguf_converter.rs; q8_0, q4_k_m, q5_k_m), prompts of 23 and 300 tokens, against transformers on the
+//! (tests/gguf_converter.rs; q8_0, q4_k_m, q5_k_m, q3_k_s, q2_k), prompts of 23 and 300 tokens, against transformers on the
 //! weights it dequantizes from each file. The error must be of the size of llama.cpp's own on
 //! that file (whose products round activations to 8 bits too), the products must differ from
 //! f32 ones on the quantized files (so the switch is what ran) and leave the f16 file's f32
@@ -89,7 +89,7 @@ fn int8_products_err_as_llama_cpp_does() {
         return;
     }
     for name in ARCHS {
-        for kind in ["q8_0", "q4_k_m", "q5_k_m"] {
+        for kind in ["q8_0", "q4_k_m", "q5_k_m", "q3_k_s", "q2_k"] {
             let path = common::fixtures()
                 .join("converter")
                 .join(name)

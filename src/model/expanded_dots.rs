@@ -47,6 +47,8 @@ pub fn expand_row(row: RowBlocks<'_>, out: &mut [f32]) -> Result<()> {
         }
         RowBlocks::KQuants(kind, bytes) if super::kquant_expand::expand(kind, bytes, out) => Ok(()),
         RowBlocks::KQuants(kind, bytes) => match kind {
+            KQuantKind::Q2K => candle_row::<k_quants::BlockQ2K>(bytes, out),
+            KQuantKind::Q3K => candle_row::<k_quants::BlockQ3K>(bytes, out),
             KQuantKind::Q4K => candle_row::<k_quants::BlockQ4K>(bytes, out),
             KQuantKind::Q5K => candle_row::<k_quants::BlockQ5K>(bytes, out),
             KQuantKind::Q6K => candle_row::<k_quants::BlockQ6K>(bytes, out),
@@ -361,6 +363,8 @@ mod tests {
             GgmlDType::Q5_0,
             GgmlDType::Q5_1,
             GgmlDType::Q8_0,
+            GgmlDType::Q2K,
+            GgmlDType::Q3K,
             GgmlDType::Q4K,
             GgmlDType::Q5K,
             GgmlDType::Q6K,

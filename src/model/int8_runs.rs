@@ -1,7 +1,7 @@
 //! A decoding step's runs of several tokens (json's `",\n  "<key>": `) through 8-bit integer
 //! products with sixteen tokens in the lanes: Q4_0, Q5_0 and Q8_0 (most of Qwen2.5-0.5B's
-//! weights, whose 896 columns take no K-quant), Q4_1 and Q5_1 (Q5_K_M's fallback there), Q4_K,
-//! Q5_K and Q6_K (Q4_K_M and Q5_K_M files of the 7–13B judges).
+//! weights, whose 896 columns take no K-quant), Q4_1 and Q5_1 (Q5_K_M's fallback there), and
+//! Q2_K … Q6_K (Q2_K, Q3_K_M, Q4_K_M and Q5_K_M files of the 7–13B judges).
 //!
 //! The f32 products on expanded weight rows (`expanded_dots`) multiply sixteen values per
 //! instruction; one VNNI instruction here multiplies four weights by four activations of each
@@ -15,12 +15,12 @@
 //! the Q8_K, per 256 values, of the single-token K-quant kernels: on a real Q4_K_M judge
 //! Q8_K's rounding moved expected scores about 1.5× as far from f32's, README); weights as
 //! unsigned bytes (their integer plus an offset) with an f32 scale per 32 values (per 16 for
-//! Q6_K) and for Q4_1, Q5_1, Q4_K and Q5_K a min; each unit's integer dot exact (the offset's
-//! part taken off with the activations' sums), and per (token, weight row) one f32 chain over
-//! the blocks in order: acc = fma(scale·d_x, dot, acc) (and acc −= min·(d_x·Σx) with a min,
-//! d_x·Σx rounded once per token and block — for Q4_1/Q5_1 the f16 s of llama.cpp's Q8_1, as
-//! their single-token kernels take it, with min = −m; for Q6_K's two units
-//! acc = fma(scale₀·dot₀ + scale₁·dot₁, d_x, acc)). A
+//! Q2_K, Q3_K and Q6_K) and for Q4_1, Q5_1, Q4_K and Q5_K a min per 32 values (Q2_K: per 16);
+//! each unit's integer dot exact (the offset's part taken off with the activations' sums), and
+//! per (token, weight row) one f32 chain over the blocks in order: acc = fma(scale·d_x, dot,
+//! acc) (and acc −= min·(d_x·Σx) per min, d_x·Σx rounded once per token and unit of the min —
+//! for Q4_1/Q5_1 the f16 s of llama.cpp's Q8_1, as their single-token kernels take it, with
+//! min = −m; with two units of 16, acc = fma(scale₀·dot₀ + scale₁·dot₁, d_x, acc)). A
 //! token's result depends on its own activations only, not on the other tokens of its group or
 //! the tile.
 
@@ -38,10 +38,13 @@ const TOKENS: usize = 16;
 const TASK_ROWS: usize = 32;
 
 /// How a weight type's values read as bytes: value = scale·(byte − offset) − min, one scale
-/// per `unit` values (32, or 16 for Q6_K), one min per 32 values (Q4_1, Q5_1, Q4_K, Q5_K).
+/// per `unit` values (32, or 16 for Q2_K, Q3_K and Q6_K), one min per unit (Q4_1, Q5_1, Q2_K,
+/// Q4_K, Q5_K).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Form {
     Blocks(BlockKind),
+    Q2K,
+    Q3K,
     Q4K,
     Q5K,
     Q6K,
@@ -52,6 +55,8 @@ impl Form {
     fn of(kernels: &RowKernels) -> Self {
         match kernels {
             RowKernels::Blocks(kind, _) => Form::Blocks(*kind),
+            RowKernels::KQuants(KQuantKind::Q2K, _) => Form::Q2K,
+            RowKernels::KQuants(KQuantKind::Q3K, _) => Form::Q3K,
             RowKernels::KQuants(KQuantKind::Q4K, _) => Form::Q4K,
             RowKernels::KQuants(KQuantKind::Q5K, _) => Form::Q5K,
             RowKernels::KQuants(KQuantKind::Q6K, _) => Form::Q6K,
@@ -61,21 +66,22 @@ impl Form {
     fn offset(self) -> i32 {
         match self {
             Form::Blocks(kind) if !kind.has_min() => 128,
-            Form::Blocks(_) | Form::Q4K | Form::Q5K => 0,
+            Form::Blocks(_) | Form::Q2K | Form::Q4K | Form::Q5K => 0,
+            Form::Q3K => 4,
             Form::Q6K => 32,
         }
     }
 
     /// Scales per 32 values: two where they change every 16.
     fn halves(self) -> bool {
-        self == Form::Q6K
+        matches!(self, Form::Q2K | Form::Q3K | Form::Q6K)
     }
 
     fn has_min(self) -> bool {
         match self {
             Form::Blocks(kind) => kind.has_min(),
-            Form::Q4K | Form::Q5K => true,
-            Form::Q6K => false,
+            Form::Q2K | Form::Q4K | Form::Q5K => true,
+            Form::Q3K | Form::Q6K => false,
         }
     }
 
@@ -94,6 +100,8 @@ impl Form {
     fn block(self) -> (usize, usize) {
         match self {
             Form::Blocks(kind) => (BLOCK, kind.block_bytes()),
+            Form::Q2K => (256, KQuantKind::Q2K.block_bytes()),
+            Form::Q3K => (256, KQuantKind::Q3K.block_bytes()),
             Form::Q4K => (256, KQuantKind::Q4K.block_bytes()),
             Form::Q5K => (256, KQuantKind::Q5K.block_bytes()),
             Form::Q6K => (256, KQuantKind::Q6K.block_bytes()),
@@ -147,8 +155,8 @@ pub fn products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> Resul
 /// Activations of n tokens in groups of 16, interleaved for the lanes: per group and block of
 /// 32, bytes 4g..4g + 4 of token t at `[(g·16 + t)·4..]`; each token's block scale d; minus
 /// the weights' offset times the token's sum over each unit (what a unit's dot starts from, so
-/// that the offset the bytes carry cancels); with a min, d times the block's sum (what a min
-/// multiplies: one product per token and block, not per row; Q8_1's s for Q4_1/Q5_1). Zeros
+/// that the offset the bytes carry cancels); with a min, d times the unit's sum (what a min
+/// multiplies: one product per token and unit, not per row; Q8_1's s for Q4_1/Q5_1). Zeros
 /// for tokens past n.
 struct Lanes {
     blocks: usize,
@@ -169,8 +177,8 @@ impl Lanes {
             qs: vec![0; groups * blocks * BLOCK * TOKENS],
             d: vec![0.0; groups * blocks * TOKENS],
             starts: vec![0; groups * blocks * units * TOKENS],
-            // Kept for every form (a value per token and block), filled only with a min.
-            d_sums: vec![0.0; groups * blocks * TOKENS],
+            // Kept for every form (a value per token and unit), filled only with a min.
+            d_sums: vec![0.0; groups * blocks * units * TOKENS],
         };
         let (values, scales, q8_1_sums) = (acts.values(), acts.scales(), acts.sums());
         let blocks_with_sums = if form.takes_q8_1_sums() {
@@ -188,7 +196,7 @@ impl Lanes {
             .par_chunks_mut(per_group * BLOCK)
             .zip(lanes.d.par_chunks_mut(per_group))
             .zip(lanes.starts.par_chunks_mut(per_group * units))
-            .zip(lanes.d_sums.par_chunks_mut(per_group))
+            .zip(lanes.d_sums.par_chunks_mut(per_group * units))
             .enumerate()
             .for_each(|(group, (((qs, d), starts), d_sums))| {
                 for t in 0..TOKENS.min(n - group * TOKENS) {
@@ -205,14 +213,16 @@ impl Lanes {
                         let dx = scales[token * blocks + b];
                         d[b * TOKENS + t] = dx;
                         for (u, unit) in x.chunks_exact(BLOCK / units).enumerate() {
-                            starts[(b * units + u) * TOKENS + t] = -form.offset() * sum(unit);
-                        }
-                        if min {
-                            d_sums[b * TOKENS + t] = if form.takes_q8_1_sums() {
-                                q8_1_sums[token * blocks + b]
-                            } else {
-                                dx * sum(x) as f32
-                            };
+                            let at = (b * units + u) * TOKENS + t;
+                            let sum = sum(unit);
+                            starts[at] = -form.offset() * sum;
+                            if min {
+                                d_sums[at] = if form.takes_q8_1_sums() {
+                                    q8_1_sums[token * blocks + b]
+                                } else {
+                                    dx * sum as f32
+                                };
+                            }
                         }
                     }
                 }
@@ -226,7 +236,7 @@ impl Lanes {
 }
 
 /// Weight rows as bytes (integer + offset, unsigned as the instruction takes them), a scale
-/// per unit and, for Q4_1, Q5_1, Q4_K and Q5_K, a min per 32 values: value = scale·(byte −
+/// per unit and, for Q4_1, Q5_1, Q2_K, Q4_K and Q5_K, a min per unit: value = scale·(byte −
 /// offset) − min, the scale and min as candle's `to_float` computes them (Q4_1/Q5_1's d·q + m
 /// with min = −m: the same rounding). Laid out for the kernel's tiles of
 /// `TILE` rows: per tile and block of 32 values, the tile's rows' 32 bytes one after the other
@@ -258,7 +268,14 @@ impl Unpacked {
             rows,
             bytes: vec![0; padded * k],
             scales: vec![0.0; padded * blocks * units],
-            mins: vec![0.0; if form.has_min() { padded * blocks } else { 0 }],
+            mins: vec![
+                0.0;
+                if form.has_min() {
+                    padded * blocks * units
+                } else {
+                    0
+                }
+            ],
         };
         for (r, row) in data.chunks_exact(row_bytes.max(1)).enumerate() {
             // Where block b of row r lies: its bytes at `byte(b)`, 128 bytes on to block b + 1.
@@ -278,6 +295,39 @@ impl Unpacked {
                         if kind.has_min() {
                             w.mins[scale(b, 0)] = -block_dots::read_f16(block, 2);
                         }
+                    }
+                }
+                Form::Q2K => {
+                    for (sb, block) in row.chunks_exact(block_bytes).enumerate() {
+                        let (d, dmin) = (
+                            block_dots::read_f16(block, 80),
+                            block_dots::read_f16(block, 82),
+                        );
+                        // Scale byte s: values 16s..16s + 16, unit s % 2 of block s / 2.
+                        for (s, &sc) in block[..16].iter().enumerate() {
+                            let at = scale(sb * 8 + s / 2, s % 2);
+                            w.scales[at] = d * (sc & 0xF) as f32;
+                            w.mins[at] = dmin * (sc >> 4) as f32;
+                        }
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: as above.
+                        unsafe {
+                            avx2::unpack_q2k(block, &mut w.bytes[byte(sb * 8)..])
+                        };
+                    }
+                }
+                Form::Q3K => {
+                    for (sb, block) in row.chunks_exact(block_bytes).enumerate() {
+                        let d = block_dots::read_f16(block, 108);
+                        let scales = super::kquant_expand::q3k_scales(&block[96..108]);
+                        for (s, &sc) in scales.iter().enumerate() {
+                            w.scales[scale(sb * 8 + s / 2, s % 2)] = d * sc as f32;
+                        }
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: as above.
+                        unsafe {
+                            avx2::unpack_q3k(block, &mut w.bytes[byte(sb * 8)..])
+                        };
                     }
                 }
                 Form::Q4K | Form::Q5K => {
@@ -338,7 +388,9 @@ impl Unpacked {
     /// The min of value j of row r (forms with a min).
     #[cfg(test)]
     fn min_of(&self, r: usize, j: usize) -> f32 {
-        self.mins[(r / TILE * (self.k / BLOCK) + j / BLOCK) * TILE + r % TILE]
+        let (blocks, units) = (self.k / BLOCK, self.form.units());
+        let u = j % BLOCK / (BLOCK / units);
+        self.mins[((r / TILE * blocks + j / BLOCK) * units + u) * TILE + r % TILE]
     }
 
     /// y[token][first + r] = weight row r · token, for each of these rows (the task's columns
@@ -347,7 +399,8 @@ impl Unpacked {
     #[target_feature(enable = "avx512f,avx512vnni")]
     unsafe fn times(&self, lanes: &Lanes, columns: &Columns) {
         match (self.form.halves(), self.form.has_min()) {
-            (true, _) => self.times_as::<true, false>(lanes, columns),
+            (true, true) => self.times_as::<true, true>(lanes, columns),
+            (true, false) => self.times_as::<true, false>(lanes, columns),
             (false, true) => self.times_as::<false, true>(lanes, columns),
             (false, false) => self.times_as::<false, false>(lanes, columns),
         }
@@ -461,6 +514,33 @@ mod avx2 {
         }
     }
 
+    /// A Q2_K block's 256 2-bit values as bytes (candle's `to_float` order); run j to
+    /// `out[j·RUN..]`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn unpack_q2k(block: &[u8], out: &mut [u8]) {
+        assert!(out.len() >= 7 * RUN + BLOCK);
+        for (j, run) in kquant_dots::avx2::crumbs(&block[16..80])
+            .into_iter()
+            .enumerate()
+        {
+            store(&mut out[j * RUN..], run);
+        }
+    }
+
+    /// A Q3_K block's 256 values plus 4 as bytes (0..8: the low 2 bits, plus 4 where the high
+    /// bit is set; candle's `to_float` order); run j to `out[j·RUN..]`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn unpack_q3k(block: &[u8], out: &mut [u8]) {
+        assert!(out.len() >= 7 * RUN + BLOCK);
+        let low = kquant_dots::avx2::crumbs(&block[32..96]);
+        // 4 where the high bit is clear: 4 xor that is 4 where it is set.
+        let clear = kquant_dots::avx2::clear_high_bits(&block[..32]);
+        for j in 0..8 {
+            let high = _mm256_xor_si256(clear[j], _mm256_set1_epi8(4));
+            store(&mut out[j * RUN..], _mm256_add_epi8(low[j], high));
+        }
+    }
+
     /// A Q6_K block's low bits (128 bytes) and high bits (64) as 256 bytes of 6-bit values
     /// (candle's `to_float` order: per half, four runs of 32 from ql's low then high nibbles
     /// and qh's bit pairs 0, 1, 2, 3); run j to `out[j·RUN..]`.
@@ -518,7 +598,7 @@ mod avx512 {
     pub type Sums = [[__m512; GROUPS]; ROWS];
 
     /// A tile's weight rows from block 0 (`Unpacked`'s layout): per block their bytes, then
-    /// their scales per unit and mins (forms with one) four by four. Made by `new` only, which checks
+    /// their scales and mins (forms with one) per unit four by four. Made by `new` only, which checks
     /// that the tile lies in the weights.
     pub struct Rows {
         bytes: *const u8,
@@ -534,11 +614,11 @@ mod avx512 {
             let per_tile = blocks * ROWS;
             assert!(w.k == blocks * BLOCK && w.bytes.len() >= (t + 1) * per_tile * BLOCK);
             assert!(w.scales.len() >= (t + 1) * per_tile * units);
-            assert!(!w.form.has_min() || w.mins.len() >= (t + 1) * per_tile);
+            assert!(!w.form.has_min() || w.mins.len() >= (t + 1) * per_tile * units);
             Rows {
                 bytes: w.bytes[t * per_tile * BLOCK..].as_ptr(),
                 scales: w.scales[t * per_tile * units..].as_ptr(),
-                mins: w.mins.as_ptr().wrapping_add(t * per_tile),
+                mins: w.mins.as_ptr().wrapping_add(t * per_tile * units),
                 blocks,
             }
         }
@@ -561,13 +641,13 @@ mod avx512 {
             let units = form.units();
             assert!(G <= GROUPS && first + G <= lanes.groups());
             assert!(lanes.starts.len() == lanes.d.len() * units);
-            assert!(!form.has_min() || lanes.d_sums.len() == lanes.d.len());
+            assert!(!form.has_min() || lanes.d_sums.len() == lanes.d.len() * units);
             let at = |g: usize| (first + g) * lanes.blocks * TOKENS;
             Groups {
                 qs: std::array::from_fn(|g| lanes.qs[at(g) * BLOCK..].as_ptr()),
                 d: std::array::from_fn(|g| lanes.d[at(g)..].as_ptr()),
                 starts: std::array::from_fn(|g| lanes.starts[at(g) * units..].as_ptr()),
-                d_sums: std::array::from_fn(|g| lanes.d_sums.as_ptr().wrapping_add(at(g))),
+                d_sums: std::array::from_fn(|g| lanes.d_sums.as_ptr().wrapping_add(at(g) * units)),
                 blocks: lanes.blocks,
                 min: form.has_min(),
                 units,
@@ -577,9 +657,9 @@ mod avx512 {
 
     /// Rows `w` times the 16 tokens of each of the G groups `x`, over `blocks`, carried on
     /// from `acc`: per token and row, the f32 chain over the blocks in order of
-    /// fma(scale·d_x, dot, ·) (`MIN`: then − min·(d_x·Σx) per 32 values; `HALVES`, two
-    /// scales per 32 values: fma(scale₀·dot₀ + scale₁·dot₁, d_x, ·), one multiply by d_x a
-    /// block). The float work shares its ports with the integer instruction, so it is kept to
+    /// fma(scale·d_x, dot, ·) (`HALVES`, two scales per 32 values: fma(scale₀·dot₀ +
+    /// scale₁·dot₁, d_x, ·), one multiply by d_x a block; `MIN`: then − min·(d_x·Σx) per
+    /// unit). The float work shares its ports with the integer instruction, so it is kept to
     /// what each block needs; one integer chain per unit, the blocks' chains overlapping in the
     /// core's window (two per 32 values, then added, were no faster). Not inlined, with its
     /// operands checked by their makers: inlined into its caller's loops the chains were kept in
@@ -596,8 +676,8 @@ mod avx512 {
         assert!(blocks.end <= w.blocks && w.blocks == x.blocks && x.units == units);
         assert!(!MIN || x.min);
         // SAFETY (every read below): b < blocks of both, as `Rows::new` and `Groups::new`
-        // checked their lengths: per block 128 bytes, 4 scales per unit and 4 mins (MIN);
-        // per group and block 512 bytes, 16 scales, 16 starts per unit and 16 d·Σx (MIN).
+        // checked their lengths: per block 128 bytes, 4 scales and 4 mins (MIN) per unit;
+        // per group and block 512 bytes, 16 scales, 16 starts and 16 d·Σx (MIN) per unit.
         for b in blocks {
             let dx: [__m512; G] =
                 std::array::from_fn(|g| unsafe { _mm512_loadu_ps(x.d[g].add(b * TOKENS)) });
@@ -635,12 +715,12 @@ mod avx512 {
                     }
                 }
             }
-            if MIN {
+            for u in 0..if MIN { units } else { 0 } {
                 let d_sums: [__m512; G] = std::array::from_fn(|g| unsafe {
-                    _mm512_loadu_ps(x.d_sums[g].add(b * TOKENS))
+                    _mm512_loadu_ps(x.d_sums[g].add((b * units + u) * TOKENS))
                 });
                 for i in 0..ROWS {
-                    let min = _mm512_set1_ps(unsafe { *w.mins.add(b * ROWS + i) });
+                    let min = _mm512_set1_ps(unsafe { *w.mins.add((b * units + u) * ROWS + i) });
                     for g in 0..G {
                         acc[i][g] = _mm512_fnmadd_ps(min, d_sums[g], acc[i][g]);
                     }
@@ -686,12 +766,14 @@ mod tests {
         crate::rng::SplitMix64(seed).symmetric_f32s(rows * cols)
     }
 
-    const FORMS: [(GgmlDType, Form); 8] = [
+    const FORMS: [(GgmlDType, Form); 10] = [
         (GgmlDType::Q4_0, Form::Blocks(BlockKind::Q4_0)),
         (GgmlDType::Q4_1, Form::Blocks(BlockKind::Q4_1)),
         (GgmlDType::Q5_0, Form::Blocks(BlockKind::Q5_0)),
         (GgmlDType::Q5_1, Form::Blocks(BlockKind::Q5_1)),
         (GgmlDType::Q8_0, Form::Blocks(BlockKind::Q8_0)),
+        (GgmlDType::Q2K, Form::Q2K),
+        (GgmlDType::Q3K, Form::Q3K),
         (GgmlDType::Q4K, Form::Q4K),
         (GgmlDType::Q5K, Form::Q5K),
         (GgmlDType::Q6K, Form::Q6K),
@@ -738,8 +820,8 @@ mod tests {
     }
 
     /// Each product is the chain over the blocks of fma(scale·d_x, Σ (byte − offset)·x, ·)
-    /// from zero (with a min then − min·(d_x·Σx), Q4_1/Q5_1's min·s; for Q6_K's two units
-    /// fma(scale₀·dot₀ + scale₁·dot₁, d_x, ·)), with the activations rounded as
+    /// from zero (for two units of 16 fma(scale₀·dot₀ + scale₁·dot₁, d_x, ·); with a min then
+    /// − min·(d_x·Σx) per unit, Q4_1/Q5_1's min·s), with the activations rounded as
     /// for single tokens, whatever the token's lane and the row's tile: 37 tokens (a pair of
     /// groups and a partial one), 45 rows (partial tiles and tasks), 768 values (a whole span
     /// of blocks and a part).
@@ -748,17 +830,14 @@ mod tests {
         let (out, k, n) = (45, 768, 37);
         for (dtype, form) in FORMS {
             let (data, _) = weights(dtype, out, k)?;
+            let data = std::borrow::Cow::from(&data[..]);
             let kernels = match form {
-                Form::Blocks(kind) => RowKernels::Blocks(kind, std::borrow::Cow::from(&data[..])),
-                Form::Q4K => {
-                    RowKernels::KQuants(KQuantKind::Q4K, std::borrow::Cow::from(&data[..]))
-                }
-                Form::Q5K => {
-                    RowKernels::KQuants(KQuantKind::Q5K, std::borrow::Cow::from(&data[..]))
-                }
-                Form::Q6K => {
-                    RowKernels::KQuants(KQuantKind::Q6K, std::borrow::Cow::from(&data[..]))
-                }
+                Form::Blocks(kind) => RowKernels::Blocks(kind, data.clone()),
+                Form::Q2K => RowKernels::KQuants(KQuantKind::Q2K, data.clone()),
+                Form::Q3K => RowKernels::KQuants(KQuantKind::Q3K, data.clone()),
+                Form::Q4K => RowKernels::KQuants(KQuantKind::Q4K, data.clone()),
+                Form::Q5K => RowKernels::KQuants(KQuantKind::Q5K, data.clone()),
+                Form::Q6K => RowKernels::KQuants(KQuantKind::Q6K, data.clone()),
             };
             if !available() {
                 return Ok(());
@@ -790,18 +869,15 @@ mod tests {
                         } else {
                             acc = (w.scale_of(r, first) * dx).mul_add(dot(first), acc);
                         }
-                        if form.has_min() {
-                            let sum: i32 = x[b * BLOCK..(b + 1) * BLOCK]
-                                .iter()
-                                .map(|&q| q as i32)
-                                .sum();
+                        let with_min = if form.has_min() { form.units() } else { 0 };
+                        for start in [first, second].into_iter().take(with_min) {
+                            let sum: i32 = x[start..start + size].iter().map(|&q| q as i32).sum();
                             let d_sum = if form.takes_q8_1_sums() {
                                 acts.sums()[t * (k / BLOCK) + b]
                             } else {
                                 dx * sum as f32
                             };
-                            let min = w.min_of(r, b * BLOCK);
-                            acc = (-min).mul_add(d_sum, acc);
+                            acc = (-w.min_of(r, start)).mul_add(d_sum, acc);
                         }
                     }
                     assert_eq!(

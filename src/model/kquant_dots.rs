@@ -1,10 +1,10 @@
-//! Decoding products of Q4_K, Q5_K and Q6_K matrices (what Q4_K_M and Q5_K_M files hold) with
-//! several activation rows per pass over the weights.
+//! Decoding products of Q2_K … Q6_K matrices (what Q2_K, Q3_K_M, Q4_K_M and Q5_K_M files hold)
+//! with several activation rows per pass over the weights.
 //!
 //! candle's quantized product gives a row the same result alone or among others only one row
 //! at a time (its kernels for several rows use repacked tiles that sum differently), so a
 //! batch of decoding rows read an 8B judge's 4.9 GB of K-quant weights once per row per step.
-//! These kernels are candle's AVX2 `vec_dot_q{4,5,6}k_q8k`, operation for
+//! These kernels are candle's AVX2 `vec_dot_q{2,3,4,5,6}k_q8k`, operation for
 //! operation, with the weight block's unpacking (nibbles, high bits, scales) hoisted out of
 //! the loop over up to [`ROWS_PER_LOAD`] activation rows: a row's product is candle's single-row
 //! product to the bit. Activations are rounded to 8 bits as candle's `BlockQ8K::from_float`
@@ -20,6 +20,12 @@ pub const ROWS_PER_LOAD: usize = 4;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KQuantKind {
+    /// 16 bytes of 4-bit scales and mins (per 16 values), 64 bytes of 2-bit values, d, dmin:
+    /// f16.
+    Q2K,
+    /// 32 bytes of high bits, 64 of low 2 bits, 12 bytes of 6-bit scales (per 16 values), d:
+    /// f16.
+    Q3K,
     /// d, dmin: f16; 12 bytes of 6-bit scales and mins; 128 bytes of 4-bit values.
     Q4K,
     /// d, dmin: f16; 12 bytes of 6-bit scales and mins; 32 bytes of fifth bits; 128 bytes of
@@ -33,6 +39,8 @@ impl KQuantKind {
     pub fn of(dtype: candle_core::quantized::GgmlDType) -> Option<Self> {
         use candle_core::quantized::GgmlDType;
         match dtype {
+            GgmlDType::Q2K => Some(KQuantKind::Q2K),
+            GgmlDType::Q3K => Some(KQuantKind::Q3K),
             GgmlDType::Q4K => Some(KQuantKind::Q4K),
             GgmlDType::Q5K => Some(KQuantKind::Q5K),
             GgmlDType::Q6K => Some(KQuantKind::Q6K),
@@ -42,6 +50,8 @@ impl KQuantKind {
 
     pub fn block_bytes(self) -> usize {
         match self {
+            KQuantKind::Q2K => 84,
+            KQuantKind::Q3K => 110,
             KQuantKind::Q4K => 144,
             KQuantKind::Q5K => 176,
             KQuantKind::Q6K => 210,
@@ -164,6 +174,19 @@ pub(super) mod avx2 {
         t
     };
 
+    /// Per 32 values k of a Q2_K / Q3_K block, the scale of its first 16 in the low lane and
+    /// of its last 16 in the high one (candle's `get_scale_shuffle_q3k`), from 8 scales as
+    /// i16 in each lane.
+    const SHUFFLE_Q3: [u8; 128] = {
+        let mut t = [0u8; 128];
+        let mut i = 0;
+        while i < 128 {
+            t[i] = (2 * (i / 16) + i % 2) as u8;
+            i += 1;
+        }
+        t
+    };
+
     #[target_feature(enable = "avx2,fma,f16c")]
     fn hsum_float_8(x: __m256) -> f32 {
         let res = _mm256_extractf128_ps(x, 1);
@@ -205,6 +228,14 @@ pub(super) mod avx2 {
         while r < n {
             let take = (n - r).min(ROWS_PER_LOAD);
             let sums = match (kind, take) {
+                (KQuantKind::Q2K, 4) => q2k::<4>(w, xs, r),
+                (KQuantKind::Q2K, 3) => q2k::<3>(w, xs, r),
+                (KQuantKind::Q2K, 2) => q2k::<2>(w, xs, r),
+                (KQuantKind::Q2K, _) => q2k::<1>(w, xs, r),
+                (KQuantKind::Q3K, 4) => q3k::<4>(w, xs, r),
+                (KQuantKind::Q3K, 3) => q3k::<3>(w, xs, r),
+                (KQuantKind::Q3K, 2) => q3k::<2>(w, xs, r),
+                (KQuantKind::Q3K, _) => q3k::<1>(w, xs, r),
                 (KQuantKind::Q4K, 4) => q4k::<4>(w, xs, r),
                 (KQuantKind::Q4K, 3) => q4k::<3>(w, xs, r),
                 (KQuantKind::Q4K, 2) => q4k::<2>(w, xs, r),
@@ -311,6 +342,124 @@ pub(super) mod avx2 {
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc[k], p16));
         }
         sumi
+    }
+
+    /// The scale vectors of a Q2_K / Q3_K block's 16 scales (one per 16 values, as i8), one per
+    /// 32 values.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn sixteen_scale_vectors(scales: __m128i) -> [__m256i; 8] {
+        let all = _mm256_cvtepi8_epi16(scales);
+        let (low, high) = (
+            _mm256_extracti128_si256(all, 0),
+            _mm256_extracti128_si256(all, 1),
+        );
+        let halves = [_mm256_set_m128i(low, low), _mm256_set_m128i(high, high)];
+        std::array::from_fn(|k| {
+            _mm256_shuffle_epi8(halves[k / 4], load(&SHUFFLE_Q3[32 * (k % 4)..]))
+        })
+    }
+
+    /// The 2-bit fields of 64 bytes, 32 per vector: for j = 0, 1, bits 2i..2i + 2 of bytes
+    /// 32j..32j + 32, i = 0..4 (values 128j + 32i..).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::model) fn crumbs(qs: &[u8]) -> [__m256i; 8] {
+        let m3 = _mm256_set1_epi8(3);
+        std::array::from_fn(|k| {
+            let bits = load(&qs[32 * (k / 4)..]);
+            let bits = match k % 4 {
+                0 => bits,
+                1 => _mm256_srli_epi16(bits, 2),
+                2 => _mm256_srli_epi16(bits, 4),
+                _ => _mm256_srli_epi16(bits, 6),
+            };
+            _mm256_and_si256(bits, m3)
+        })
+    }
+
+    /// Rows `first..first + R` of `xs` times one Q2_K weight row: candle's `vec_dot_q2k_q8k`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q2k<const R: usize>(w: &[u8], xs: &Q8KRows, first: usize) -> [f32; ROWS_PER_LOAD] {
+        let blocks = xs.cols / QK_K;
+        let m4 = _mm_set1_epi8(0xF);
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (b, block) in w.chunks_exact(KQuantKind::Q2K.block_bytes()).enumerate() {
+            prefetch_ahead(block);
+            let (xd, xdmin) = (read_f16(block, 80), read_f16(block, 82));
+            assert!(block.len() >= 16);
+            // SAFETY: the 16 scale bytes lie in the block (asserted).
+            let packed = unsafe { _mm_loadu_si128(block.as_ptr() as *const __m128i) };
+            let mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+            let sc = sixteen_scale_vectors(_mm_and_si128(packed, m4));
+            let q = crumbs(&block[16..80]);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let at = (first + r) * blocks + b;
+                let yd = xs.d[at];
+                let (d, dmin) = (yd * xd, -yd * xdmin);
+                let bsums = &xs.bsums[at * 16..at * 16 + 16];
+                // SAFETY: 16 i16 values are 32 readable bytes.
+                let bsums = unsafe { _mm256_loadu_si256(bsums.as_ptr() as *const __m256i) };
+                let prod = _mm256_madd_epi16(mins, bsums);
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), *acc);
+                let sumi = scaled_sum(&q, &sc, &xs.qs[at * QK_K..(at + 1) * QK_K]);
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), *acc);
+            }
+        }
+        let mut out = [0f32; ROWS_PER_LOAD];
+        for (o, acc) in out.iter_mut().zip(acc) {
+            *o = hsum_float_8(acc);
+        }
+        out
+    }
+
+    /// Rows `first..first + R` of `xs` times one Q3_K weight row: candle's `vec_dot_q3k_q8k`
+    /// (each value's low bits times y, minus 4·y where its high bit is clear).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q3k<const R: usize>(w: &[u8], xs: &Q8KRows, first: usize) -> [f32; ROWS_PER_LOAD] {
+        let blocks = xs.cols / QK_K;
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (b, block) in w.chunks_exact(KQuantKind::Q3K.block_bytes()).enumerate() {
+            prefetch_ahead(block);
+            let xd = read_f16(block, 108);
+            let scales = super::super::kquant_expand::q3k_scales(&block[96..108]);
+            // SAFETY: 16 bytes of an array of 16.
+            let scales = unsafe { _mm_loadu_si128(scales.as_ptr() as *const __m128i) };
+            let sc = sixteen_scale_vectors(scales);
+            let low = crumbs(&block[32..96]);
+            let high = clear_high_bits(&block[..32]);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let at = (first + r) * blocks + b;
+                let d = xs.d[at] * xd;
+                let y = &xs.qs[at * QK_K..(at + 1) * QK_K];
+                let mut sumi = _mm256_setzero_si256();
+                for k in 0..8 {
+                    let yk = load_i8(&y[32 * k..]);
+                    let p16 = _mm256_sub_epi16(
+                        _mm256_maddubs_epi16(low[k], yk),
+                        _mm256_maddubs_epi16(high[k], yk),
+                    );
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc[k], p16));
+                }
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), *acc);
+            }
+        }
+        let mut out = [0f32; ROWS_PER_LOAD];
+        for (o, acc) in out.iter_mut().zip(acc) {
+            *o = hsum_float_8(acc);
+        }
+        out
+    }
+
+    /// 4 where bit k of a Q3_K block's high-bit byte is clear, else 0, for the 32 values k
+    /// (32 per vector, one byte of `hmask` per value).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::model) fn clear_high_bits(hmask: &[u8]) -> [__m256i; 8] {
+        let bits = load(hmask);
+        let four = _mm256_set1_epi8(4);
+        std::array::from_fn(|k| {
+            let mask = _mm256_set1_epi8((1u8 << k) as i8);
+            let clear = _mm256_cmpeq_epi8(_mm256_and_si256(bits, mask), _mm256_setzero_si256());
+            _mm256_and_si256(clear, four)
+        })
     }
 
     /// Rows `first..first + R` of `xs` times one Q4_K weight row: candle's `vec_dot_q4k_q8k`.
@@ -506,7 +655,13 @@ mod tests {
         let w = (Tensor::randn(0f32, 1.0, (out, cols), &dev).unwrap() + 0.2).unwrap();
         let x = Tensor::randn(0f32, 1.0, (6, cols), &dev).unwrap();
         let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
-        for dtype in [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K] {
+        for dtype in [
+            GgmlDType::Q2K,
+            GgmlDType::Q3K,
+            GgmlDType::Q4K,
+            GgmlDType::Q5K,
+            GgmlDType::Q6K,
+        ] {
             let q = Arc::new(QTensor::quantize(&w, dtype).unwrap());
             let kind = KQuantKind::of(dtype).unwrap();
             let data = q.data().unwrap();

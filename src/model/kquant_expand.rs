@@ -1,7 +1,7 @@
-//! Q4_K, Q5_K and Q6_K blocks expanded to f32 sixteen values per instruction (AVX-512), each
-//! value candle's `to_float` to the bit: the same scale products (`d · scale`, `dmin · min`) in
-//! f32 and the same multiply, then subtract (Q4_K, Q5_K) or multiply (Q6_K), with no fused
-//! operation.
+//! Q2_K … Q6_K blocks expanded to f32 sixteen values per instruction (AVX-512), each value
+//! candle's `to_float` to the bit: the same scale products (`d · scale`, `dmin · min`) in f32
+//! and the same multiply, then subtract (Q2_K, Q4_K, Q5_K) or multiply (Q3_K, Q6_K), with no
+//! fused operation.
 //!
 //! candle's loops run a value at a time: expanding the weights a json step's forced runs
 //! multiply (every matrix, once per step) spent 3.6% of such a step in them on Qwen2.5-0.5B's
@@ -20,7 +20,9 @@ pub fn expand(kind: KQuantKind, bytes: &[u8], out: &mut [f32]) -> bool {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") {
         match kind {
-            // SAFETY (both): avx512f was just detected; whole blocks into as many values.
+            // SAFETY (all): avx512f was just detected; whole blocks into as many values.
+            KQuantKind::Q2K => unsafe { avx512::q2k(bytes, out) },
+            KQuantKind::Q3K => unsafe { avx512::q3k(bytes, out) },
             KQuantKind::Q4K => unsafe { avx512::q4k(bytes, out) },
             KQuantKind::Q5K => unsafe { avx512::q5k(bytes, out) },
             KQuantKind::Q6K => unsafe { avx512::q6k(bytes, out) },
@@ -47,9 +49,38 @@ pub(super) fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
+/// The 16 scales of a Q3_K block (one per 16 values) from its 12 packed bytes, 6 bits each,
+/// minus 32 (candle's and llama.cpp's unpacking: low 4 bits from bytes 0–7, high 2 from 8–11).
+pub(super) fn q3k_scales(packed: &[u8]) -> [i8; 16] {
+    const KMASK1: u32 = 0x0303_0303;
+    const KMASK2: u32 = 0x0f0f_0f0f;
+    let word = |i: usize| {
+        u32::from_le_bytes([
+            packed[4 * i],
+            packed[4 * i + 1],
+            packed[4 * i + 2],
+            packed[4 * i + 3],
+        ])
+    };
+    let (a0, a1, a2) = (word(0), word(1), word(2));
+    let words = [
+        (a0 & KMASK2) | ((a2 & KMASK1) << 4),
+        (a1 & KMASK2) | (((a2 >> 2) & KMASK1) << 4),
+        ((a0 >> 4) & KMASK2) | (((a2 >> 4) & KMASK1) << 4),
+        ((a1 >> 4) & KMASK2) | (((a2 >> 6) & KMASK1) << 4),
+    ];
+    let mut out = [0i8; 16];
+    for (i, w) in words.into_iter().enumerate() {
+        for (j, byte) in w.to_le_bytes().into_iter().enumerate() {
+            out[4 * i + j] = byte as i8 - 32;
+        }
+    }
+    out
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{QK_K, f16_at, scale_min};
+    use super::{QK_K, f16_at, q3k_scales, scale_min};
     use std::arch::x86_64::*;
 
     /// 16 bytes from `bytes[at..]` as 16 lanes of i32.
@@ -66,6 +97,71 @@ mod avx512 {
         let o = &mut out[at..at + 16];
         // SAFETY: 16 values (sliced above).
         unsafe { _mm512_storeu_ps(o.as_mut_ptr(), lanes) };
+    }
+
+    /// The 2-bit fields at `shift` of 16 bytes from `bytes[at..]`, as 16 lanes of i32.
+    #[target_feature(enable = "avx512f")]
+    fn crumbs16(bytes: &[u8], at: usize, shift: u32) -> __m512i {
+        let q = _mm512_srlv_epi32(bytes16(bytes, at), _mm512_set1_epi32(shift as i32));
+        _mm512_and_si512(q, _mm512_set1_epi32(3))
+    }
+
+    /// Q2_K. Layout: 16 bytes of scales (low nibble) and mins (high), 64 bytes of 2-bit values,
+    /// d, dmin (f16); per 128 values n and shift 2i, 32 values from bits 2i of bytes 32n..,
+    /// each 16 (d · scale) · q − dmin · min with the next scale byte.
+    #[target_feature(enable = "avx512f")]
+    pub fn q2k(bytes: &[u8], out: &mut [f32]) {
+        for (b, ys) in bytes.chunks_exact(84).zip(out.chunks_exact_mut(QK_K)) {
+            let (d, min, qs) = (f16_at(b, 80), f16_at(b, 82), &b[16..80]);
+            for n in 0..2 {
+                for i in 0..4 {
+                    for h in 0..2 {
+                        let sc = b[8 * n + 2 * i + h];
+                        let dl = _mm512_set1_ps(d * (sc & 0xF) as f32);
+                        let ml = _mm512_set1_ps(min * (sc >> 4) as f32);
+                        let q = _mm512_cvtepi32_ps(crumbs16(qs, 32 * n + 16 * h, 2 * i as u32));
+                        store(
+                            ys,
+                            128 * n + 32 * i + 16 * h,
+                            _mm512_sub_ps(_mm512_mul_ps(dl, q), ml),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Q3_K. Layout: 32 bytes of high bits, 64 of 2-bit values, 12 of packed scales, d (f16);
+    /// per 128 values n and shift 2i, 32 values from bits 2i of bytes 32n.. minus 4 where bit
+    /// 4n + i of their high-bit byte is clear, each 16 times d · (scale − 32).
+    #[target_feature(enable = "avx512f")]
+    pub fn q3k(bytes: &[u8], out: &mut [f32]) {
+        let (one, four) = (_mm512_set1_epi32(1), _mm512_set1_epi32(4));
+        for (b, ys) in bytes.chunks_exact(110).zip(out.chunks_exact_mut(QK_K)) {
+            let (hmask, qs, d) = (&b[..32], &b[32..96], f16_at(b, 108));
+            let scales = q3k_scales(&b[96..108]);
+            for n in 0..2 {
+                for i in 0..4 {
+                    let bit = _mm512_set1_epi32((4 * n + i) as i32);
+                    for h in 0..2 {
+                        let dl = _mm512_set1_ps(d * scales[8 * n + 2 * i + h] as f32);
+                        let high =
+                            _mm512_and_si512(_mm512_srlv_epi32(bytes16(hmask, 16 * h), bit), one);
+                        let q = crumbs16(qs, 32 * n + 16 * h, 2 * i as u32);
+                        // q − 4 + 4·high: the value with 4 taken off where the high bit is clear.
+                        let q = _mm512_sub_epi32(
+                            _mm512_add_epi32(q, _mm512_slli_epi32::<2>(high)),
+                            four,
+                        );
+                        store(
+                            ys,
+                            128 * n + 32 * i + 16 * h,
+                            _mm512_mul_ps(dl, _mm512_cvtepi32_ps(q)),
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// Q4_K. Layout: d, dmin (f16), 12 bytes of scales and mins, 128 bytes of nibbles.
@@ -174,15 +270,23 @@ mod tests {
     #[test]
     fn random_blocks_expand_to_candles_values() {
         let mut rng = crate::rng::SplitMix64(11);
-        for kind in [KQuantKind::Q4K, KQuantKind::Q5K, KQuantKind::Q6K] {
+        for kind in [
+            KQuantKind::Q2K,
+            KQuantKind::Q3K,
+            KQuantKind::Q4K,
+            KQuantKind::Q5K,
+            KQuantKind::Q6K,
+        ] {
             let blocks = 37;
             let mut bytes: Vec<u8> = (0..blocks * kind.block_bytes())
                 .map(|_| rng.next_u64() as u8)
                 .collect();
             for b in bytes.chunks_exact_mut(kind.block_bytes()) {
                 let ds = match kind {
+                    KQuantKind::Q2K => vec![80, 82],
+                    KQuantKind::Q3K => vec![108],
                     KQuantKind::Q6K => vec![208],
-                    _ => vec![0, 2],
+                    KQuantKind::Q4K | KQuantKind::Q5K => vec![0, 2],
                 };
                 for at in ds {
                     let d = half::f16::from_f32((rng.next_f64() as f32 - 0.5) * 0.02);
@@ -195,6 +299,8 @@ mod tests {
             }
             let mut want = vec![0f32; blocks * QK_K];
             match kind {
+                KQuantKind::Q2K => candle_blocks::<k_quants::BlockQ2K>(&bytes, &mut want),
+                KQuantKind::Q3K => candle_blocks::<k_quants::BlockQ3K>(&bytes, &mut want),
                 KQuantKind::Q4K => candle_blocks::<k_quants::BlockQ4K>(&bytes, &mut want),
                 KQuantKind::Q5K => candle_blocks::<k_quants::BlockQ5K>(&bytes, &mut want),
                 KQuantKind::Q6K => candle_blocks::<k_quants::BlockQ6K>(&bytes, &mut want),
@@ -223,6 +329,8 @@ mod tests {
         let (rows, cols) = (3, 512);
         let w = Tensor::from_vec(rng.symmetric_f32s(rows * cols), (rows, cols), &Device::Cpu)?;
         for (dtype, kind) in [
+            (GgmlDType::Q2K, KQuantKind::Q2K),
+            (GgmlDType::Q3K, KQuantKind::Q3K),
             (GgmlDType::Q4K, KQuantKind::Q4K),
             (GgmlDType::Q5K, KQuantKind::Q5K),
             (GgmlDType::Q6K, KQuantKind::Q6K),

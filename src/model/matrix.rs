@@ -218,7 +218,7 @@ impl Matrix {
 
     /// x (n, in) · Wᵀ for decoding, each row's result the same whatever the other rows, and
     /// each weight block read once for all of them. On the CPU, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and
-    /// (with AVX2) Q4_K/Q6_K in integers on 8-bit activations (`block_dots`, `kquant_dots`:
+    /// (with AVX2) Q2_K … Q6_K in integers on 8-bit activations (`block_dots`, `kquant_dots`:
     /// llama.cpp's and candle's quantized products, a row's result candle's to the bit); other
     /// matrices expanded to f32 [`DOT_BLOCK_ROWS`] rows at a time, each output one f32 dot
     /// product summed in a fixed order. For decoding several sequences, where candle would
@@ -416,7 +416,7 @@ fn expand_blocks<T: candle_core::quantized::k_quants::GgmlType>(
         .zip(data.par_chunks(task_rows * per_row * size))
         .zip(blocks.par_chunks(task_rows * per_row))
         .try_for_each(|((y, bytes), b)| {
-            // Candle's values, Q4_K and Q6_K sixteen at a time and the 32-value blocks eight
+            // Candle's values, the K-quants sixteen at a time and the 32-value blocks eight
             // at a time where the CPU can (Q5_0's loop was 1% of a json run).
             if let Some(kind) = block {
                 return expanded_dots::expand_row(RowBlocks::Blocks(kind, bytes), y);
@@ -587,6 +587,14 @@ mod tests {
     use super::*;
     use crate::model::block_dots::tests::BLOCK_TYPES;
 
+    const K_QUANTS: [GgmlDType; 5] = [
+        GgmlDType::Q2K,
+        GgmlDType::Q3K,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+    ];
+
     fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
         (a - b)
             .unwrap()
@@ -604,14 +612,7 @@ mod tests {
         let dev = Device::Cpu;
         // 300 rows: tasks of 64 rows and a shorter last one.
         let w = (Tensor::randn(0f32, 1.0, (300, 1024), &dev).unwrap() + 0.2).unwrap();
-        let k_quants = [
-            GgmlDType::Q2K,
-            GgmlDType::Q3K,
-            GgmlDType::Q4K,
-            GgmlDType::Q5K,
-            GgmlDType::Q6K,
-        ];
-        for dtype in BLOCK_TYPES.into_iter().chain(k_quants) {
+        for dtype in BLOCK_TYPES.into_iter().chain(K_QUANTS) {
             let q = QTensor::quantize(&w, dtype).unwrap();
             let want: Vec<f32> = q
                 .dequantize(&dev)
@@ -652,15 +653,15 @@ mod tests {
             dense_x.matmul(&dense_w.t().unwrap()).unwrap(),
             1e-4,
         )];
-        let k_quants = [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K];
-        for dtype in BLOCK_TYPES.into_iter().chain(k_quants) {
+        for dtype in BLOCK_TYPES.into_iter().chain(K_QUANTS) {
             let q = Arc::new(QTensor::quantize(&w, dtype).unwrap());
             let want = Tensor::new(candle_product_by_row(&q, &x), &dev).unwrap();
             // K-quants: candle's kernels operation for operation; the others sum a block's
             // products in lanes (llama.cpp's order), candle's reference loop does not.
-            let tol = match dtype {
-                GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K => 0.0,
-                _ => 1e-4,
+            let tol = if KQuantKind::of(dtype).is_some() {
+                0.0
+            } else {
+                1e-4
             };
             let m = Matrix::Quantized(q);
             cases.push((format!("{dtype:?}"), m, &x, want, tol));

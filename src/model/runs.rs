@@ -1,7 +1,7 @@
 //! A decoding step's products by run: a token fed alone goes through the integer kernels, a
 //! run of several tokens of one sequence (a trunk or branch fed at once) through 8-bit
 //! products with sixteen tokens in the lanes where the CPU has AVX-512 VNNI and the weights
-//! are Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K (`int8_runs`), else through f32 products on
+//! are Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 or Q2_K … Q6_K (`int8_runs`), else through f32 products on
 //! weight rows expanded a few at a time (`expanded_dots`).
 //!
 //! json mode feeds, after each score, the fixed text up to the next one (`",\n  "<key>": `,
@@ -137,6 +137,7 @@ fn ids(rows: &[u32], device: &Device) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::kquant_dots::KQuantKind;
     use crate::model::matrix::{Plan, Products};
     use candle_core::quantized::{GgmlDType, QTensor};
 
@@ -168,6 +169,8 @@ mod tests {
             (GgmlDType::Q4_0, 30, 64),
             (GgmlDType::Q4_1, 29, 128),
             (GgmlDType::Q5_1, 31, 96),
+            (GgmlDType::Q2K, 34, 512),
+            (GgmlDType::Q3K, 36, 256),
             (GgmlDType::Q4K, 40, 512),
             (GgmlDType::Q5K, 33, 512),
             (GgmlDType::Q6K, 35, 256),
@@ -200,7 +203,7 @@ mod tests {
                 // alike, each block's dot exact) summed in another order (K-quants' kernels
                 // round activations per 256 values instead); and the GEMM's within that
                 // rounding.
-                if !matches!(dtype, GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K) {
+                if KQuantKind::of(dtype).is_none() {
                     let integer = w.dots_t(&run)?;
                     let d = diff(&alone, &integer)?;
                     let scale = integer.abs()?.max_all()?.to_scalar::<f32>()?;
