@@ -108,7 +108,7 @@ mod avx512 {
 
     /// Q2_K. Layout: 16 bytes of scales (low nibble) and mins (high), 64 bytes of 2-bit values,
     /// d, dmin (f16); per 128 values n and shift 2i, 32 values from bits 2i of bytes 32n..,
-    /// each 16 (d · scale) · q − dmin · min with the next scale byte.
+    /// each 16 of them (d · scale) · q − dmin · min with their own scale byte (in order).
     #[target_feature(enable = "avx512f")]
     pub fn q2k(bytes: &[u8], out: &mut [f32]) {
         for (b, ys) in bytes.chunks_exact(84).zip(out.chunks_exact_mut(QK_K)) {
