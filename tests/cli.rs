@@ -572,3 +572,42 @@ fn meta_refuses_an_endless_results_line() {
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(err.contains("/dev/zero:1"), "{err}");
 }
+
+/// A model file hyoka cannot read fails the run with exit 1 and a message a user can act on:
+/// an i-quant file names its types; a damaged file says so without candle's backtrace, even
+/// with RUST_BACKTRACE set.
+#[test]
+fn unreadable_gguf_files_exit_1_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = write(
+        dir.path(),
+        "items.jsonl",
+        r#"{"id": 1, "context": [{"speaker": "U", "text": "やあ"}], "response": {"speaker": "S", "text": "こんにちは"}}"#,
+    );
+    let fixture = common::fixtures().join("converter/qwen2/q4_k_m.gguf");
+    let damaged = dir.path().join("damaged.gguf");
+    std::fs::write(&damaged, &std::fs::read(&fixture).unwrap()[..4096]).unwrap();
+    let iq = common::fixtures().join("converter/qwen2/iq4_xs.gguf");
+    for (model, wants) in [
+        (iq.as_path(), &["IQ4_XS", "IQ4_NL", "Q4_K_M"][..]),
+        (
+            damaged.as_path(),
+            &["damaged.gguf", "not a readable GGUF file"],
+        ),
+    ] {
+        let out_path = dir.path().join("out.jsonl");
+        let out = Command::new(env!("CARGO_BIN_EXE_hyoka"))
+            .args(["judge", "--rubric", "dialogue6-ja", "--model"])
+            .arg(model)
+            .args(["--input", &items, "-o", out_path.to_str().unwrap()])
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        for want in wants {
+            assert!(err.contains(want), "{want}: {err}");
+        }
+        assert!(!err.contains("candle_core::"), "{err}");
+    }
+}

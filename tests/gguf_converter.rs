@@ -90,11 +90,16 @@ fn check_kind(name: &str, kind: &str) {
         .join("converter")
         .join(name)
         .join(format!("{kind}.gguf"));
+    check_file(name, kind, &path);
+}
+
+/// `path` (`name`'s `kind` file, or a shard of it) against the expectations of that file.
+fn check_file(name: &str, kind: &str, path: &std::path::Path) {
     let cases = cases(name, kind);
     assert!(cases.iter().any(|c| c.ids.len() > 256));
     let f32_run = common::dtype() == DType::F32;
     for mode in [WeightsMode::Stored, WeightsMode::Expanded] {
-        let model = load_gguf(&path, common::dtype(), &common::device(), mode).unwrap();
+        let model = load_gguf(path, common::dtype(), &common::device(), mode).unwrap();
         let mut worst = 0f32;
         for (n, case) in cases.iter().enumerate() {
             let got = common::every_position_logits(&model, &case.ids);
@@ -198,6 +203,35 @@ fn qwen3() {
 #[test]
 fn qwen2_with_yarn_rope_scaling() {
     check("qwen2-yarn");
+}
+
+/// A GGUF split into shards by llama.cpp's `llama-gguf-split` (as Qwen's repositories ship
+/// their 7B/14B files; scripts/make_split_gguf_fixtures.py), loaded from its first or its last
+/// shard: against transformers as the whole file is, in both weights modes, and bit for bit the
+/// whole file's logits. llama3-rope's first shard holds metadata only
+/// (`--no-tensor-first-split`), its `rope_freqs.weight` a later one.
+#[test]
+fn split_files_load_as_the_whole_file() {
+    for (name, kind) in [("qwen2", "q4_k_m"), ("llama3-rope", "f16")] {
+        let dir = common::fixtures().join("converter").join(name);
+        let shard = |k: usize| dir.join(format!("split/{kind}-{k:05}-of-00003.gguf"));
+        for k in [1, 3] {
+            check_file(name, kind, &shard(k));
+        }
+        let whole = dir.join(format!("{kind}.gguf"));
+        let load = |p: &std::path::Path| {
+            load_gguf(p, common::dtype(), &common::device(), WeightsMode::Stored).unwrap()
+        };
+        let (whole, split) = (load(&whole), load(&shard(1)));
+        for case in cases(name, kind) {
+            assert_eq!(
+                common::every_position_logits(&split, &case.ids),
+                common::every_position_logits(&whole, &case.ids),
+                "{name} {kind}: {} tokens",
+                case.ids.len()
+            );
+        }
+    }
 }
 
 /// The quantized files hold what llama.cpp writes for real small models (q2_k: quantized

@@ -90,6 +90,132 @@ fn hub_ids_resolve_from_a_copied_cache_offline() {
         err.contains("not in the Hugging Face cache") && err.contains("HF_HUB_OFFLINE"),
         "{err}"
     );
+
+    // A shard of a split GGUF, in a folder of the repository as some repositories keep them,
+    // brings its other shards; one not in the cache is named.
+    let split_repo = home
+        .path()
+        .join("hub")
+        .join("models--hyoka-test--split-gguf");
+    let split_snap = split_repo.join("snapshots").join(commit).join("Q4_K_M");
+    std::fs::create_dir_all(&split_snap).unwrap();
+    std::fs::create_dir_all(split_repo.join("refs")).unwrap();
+    std::fs::write(split_repo.join("refs").join("main"), commit).unwrap();
+    let shards = split_shards();
+    for shard in &shards[..2] {
+        std::fs::copy(shard, split_snap.join(shard.file_name().unwrap())).unwrap();
+    }
+    let name = "hyoka-test/split-gguf:Q4_K_M/q4_k_m-00001-of-00003.gguf";
+    let err = resolve(name).unwrap_err().to_string();
+    assert!(
+        err.contains("Q4_K_M/q4_k_m-00003-of-00003.gguf is not in the Hugging Face cache"),
+        "{err}"
+    );
+    std::fs::copy(&shards[2], split_snap.join(shards[2].file_name().unwrap())).unwrap();
+    let files = resolve(name).unwrap();
+    assert_eq!(files.format, Format::Gguf);
+    assert_eq!(files.revision.as_deref(), Some(commit));
+    assert_eq!(files.path, split_snap.join("q4_k_m-00001-of-00003.gguf"));
+    let model = hyoka::model::load_gguf(&files.path, DType::F32, &Device::Cpu, Default::default());
+    assert!(model.is_ok(), "{:?}", model.err());
+}
+
+/// The qwen2 converter fixture's q4_k_m file split into 3 shards by llama.cpp's llama-gguf-split
+/// (scripts/make_split_gguf_fixtures.py).
+fn split_shards() -> Vec<std::path::PathBuf> {
+    let dir = common::fixtures().join("converter/qwen2/split");
+    (1..=3)
+        .map(|k| dir.join(format!("q4_k_m-{k:05}-of-00003.gguf")))
+        .collect()
+}
+
+/// A split GGUF loads whole or not at all: a missing shard, a shard of another file under its
+/// name, a shard renamed out of llama-gguf-split's naming — each named, with what to do. Its
+/// sha256 is of its shards' bytes in order (`cat … | sha256sum`), checked by --sha256.
+#[test]
+fn split_ggufs_name_what_is_missing_mixed_or_renamed() {
+    let shards = split_shards();
+    let load = |p: &Path| {
+        hyoka::model::load_gguf(p, DType::F32, &Device::Cpu, Default::default())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let at = |k: usize| dir.path().join(shards[k].file_name().unwrap());
+    std::fs::copy(&shards[0], at(0)).unwrap();
+    std::fs::copy(&shards[2], at(2)).unwrap();
+    let err = load(&at(2));
+    assert!(
+        err.contains("shard 2 of 3") && err.contains(&at(1).display().to_string()),
+        "{err}"
+    );
+    std::fs::copy(&shards[0], at(1)).unwrap();
+    let err = load(&at(0));
+    assert!(err.contains("is not shard 2 of 3"), "{err}");
+    let renamed = dir.path().join("model.gguf");
+    std::fs::copy(&shards[0], &renamed).unwrap();
+    let err = load(&renamed);
+    assert!(
+        err.contains("not named PREFIX-00001-of-00003.gguf")
+            && err.contains("llama-gguf-split --merge"),
+        "{err}"
+    );
+
+    use sha2::Digest;
+    let mut all = Vec::new();
+    for shard in &shards {
+        all.extend(std::fs::read(shard).unwrap());
+    }
+    let expected = hyoka::rubric::hex(&sha2::Sha256::digest(&all));
+    // The fixture carries no chat template.
+    let template = dir.path().join("template.jinja");
+    std::fs::write(
+        &template,
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+    )
+    .unwrap();
+    let load_checked = |sha: Option<&str>| {
+        hyoka::model::LoadedModel::load(
+            shards[1].to_str().unwrap(),
+            None,
+            Some(&template),
+            DType::F32,
+            &Device::Cpu,
+            Default::default(),
+            sha,
+        )
+    };
+    let model = load_checked(Some(&expected)).unwrap();
+    assert_eq!(model.sha256, expected);
+    let Err(err) = load_checked(Some(&"0".repeat(64))) else {
+        panic!("a wrong sha256 passed")
+    };
+    assert!(
+        err.to_string().contains("and its other 2 shards, in order"),
+        "{err}"
+    );
+}
+
+/// Files in types candle cannot read (llama.cpp's i-quants: an IQ4_XS file holds IQ4_XS and
+/// IQ4_NL tensors) are refused naming each type, a tensor of it, and what to take instead.
+#[test]
+fn i_quant_files_are_refused_naming_their_types() {
+    let path = common::fixtures().join("converter/qwen2/iq4_xs.gguf");
+    let Err(err) = hyoka::model::load_gguf(&path, DType::F32, &Device::Cpu, Default::default())
+    else {
+        panic!("an IQ4_XS file loaded")
+    };
+    assert!(matches!(err, ModelError::Unsupported { .. }), "{err}");
+    let err = err.to_string();
+    for want in [
+        "IQ4_XS (GGML type 23)",
+        "IQ4_NL (GGML type 20)",
+        "first blk.",
+        "Q4_K_M",
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
 }
 
 #[test]

@@ -29,6 +29,7 @@ pub struct JudgeArgs {
     #[arg(long)]
     pub rubric: String,
     /// Judge model: local folder or .gguf file, or Hugging Face id ORG/NAME[@REV][:FILE.gguf].
+    /// A split GGUF (PREFIX-00001-of-0000N.gguf …) is named by any of its shards.
     /// Repeat to score with several judges: each one's scores and their mean are written.
     #[arg(long, required = true)]
     pub model: Vec<String>,
@@ -42,7 +43,8 @@ pub struct JudgeArgs {
     pub runtime: super::RuntimeArgs,
     #[command(flatten)]
     pub batching: BatchArgs,
-    /// Expected sha256 of the (first) model's weights file; a mismatch is an error.
+    /// Expected sha256 of the (first) model's weights file — of a split GGUF, of its shards'
+    /// bytes in order (`cat PREFIX-*-of-*.gguf | sha256sum`); a mismatch is an error.
     #[arg(long, value_name = "HEX")]
     pub sha256: Option<String>,
     /// Skip invalid input lines (reported) instead of stopping.

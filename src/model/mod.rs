@@ -16,6 +16,8 @@ mod expf_lanes;
 pub mod few_queries;
 pub mod fused;
 pub mod fused_attention;
+pub mod gguf_files;
+mod gguf_types;
 mod int8_runs;
 pub mod kquant_dots;
 mod kquant_expand;
@@ -46,6 +48,7 @@ pub use transformer::{PrefixKv, Transformer};
 
 use candle_core::quantized::gguf_file;
 use candle_core::{DType, Device};
+use gguf_files::GgufFiles;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -65,9 +68,9 @@ pub enum ModelError {
     Unsupported { origin: String, what: String },
     #[error("{origin}: {message}")]
     Missing { origin: String, message: String },
-    #[error("{}: sha256 {got}, expected {expected}", path.display())]
+    #[error("{origin}: sha256 {got}, expected {expected}")]
     Checksum {
-        path: PathBuf,
+        origin: String,
         expected: String,
         got: String,
     },
@@ -87,7 +90,8 @@ pub struct LoadedModel {
     pub tokenizer: tokenizers::Tokenizer,
     pub chat_template: crate::prompt::ChatTemplate,
     pub files: source::ModelFiles,
-    /// sha256 of the weights file (GGUF) or of model.safetensors / the shard index.
+    /// sha256 of the weights file (GGUF; a split GGUF's shards in order, as one stream) or of
+    /// model.safetensors / the shard index.
     pub sha256: String,
 }
 
@@ -125,21 +129,23 @@ impl LoadedModel {
                     None => own(),
                 }
             };
-        let (transformer, chat_template, tokenizer, weights_file) = match files.format {
+        let (transformer, chat_template, tokenizer, weights_files) = match files.format {
             source::Format::Gguf => {
                 // The header (vocabulary, template, config) is read once for all three.
-                let content = read_gguf(&files.path)?;
+                let gguf = GgufFiles::open(&files.path)?;
                 let origin = files.path.display().to_string();
                 let chat_template = template_from(
-                    &|| ChatTemplate::from_gguf_content(&content, &origin),
-                    &|| Ok(chat_template::special_tokens_from_gguf(&content)),
+                    &|| ChatTemplate::from_gguf_content(&gguf.content, &origin),
+                    &|| Ok(chat_template::special_tokens_from_gguf(&gguf.content)),
                 )?;
-                let tok = tokenizer::load_tokenizer_with(&files.path, tokenizer, Some(&content))?;
+                let tok =
+                    tokenizer::load_tokenizer_with(&files.path, tokenizer, Some(&gguf.content))?;
+                let paths = gguf.paths();
                 (
-                    load_gguf_content(&files.path, content, dtype, device, mode)?,
+                    load_gguf_files(gguf, dtype, device, mode)?,
                     chat_template,
                     tok,
-                    files.path.clone(),
+                    paths,
                 )
             }
             source::Format::Safetensors => {
@@ -152,13 +158,13 @@ impl LoadedModel {
                     load_safetensors_dir(&files.path, dtype, device, mode)?,
                     chat_template,
                     tok,
-                    id_file,
+                    vec![id_file],
                 )
             }
         };
         let sha256 = match expect_sha256 {
-            Some(expected) => source::verify_sha256(&weights_file, expected)?,
-            None => source::sha256_file(&weights_file)?,
+            Some(expected) => source::verify_sha256_files(&weights_files, expected)?,
+            None => source::sha256_files(&weights_files)?,
         };
         Ok(LoadedModel {
             transformer,
@@ -238,46 +244,35 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     Ok(files)
 }
 
-/// Read a GGUF file's header: metadata and tensor descriptions.
+/// Read a GGUF model's header: metadata and tensor descriptions (of every shard of a split one).
 pub fn read_gguf(path: &Path) -> Result<gguf_file::Content, ModelError> {
-    let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    gguf_file::Content::read(&mut file).map_err(|e| ModelError::Missing {
-        origin: path.display().to_string(),
-        message: format!("not a readable GGUF file: {e}"),
-    })
+    Ok(GgufFiles::open(path)?.content)
 }
 
-/// Load a GGUF file, computing in `dtype` with the weights held as `mode` says.
+/// Load a GGUF model (a file, or any shard of a split one), computing in `dtype` with the
+/// weights held as `mode` says.
 pub fn load_gguf(
     path: &Path,
     dtype: DType,
     device: &Device,
     mode: WeightsMode,
 ) -> Result<Transformer, ModelError> {
-    load_gguf_content(path, read_gguf(path)?, dtype, device, mode)
+    load_gguf_files(GgufFiles::open(path)?, dtype, device, mode)
 }
 
 /// The per-frequency rope divisors llama.cpp's converter stores for llama3 scaling (Llama 3.1
 /// and later), one per pair of head dimensions; None without them.
-fn rope_factors(
-    path: &Path,
-    content: &gguf_file::Content,
-    head_dim: usize,
-) -> Result<Option<Vec<f64>>, ModelError> {
+fn rope_factors(gguf: &GgufFiles, head_dim: usize) -> Result<Option<Vec<f64>>, ModelError> {
     const NAME: &str = "rope_freqs.weight";
-    if !content.tensor_infos.contains_key(NAME) {
+    if !gguf.content.tensor_infos.contains_key(NAME) {
         return Ok(None);
     }
     let bad = |message: String| ModelError::Missing {
-        origin: path.display().to_string(),
+        origin: gguf.path().display().to_string(),
         message: format!("{NAME}: {message}"),
     };
-    let mut file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
-    let factors: Vec<f64> = content
-        .tensor(&mut file, NAME, &Device::Cpu)
+    let factors: Vec<f64> = gguf
+        .tensor(NAME, &Device::Cpu)
         .and_then(|t| t.dequantize(&Device::Cpu))
         .and_then(|t| t.flatten_all()?.to_dtype(DType::F64)?.to_vec1::<f64>())
         .map_err(|e| bad(e.to_string()))?;
@@ -294,16 +289,16 @@ fn rope_factors(
     Ok(Some(factors))
 }
 
-/// Load a GGUF file whose header was already read.
-pub fn load_gguf_content(
-    path: &Path,
-    content: gguf_file::Content,
+/// Load a GGUF model whose headers were already read.
+pub fn load_gguf_files(
+    gguf: GgufFiles,
     dtype: DType,
     device: &Device,
     mode: WeightsMode,
 ) -> Result<Transformer, ModelError> {
-    let origin = path.display().to_string();
-    let vocab = content
+    let origin = gguf.path().display().to_string();
+    let vocab = gguf
+        .content
         .tensor_infos
         .get("token_embd.weight")
         .map(|t| t.shape.dims()[0])
@@ -311,20 +306,19 @@ pub fn load_gguf_content(
             origin: origin.clone(),
             message: "no token_embd.weight tensor".into(),
         })?;
-    let mut cfg = TransformerConfig::from_gguf(&content, vocab, &origin)?;
-    if let Some(factors) = rope_factors(path, &content, cfg.head_dim)? {
+    let mut cfg = TransformerConfig::from_gguf(&gguf.content, vocab, &origin)?;
+    if let Some(factors) = rope_factors(&gguf, cfg.head_dim)? {
         cfg.ropes[0].scaling = rope::RopeScaling::Factors(factors);
     }
     let weights = weights::Weights::gguf(
-        path,
-        content,
+        gguf,
         cfg.arch,
         cfg.num_heads,
         cfg.num_kv_heads,
         dtype,
         device,
         mode,
-    )?;
+    );
     Ok(Transformer::load(&weights, cfg)?)
 }
 

@@ -3,7 +3,8 @@
 //! air-gapped lab can copy a cache in).
 //!
 //! Model names: `PATH` | `ORG/NAME[@REVISION]` (safetensors checkpoint) |
-//! `ORG/NAME[@REVISION]:FILE.gguf` (one GGUF file of a repository).
+//! `ORG/NAME[@REVISION]:FILE.gguf` (one GGUF file of a repository; a shard of a split GGUF,
+//! `…-00001-of-0000N.gguf`, fetches every shard).
 
 use super::ModelError;
 use sha2::{Digest, Sha256};
@@ -75,11 +76,15 @@ pub fn resolve(name: &str) -> Result<ModelFiles, ModelError> {
     let fetcher = Fetcher::new(repo, name)?;
     match file {
         Some(gguf) => {
+            // A shard of a split GGUF brings the others: the loader finds them beside it.
+            for shard in super::gguf_files::shard_names(gguf).unwrap_or_default() {
+                fetcher.get(&shard)?;
+            }
             let path = fetcher.get(gguf)?;
             Ok(ModelFiles {
                 name: name.into(),
                 format: Format::Gguf,
-                revision: commit_of(&path),
+                revision: commit_of(&path, gguf),
                 path,
             })
         }
@@ -113,7 +118,7 @@ pub fn resolve(name: &str) -> Result<ModelFiles, ModelError> {
             Ok(ModelFiles {
                 name: name.into(),
                 format: Format::Safetensors,
-                revision: commit_of(&weights[0]),
+                revision: commit_of(&weights[0], "model.safetensors"),
                 path: dir,
             })
         }
@@ -159,40 +164,61 @@ impl Fetcher {
     }
 }
 
-/// `.../snapshots/<commit>/<file>` → the commit.
-fn commit_of(path: &Path) -> Option<String> {
-    let parent = path.parent()?;
-    (parent.parent()?.file_name()? == "snapshots")
-        .then(|| parent.file_name().map(|c| c.to_string_lossy().into_owned()))?
+/// `.../snapshots/<commit>/<file>` → the commit (`file` as fetched: it may name folders of
+/// the repository, as GGUF repositories that keep each type in a folder do).
+fn commit_of(path: &Path, file: &str) -> Option<String> {
+    let commit = path.ancestors().nth(file.split('/').count())?;
+    (commit.parent()?.file_name()? == "snapshots")
+        .then(|| commit.file_name().map(|c| c.to_string_lossy().into_owned()))?
 }
 
 /// sha256 of a file, hex.
 pub fn sha256_file(path: &Path) -> Result<String, ModelError> {
-    let mut f = std::fs::File::open(path).map_err(|source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    sha256_files(&[path.to_path_buf()])
+}
+
+/// sha256 of files' bytes one after the other (a split GGUF's shards in order: what
+/// `cat PREFIX-*-of-*.gguf | sha256sum` gives), hex.
+pub fn sha256_files(paths: &[PathBuf]) -> Result<String, ModelError> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(|source| ModelError::Io {
-            path: path.to_path_buf(),
+    for path in paths {
+        let io = |source| ModelError::Io {
+            path: path.clone(),
             source,
-        })?;
-        if n == 0 {
-            break;
+        };
+        let mut f = std::fs::File::open(path).map_err(io)?;
+        loop {
+            let n = f.read(&mut buf).map_err(io)?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
         }
-        h.update(&buf[..n]);
     }
     Ok(crate::rubric::hex(&h.finalize()))
 }
 
 /// Fail clearly when a file's sha256 is not the expected one.
 pub fn verify_sha256(path: &Path, expected: &str) -> Result<String, ModelError> {
-    let got = sha256_file(path)?;
+    verify_sha256_files(&[path.to_path_buf()], expected)
+}
+
+/// Fail clearly when the sha256 of files one after the other (`sha256_files`) is not the
+/// expected one.
+pub fn verify_sha256_files(paths: &[PathBuf], expected: &str) -> Result<String, ModelError> {
+    let got = sha256_files(paths)?;
     if !got.eq_ignore_ascii_case(expected) {
+        let first = paths.first().map(|p| p.display().to_string());
         return Err(ModelError::Checksum {
-            path: path.to_path_buf(),
+            origin: match paths.len() {
+                1 => first.unwrap_or_default(),
+                n => format!(
+                    "{} and its other {} shards, in order",
+                    first.unwrap_or_default(),
+                    n - 1
+                ),
+            },
             expected: expected.to_lowercase(),
             got,
         });

@@ -7,12 +7,12 @@
 //! architecture file sees the transformers layout.
 
 use super::config::Arch;
+use super::gguf_files::GgufFiles;
 use super::matrix::{Matrix, WeightsMode};
-use candle_core::quantized::{GgmlDType, gguf_file};
+use candle_core::quantized::GgmlDType;
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Error, Result, Tensor};
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::PathBuf;
 
 pub struct Weights {
     source: Source,
@@ -24,9 +24,7 @@ pub struct Weights {
 enum Source {
     Safetensors(MmapedSafetensors),
     Gguf {
-        content: gguf_file::Content,
-        file: Mutex<std::fs::File>,
-        path: PathBuf,
+        files: GgufFiles,
         arch: Arch,
         heads: usize,
         kv_heads: usize,
@@ -50,24 +48,18 @@ impl Weights {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub fn gguf(
-        path: &Path,
-        content: gguf_file::Content,
+        files: GgufFiles,
         arch: Arch,
         heads: usize,
         kv_heads: usize,
         dtype: DType,
         device: &Device,
         mode: WeightsMode,
-    ) -> Result<Self> {
-        let file = std::fs::File::open(path)
-            .map_err(|e| Error::Msg(format!("{}: {e}", path.display())))?;
-        Ok(Weights {
+    ) -> Self {
+        Weights {
             source: Source::Gguf {
-                content,
-                file: Mutex::new(file),
-                path: path.to_path_buf(),
+                files,
                 arch,
                 heads,
                 kv_heads,
@@ -75,7 +67,7 @@ impl Weights {
             dtype,
             device: device.clone(),
             mode,
-        })
+        }
     }
 
     pub fn dtype(&self) -> DType {
@@ -168,17 +160,20 @@ impl Weights {
     /// llama.cpp permutes for its interleaved rotary embedding — the heads to undo that over.
     fn gguf_name(&self, name: &str) -> Result<(String, Option<usize>)> {
         let Source::Gguf {
-            path,
+            files,
             arch,
             heads,
             kv_heads,
-            ..
         } = &self.source
         else {
             return Err(Error::Msg(format!("{name}: not a GGUF model")));
         };
-        let gname = gguf_name(name, *arch)
-            .ok_or_else(|| Error::Msg(format!("{}: no GGUF tensor for {name}", path.display())))?;
+        let gname = gguf_name(name, *arch).ok_or_else(|| {
+            Error::Msg(format!(
+                "{}: no GGUF tensor for {name}",
+                files.path().display()
+            ))
+        })?;
         let rope_heads = match *arch {
             Arch::Llama if gname.ends_with("attn_q.weight") => Some(*heads),
             Arch::Llama if gname.ends_with("attn_k.weight") => Some(*kv_heads),
@@ -192,28 +187,17 @@ impl Weights {
     /// the CPU in any case (on CUDA it copies them back to the host first), and its CUDA f16
     /// expansion has no F16 case ("unsupported dtype for dequantize F16").
     fn gguf_tensor(&self, gname: &str, device: &Device) -> Result<candle_core::quantized::QTensor> {
-        let Source::Gguf {
-            content,
-            file,
-            path,
-            ..
-        } = &self.source
-        else {
+        let Source::Gguf { files, .. } = &self.source else {
             return Err(Error::Msg(format!("{gname}: not a GGUF model")));
         };
-        let dense = content.tensor_infos.get(gname).is_some_and(|i| {
+        let dense = files.content.tensor_infos.get(gname).is_some_and(|i| {
             matches!(
                 i.ggml_dtype,
                 GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
             )
         });
         let device = if dense { &Device::Cpu } else { device };
-        let mut f = file
-            .lock()
-            .map_err(|_| Error::Msg("GGUF file lock poisoned".into()))?;
-        content
-            .tensor(&mut *f, gname, device)
-            .map_err(|e| Error::Msg(format!("{}: tensor {gname}: {e}", path.display())))
+        files.tensor(gname, device)
     }
 }
 

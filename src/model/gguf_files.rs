@@ -1,0 +1,295 @@
+//! A GGUF model as one file or as the shards llama.cpp's `llama-gguf-split` writes —
+//! `PREFIX-00001-of-0000N.gguf` … `PREFIX-0000N-of-0000N.gguf` — read as one model. Qwen's own
+//! GGUF repositories ship their larger 7B/14B files so, and llama.cpp loads them given the first
+//! shard; hyoka does the same, given any of them.
+//!
+//! Every shard is a GGUF file of its own with `split.no` (0-based), `split.count` and
+//! `split.tensors.count`; the model's metadata is in the first shard only, and each tensor is in
+//! exactly one shard (the first may hold none: `--no-tensor-first-split`).
+
+use super::{ModelError, gguf_types};
+use candle_core::quantized::{QTensor, gguf_file};
+use candle_core::{Device, Error, Result};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+pub struct GgufFiles {
+    /// The model's metadata (the first shard's) and every shard's tensor descriptions. Its
+    /// `tensor_data_offset` is the first shard's: read tensors with [`GgufFiles::tensor`].
+    pub content: gguf_file::Content,
+    shards: Vec<Shard>,
+    /// The shard of each tensor.
+    shard_of: HashMap<String, usize>,
+}
+
+struct Shard {
+    path: PathBuf,
+    tensor_data_offset: u64,
+    file: Mutex<std::fs::File>,
+}
+
+/// The names of all shards of a split GGUF, from the name of one of them:
+/// `PREFIX-0000K-of-0000N.gguf` → N names (a folder in the name is kept); None for a name
+/// not so formed.
+pub fn shard_names(name: &str) -> Option<Vec<String>> {
+    let stem = name.strip_suffix(".gguf")?;
+    let (rest, count) = stem.rsplit_once("-of-")?;
+    let (prefix, no) = rest.rsplit_once('-')?;
+    let digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
+    if !(digits(no) && digits(count)) {
+        return None;
+    }
+    let (no, count): (usize, usize) = (no.parse().ok()?, count.parse().ok()?);
+    if no == 0 || no > count {
+        return None;
+    }
+    Some(
+        (1..=count)
+            .map(|i| format!("{prefix}-{i:05}-of-{count:05}.gguf"))
+            .collect(),
+    )
+}
+
+impl GgufFiles {
+    /// Open `path`: a whole GGUF file, or any shard of a split one (the others beside it).
+    pub fn open(path: &Path) -> std::result::Result<Self, ModelError> {
+        let given = read_header(path)?;
+        let Some((no, count)) = split_of(path, &given)? else {
+            return Ok(Self::from_shards(vec![(path.to_path_buf(), given)]));
+        };
+        let origin = path.display().to_string();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let names = shard_names(&name)
+            .filter(|names| names.len() == count && names[no] == name)
+            .ok_or_else(|| ModelError::Missing {
+                origin: origin.clone(),
+                message: format!(
+                    "shard {} of {count} of a split GGUF, but not named \
+                     PREFIX-{:05}-of-{count:05}.gguf as llama-gguf-split names it, so its other \
+                     shards cannot be found: restore the names, or merge the shards into one file \
+                     (llama-gguf-split --merge FIRST-SHARD OUT.gguf)",
+                    no + 1,
+                    no + 1
+                ),
+            })?;
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let mut given = Some(given);
+        let mut shards = Vec::with_capacity(count);
+        for (i, shard_name) in names.iter().enumerate() {
+            let shard = dir.join(shard_name);
+            let content = if i == no {
+                given.take().expect("the given shard is read once")
+            } else {
+                if !shard.is_file() {
+                    return Err(ModelError::Missing {
+                        origin: origin.clone(),
+                        message: format!(
+                            "shard {} of {count} ({}) is missing: a split GGUF needs all its \
+                             shards in one folder",
+                            i + 1,
+                            shard.display()
+                        ),
+                    });
+                }
+                read_header(&shard)?
+            };
+            if split_of(&shard, &content)? != Some((i, count)) {
+                return Err(ModelError::Missing {
+                    origin: shard.display().to_string(),
+                    message: format!(
+                        "is not shard {} of {count} of the split GGUF {origin} (its split.no / \
+                         split.count say otherwise): shards of different files mixed?",
+                        i + 1
+                    ),
+                });
+            }
+            shards.push((shard, content));
+        }
+        let expected_tensors = given_tensor_count(&shards[0].1);
+        let files = Self::from_shards_checked(shards)?;
+        if let Some(expected) = expected_tensors
+            && expected != files.content.tensor_infos.len()
+        {
+            return Err(ModelError::Missing {
+                origin,
+                message: format!(
+                    "its {count} shards hold {} tensors, split.tensors.count says {expected}",
+                    files.content.tensor_infos.len()
+                ),
+            });
+        }
+        Ok(files)
+    }
+
+    fn from_shards(shards: Vec<(PathBuf, gguf_file::Content)>) -> Self {
+        Self::from_shards_checked(shards).expect("one file has no repeated tensor")
+    }
+
+    /// Merge the shards' tensor descriptions; a tensor in two shards is an error.
+    fn from_shards_checked(
+        shards: Vec<(PathBuf, gguf_file::Content)>,
+    ) -> std::result::Result<Self, ModelError> {
+        let mut merged: Option<gguf_file::Content> = None;
+        let mut shard_of = HashMap::new();
+        let mut opened = Vec::with_capacity(shards.len());
+        for (i, (path, mut content)) in shards.into_iter().enumerate() {
+            let file = std::fs::File::open(&path).map_err(|source| ModelError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            opened.push(Shard {
+                path: path.clone(),
+                tensor_data_offset: content.tensor_data_offset,
+                file: Mutex::new(file),
+            });
+            let infos = std::mem::take(&mut content.tensor_infos);
+            let merged = merged.get_or_insert(content);
+            for (name, info) in infos {
+                if shard_of.insert(name.clone(), i).is_some() {
+                    return Err(ModelError::Missing {
+                        origin: path.display().to_string(),
+                        message: format!("tensor {name} is also in an earlier shard"),
+                    });
+                }
+                merged.tensor_infos.insert(name, info);
+            }
+        }
+        Ok(GgufFiles {
+            content: merged.expect("at least one shard"),
+            shards: opened,
+            shard_of,
+        })
+    }
+
+    /// The files, in shard order (one for a whole file).
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.shards.iter().map(|s| s.path.clone()).collect()
+    }
+
+    /// The first (or only) file: the one that names the model in messages.
+    pub fn path(&self) -> &Path {
+        &self.shards[0].path
+    }
+
+    /// A tensor as stored, read from its shard onto `device`.
+    pub fn tensor(&self, name: &str, device: &Device) -> Result<QTensor> {
+        let (Some(info), Some(&i)) = (self.content.tensor_infos.get(name), self.shard_of.get(name))
+        else {
+            return Err(Error::Msg(format!(
+                "{}: no tensor {name}",
+                self.path().display()
+            )));
+        };
+        let shard = &self.shards[i];
+        let mut file = shard
+            .file
+            .lock()
+            .map_err(|_| Error::Msg("GGUF file lock poisoned".into()))?;
+        info.read(&mut *file, shard.tensor_data_offset, device)
+            .map_err(|e| Error::Msg(format!("{}: tensor {name}: {e}", shard.path.display())))
+    }
+}
+
+/// Read a GGUF file's header with candle; a type candle does not know is named, with its tensors.
+pub fn read_header(path: &Path) -> std::result::Result<gguf_file::Content, ModelError> {
+    let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    gguf_file::Content::read(&mut file).map_err(|e| {
+        if let Ok(found) = gguf_types::unreadable_types(path)
+            && !found.is_empty()
+        {
+            return ModelError::Unsupported {
+                origin: path.display().to_string(),
+                what: gguf_types::describe(&found),
+            };
+        }
+        // candle adds a backtrace to its message when RUST_BACKTRACE is set: not for users.
+        let e = match e {
+            Error::WithBacktrace { inner, .. } => *inner,
+            e => e,
+        };
+        ModelError::Missing {
+            origin: path.display().to_string(),
+            message: format!("not a readable GGUF file: {e}"),
+        }
+    })
+}
+
+/// (split.no, split.count) of a shard of a split GGUF; None for a whole file.
+fn split_of(
+    path: &Path,
+    content: &gguf_file::Content,
+) -> std::result::Result<Option<(usize, usize)>, ModelError> {
+    let field = |key: &str| -> std::result::Result<Option<usize>, ModelError> {
+        content
+            .metadata
+            .get(key)
+            .map(|v| {
+                v.to_u64()
+                    .map(|n| n as usize)
+                    .map_err(|e| ModelError::Config {
+                        origin: path.display().to_string(),
+                        field: key.into(),
+                        message: e.to_string(),
+                    })
+            })
+            .transpose()
+    };
+    let count = field("split.count")?.unwrap_or(1);
+    if count <= 1 {
+        return Ok(None);
+    }
+    let no = field("split.no")?.ok_or_else(|| ModelError::Config {
+        origin: path.display().to_string(),
+        field: "split.no".into(),
+        message: format!("missing in a shard of a split.count = {count} file"),
+    })?;
+    if no >= count {
+        return Err(ModelError::Config {
+            origin: path.display().to_string(),
+            field: "split.no".into(),
+            message: format!("{no}, but split.count is {count}"),
+        });
+    }
+    Ok(Some((no, count)))
+}
+
+fn given_tensor_count(content: &gguf_file::Content) -> Option<usize> {
+    content
+        .metadata
+        .get("split.tensors.count")
+        .and_then(|v| v.to_i32().ok())
+        .and_then(|n| usize::try_from(n).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shard_names;
+
+    #[test]
+    fn shard_names_as_llama_gguf_split_writes_them() {
+        assert_eq!(
+            shard_names("Q4_K_M/qwen2.5-14b-instruct-q4_k_m-00002-of-00003.gguf").unwrap(),
+            [
+                "Q4_K_M/qwen2.5-14b-instruct-q4_k_m-00001-of-00003.gguf",
+                "Q4_K_M/qwen2.5-14b-instruct-q4_k_m-00002-of-00003.gguf",
+                "Q4_K_M/qwen2.5-14b-instruct-q4_k_m-00003-of-00003.gguf",
+            ]
+        );
+        for not_a_shard in [
+            "model.gguf",
+            "model-1-of-3.gguf",
+            "model-00004-of-00003.gguf",
+            "model-00000-of-00003.gguf",
+            "model-00001-of-00003.bin",
+        ] {
+            assert_eq!(shard_names(not_a_shard), None, "{not_a_shard}");
+        }
+    }
+}
