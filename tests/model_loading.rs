@@ -118,6 +118,17 @@ fn hub_ids_resolve_from_a_copied_cache_offline() {
     assert_eq!(files.path, split_snap.join("q4_k_m-00001-of-00003.gguf"));
     let model = hyoka::model::load_gguf(&files.path, DType::F32, &Device::Cpu, Default::default());
     assert!(model.is_ok(), "{:?}", model.err());
+    // A quantization tag instead of a file name, as llama.cpp's -hf takes it.
+    let by_tag = resolve("hyoka-test/split-gguf:q4_k_m").unwrap();
+    assert_eq!(by_tag.path, files.path);
+    let err = resolve("hyoka-test/split-gguf:Q8_0")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no .gguf file names Q8_0")
+            && err.contains("Q4_K_M/q4_k_m-00002-of-00003.gguf"),
+        "{err}"
+    );
 }
 
 /// The qwen2 converter fixture's q4_k_m file split into 3 shards by llama.cpp's llama-gguf-split

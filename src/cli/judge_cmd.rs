@@ -28,8 +28,9 @@ pub struct JudgeArgs {
     /// Built-in rubric name (see `hyoka rubrics list`) or rubric file.
     #[arg(long)]
     pub rubric: String,
-    /// Judge model: local folder or .gguf file, or Hugging Face id ORG/NAME[@REV][:FILE.gguf].
-    /// A split GGUF (PREFIX-00001-of-0000N.gguf …) is named by any of its shards.
+    /// Judge model: local folder or .gguf file, or Hugging Face id ORG/NAME[@REV][:FILE.gguf]
+    /// (ORG/NAME:Q4_K_M: the GGUF file of that quantization). A split GGUF
+    /// (PREFIX-00001-of-0000N.gguf …) is named by any of its shards.
     /// Repeat to score with several judges: each one's scores and their mean are written.
     #[arg(long, required = true)]
     pub model: Vec<String>,

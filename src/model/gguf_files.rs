@@ -51,6 +51,61 @@ pub fn shard_names(name: &str) -> Option<Vec<String>> {
     )
 }
 
+/// The GGUF file of a repository's `files` that a quantization tag names (`Q4_K_M`, `q8_0`,
+/// `IQ4_XS`…, as llama.cpp's `-hf ORG/NAME:TAG` takes it): the one `.gguf` whose path holds the
+/// tag as a whole word (any case; `Q4_K` is not `Q4_K_M`'s), or the first shard of the one split
+/// GGUF that does. Multimodal projectors (`mmproj`) are not models. Err: a message listing what
+/// matched, or the repository's GGUF files when nothing did.
+pub fn file_for_tag(files: &[String], tag: &str) -> std::result::Result<String, String> {
+    let tag_lower = tag.to_lowercase();
+    let is_word = |path: &str| {
+        let lower = path.to_lowercase();
+        let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        lower.match_indices(&tag_lower).any(|(at, _)| {
+            !word(lower[..at].chars().next_back())
+                && !word(lower[at + tag_lower.len()..].chars().next())
+        })
+    };
+    let ggufs: Vec<&String> = files
+        .iter()
+        .filter(|f| f.to_lowercase().ends_with(".gguf") && !f.to_lowercase().contains("mmproj"))
+        .collect();
+    let mut chosen: Vec<String> = Vec::new();
+    for f in ggufs.iter().filter(|f| is_word(f)) {
+        // A split GGUF counts once, as its first shard.
+        let first = shard_names(f).map_or_else(|| (*f).clone(), |names| names[0].clone());
+        if !chosen.contains(&first) {
+            chosen.push(first);
+        }
+    }
+    let list = |names: &mut dyn Iterator<Item = &String>| {
+        let names: Vec<&String> = names.collect();
+        let shown: Vec<&str> = names.iter().take(30).map(|s| s.as_str()).collect();
+        let more = names.len().saturating_sub(shown.len());
+        format!(
+            "{}{}",
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        )
+    };
+    match chosen.len() {
+        1 => Ok(chosen.remove(0)),
+        0 if ggufs.is_empty() => Err("the repository holds no .gguf file".into()),
+        0 => Err(format!(
+            "no .gguf file names {tag}; the repository's: {}",
+            list(&mut ggufs.into_iter())
+        )),
+        _ => Err(format!(
+            "{tag} names several files: {}; give one as ORG/NAME:FILE.gguf",
+            list(&mut chosen.iter())
+        )),
+    }
+}
+
 impl GgufFiles {
     /// Open `path`: a whole GGUF file, or any shard of a split one (the others beside it).
     pub fn open(path: &Path) -> std::result::Result<Self, ModelError> {
@@ -270,7 +325,86 @@ fn given_tensor_count(content: &gguf_file::Content) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::shard_names;
+    use super::{file_for_tag, shard_names};
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// File lists in the forms of Qwen's own GGUF repositories (split files), of repositories
+    /// with one file per type (and types whose names contain others'), and of one type per
+    /// folder.
+    #[test]
+    fn a_tag_names_one_file_or_one_split_file() {
+        let qwen = names(&[
+            ".gitattributes",
+            "README.md",
+            "qwen2.5-7b-instruct-fp16-00001-of-00004.gguf",
+            "qwen2.5-7b-instruct-fp16-00002-of-00004.gguf",
+            "qwen2.5-7b-instruct-q4_0-00001-of-00002.gguf",
+            "qwen2.5-7b-instruct-q4_0-00002-of-00002.gguf",
+            "qwen2.5-7b-instruct-q4_k_m-00001-of-00002.gguf",
+            "qwen2.5-7b-instruct-q4_k_m-00002-of-00002.gguf",
+            "qwen2.5-7b-instruct-q8_0-00002-of-00003.gguf",
+            "qwen2.5-7b-instruct-q8_0-00001-of-00003.gguf",
+            "qwen2.5-7b-instruct-q8_0-00003-of-00003.gguf",
+            "qwen2.5-7b-instruct-q2_k.gguf",
+        ]);
+        let err = file_for_tag(&qwen, "Q5_K_M").unwrap_err();
+        assert!(
+            err.contains("no .gguf file names Q5_K_M") && err.contains("q2_k.gguf"),
+            "{err}"
+        );
+
+        let one_per_type = names(&[
+            "ELYZA-JP-8B-Q4_K.gguf",
+            "ELYZA-JP-8B-Q4_K_M.gguf",
+            "ELYZA-JP-8B-IQ4_XS.gguf",
+            "ELYZA-JP-8B-Q4_K_M-mmproj-f16.gguf",
+            "ELYZA-JP-8B-Q8_0.gguf",
+        ]);
+        for (files, tag, want) in [
+            (
+                &qwen,
+                "Q4_K_M",
+                "qwen2.5-7b-instruct-q4_k_m-00001-of-00002.gguf",
+            ),
+            (
+                &qwen,
+                "q8_0",
+                "qwen2.5-7b-instruct-q8_0-00001-of-00003.gguf",
+            ),
+            (&qwen, "Q2_K", "qwen2.5-7b-instruct-q2_k.gguf"),
+            (&one_per_type, "Q4_K", "ELYZA-JP-8B-Q4_K.gguf"),
+            (&one_per_type, "q4_k_m", "ELYZA-JP-8B-Q4_K_M.gguf"),
+            (&one_per_type, "IQ4_XS", "ELYZA-JP-8B-IQ4_XS.gguf"),
+        ] {
+            assert_eq!(file_for_tag(files, tag).unwrap(), want, "{tag}");
+        }
+        assert!(file_for_tag(&one_per_type, "Q4_XS").is_err());
+
+        let folders = names(&[
+            "Q4_K_M/model-Q4_K_M-00001-of-00002.gguf",
+            "Q4_K_M/model-Q4_K_M-00002-of-00002.gguf",
+            "Q6_K/model-Q6_K.gguf",
+            "model-Q4_K_M.gguf",
+        ]);
+        let err = file_for_tag(&folders, "Q4_K_M").unwrap_err();
+        assert!(
+            err.contains("several files")
+                && err.contains("Q4_K_M/model-Q4_K_M-00001-of-00002.gguf, model-Q4_K_M.gguf"),
+            "{err}"
+        );
+        assert_eq!(
+            file_for_tag(&folders, "q6_k").unwrap(),
+            "Q6_K/model-Q6_K.gguf"
+        );
+        assert!(
+            file_for_tag(&names(&["config.json"]), "Q4_K_M")
+                .unwrap_err()
+                .contains("no .gguf file")
+        );
+    }
 
     #[test]
     fn shard_names_as_llama_gguf_split_writes_them() {

@@ -4,7 +4,8 @@
 //!
 //! Model names: `PATH` | `ORG/NAME[@REVISION]` (safetensors checkpoint) |
 //! `ORG/NAME[@REVISION]:FILE.gguf` (one GGUF file of a repository; a shard of a split GGUF,
-//! `…-00001-of-0000N.gguf`, fetches every shard).
+//! `…-00001-of-0000N.gguf`, fetches every shard) | `ORG/NAME[@REVISION]:TAG` (the GGUF file
+//! whose name holds a quantization tag such as Q4_K_M, as llama.cpp's `-hf` takes it).
 
 use super::ModelError;
 use sha2::{Digest, Sha256};
@@ -75,16 +76,26 @@ pub fn resolve(name: &str) -> Result<ModelFiles, ModelError> {
     let repo = hf_hub::Repo::with_revision(id.to_string(), hf_hub::RepoType::Model, revision);
     let fetcher = Fetcher::new(repo, name)?;
     match file {
-        Some(gguf) => {
+        Some(file) => {
+            let gguf = if file.to_lowercase().ends_with(".gguf") {
+                file.to_string()
+            } else {
+                super::gguf_files::file_for_tag(&fetcher.list()?, file).map_err(|message| {
+                    ModelError::Missing {
+                        origin: name.into(),
+                        message,
+                    }
+                })?
+            };
             // A shard of a split GGUF brings the others: the loader finds them beside it.
-            for shard in super::gguf_files::shard_names(gguf).unwrap_or_default() {
+            for shard in super::gguf_files::shard_names(&gguf).unwrap_or_default() {
                 fetcher.get(&shard)?;
             }
-            let path = fetcher.get(gguf)?;
+            let path = fetcher.get(&gguf)?;
             Ok(ModelFiles {
                 name: name.into(),
                 format: Format::Gguf,
-                revision: commit_of(&path, gguf),
+                revision: commit_of(&path, &gguf),
                 path,
             })
         }
@@ -128,7 +139,7 @@ pub fn resolve(name: &str) -> Result<ModelFiles, ModelError> {
 /// The hub API, or the cache alone when HF_HUB_OFFLINE is set.
 enum Fetcher {
     Online(hf_hub::api::sync::ApiRepo, String),
-    Offline(hf_hub::CacheRepo, String),
+    Offline(hf_hub::CacheRepo, String, hf_hub::Repo),
 }
 
 impl Fetcher {
@@ -136,8 +147,9 @@ impl Fetcher {
         let offline = std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| !v.is_empty() && v != "0");
         if offline {
             return Ok(Fetcher::Offline(
-                hf_hub::Cache::from_env().repo(repo),
+                hf_hub::Cache::from_env().repo(repo.clone()),
                 name.into(),
+                repo,
             ));
         }
         let api = hf_hub::api::sync::ApiBuilder::from_env()
@@ -156,10 +168,54 @@ impl Fetcher {
                 origin: name.clone(),
                 message: format!("cannot fetch {file} from the Hugging Face hub: {e} (set HF_HUB_OFFLINE=1 to use a copied cache, or give a local path)"),
             }),
-            Fetcher::Offline(repo, name) => repo.get(file).ok_or_else(|| ModelError::Missing {
+            Fetcher::Offline(repo, name, _) => repo.get(file).ok_or_else(|| ModelError::Missing {
                 origin: name.clone(),
                 message: format!("{file} is not in the Hugging Face cache ({}) and HF_HUB_OFFLINE is set", hf_hub::Cache::from_env().path().display()),
             }),
+        }
+    }
+
+    /// The repository's files (paths in it): from the hub, or those of the cache's snapshot.
+    fn list(&self) -> Result<Vec<String>, ModelError> {
+        match self {
+            Fetcher::Online(repo, name) => Ok(repo
+                .info()
+                .map_err(|e| ModelError::Missing {
+                    origin: name.clone(),
+                    message: format!("cannot list the repository's files on the Hugging Face hub: {e} (set HF_HUB_OFFLINE=1 to use a copied cache, or give a local path)"),
+                })?
+                .siblings
+                .into_iter()
+                .map(|s| s.rfilename)
+                .collect()),
+            Fetcher::Offline(_, name, repo) => {
+                let folder = hf_hub::Cache::from_env().path().join(repo.folder_name());
+                let missing = || ModelError::Missing {
+                    origin: name.clone(),
+                    message: format!(
+                        "{} holds no snapshot of revision {} and HF_HUB_OFFLINE is set",
+                        folder.display(),
+                        repo.revision()
+                    ),
+                };
+                let commit = std::fs::read_to_string(folder.join("refs").join(repo.revision()))
+                    .map_err(|_| missing())?;
+                let snapshot = folder.join("snapshots").join(commit.trim());
+                let mut files = Vec::new();
+                let mut folders = vec![snapshot.clone()];
+                while let Some(dir) = folders.pop() {
+                    for entry in std::fs::read_dir(&dir).map_err(|_| missing())? {
+                        let path = entry.map_err(|_| missing())?.path();
+                        if path.is_dir() {
+                            folders.push(path);
+                        } else if let Ok(rel) = path.strip_prefix(&snapshot) {
+                            files.push(rel.to_string_lossy().replace('\\', "/"));
+                        }
+                    }
+                }
+                files.sort();
+                Ok(files)
+            }
         }
     }
 }
