@@ -126,7 +126,15 @@ fn hub_ids_resolve_from_a_copied_cache_offline() {
         .to_string();
     assert!(
         err.contains("no .gguf file names Q8_0")
-            && err.contains("Q4_K_M/q4_k_m-00002-of-00003.gguf"),
+            && err.contains("Q4_K_M/q4_k_m-00001-of-00003.gguf"),
+        "{err}"
+    );
+    // A GGUF repository named as if it were a checkpoint: what to name instead.
+    let err = resolve("hyoka-test/split-gguf").unwrap_err().to_string();
+    assert!(
+        err.contains("a repository of GGUF files")
+            && err.contains("hyoka-test/split-gguf:TAG")
+            && err.contains("Q4_K_M/q4_k_m-00001-of-00003.gguf"),
         "{err}"
     );
 }

@@ -66,43 +66,45 @@ pub fn file_for_tag(files: &[String], tag: &str) -> std::result::Result<String, 
                 && !word(lower[at + tag_lower.len()..].chars().next())
         })
     };
-    let ggufs: Vec<&String> = files
-        .iter()
-        .filter(|f| f.to_lowercase().ends_with(".gguf") && !f.to_lowercase().contains("mmproj"))
-        .collect();
-    let mut chosen: Vec<String> = Vec::new();
-    for f in ggufs.iter().filter(|f| is_word(f)) {
-        // A split GGUF counts once, as its first shard.
-        let first = shard_names(f).map_or_else(|| (*f).clone(), |names| names[0].clone());
-        if !chosen.contains(&first) {
-            chosen.push(first);
-        }
-    }
-    let list = |names: &mut dyn Iterator<Item = &String>| {
-        let names: Vec<&String> = names.collect();
-        let shown: Vec<&str> = names.iter().take(30).map(|s| s.as_str()).collect();
-        let more = names.len().saturating_sub(shown.len());
-        format!(
-            "{}{}",
-            shown.join(", "),
-            if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            }
-        )
-    };
+    let models = gguf_models(files);
+    let mut chosen: Vec<String> = models.iter().filter(|f| is_word(f)).cloned().collect();
     match chosen.len() {
         1 => Ok(chosen.remove(0)),
-        0 if ggufs.is_empty() => Err("the repository holds no .gguf file".into()),
+        0 if models.is_empty() => Err("the repository holds no .gguf file".into()),
         0 => Err(format!(
             "no .gguf file names {tag}; the repository's: {}",
-            list(&mut ggufs.into_iter())
+            listing(&models)
         )),
         _ => Err(format!(
             "{tag} names several files: {}; give one as ORG/NAME:FILE.gguf",
-            list(&mut chosen.iter())
+            listing(&chosen)
         )),
+    }
+}
+
+/// The GGUF models among a repository's `files`: each `.gguf` but multimodal projectors
+/// (`mmproj`), a split GGUF once, as its first shard; in the listing's order.
+pub fn gguf_models(files: &[String]) -> Vec<String> {
+    let mut models: Vec<String> = Vec::new();
+    for f in files {
+        let lower = f.to_lowercase();
+        if !lower.ends_with(".gguf") || lower.contains("mmproj") {
+            continue;
+        }
+        let first = shard_names(f).map_or_else(|| f.clone(), |names| names[0].clone());
+        if !models.contains(&first) {
+            models.push(first);
+        }
+    }
+    models
+}
+
+/// Names for a message: the first 30, then how many more.
+pub fn listing(names: &[String]) -> String {
+    let shown: Vec<&str> = names.iter().take(30).map(String::as_str).collect();
+    match names.len() - shown.len() {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
     }
 }
 

@@ -101,7 +101,7 @@ pub fn resolve(name: &str) -> Result<ModelFiles, ModelError> {
         }
         None => {
             for f in CHECKPOINT_FILES {
-                fetcher.get(f)?;
+                fetcher.get(f).map_err(|e| fetcher.if_gguf_repository(e))?;
             }
             let _ = fetcher.get("chat_template.jinja");
             let weights = match fetcher.get("model.safetensors") {
@@ -172,6 +172,29 @@ impl Fetcher {
                 origin: name.clone(),
                 message: format!("{file} is not in the Hugging Face cache ({}) and HF_HUB_OFFLINE is set", hf_hub::Cache::from_env().path().display()),
             }),
+        }
+    }
+
+    /// `e` (a checkpoint's file missing) or, for a repository of GGUF files named without one
+    /// of them, what to name instead and the files to choose from.
+    fn if_gguf_repository(&self, e: ModelError) -> ModelError {
+        let models = self
+            .list()
+            .map(|files| super::gguf_files::gguf_models(&files))
+            .unwrap_or_default();
+        if models.is_empty() {
+            return e;
+        }
+        let name = match self {
+            Fetcher::Online(_, name) | Fetcher::Offline(_, name, _) => name,
+        };
+        ModelError::Missing {
+            origin: name.clone(),
+            message: format!(
+                "a repository of GGUF files, not a checkpoint: name one as {name}:TAG (the \
+                 quantization in its name, e.g. Q4_K_M) or {name}:FILE.gguf — {}",
+                super::gguf_files::listing(&models)
+            ),
         }
     }
 
