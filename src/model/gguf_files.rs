@@ -113,7 +113,7 @@ impl GgufFiles {
     pub fn open(path: &Path) -> std::result::Result<Self, ModelError> {
         let given = read_header(path)?;
         let Some((no, count)) = split_of(path, &given)? else {
-            return Ok(Self::from_shards(vec![(path.to_path_buf(), given)]));
+            return Self::from_shards(vec![(path.to_path_buf(), given)]);
         };
         let origin = path.display().to_string();
         let name = path
@@ -167,7 +167,7 @@ impl GgufFiles {
             shards.push((shard, content));
         }
         let expected_tensors = given_tensor_count(&shards[0].1);
-        let files = Self::from_shards_checked(shards)?;
+        let files = Self::from_shards(shards)?;
         if let Some(expected) = expected_tensors
             && expected != files.content.tensor_infos.len()
         {
@@ -182,12 +182,8 @@ impl GgufFiles {
         Ok(files)
     }
 
-    fn from_shards(shards: Vec<(PathBuf, gguf_file::Content)>) -> Self {
-        Self::from_shards_checked(shards).expect("one file has no repeated tensor")
-    }
-
     /// Merge the shards' tensor descriptions; a tensor in two shards is an error.
-    fn from_shards_checked(
+    fn from_shards(
         shards: Vec<(PathBuf, gguf_file::Content)>,
     ) -> std::result::Result<Self, ModelError> {
         let mut merged: Option<gguf_file::Content> = None;
