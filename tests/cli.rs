@@ -611,3 +611,174 @@ fn unreadable_gguf_files_exit_1_with_what_to_do() {
         assert!(!err.contains("candle_core::"), "{err}");
     }
 }
+
+/// A minimal Hugging Face Hub for one repository, on a local port: the listing API and
+/// `resolve` downloads as hf-hub requests them (a first byte for the metadata: commit, etag,
+/// size; then the rest). Returns the endpoint and the paths asked for.
+fn mock_hub(
+    repo: &'static str,
+    commit: &'static str,
+    files: Vec<(String, Vec<u8>)>,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use sha2::Digest;
+    use std::io::{BufRead, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = asked.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let mut head = Vec::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push(line.trim_end().to_string());
+            }
+            let path = head
+                .first()
+                .and_then(|l| l.split(' ').nth(1))
+                .unwrap_or("")
+                .to_string();
+            let range_start = head
+                .iter()
+                .find_map(|h| {
+                    h.to_lowercase()
+                        .strip_prefix("range: bytes=")
+                        .map(String::from)
+                })
+                .and_then(|r| r.split('-').next().and_then(|s| s.parse::<usize>().ok()));
+            seen.lock().unwrap().push(path.clone());
+            let (status, headers, body) = if path == format!("/api/models/{repo}/revision/main") {
+                let siblings: Vec<_> = files
+                    .iter()
+                    .map(|(name, _)| serde_json::json!({ "rfilename": name }))
+                    .collect();
+                let json = serde_json::json!({ "sha": commit, "siblings": siblings });
+                ("200 OK", String::new(), json.to_string().into_bytes())
+            } else if let Some((_, data)) = files
+                .iter()
+                .find(|(name, _)| path == format!("/{repo}/resolve/main/{name}"))
+            {
+                let start = range_start.unwrap_or(0);
+                let end = if start == 0 && head.iter().any(|h| h.ends_with("bytes=0-0")) {
+                    1
+                } else {
+                    data.len()
+                };
+                let etag = hyoka::rubric::hex(&sha2::Sha256::digest(data));
+                let headers = format!(
+                    "x-repo-commit: {commit}\r\netag: \"{etag}\"\r\ncontent-range: bytes {start}-{}/{}\r\n",
+                    end - 1,
+                    data.len()
+                );
+                ("206 Partial Content", headers, data[start..end].to_vec())
+            } else {
+                ("404 Not Found", String::new(), b"not found".to_vec())
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(&body);
+        }
+    });
+    (endpoint, asked)
+}
+
+/// From the Hub (a local stand-in: the Hub is unreachable here), a split GGUF named by its
+/// quantization tag: hf-hub's real download code fetches every shard, the run scores, and the
+/// provenance holds the commit and the shards' sha256; a GGUF repository named as a checkpoint
+/// is refused with what to name. Then offline, from the cache alone, the same.
+#[test]
+fn hub_downloads_every_shard_of_a_split_gguf_named_by_tag() {
+    use sha2::Digest;
+    let commit = "89abcdef0123456789abcdef0123456789abcdef";
+    let shards: Vec<(String, Vec<u8>)> = (1..=3)
+        .map(|k| {
+            let name = format!("q4_k_m-{k:05}-of-00003.gguf");
+            let data = std::fs::read(common::fixtures().join("converter/qwen2/split").join(&name))
+                .unwrap();
+            (format!("Q4_K_M/{name}"), data)
+        })
+        .collect();
+    let mut all = Vec::new();
+    for (_, data) in &shards {
+        all.extend_from_slice(data);
+    }
+    let sha = hyoka::rubric::hex(&sha2::Sha256::digest(&all));
+    let mut files = shards.clone();
+    files.push(("README.md".into(), b"# a GGUF repository".to_vec()));
+    let (endpoint, asked) = mock_hub("hyoka-test/split-gguf", commit, files);
+
+    let dir = tempfile::tempdir().unwrap();
+    let items = write(
+        dir.path(),
+        "items.jsonl",
+        r#"{"id": 1, "context": [{"speaker": "U", "text": "やあ"}], "response": {"speaker": "S", "text": "こんにちは"}}"#,
+    );
+    let template = write(
+        dir.path(),
+        "t.jinja",
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+    );
+    let judge = |model: &str, out: &str, offline: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hyoka"));
+        c.args(["judge", "--rubric", "dialogue6-ja", "--model", model])
+            .args(["--chat-template", &template, "--input", &items, "-o", out])
+            .env("HF_ENDPOINT", &endpoint)
+            .env("HF_HOME", dir.path().join("hf"))
+            .env_remove("HF_HUB_OFFLINE");
+        if offline {
+            c.env("HF_HUB_OFFLINE", "1");
+        }
+        c.output().unwrap()
+    };
+    let out = dir.path().join("out.jsonl");
+    let o = judge("hyoka-test/split-gguf:q4_k_m", out.to_str().unwrap(), false);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    for (name, _) in &shards {
+        let path = format!("/hyoka-test/split-gguf/resolve/main/{name}");
+        assert!(asked.lock().unwrap().contains(&path), "{path} not fetched");
+    }
+    let line: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    let model = &line["provenance"]["models"][0];
+    assert_eq!(model["revision"], commit, "{model}");
+    assert_eq!(model["sha256"], sha.as_str(), "{model}");
+
+    let o = judge(
+        "hyoka-test/split-gguf",
+        dir.path().join("x.jsonl").to_str().unwrap(),
+        false,
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("a repository of GGUF files"), "{err}");
+
+    let offline_out = dir.path().join("offline.jsonl");
+    let o = judge(
+        "hyoka-test/split-gguf:Q4_K_M",
+        offline_out.to_str().unwrap(),
+        true,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let scores = |p: &Path| -> serde_json::Value {
+        serde_json::from_str::<serde_json::Value>(
+            std::fs::read_to_string(p).unwrap().lines().next().unwrap(),
+        )
+        .unwrap()["scores"]
+            .clone()
+    };
+    assert_eq!(scores(&offline_out), scores(&out));
+}
