@@ -612,14 +612,17 @@ fn unreadable_gguf_files_exit_1_with_what_to_do() {
     }
 }
 
+/// The paths a `mock_hub` was asked for, each with its Authorization header.
+type Asked = std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>;
+
 /// A minimal Hugging Face Hub for one repository, on a local port: the listing API and
 /// `resolve` downloads as hf-hub requests them (a first byte for the metadata: commit, etag,
-/// size; then the rest). Returns the endpoint and the paths asked for.
+/// size; then the rest). Returns the endpoint and what it was asked.
 fn mock_hub(
     repo: &'static str,
     commit: &'static str,
     files: Vec<(String, Vec<u8>)>,
-) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+) -> (String, Asked) {
     use sha2::Digest;
     use std::io::{BufRead, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -651,7 +654,12 @@ fn mock_hub(
                         .map(String::from)
                 })
                 .and_then(|r| r.split('-').next().and_then(|s| s.parse::<usize>().ok()));
-            seen.lock().unwrap().push(path.clone());
+            let authorization = head.iter().find_map(|h| {
+                h.to_lowercase()
+                    .starts_with("authorization: ")
+                    .then(|| h["authorization: ".len()..].to_string())
+            });
+            seen.lock().unwrap().push((path.clone(), authorization));
             let (status, headers, body) = if path == format!("/api/models/{repo}/revision/main") {
                 let siblings: Vec<_> = files
                     .iter()
@@ -692,8 +700,9 @@ fn mock_hub(
 
 /// From the Hub (a local stand-in: the Hub is unreachable here), a split GGUF named by its
 /// quantization tag: hf-hub's real download code fetches every shard, the run scores, and the
-/// provenance holds the commit and the shards' sha256; a GGUF repository named as a checkpoint
-/// is refused with what to name. Then offline, from the cache alone, the same.
+/// provenance holds the commit and the shards' sha256, and HF_TOKEN goes with every request
+/// (hf-hub alone reads only the token file); a GGUF repository named as a checkpoint is refused
+/// with what to name. Then offline, from the cache alone, the same.
 #[test]
 fn hub_downloads_every_shard_of_a_split_gguf_named_by_tag() {
     use sha2::Digest;
@@ -732,6 +741,7 @@ fn hub_downloads_every_shard_of_a_split_gguf_named_by_tag() {
             .args(["--chat-template", &template, "--input", &items, "-o", out])
             .env("HF_ENDPOINT", &endpoint)
             .env("HF_HOME", dir.path().join("hf"))
+            .env("HF_TOKEN", "hf_test_token")
             .env_remove("HF_HUB_OFFLINE");
         if offline {
             c.env("HF_HUB_OFFLINE", "1");
@@ -741,10 +751,17 @@ fn hub_downloads_every_shard_of_a_split_gguf_named_by_tag() {
     let out = dir.path().join("out.jsonl");
     let o = judge("hyoka-test/split-gguf:q4_k_m", out.to_str().unwrap(), false);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let asked = asked.lock().unwrap().clone();
     for (name, _) in &shards {
         let path = format!("/hyoka-test/split-gguf/resolve/main/{name}");
-        assert!(asked.lock().unwrap().contains(&path), "{path} not fetched");
+        assert!(asked.iter().any(|(p, _)| *p == path), "{path} not fetched");
     }
+    assert!(
+        asked
+            .iter()
+            .all(|(_, auth)| auth.as_deref() == Some("Bearer hf_test_token")),
+        "{asked:?}"
+    );
     let line: serde_json::Value = serde_json::from_str(
         std::fs::read_to_string(&out)
             .unwrap()

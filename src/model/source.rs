@@ -152,13 +152,20 @@ impl Fetcher {
                 repo,
             ));
         }
-        let api = hf_hub::api::sync::ApiBuilder::from_env()
-            .with_progress(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .build()
-            .map_err(|e| ModelError::Missing {
-                origin: name.into(),
-                message: format!("Hugging Face hub client: {e}"),
-            })?;
+        let mut builder = hf_hub::api::sync::ApiBuilder::from_env()
+            .with_progress(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        // hf-hub reads only the token file `huggingface-cli login` writes; the Python hub (and
+        // users' labs) also take HF_TOKEN, first, then the older HUGGING_FACE_HUB_TOKEN.
+        if let Some(token) = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"]
+            .iter()
+            .find_map(|k| std::env::var(k).ok().filter(|t| !t.trim().is_empty()))
+        {
+            builder = builder.with_token(Some(token.trim().to_string()));
+        }
+        let api = builder.build().map_err(|e| ModelError::Missing {
+            origin: name.into(),
+            message: format!("Hugging Face hub client: {e}"),
+        })?;
         Ok(Fetcher::Online(api.repo(repo), name.into()))
     }
 
@@ -166,7 +173,7 @@ impl Fetcher {
         match self {
             Fetcher::Online(repo, name) => repo.get(file).map_err(|e| ModelError::Missing {
                 origin: name.clone(),
-                message: format!("cannot fetch {file} from the Hugging Face hub: {e} (set HF_HUB_OFFLINE=1 to use a copied cache, or give a local path)"),
+                message: format!("cannot fetch {file} from the Hugging Face hub: {e} (a gated or private repository needs a token: HF_TOKEN or `huggingface-cli login`; set HF_HUB_OFFLINE=1 to use a copied cache, or give a local path)"),
             }),
             Fetcher::Offline(repo, name, _) => repo.get(file).ok_or_else(|| ModelError::Missing {
                 origin: name.clone(),
@@ -205,7 +212,7 @@ impl Fetcher {
                 .info()
                 .map_err(|e| ModelError::Missing {
                     origin: name.clone(),
-                    message: format!("cannot list the repository's files on the Hugging Face hub: {e} (set HF_HUB_OFFLINE=1 to use a copied cache, or give a local path)"),
+                    message: format!("cannot list the repository's files on the Hugging Face hub: {e} (a gated or private repository needs a token: HF_TOKEN or `huggingface-cli login`; set HF_HUB_OFFLINE=1 to use a copied cache, or give a local path)"),
                 })?
                 .siblings
                 .into_iter()
