@@ -168,3 +168,50 @@ fn smollm2_stored_weights() {
 fn gemma3_stored_weights() {
     check("gemma3");
 }
+
+/// `--weights q8_0` on safetensors checkpoints (the six tiny architectures): every matrix
+/// quantized to Q8_0 at load, as llama.cpp's converter writes a q8_0 GGUF — 34 bytes per 32
+/// weights instead of the file's 128 — and the logits transformers computes on the same
+/// checkpoint with its matrices rounded by llama.cpp's Python quantizer
+/// (scripts/make_q8_0_fixtures.py): within 1e-4 at every kept position of the prompts longer
+/// than a decoding step (prefill expands the blocks and multiplies in f32; shorter passes round
+/// activations to 8 bits in the integer kernels, checked on llama.cpp's q8_0 GGUFs in
+/// tests/gguf_converter.rs). Far from the unquantized model's logits: the rounding happened.
+#[test]
+fn safetensors_quantized_to_q8_0_at_load_match_llama_cpps_rounding() {
+    use hyoka::model::load_safetensors_dir;
+    for arch in ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"] {
+        let dir = common::tiny_model(arch);
+        let load = |mode| load_safetensors_dir(&dir, DType::F32, &Device::Cpu, mode).unwrap();
+        let (q8, plain) = (load(WeightsMode::Q8_0), load(WeightsMode::Stored));
+        assert_eq!(
+            q8.matrix_bytes() * 128,
+            plain.matrix_bytes() * 34,
+            "{arch}: every matrix in Q8_0 blocks"
+        );
+        let expected =
+            candle_core::safetensors::load(dir.join("expected.q8_0.safetensors"), &Device::Cpu)
+                .unwrap();
+        let unquantized = common::tiny_cases(arch);
+        let (mut worst, mut moved) = (0f32, 0f32);
+        for ((ids, logits), (_, plain_logits)) in
+            common::prompt_cases(&expected).into_iter().zip(unquantized)
+        {
+            if ids.len() <= DECODE_ROWS {
+                continue;
+            }
+            let got = common::every_position_logits(&q8, &ids);
+            let first = ids.len() - logits.len();
+            for (i, (e, p)) in logits.iter().zip(&plain_logits).enumerate() {
+                worst = worst.max(common::max_diff(&got[first + i], e));
+                moved = moved.max(common::max_diff(e, p));
+            }
+        }
+        eprintln!("{arch}: q8_0 max |Δlogit| {worst:.2e}; the rounding moved logits {moved:.2e}");
+        assert!(worst <= 1e-4, "{arch}: {worst}");
+        assert!(
+            moved >= 1e-3,
+            "{arch}: Q8_0 rounding moved logits only {moved}"
+        );
+    }
+}

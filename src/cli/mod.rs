@@ -136,7 +136,10 @@ pub struct RuntimeArgs {
     /// dtype, expanding one matrix at a time for a prompt's GEMMs (an 8B Q4_K_M judge needs
     /// about its file size); `expanded` converts every weight to --dtype at load (≈ 6× a
     /// Q4_K_M file in f32), for comparison. Prompt scores are the same either way; decoding
-    /// (json rubrics, --greedy-baseline) uses quantized kernels when stored.
+    /// (json rubrics, --greedy-baseline) uses quantized kernels when stored. `q8_0` quantizes a
+    /// safetensors checkpoint's matrices to Q8_0 at load, as llama.cpp's converter writes a
+    /// q8_0 GGUF (a 13B bf16 judge in about 14 GB, not 26; scores then those of that GGUF);
+    /// GGUF files stay as stored.
     #[arg(long, value_enum, default_value = "stored")]
     pub weights: hyoka::model::WeightsMode,
     /// The CPU's products for prompts (prefill, a judge's scored prompts; with --weights

@@ -31,6 +31,7 @@ pub mod prefill_gemm;
 pub mod rope;
 mod row_tasks;
 mod runs;
+mod safetensors_reads;
 pub mod source;
 mod spm_gguf;
 pub mod stage_times;

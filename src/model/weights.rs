@@ -9,7 +9,8 @@
 use super::config::Arch;
 use super::gguf_files::GgufFiles;
 use super::matrix::{Matrix, WeightsMode};
-use candle_core::quantized::GgmlDType;
+use super::safetensors_reads::SafetensorsReads;
+use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Error, Result, Tensor};
 use std::path::PathBuf;
@@ -22,7 +23,8 @@ pub struct Weights {
 }
 
 enum Source {
-    Safetensors(MmapedSafetensors),
+    /// The map, and for `--weights q8_0` the same files read apart (`safetensors_reads`).
+    Safetensors(MmapedSafetensors, Option<SafetensorsReads>),
     Gguf {
         files: GgufFiles,
         arch: Arch,
@@ -40,8 +42,12 @@ impl Weights {
     ) -> Result<Self> {
         // Safety: the files are memory-mapped read-only; hyoka never writes to them while loaded.
         let st = unsafe { MmapedSafetensors::multi(files)? };
+        let reads = match mode {
+            WeightsMode::Q8_0 => Some(SafetensorsReads::new(files)?),
+            _ => None,
+        };
         Ok(Weights {
-            source: Source::Safetensors(st),
+            source: Source::Safetensors(st, reads),
             dtype,
             device: device.clone(),
             mode,
@@ -57,6 +63,11 @@ impl Weights {
         device: &Device,
         mode: WeightsMode,
     ) -> Self {
+        // A GGUF stays as stored under `q8_0` too: the provenance says what was done.
+        let mode = match mode {
+            WeightsMode::Q8_0 => WeightsMode::Stored,
+            mode => mode,
+        };
         Weights {
             source: Source::Gguf {
                 files,
@@ -89,7 +100,21 @@ impl Weights {
             return Ok(Matrix::Dense(self.get(name)?));
         }
         match &self.source {
-            Source::Safetensors(st) => Ok(Matrix::Dense(
+            Source::Safetensors(_, Some(reads)) => {
+                let t = reads.read(name)?;
+                // Rows of whole 32-value blocks only, as llama.cpp's converter keeps others
+                // (none in the architectures here) in their dtype.
+                if t.rank() != 2 || !t.dim(1)?.is_multiple_of(32) {
+                    return Ok(Matrix::Dense(t.to_device(&self.device)?));
+                }
+                let q = QTensor::quantize_onto(
+                    &t.to_dtype(DType::F32)?,
+                    GgmlDType::Q8_0,
+                    &self.device,
+                )?;
+                Ok(Matrix::Quantized(std::sync::Arc::new(q)))
+            }
+            Source::Safetensors(st, _) => Ok(Matrix::Dense(
                 st.load(name, &self.device)
                     .map_err(|e| Error::Msg(format!("weight {name}: {e}")))?,
             )),
@@ -135,7 +160,7 @@ impl Weights {
     /// The tensor with this Hugging Face name, in `dtype`, on the model's device.
     pub fn get_as(&self, name: &str, dtype: DType) -> Result<Tensor> {
         let t = match &self.source {
-            Source::Safetensors(st) => st
+            Source::Safetensors(st, _) => st
                 .load(name, &self.device)
                 .map_err(|e| Error::Msg(format!("weight {name}: {e}")))?,
             Source::Gguf { arch, .. } => {

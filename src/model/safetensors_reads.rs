@@ -1,0 +1,173 @@
+//! Tensors of safetensors files read with plain file reads rather than through the memory map.
+//!
+//! Matrices converted at load (`--weights q8_0`) are read once and dropped; read through the
+//! map, each page read stays in the process's resident memory as long as the map lives — a
+//! 16 GB bf16 8B checkpoint quantized to 8.5 GB peaked at 20.8 GB resident. Read here, the
+//! file's pages are the kernel's cache, not the process's memory.
+
+use candle_core::{DType, Device, Error, Result, Tensor};
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// Where each tensor of a checkpoint's safetensors files is.
+pub struct SafetensorsReads {
+    tensors: HashMap<String, Entry>,
+}
+
+struct Entry {
+    file: PathBuf,
+    /// From the start of the file.
+    start: u64,
+    len: u64,
+    dtype: DType,
+    shape: Vec<usize>,
+}
+
+impl SafetensorsReads {
+    /// Read the headers of `files`.
+    pub fn new(files: &[PathBuf]) -> Result<Self> {
+        let mut tensors = HashMap::new();
+        for file in files {
+            for (name, entry) in header(file)? {
+                tensors.insert(name, entry);
+            }
+        }
+        Ok(SafetensorsReads { tensors })
+    }
+
+    /// The tensor `name` on the CPU, in its file dtype.
+    pub fn read(&self, name: &str) -> Result<Tensor> {
+        let e = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| Error::Msg(format!("weight {name}: not in the checkpoint")))?;
+        let io = |err: std::io::Error| Error::Msg(format!("{}: {name}: {err}", e.file.display()));
+        let mut f = std::fs::File::open(&e.file).map_err(io)?;
+        f.seek(SeekFrom::Start(e.start)).map_err(io)?;
+        let mut bytes = vec![0u8; e.len as usize];
+        f.read_exact(&mut bytes).map_err(io)?;
+        Tensor::from_raw_buffer(&bytes, e.dtype, &e.shape, &Device::Cpu)
+    }
+}
+
+/// The tensors a safetensors file's header lists.
+fn header(file: &Path) -> Result<Vec<(String, Entry)>> {
+    let bad = |what: String| Error::Msg(format!("{}: {what}", file.display()));
+    let mut f = std::fs::File::open(file).map_err(|e| bad(e.to_string()))?;
+    let size = f.metadata().map_err(|e| bad(e.to_string()))?.len();
+    let mut len = [0u8; 8];
+    f.read_exact(&mut len).map_err(|e| bad(e.to_string()))?;
+    let len = u64::from_le_bytes(len);
+    // safetensors' own bound on a header (100 MB).
+    if len > 100_000_000 || 8 + len > size {
+        return Err(bad(format!("a header of {len} bytes")));
+    }
+    let mut text = vec![0u8; len as usize];
+    f.read_exact(&mut text).map_err(|e| bad(e.to_string()))?;
+    let json: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&text).map_err(|e| bad(format!("header: {e}")))?;
+    let data_start = 8 + len;
+    let mut out = Vec::new();
+    for (name, t) in json {
+        if name == "__metadata__" {
+            continue;
+        }
+        let field = |key: &str| {
+            t.get(key)
+                .ok_or_else(|| bad(format!("tensor {name}: no {key}")))
+        };
+        let dtype = match field("dtype")?.as_str() {
+            Some("BF16") => DType::BF16,
+            Some("F16") => DType::F16,
+            Some("F32") => DType::F32,
+            other => return Err(bad(format!("tensor {name}: dtype {other:?}"))),
+        };
+        let numbers = |key: &str| -> Result<Vec<u64>> {
+            field(key)?
+                .as_array()
+                .and_then(|a| a.iter().map(|v| v.as_u64()).collect::<Option<Vec<u64>>>())
+                .ok_or_else(|| bad(format!("tensor {name}: {key} not a list of numbers")))
+        };
+        let shape: Vec<usize> = numbers("shape")?.into_iter().map(|d| d as usize).collect();
+        let offsets = numbers("data_offsets")?;
+        let (begin, end) = match offsets[..] {
+            [b, e] if b <= e && data_start.checked_add(e).is_some_and(|end| end <= size) => (b, e),
+            _ => return Err(bad(format!("tensor {name}: data_offsets {offsets:?}"))),
+        };
+        let bytes = shape
+            .iter()
+            .try_fold(dtype.size_in_bytes() as u64, |n, &d| {
+                n.checked_mul(d as u64)
+            });
+        if bytes != Some(end - begin) {
+            return Err(bad(format!(
+                "tensor {name}: {shape:?} {dtype:?} in {} bytes",
+                end - begin
+            )));
+        }
+        out.push((
+            name,
+            Entry {
+                file: file.to_path_buf(),
+                start: data_start + begin,
+                len: end - begin,
+                dtype,
+                shape,
+            },
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tiny checkpoints read apart equal candle's safetensors reader, tensor for tensor;
+    /// damaged headers are errors naming the file, never a panic or a huge allocation.
+    #[test]
+    fn reads_what_candle_reads_and_refuses_damaged_headers() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/tiny/qwen2/model.safetensors");
+        let reads = SafetensorsReads::new(std::slice::from_ref(&file)).unwrap();
+        let all = candle_core::safetensors::load(&file, &Device::Cpu).unwrap();
+        assert_eq!(reads.tensors.len(), all.len());
+        for (name, t) in &all {
+            let got = reads.read(name).unwrap();
+            assert_eq!(got.dims(), t.dims(), "{name}");
+            let (a, b) = (got.flatten_all().unwrap(), t.flatten_all().unwrap());
+            assert_eq!(
+                a.to_vec1::<f32>().unwrap(),
+                b.to_vec1::<f32>().unwrap(),
+                "{name}"
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = std::fs::read(&file).unwrap();
+        let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let mut cases: Vec<(&str, Vec<u8>)> = vec![
+            ("cut.safetensors", bytes[..header_len / 2].to_vec()),
+            (
+                "huge.safetensors",
+                [u64::MAX.to_le_bytes().as_slice(), &bytes[8..]].concat(),
+            ),
+        ];
+        let text = String::from_utf8(bytes[8..8 + header_len].to_vec()).unwrap();
+        let offsets = text.find("\"data_offsets\":[").unwrap() + "\"data_offsets\":[".len();
+        let mut far = bytes.clone();
+        far[8 + offsets..8 + offsets + 1].copy_from_slice(b"9");
+        cases.push(("offsets.safetensors", far));
+        for (name, content) in cases {
+            let path = dir.path().join(name);
+            std::fs::write(&path, content).unwrap();
+            let err = SafetensorsReads::new(&[path.clone()])
+                .err()
+                .map(|e| e.to_string());
+            assert!(
+                err.as_deref().is_some_and(|e| e.contains(name)),
+                "{name}: {err:?}"
+            );
+        }
+    }
+}
