@@ -161,7 +161,7 @@ mod tests {
         for (name, content) in cases {
             let path = dir.path().join(name);
             std::fs::write(&path, content).unwrap();
-            let err = SafetensorsReads::new(&[path.clone()])
+            let err = SafetensorsReads::new(std::slice::from_ref(&path))
                 .err()
                 .map(|e| e.to_string());
             assert!(
