@@ -2,7 +2,9 @@
 //!
 //! Weight matrices come as [`Matrix`]: kept as stored (GGUF blocks, safetensors dtype) unless
 //! [`WeightsMode::Expanded`] asks for every weight in the compute dtype at load (see matrix.rs
-//! for why and how a stored matrix is used). Vectors (norms, biases) are small and always come
+//! for why and how a stored matrix is used), or [`WeightsMode::Q8_0`] for a safetensors
+//! checkpoint's matrices in Q8_0 blocks (a bf16 judge too big for the machine as stored).
+//! Vectors (norms, biases) are small and always come
 //! in the compute dtype. llama.cpp's layout differences are undone here so that every
 //! architecture file sees the transformers layout.
 
