@@ -623,7 +623,6 @@ fn mock_hub(
     commit: &'static str,
     files: Vec<(String, Vec<u8>)>,
 ) -> (String, Asked) {
-    use sha2::Digest;
     use std::io::{BufRead, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
@@ -677,7 +676,7 @@ fn mock_hub(
                 } else {
                     data.len()
                 };
-                let etag = hyoka::rubric::hex(&sha2::Sha256::digest(data));
+                let etag = hyoka::rubric::sha256_hex(data);
                 let headers = format!(
                     "x-repo-commit: {commit}\r\netag: \"{etag}\"\r\ncontent-range: bytes {start}-{}/{}\r\n",
                     end - 1,
@@ -705,7 +704,6 @@ fn mock_hub(
 /// with what to name. Then offline, from the cache alone, the same.
 #[test]
 fn hub_downloads_every_shard_of_a_split_gguf_named_by_tag() {
-    use sha2::Digest;
     let commit = "89abcdef0123456789abcdef0123456789abcdef";
     let shards: Vec<(String, Vec<u8>)> = (1..=3)
         .map(|k| {
@@ -719,7 +717,7 @@ fn hub_downloads_every_shard_of_a_split_gguf_named_by_tag() {
     for (_, data) in &shards {
         all.extend_from_slice(data);
     }
-    let sha = hyoka::rubric::hex(&sha2::Sha256::digest(&all));
+    let sha = hyoka::rubric::sha256_hex(&all);
     let mut files = shards.clone();
     files.push(("README.md".into(), b"# a GGUF repository".to_vec()));
     let (endpoint, asked) = mock_hub("hyoka-test/split-gguf", commit, files);

@@ -181,12 +181,11 @@ fn split_ggufs_name_what_is_missing_mixed_or_renamed() {
         "{err}"
     );
 
-    use sha2::Digest;
     let mut all = Vec::new();
     for shard in &shards {
         all.extend(std::fs::read(shard).unwrap());
     }
-    let expected = hyoka::rubric::hex(&sha2::Sha256::digest(&all));
+    let expected = hyoka::rubric::sha256_hex(&all);
     // The fixture carries no chat template.
     let template = dir.path().join("template.jinja");
     std::fs::write(

@@ -112,8 +112,8 @@ impl GgufFiles {
     /// Open `path`: a whole GGUF file, or any shard of a split one (the others beside it).
     pub fn open(path: &Path) -> std::result::Result<Self, ModelError> {
         let given = read_header(path)?;
-        let Some((no, count)) = split_of(path, &given)? else {
-            return Self::from_shards(vec![(path.to_path_buf(), given)]);
+        let Some((no, count)) = split_of(path, &given.0)? else {
+            return Self::from_shards(vec![(path.to_path_buf(), given.0, given.1)]);
         };
         let origin = path.display().to_string();
         let name = path
@@ -138,7 +138,7 @@ impl GgufFiles {
         let mut shards = Vec::with_capacity(count);
         for (i, shard_name) in names.iter().enumerate() {
             let shard = dir.join(shard_name);
-            let content = if i == no {
+            let (content, file) = if i == no {
                 given.take().expect("the given shard is read once")
             } else {
                 if !shard.is_file() {
@@ -164,7 +164,7 @@ impl GgufFiles {
                     ),
                 });
             }
-            shards.push((shard, content));
+            shards.push((shard, content, file));
         }
         let expected_tensors = given_tensor_count(&shards[0].1);
         let files = Self::from_shards(shards)?;
@@ -182,18 +182,15 @@ impl GgufFiles {
         Ok(files)
     }
 
-    /// Merge the shards' tensor descriptions; a tensor in two shards is an error.
+    /// Merge the shards' tensor descriptions, keeping each shard's file open for its tensors'
+    /// reads; a tensor in two shards is an error.
     fn from_shards(
-        shards: Vec<(PathBuf, gguf_file::Content)>,
+        shards: Vec<(PathBuf, gguf_file::Content, std::fs::File)>,
     ) -> std::result::Result<Self, ModelError> {
         let mut merged: Option<gguf_file::Content> = None;
         let mut shard_of = HashMap::new();
         let mut opened = Vec::with_capacity(shards.len());
-        for (i, (path, mut content)) in shards.into_iter().enumerate() {
-            let file = std::fs::File::open(&path).map_err(|source| ModelError::Io {
-                path: path.clone(),
-                source,
-            })?;
+        for (i, (path, mut content, file)) in shards.into_iter().enumerate() {
             opened.push(Shard {
                 path: path.clone(),
                 tensor_data_offset: content.tensor_data_offset,
@@ -247,13 +244,16 @@ impl GgufFiles {
     }
 }
 
-/// Read a GGUF file's header with candle; a type candle does not know is named, with its tensors.
-pub fn read_header(path: &Path) -> std::result::Result<gguf_file::Content, ModelError> {
+/// Read a GGUF file's header with candle (and keep the file open for its tensors); a type
+/// candle does not know is named, with its tensors.
+fn read_header(
+    path: &Path,
+) -> std::result::Result<(gguf_file::Content, std::fs::File), ModelError> {
     let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    gguf_file::Content::read(&mut file).map_err(|e| {
+    let content = gguf_file::Content::read(&mut file).map_err(|e| {
         if let Ok(found) = gguf_types::unreadable_types(path)
             && !found.is_empty()
         {
@@ -271,7 +271,8 @@ pub fn read_header(path: &Path) -> std::result::Result<gguf_file::Content, Model
             origin: path.display().to_string(),
             message: format!("not a readable GGUF file: {e}"),
         }
-    })
+    })?;
+    Ok((content, file))
 }
 
 /// (split.no, split.count) of a shard of a split GGUF; None for a whole file.

@@ -51,7 +51,8 @@ impl SafetensorsReads {
     }
 }
 
-/// The tensors a safetensors file's header lists.
+/// The tensors a safetensors file's header lists. (The safetensors crate's `read_metadata`
+/// wants the whole file as one buffer: the map this module avoids.)
 fn header(file: &Path) -> Result<Vec<(String, Entry)>> {
     let bad = |what: String| Error::Msg(format!("{}: {what}", file.display()));
     let mut f = std::fs::File::open(file).map_err(|e| bad(e.to_string()))?;

@@ -109,11 +109,8 @@ impl Weights {
                 if t.rank() != 2 || !t.dim(1)?.is_multiple_of(32) {
                     return Ok(Matrix::Dense(t.to_device(&self.device)?));
                 }
-                let q = QTensor::quantize_onto(
-                    &t.to_dtype(DType::F32)?,
-                    GgmlDType::Q8_0,
-                    &self.device,
-                )?;
+                // From the file dtype: quantize_onto takes it to f32 itself.
+                let q = QTensor::quantize_onto(&t, GgmlDType::Q8_0, &self.device)?;
                 Ok(Matrix::Quantized(std::sync::Arc::new(q)))
             }
             Source::Safetensors(st, _) => Ok(Matrix::Dense(
