@@ -32,7 +32,8 @@ with open(f"{w}/items.jsonl", "w") as f:
         it = dict(items[k % len(items)]); it["id"] = f"{it['id']}#{k // len(items)}"
         f.write(json.dumps(it, ensure_ascii=False) + "\n")
 PY
-RAYON_NUM_THREADS="$threads" "$bin" bertscore --model "$enc" --layer 6 --against last-turn \
+# HYOKA_BERTSCORE_FLAGS: more flags for hyoka (e.g. "--tf32", "--dtype bf16").
+RAYON_NUM_THREADS="$threads" "$bin" bertscore --model "$enc" --layer 6 --against last-turn ${HYOKA_BERTSCORE_FLAGS:-} \
   --device "$device" -i "$work/items.jsonl" -o "$work/hyoka.jsonl" 2> "$work/hyoka.log"
 cat "$work/hyoka.log"
 "$py" - "$work" "$enc" "$threads" "$device" <<'PY'
