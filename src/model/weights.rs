@@ -12,7 +12,7 @@ use super::config::Arch;
 use super::gguf_files::GgufFiles;
 use super::matrix::{Matrix, WeightsMode};
 use super::safetensors_reads::SafetensorsReads;
-use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::quantized::GgmlDType;
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Error, Result, Tensor};
 use std::path::PathBuf;
@@ -102,17 +102,10 @@ impl Weights {
             return Ok(Matrix::Dense(self.get(name)?));
         }
         match &self.source {
-            Source::Safetensors(_, Some(reads)) => {
-                let t = reads.read(name)?;
-                // Rows of whole 32-value blocks only, as llama.cpp's converter keeps others
-                // (none in the architectures here) in their dtype.
-                if t.rank() != 2 || !t.dim(1)?.is_multiple_of(32) {
-                    return Ok(Matrix::Dense(t.to_device(&self.device)?));
-                }
-                // From the file dtype: quantize_onto takes it to f32 itself.
-                let q = QTensor::quantize_onto(&t, GgmlDType::Q8_0, &self.device)?;
-                Ok(Matrix::Quantized(std::sync::Arc::new(q)))
-            }
+            Source::Safetensors(_, Some(reads)) => match reads.read_q8_0(name, &self.device)? {
+                Some(q) => Ok(Matrix::Quantized(std::sync::Arc::new(q))),
+                None => Ok(Matrix::Dense(reads.read(name)?.to_device(&self.device)?)),
+            },
             Source::Safetensors(st, _) => Ok(Matrix::Dense(
                 st.load(name, &self.device)
                     .map_err(|e| Error::Msg(format!("weight {name}: {e}")))?,
