@@ -215,17 +215,28 @@ impl ChatTemplate {
     }
 
     /// The `tokenizer.chat_template` metadata of a GGUF file; special tokens from its vocabulary.
+    /// A later shard of a split GGUF (llama-gguf-split writes the model's metadata in the first
+    /// shard only) is read from its first shard, beside it.
     pub fn from_gguf(path: &Path) -> Result<Self, TemplateError> {
-        let mut file = std::fs::File::open(path).map_err(|source| TemplateError::Io {
-            file: path.into(),
-            source,
-        })?;
-        let content = candle_core::quantized::gguf_file::Content::read(&mut file).map_err(|e| {
-            TemplateError::Missing {
-                origin: path.display().to_string(),
-                message: format!("not a readable GGUF file: {e}"),
-            }
-        })?;
+        let content = gguf_metadata(path)?;
+        let later_shard = content
+            .metadata
+            .get("split.no")
+            .and_then(|v| v.to_u16().ok())
+            .is_some_and(|no| no > 0);
+        if later_shard && !content.metadata.contains_key("tokenizer.chat_template") {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let first = crate::model::gguf_files::shard_names(name)
+                .map(|names| path.with_file_name(&names[0]))
+                .filter(|first| first.is_file())
+                .ok_or_else(|| TemplateError::Missing {
+                    origin: path.display().to_string(),
+                    message: "a later shard of a split GGUF: its chat template is in the first \
+                              shard, which is not beside it (give the first shard)"
+                        .into(),
+                })?;
+            return Self::from_gguf_content(&gguf_metadata(&first)?, &first.display().to_string());
+        }
         Self::from_gguf_content(&content, &path.display().to_string())
     }
 
@@ -256,6 +267,19 @@ impl ChatTemplate {
         }
         self
     }
+}
+
+fn gguf_metadata(path: &Path) -> Result<candle_core::quantized::gguf_file::Content, TemplateError> {
+    let mut file = std::fs::File::open(path).map_err(|source| TemplateError::Io {
+        file: path.into(),
+        source,
+    })?;
+    candle_core::quantized::gguf_file::Content::read(&mut file).map_err(|e| {
+        TemplateError::Missing {
+            origin: path.display().to_string(),
+            message: format!("not a readable GGUF file: {e}"),
+        }
+    })
 }
 
 /// `bos_token` etc. from GGUF metadata: the text of each `tokenizer.ggml.<name>_token_id`.
@@ -413,5 +437,42 @@ mod tests {
         let model = BTreeMap::from([("bos_token".to_string(), "<s>".to_string())]);
         let t = t.with_model_special_tokens(model);
         assert_eq!(t.render(&messages, true).unwrap(), "<s>こんにちは");
+    }
+
+    /// Shards written as llama-gguf-split writes them (the model's metadata in the first only):
+    /// the second gives the first's template and special tokens; without the first beside it, an
+    /// error saying to give the first shard.
+    #[test]
+    fn a_later_shard_gives_the_first_shards_template() {
+        use candle_core::quantized::gguf_file::{Value as Gv, write};
+        let dir = tempfile::tempdir().unwrap();
+        let shard = |no: u16, meta: &[(&str, &Gv)]| {
+            let path = dir.path().join(format!("m-{:05}-of-00002.gguf", no + 1));
+            let (split_no, count) = (Gv::U16(no), Gv::U16(2));
+            let mut all = vec![("split.no", &split_no), ("split.count", &count)];
+            all.extend_from_slice(meta);
+            write(&mut std::fs::File::create(&path).unwrap(), &all, &[]).unwrap();
+            path
+        };
+        let source = "{{ bos_token }}{% for m in messages %}[{{ m['content'] }}]{% endfor %}";
+        let template = Gv::String(source.into());
+        let tokens = Gv::Array(vec![Gv::String("<unk>".into()), Gv::String("<s>".into())]);
+        let bos = Gv::U32(1);
+        let first = shard(
+            0,
+            &[
+                ("tokenizer.chat_template", &template),
+                ("tokenizer.ggml.tokens", &tokens),
+                ("tokenizer.ggml.bos_token_id", &bos),
+            ],
+        );
+        let second = shard(1, &[]);
+        let t = ChatTemplate::load(&second).unwrap();
+        let messages = [Message::new("user", "はい")];
+        assert_eq!(t.render(&messages, true).unwrap(), "<s>[はい]");
+        assert!(t.origin.contains("m-00001-of-00002.gguf"), "{}", t.origin);
+        std::fs::remove_file(first).unwrap();
+        let err = ChatTemplate::load(&second).err().unwrap().to_string();
+        assert!(err.contains("give the first shard"), "{err}");
     }
 }
