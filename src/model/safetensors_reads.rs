@@ -1,9 +1,10 @@
 //! Tensors of safetensors files read with plain file reads rather than through the memory map.
 //!
-//! Matrices converted at load (`--weights q8_0`) are read once and dropped; read through the
-//! map, each page read stays in the process's resident memory as long as the map lives — a
-//! 16 GB bf16 8B checkpoint quantized to 8.5 GB peaked at 20.8 GB resident. Read here, the
-//! file's pages are the kernel's cache, not the process's memory.
+//! A judge's weights are copied out of the file once at load (onto the device, or converted:
+//! `--weights q8_0`). Read through a map, each page read stays in the process's resident memory
+//! as long as the map lives — the weights held twice: a 16 GB bf16 8B checkpoint peaked at
+//! 24.3 GB resident on the CPU, 16.1 GB when loaded onto a GPU. Read here, the file's pages are
+//! the kernel's cache, not the process's memory.
 
 use super::q8_0_blocks;
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
@@ -24,8 +25,21 @@ struct Entry {
     /// From the start of the file.
     start: u64,
     len: u64,
-    dtype: DType,
+    /// Err: the file's name of a dtype hyoka does not read weights in (an integer buffer of some
+    /// checkpoints): an error when read, not when listed.
+    dtype: std::result::Result<DType, String>,
     shape: Vec<usize>,
+}
+
+impl Entry {
+    fn dtype(&self, name: &str) -> Result<DType> {
+        self.dtype.clone().map_err(|other| {
+            Error::Msg(format!(
+                "{}: tensor {name}: dtype {other}; hyoka reads BF16, F16 and F32 weights",
+                self.file.display()
+            ))
+        })
+    }
 }
 
 impl SafetensorsReads {
@@ -49,12 +63,13 @@ impl SafetensorsReads {
     /// The tensor `name` on the CPU, in its file dtype.
     pub fn read(&self, name: &str) -> Result<Tensor> {
         let e = self.entry(name)?;
+        let dtype = e.dtype(name)?;
         let io = |err: std::io::Error| Error::Msg(format!("{}: {name}: {err}", e.file.display()));
         let mut f = std::fs::File::open(&e.file).map_err(io)?;
         f.seek(SeekFrom::Start(e.start)).map_err(io)?;
         let mut bytes = vec![0u8; e.len as usize];
         f.read_exact(&mut bytes).map_err(io)?;
-        Tensor::from_raw_buffer(&bytes, e.dtype, &e.shape, &Device::Cpu)
+        Tensor::from_raw_buffer(&bytes, dtype, &e.shape, &Device::Cpu)
     }
 }
 
@@ -74,6 +89,7 @@ impl SafetensorsReads {
         chunk_bytes: usize,
     ) -> Result<Option<QTensor>> {
         let e = self.entry(name)?;
+        let dtype = e.dtype(name)?;
         let [rows, cols] = e.shape[..] else {
             return Ok(None);
         };
@@ -83,7 +99,7 @@ impl SafetensorsReads {
         let io = |err: std::io::Error| Error::Msg(format!("{}: {name}: {err}", e.file.display()));
         let mut f = std::fs::File::open(&e.file).map_err(io)?;
         f.seek(SeekFrom::Start(e.start)).map_err(io)?;
-        let in_row = cols * e.dtype.size_in_bytes();
+        let in_row = cols * dtype.size_in_bytes();
         let out_row = cols / q8_0_blocks::BLOCK;
         let chunk_rows = (chunk_bytes / in_row).max(1);
         let mut out = vec![BlockQ8_0::zeros(); rows * out_row];
@@ -91,7 +107,7 @@ impl SafetensorsReads {
         for out in out.chunks_mut(chunk_rows * out_row) {
             let take = out.len() / out_row * in_row;
             f.read_exact(&mut bytes[..take]).map_err(io)?;
-            q8_0_blocks::quantize_rows(&bytes[..take], e.dtype, cols, out);
+            q8_0_blocks::quantize_rows(&bytes[..take], dtype, cols, out);
         }
         let q = QTensor::new(QStorage::Cpu(Box::new(out)), (rows, cols))?;
         Ok(Some(if device.is_cpu() {
@@ -133,10 +149,18 @@ fn header(file: &Path) -> Result<Vec<(String, Entry)>> {
             t.get(key)
                 .ok_or_else(|| bad(format!("tensor {name}: no {key}")))
         };
-        let dtype = match field("dtype")?.as_str() {
-            Some("BF16") => DType::BF16,
-            Some("F16") => DType::F16,
-            Some("F32") => DType::F32,
+        let dtype_name = field("dtype")?
+            .as_str()
+            .ok_or_else(|| bad(format!("tensor {name}: dtype not a string")))?;
+        let (dtype, element_bytes) = match dtype_name {
+            "BF16" => (Ok(DType::BF16), 2),
+            "F16" => (Ok(DType::F16), 2),
+            "F32" => (Ok(DType::F32), 4),
+            // safetensors' other dtypes, by their sizes.
+            "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" => (Err(dtype_name.to_string()), 1),
+            "U16" | "I16" => (Err(dtype_name.to_string()), 2),
+            "U32" | "I32" => (Err(dtype_name.to_string()), 4),
+            "U64" | "I64" | "F64" => (Err(dtype_name.to_string()), 8),
             other => return Err(bad(format!("tensor {name}: dtype {other:?}"))),
         };
         let numbers = |key: &str| -> Result<Vec<u64>> {
@@ -153,12 +177,10 @@ fn header(file: &Path) -> Result<Vec<(String, Entry)>> {
         };
         let bytes = shape
             .iter()
-            .try_fold(dtype.size_in_bytes() as u64, |n, &d| {
-                n.checked_mul(d as u64)
-            });
+            .try_fold(element_bytes, |n: u64, &d| n.checked_mul(d as u64));
         if bytes != Some(end - begin) {
             return Err(bad(format!(
-                "tensor {name}: {shape:?} {dtype:?} in {} bytes",
+                "tensor {name}: {shape:?} {dtype_name} in {} bytes",
                 end - begin
             )));
         }
@@ -212,6 +234,25 @@ mod tests {
             assert_eq!(got.unwrap().data().unwrap(), want.data().unwrap(), "{name}");
         }
         let dir = tempfile::tempdir().unwrap();
+        // A tensor of a dtype hyoka reads no weights in is listed, and refused only when read.
+        let mixed = dir.path().join("mixed.safetensors");
+        let ids = Tensor::new(&[[1i64, 2, 3]], &Device::Cpu).unwrap();
+        let norm = Tensor::new(&[0.5f32, 2.0], &Device::Cpu).unwrap();
+        candle_core::safetensors::save(
+            &HashMap::from([("ids".to_string(), ids), ("norm".to_string(), norm)]),
+            &mixed,
+        )
+        .unwrap();
+        let reads = SafetensorsReads::new(std::slice::from_ref(&mixed)).unwrap();
+        assert_eq!(
+            reads.read("norm").unwrap().to_vec1::<f32>().unwrap(),
+            [0.5, 2.0]
+        );
+        let err = reads.read("ids").unwrap_err().to_string();
+        assert!(
+            err.contains("mixed.safetensors") && err.contains("I64"),
+            "{err}"
+        );
         let bytes = std::fs::read(&file).unwrap();
         let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
         let mut cases: Vec<(&str, Vec<u8>)> = vec![

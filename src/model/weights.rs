@@ -13,7 +13,6 @@ use super::gguf_files::GgufFiles;
 use super::matrix::{Matrix, WeightsMode};
 use super::safetensors_reads::SafetensorsReads;
 use candle_core::quantized::GgmlDType;
-use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Error, Result, Tensor};
 use std::path::PathBuf;
 
@@ -25,8 +24,9 @@ pub struct Weights {
 }
 
 enum Source {
-    /// The map, and for `--weights q8_0` the same files read apart (`safetensors_reads`).
-    Safetensors(MmapedSafetensors, Option<SafetensorsReads>),
+    /// Read with plain file reads, not mapped (`safetensors_reads`): a mapped page read stays
+    /// in the process's memory while the map lives, so the weights were held twice.
+    Safetensors(SafetensorsReads),
     Gguf {
         files: GgufFiles,
         arch: Arch,
@@ -42,14 +42,8 @@ impl Weights {
         device: &Device,
         mode: WeightsMode,
     ) -> Result<Self> {
-        // Safety: the files are memory-mapped read-only; hyoka never writes to them while loaded.
-        let st = unsafe { MmapedSafetensors::multi(files)? };
-        let reads = match mode {
-            WeightsMode::Q8_0 => Some(SafetensorsReads::new(files)?),
-            _ => None,
-        };
         Ok(Weights {
-            source: Source::Safetensors(st, reads),
+            source: Source::Safetensors(SafetensorsReads::new(files)?),
             dtype,
             device: device.clone(),
             mode,
@@ -102,14 +96,14 @@ impl Weights {
             return Ok(Matrix::Dense(self.get(name)?));
         }
         match &self.source {
-            Source::Safetensors(_, Some(reads)) => match reads.read_q8_0(name, &self.device)? {
-                Some(q) => Ok(Matrix::Quantized(std::sync::Arc::new(q))),
-                None => Ok(Matrix::Dense(reads.read(name)?.to_device(&self.device)?)),
-            },
-            Source::Safetensors(st, _) => Ok(Matrix::Dense(
-                st.load(name, &self.device)
-                    .map_err(|e| Error::Msg(format!("weight {name}: {e}")))?,
-            )),
+            Source::Safetensors(reads) => {
+                if self.mode == WeightsMode::Q8_0
+                    && let Some(q) = reads.read_q8_0(name, &self.device)?
+                {
+                    return Ok(Matrix::Quantized(std::sync::Arc::new(q)));
+                }
+                Ok(Matrix::Dense(reads.read(name)?.to_device(&self.device)?))
+            }
             Source::Gguf { .. } => {
                 let (gname, rope_heads) = self.gguf_name(name)?;
                 // A tensor to reorder is read on the CPU, reordered, then placed on the device;
@@ -152,9 +146,7 @@ impl Weights {
     /// The tensor with this Hugging Face name, in `dtype`, on the model's device.
     pub fn get_as(&self, name: &str, dtype: DType) -> Result<Tensor> {
         let t = match &self.source {
-            Source::Safetensors(st, _) => st
-                .load(name, &self.device)
-                .map_err(|e| Error::Msg(format!("weight {name}: {e}")))?,
+            Source::Safetensors(reads) => reads.read(name)?.to_device(&self.device)?,
             Source::Gguf { arch, .. } => {
                 let (gname, rope_heads) = self.gguf_name(name)?;
                 let mut t = self
