@@ -3,7 +3,7 @@
 //! A judge's weights are copied out of the file once at load (onto the device, or converted:
 //! `--weights q8_0`). Read through a map, each page read stays in the process's resident memory
 //! as long as the map lives — the weights held twice: a 16 GB bf16 8B checkpoint peaked at
-//! 24.3 GB resident on the CPU, 16.1 GB when loaded onto a GPU. Read here, the file's pages are
+//! 22–24 GB resident on the CPU, 16.1 GB when loaded onto a GPU. Read here, the file's pages are
 //! the kernel's cache, not the process's memory.
 
 use super::q8_0_blocks;
@@ -11,6 +11,7 @@ use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::k_quants::BlockQ8_0;
 use candle_core::quantized::{GgmlDType, GgmlType, QStorage, QTensor};
 use candle_core::{DType, Device, Error, Result, Tensor};
+use half::{bf16, f16};
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -32,6 +33,22 @@ struct Entry {
 }
 
 impl Entry {
+    /// The tensor's values, read straight into their memory (safetensors is little-endian, as
+    /// every target hyoka builds for).
+    fn values<T: candle_core::WithDType + bytemuck::Pod>(&self, name: &str) -> Result<Tensor> {
+        const _: () = assert!(cfg!(target_endian = "little"));
+        let io =
+            |err: std::io::Error| Error::Msg(format!("{}: {name}: {err}", self.file.display()));
+        let mut f = std::fs::File::open(&self.file).map_err(io)?;
+        f.seek(SeekFrom::Start(self.start)).map_err(io)?;
+        // Zeroed by the allocator (fresh pages, not a pass over them before the read's).
+        let mut values: Vec<T> =
+            bytemuck::allocation::zeroed_vec(self.len as usize / std::mem::size_of::<T>());
+        f.read_exact(bytemuck::cast_slice_mut(&mut values))
+            .map_err(io)?;
+        Tensor::from_vec(values, self.shape.as_slice(), &Device::Cpu)
+    }
+
     fn dtype(&self, name: &str) -> Result<DType> {
         self.dtype.clone().map_err(|other| {
             Error::Msg(format!(
@@ -60,20 +77,17 @@ impl SafetensorsReads {
             .ok_or_else(|| Error::Msg(format!("weight {name}: not in the checkpoint")))
     }
 
-    /// The tensor `name` on the CPU, in its file dtype.
+    /// The tensor `name` on the CPU, in its file dtype, read straight into its values (an 8B's
+    /// 1 GB embedding is not also held as bytes).
     pub fn read(&self, name: &str) -> Result<Tensor> {
         let e = self.entry(name)?;
-        let dtype = e.dtype(name)?;
-        let io = |err: std::io::Error| Error::Msg(format!("{}: {name}: {err}", e.file.display()));
-        let mut f = std::fs::File::open(&e.file).map_err(io)?;
-        f.seek(SeekFrom::Start(e.start)).map_err(io)?;
-        let mut bytes = vec![0u8; e.len as usize];
-        f.read_exact(&mut bytes).map_err(io)?;
-        Tensor::from_raw_buffer(&bytes, dtype, &e.shape, &Device::Cpu)
+        match e.dtype(name)? {
+            DType::BF16 => e.values::<bf16>(name),
+            DType::F16 => e.values::<f16>(name),
+            _ => e.values::<f32>(name),
+        }
     }
-}
 
-impl SafetensorsReads {
     /// The matrix `name` in Q8_0 blocks on `device`, quantized from its file bytes a few MiB of
     /// rows at a time on all threads (`q8_0_blocks`): nothing but the blocks is held whole. None
     /// when it is not a matrix of whole 32-value blocks per row (llama.cpp's converter keeps such
@@ -238,12 +252,28 @@ mod tests {
         let mixed = dir.path().join("mixed.safetensors");
         let ids = Tensor::new(&[[1i64, 2, 3]], &Device::Cpu).unwrap();
         let norm = Tensor::new(&[0.5f32, 2.0], &Device::Cpu).unwrap();
+        let w = Tensor::new(&[[1.5f32, -2.0, 3.25], [0.0, 7.0, -0.125]], &Device::Cpu).unwrap();
+        let (w16, wb16) = (
+            w.to_dtype(DType::F16).unwrap(),
+            w.to_dtype(DType::BF16).unwrap(),
+        );
         candle_core::safetensors::save(
-            &HashMap::from([("ids".to_string(), ids), ("norm".to_string(), norm)]),
+            &HashMap::from([
+                ("ids".to_string(), ids),
+                ("norm".to_string(), norm),
+                ("w16".to_string(), w16),
+                ("wb16".to_string(), wb16),
+            ]),
             &mixed,
         )
         .unwrap();
         let reads = SafetensorsReads::new(std::slice::from_ref(&mixed)).unwrap();
+        for name in ["w16", "wb16"] {
+            let got = reads.read(name).unwrap();
+            assert_eq!(got.dims(), [2, 3]);
+            let got = got.to_dtype(DType::F32).unwrap().to_vec2::<f32>().unwrap();
+            assert_eq!(got, w.to_vec2::<f32>().unwrap(), "{name}");
+        }
         assert_eq!(
             reads.read("norm").unwrap().to_vec1::<f32>().unwrap(),
             [0.5, 2.0]
