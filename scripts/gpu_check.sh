@@ -9,8 +9,9 @@
 #                      also "judge-e2e": `hyoka judge` on 10 items with the synthetic judges);
 #                      HYOKA_BENCH_PAIRS (20000), HYOKA_BENCH_ITEMS (20) size the benchmarks
 #   HYOKA_GPU_DTYPES   the suites' dtypes (default "bf16 f16 f32")
-#   HYOKA_GPU_SUITES   which suites (default: all six that take a device and dtype)
+#   HYOKA_GPU_SUITES   which suites (default: every one that takes a device and dtype)
 #   HYOKA_SYNTH_SHAPES the synthetic judges of bench-judge (default "llama-8b"; also "qwen-14b"),
+#                      in each of HYOKA_SYNTH_QUANTS (default "q4_k_m"; also q5_k_m, q3_k_m, q2_k),
 #                      each also with --weights expanded where HYOKA_BENCH_EXPANDED=1, and
 #                      where HYOKA_BENCH_STAGES=1 a short run with --stage-times (where the
 #                      time goes, stored and expanded: 6 prompts, 16 tokens decoded); their
@@ -48,7 +49,7 @@ wants() { [[ "$steps" == *" $1 "* ]]; }
 command -v nvidia-smi > /dev/null &&
   echo "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
 # The suites that take their device and dtype from the environment.
-read -ra suites <<< "${HYOKA_GPU_SUITES:-runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter backend_ops fused_attention expand_kernels}"
+read -ra suites <<< "${HYOKA_GPU_SUITES:-runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter backend_ops fused_attention expand_kernels stored_weights}"
 if [ -n "${HYOKA_GPU_BUNDLE:-}" ]; then
   b="$log/bundle"
   if [ ! -e "$b/commit" ]; then
@@ -180,8 +181,9 @@ for m in ("prefill_batch1", "prefill_batched", "judge", "decode_batch1", "decode
 PY
 }
 synth_dir="${HYOKA_SYNTH_DIR:-$HOME/.cache/hyoka/synthetic}"
-synthetic() { # SHAPE: sets gguf (written once, in $synth_dir) and flags (hyoka's for it)
-  gguf="$synth_dir/$1-q4_k_m.gguf" flags=()
+synthetic() { # SHAPE [QUANT]: sets gguf (written once, in $synth_dir) and flags (hyoka's for it)
+  local quant="${2:-q4_k_m}"
+  gguf="$synth_dir/$1-$quant.gguf" flags=()
   local source=(--models "$models")
   case "$1" in
     llama-8b) flags=(--tokenizer "$models/llama-3-tokenizer") ;;
@@ -190,7 +192,7 @@ synthetic() { # SHAPE: sets gguf (written once, in $synth_dir) and flags (hyoka'
   esac
   if [ ! -e "$gguf" ]; then
     mkdir -p "$synth_dir"
-    step "synthetic-$1" "$py" scripts/synthetic_gguf.py --shape "$1" --quant q4_k_m -o "$gguf" "${source[@]}"
+    step "synthetic-$1-$quant" "$py" scripts/synthetic_gguf.py --shape "$1" --quant "$quant" -o "$gguf" "${source[@]}"
   fi
 }
 shapes="${HYOKA_SYNTH_SHAPES:-llama-8b}"
@@ -198,8 +200,10 @@ if wants bench-judge; then
   qwen="$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
   [ -e "$qwen" ] && bench_judge bench-judge-qwen0.5b "$qwen"
   for shape in $shapes; do
-    synthetic "$shape"
-    bench_judge "bench-judge-$shape" "$gguf" "${flags[@]}"
+    for quant in ${HYOKA_SYNTH_QUANTS:-q4_k_m}; do
+      synthetic "$shape" "$quant"
+      bench_judge "bench-judge-$shape-$quant" "$gguf" "${flags[@]}"
+    done
   done
 fi
 if wants judge-e2e; then
