@@ -37,16 +37,25 @@ impl Entry {
     /// every target hyoka builds for).
     fn values<T: candle_core::WithDType + bytemuck::Pod>(&self, name: &str) -> Result<Tensor> {
         const _: () = assert!(cfg!(target_endian = "little"));
-        let io =
-            |err: std::io::Error| Error::Msg(format!("{}: {name}: {err}", self.file.display()));
-        let mut f = std::fs::File::open(&self.file).map_err(io)?;
-        f.seek(SeekFrom::Start(self.start)).map_err(io)?;
+        let mut f = self.open(name)?;
         // Zeroed by the allocator (fresh pages, not a pass over them before the read's).
         let mut values: Vec<T> =
             bytemuck::allocation::zeroed_vec(self.len as usize / std::mem::size_of::<T>());
         f.read_exact(bytemuck::cast_slice_mut(&mut values))
-            .map_err(io)?;
+            .map_err(|err| self.io_error(name, err))?;
         Tensor::from_vec(values, self.shape.as_slice(), &Device::Cpu)
+    }
+
+    /// The file, at the tensor's first byte.
+    fn open(&self, name: &str) -> Result<std::fs::File> {
+        let mut f = std::fs::File::open(&self.file).map_err(|err| self.io_error(name, err))?;
+        f.seek(SeekFrom::Start(self.start))
+            .map_err(|err| self.io_error(name, err))?;
+        Ok(f)
+    }
+
+    fn io_error(&self, name: &str, err: std::io::Error) -> Error {
+        Error::Msg(format!("{}: {name}: {err}", self.file.display()))
     }
 
     fn dtype(&self, name: &str) -> Result<DType> {
@@ -110,9 +119,7 @@ impl SafetensorsReads {
         if !cols.is_multiple_of(q8_0_blocks::BLOCK) || rows == 0 {
             return Ok(None);
         }
-        let io = |err: std::io::Error| Error::Msg(format!("{}: {name}: {err}", e.file.display()));
-        let mut f = std::fs::File::open(&e.file).map_err(io)?;
-        f.seek(SeekFrom::Start(e.start)).map_err(io)?;
+        let mut f = e.open(name)?;
         let in_row = cols * dtype.size_in_bytes();
         let out_row = cols / q8_0_blocks::BLOCK;
         let chunk_rows = (chunk_bytes / in_row).max(1);
@@ -120,7 +127,8 @@ impl SafetensorsReads {
         let mut bytes = vec![0u8; chunk_rows.min(rows) * in_row];
         for out in out.chunks_mut(chunk_rows * out_row) {
             let take = out.len() / out_row * in_row;
-            f.read_exact(&mut bytes[..take]).map_err(io)?;
+            f.read_exact(&mut bytes[..take])
+                .map_err(|err| e.io_error(name, err))?;
             q8_0_blocks::quantize_rows(&bytes[..take], dtype, cols, out);
         }
         let q = QTensor::new(QStorage::Cpu(Box::new(out)), (rows, cols))?;

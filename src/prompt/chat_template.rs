@@ -215,29 +215,17 @@ impl ChatTemplate {
     }
 
     /// The `tokenizer.chat_template` metadata of a GGUF file; special tokens from its vocabulary.
-    /// A later shard of a split GGUF (llama-gguf-split writes the model's metadata in the first
-    /// shard only) is read from its first shard, beside it.
+    /// Any shard of a split GGUF gives the model's metadata, which llama-gguf-split writes in the
+    /// first shard only (`GgufFiles` finds and checks the shards as a model load does).
     pub fn from_gguf(path: &Path) -> Result<Self, TemplateError> {
-        let content = gguf_metadata(path)?;
-        let later_shard = content
-            .metadata
-            .get("split.no")
-            .and_then(|v| v.to_u16().ok())
-            .is_some_and(|no| no > 0);
-        if later_shard && !content.metadata.contains_key("tokenizer.chat_template") {
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            let first = crate::model::gguf_files::shard_names(name)
-                .map(|names| path.with_file_name(&names[0]))
-                .filter(|first| first.is_file())
-                .ok_or_else(|| TemplateError::Missing {
-                    origin: path.display().to_string(),
-                    message: "a later shard of a split GGUF: its chat template is in the first \
-                              shard, which is not beside it (give the first shard)"
-                        .into(),
-                })?;
-            return Self::from_gguf_content(&gguf_metadata(&first)?, &first.display().to_string());
-        }
-        Self::from_gguf_content(&content, &path.display().to_string())
+        let files = crate::model::gguf_files::GgufFiles::open(path).map_err(|e| {
+            TemplateError::Missing {
+                // The model's error names the file.
+                origin: "chat template".into(),
+                message: e.to_string(),
+            }
+        })?;
+        Self::from_gguf_content(&files.content, &files.path().display().to_string())
     }
 
     /// The same from GGUF metadata already read (`file` names it in messages).
@@ -267,19 +255,6 @@ impl ChatTemplate {
         }
         self
     }
-}
-
-fn gguf_metadata(path: &Path) -> Result<candle_core::quantized::gguf_file::Content, TemplateError> {
-    let mut file = std::fs::File::open(path).map_err(|source| TemplateError::Io {
-        file: path.into(),
-        source,
-    })?;
-    candle_core::quantized::gguf_file::Content::read(&mut file).map_err(|e| {
-        TemplateError::Missing {
-            origin: path.display().to_string(),
-            message: format!("not a readable GGUF file: {e}"),
-        }
-    })
 }
 
 /// `bos_token` etc. from GGUF metadata: the text of each `tokenizer.ggml.<name>_token_id`.
@@ -441,7 +416,7 @@ mod tests {
 
     /// Shards written as llama-gguf-split writes them (the model's metadata in the first only):
     /// the second gives the first's template and special tokens; without the first beside it, an
-    /// error saying to give the first shard.
+    /// error naming the missing shard.
     #[test]
     fn a_later_shard_gives_the_first_shards_template() {
         use candle_core::quantized::gguf_file::{Value as Gv, write};
@@ -473,6 +448,9 @@ mod tests {
         assert!(t.origin.contains("m-00001-of-00002.gguf"), "{}", t.origin);
         std::fs::remove_file(first).unwrap();
         let err = ChatTemplate::load(&second).err().unwrap().to_string();
-        assert!(err.contains("give the first shard"), "{err}");
+        assert!(
+            err.contains("shard 1 of 2") && err.contains("is missing"),
+            "{err}"
+        );
     }
 }
