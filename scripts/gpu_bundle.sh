@@ -19,7 +19,7 @@ if [ "$features" = cuda ]; then
   export CARGO_TARGET_DIR="${HYOKA_CUDA_TARGET:-target/cuda}"
 fi
 models="${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}"
-suites=(runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter backend_ops attention_scale fused_attention expand_kernels stored_weights)
+suites=(runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter backend_ops attention_scale fused_attention decode_attention expand_kernels stored_weights)
 stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/tests" "$stage/models" "$stage/bench/minilm-tokenizer" "$stage/wheels" .gpu
 

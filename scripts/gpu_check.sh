@@ -49,7 +49,7 @@ wants() { [[ "$steps" == *" $1 "* ]]; }
 command -v nvidia-smi > /dev/null &&
   echo "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
 # The suites that take their device and dtype from the environment.
-read -ra suites <<< "${HYOKA_GPU_SUITES:-runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter backend_ops fused_attention expand_kernels stored_weights}"
+read -ra suites <<< "${HYOKA_GPU_SUITES:-runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter backend_ops fused_attention decode_attention expand_kernels stored_weights}"
 if [ -n "${HYOKA_GPU_BUNDLE:-}" ]; then
   b="$log/bundle"
   if [ ! -e "$b/commit" ]; then

@@ -11,6 +11,7 @@
 //! numbers, on the device), and `mask` builds the block of queries attention is working on from
 //! them, on the device. A host mask of rows × len × keys was 4.3 GB for one 32k-token row.
 
+use super::decode_attention::{StepSegment, segment_table};
 use super::matrix::{Plan, Products};
 use candle_core::{DType, Device, Result, Tensor};
 use std::cell::RefCell;
@@ -83,6 +84,10 @@ pub struct Batch {
     runs: Vec<u32>,
     /// `runs` with 0 for every token whose final hidden state is not read (`reading`).
     read_runs: Option<Vec<u32>>,
+    /// No row has branches: every row is one sequence, its keys' positions their indices.
+    plain: bool,
+    /// Each row as one segment of `decode_attention` ((row, 0, len, 0) per row), made once.
+    segment_table: std::cell::OnceCell<Tensor>,
 }
 
 /// Each row's tokens from its start position, right-padded to the longest row. Padding
@@ -206,6 +211,8 @@ impl Batch {
             products: Products::ByRowCount,
             runs,
             read_runs: None,
+            plain: rows.iter().all(|r| r.branches.is_empty()),
+            segment_table: std::cell::OnceCell::new(),
         })
     }
 
@@ -250,6 +257,31 @@ impl Batch {
             products: self.products,
             runs: Some(self.read_runs.as_deref().unwrap_or(&self.runs)),
         }
+    }
+
+    /// Whether every row is one sequence (no branches): its queries and keys at positions equal
+    /// to their indices after the prefix.
+    pub fn is_plain(&self) -> bool {
+        self.plain
+    }
+
+    /// Every row as one segment of a step's attention (`decode_attention`): its `len` queries
+    /// after the prefix alone, as (rows, 4) u32 on the batch's device. Made once per batch.
+    pub fn segment_table(&self) -> Result<&Tensor> {
+        if let Some(t) = self.segment_table.get() {
+            return Ok(t);
+        }
+        let (rows, len) = self.ids.dims2()?;
+        let segments: Vec<StepSegment> = (0..rows)
+            .map(|row| StepSegment {
+                row,
+                start: 0,
+                len,
+                past: 0,
+            })
+            .collect();
+        let table = segment_table(&segments, self.ids.device())?;
+        Ok(self.segment_table.get_or_init(|| table))
     }
 
     /// (rows, prefix + len) f32: every key's position and segment, for a kernel that applies

@@ -18,7 +18,8 @@
 //! keys where they lie (a decoding cache's rows, strided): without copying either for every row
 //! and layer, as the unfused path does. (Rows that continue caches of different lengths can go
 //! in one call, `row_span`: written for json mode's decoding steps, which measured slower this
-//! way — 0.91 vs 0.96 items/s, session 30 — and so no longer call it; kept with its tests.)
+//! way — 0.91 vs 0.96 items/s, session 30 — and so no longer call it; kept with its tests.
+//! Decoding steps on a GPU go through `decode_attention`, a kernel made for a few queries.)
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
 
@@ -272,17 +273,7 @@ impl CustomOp3 for FusedAttention {
             }
         }
         let shape = ql.shape().clone();
-        Ok(match qs {
-            CpuStorage::F32(_) => (CpuStorage::F32(out), shape),
-            CpuStorage::BF16(_) => (
-                CpuStorage::BF16(out.iter().map(|&x| half::bf16::from_f32(x)).collect()),
-                shape,
-            ),
-            _ => (
-                CpuStorage::F16(out.iter().map(|&x| half::f16::from_f32(x)).collect()),
-                shape,
-            ),
-        })
+        Ok((cpu_storage_like(qs, out), shape))
     }
 
     #[cfg(feature = "cuda")]
@@ -474,6 +465,18 @@ impl KeyPlace {
                 false => &own[self.own_at + (key - self.h) * self.d..][..self.d],
             })
             .collect()
+    }
+}
+
+/// f32 values as a CPU storage of `like`'s dtype (f32, bf16, else f16): an op's output in its
+/// input's dtype.
+pub(super) fn cpu_storage_like(like: &CpuStorage, out: Vec<f32>) -> CpuStorage {
+    match like {
+        CpuStorage::F32(_) => CpuStorage::F32(out),
+        CpuStorage::BF16(_) => {
+            CpuStorage::BF16(out.iter().map(|&x| half::bf16::from_f32(x)).collect())
+        }
+        _ => CpuStorage::F16(out.iter().map(|&x| half::f16::from_f32(x)).collect()),
     }
 }
 

@@ -9,6 +9,7 @@ pub mod block_dots;
 pub mod config;
 pub mod cuda_expand;
 pub mod decode;
+pub mod decode_attention;
 pub mod device;
 pub mod encoder;
 mod expanded_dots;

@@ -8,7 +8,8 @@
 
 use super::batch::Batch;
 use super::config::TransformerConfig;
-use super::decode::Segment;
+use super::decode::Segments;
+use super::decode_attention::{self, AppendKeys, DECODE_QUERIES, DecodeAttention};
 use super::few_queries;
 use super::fused_attention;
 use super::layers::{Linear, Mlp, RmsNorm, inv_freq, rope_tables};
@@ -224,7 +225,7 @@ impl Transformer {
         batch: &Batch,
         layers: &[LayerKv],
         header: Option<&[LayerKv]>,
-        segments: &[Segment],
+        segments: &Segments,
     ) -> Result<Tensor> {
         Ok(self.run(batch, Past::Cached(layers, header, segments))?.0)
     }
@@ -352,14 +353,15 @@ impl Transformer {
     /// branches) writes its keys and values into its row at its slot and attends, on its own,
     /// over the header's keys (`cache.1`, kept once) and the slots of its row before it — the
     /// arithmetic of that row decoded alone through `extend`, whatever else the batch holds
-    /// (`decode` says why that matters). Padding queries get zeros.
+    /// (`decode` says why that matters). Padding queries get zeros. On a GPU the segments of a
+    /// few tokens do so all in one launch (`decode_attention`), after their trunks are written.
     fn attend_segments(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
         ((ck, cv), header): (&LayerKv, Option<&LayerKv>),
-        segments: &[Segment],
+        segments: &Segments,
         window: Option<usize>,
     ) -> Result<Tensor> {
         let (b, heads, len, d) = q.dims4()?;
@@ -367,38 +369,76 @@ impl Transformer {
             Some((hk, _)) => hk.dim(2)?,
             None => 0,
         };
+        // Trunks first: a longer branch below, and the launch's own branches, read them.
+        if let Some(one) = &segments.one_launch {
+            let append = AppendKeys {
+                queries: one.trunk_queries,
+            };
+            ck.inplace_op3(k, &one.trunks, &append)?;
+            cv.inplace_op3(v, &one.trunks, &append)?;
+        }
+        let alone: Vec<_> = (segments.list.iter())
+            .filter_map(|s| s.batch.as_ref().map(|batch| (s, batch)))
+            .collect();
         let mut parts: Vec<Vec<Tensor>> = vec![Vec::new(); b];
         let mut filled = vec![0; b];
-        for s in segments {
+        for &(s, batch) in &alone {
             let take = |t: &Tensor| {
                 t.narrow(0, s.row, 1)?
                     .narrow(2, s.start, s.len)?
                     .contiguous()
             };
             // The header's keys are not in the row: its slots start after them.
-            let slot = s.batch.prefix_len - h;
+            let slot = s.slot - h;
             let (row_k, row_v) = (ck.narrow(0, s.row, 1)?, cv.narrow(0, s.row, 1)?);
             row_k.slice_set(&take(k)?, 2, slot)?;
             row_v.slice_set(&take(v)?, 2, slot)?;
             let keys = slot + s.len;
             let (row_k, row_v) = (row_k.narrow(2, 0, keys)?, row_v.narrow(2, 0, keys)?);
-            debug_assert_eq!(filled[s.row], s.start, "a row's segments in order");
+            if filled[s.row] < s.start {
+                // A segment of the launch before it: zeros here.
+                let pad = (1, heads, s.start - filled[s.row], d);
+                parts[s.row].push(Tensor::zeros(pad, q.dtype(), q.device())?);
+            }
             let q = take(q)?;
-            parts[s.row].push(self.attend(&q, header, &row_k, &row_v, &s.batch, window)?);
+            parts[s.row].push(self.attend(&q, header, &row_k, &row_v, batch, window)?);
             filled[s.row] = s.start + s.len;
         }
-        let rows = parts
-            .into_iter()
-            .zip(filled)
-            .map(|(mut row, filled)| {
-                if filled < len {
-                    let pad = (1, heads, len - filled, d);
-                    row.push(Tensor::zeros(pad, q.dtype(), q.device())?);
+        let launched = match &segments.one_launch {
+            Some(one) => Some(
+                DecodeAttention {
+                    header: header.cloned(),
+                    cache: Some((ck.clone(), cv.clone())),
+                    segments: one.segments.clone(),
+                    queries: one.queries,
+                    window,
+                    scale: self.cfg.attn_scale as f32,
+                    softcap: self.cfg.attn_softcap.map(|c| c as f32),
                 }
-                cat_or_single(row, 2)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        cat_or_single(rows, 0)
+                .apply(q, k, v)?,
+            ),
+            None => None,
+        };
+        if !alone.is_empty() || launched.is_none() {
+            let rows = parts
+                .into_iter()
+                .zip(filled)
+                .map(|(mut row, filled)| {
+                    if filled < len {
+                        let pad = (1, heads, len - filled, d);
+                        row.push(Tensor::zeros(pad, q.dtype(), q.device())?);
+                    }
+                    cat_or_single(row, 2)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let out = cat_or_single(rows, 0)?;
+            // Each is zero where the other has queries: the sum is exact.
+            return match launched {
+                Some(l) => out + l,
+                None => Ok(out),
+            };
+        }
+        launched.ok_or_else(|| candle_core::Error::Msg("attention of no segment".into()))
     }
 
     /// Whether attention of q goes through `fused_attention`: enough queries a row, and its
@@ -459,6 +499,21 @@ impl Transformer {
             let positions = Some((key_pos.clone(), key_seg.clone()));
             let op = self.fused_op(positions, prefix, shared, window)?;
             return op.apply(q, k, v);
+        }
+        let own_keys =
+            k.dim(2)? == len && shared.map_or(0, |(sk, _)| sk.dim(2).unwrap_or(0)) == prefix;
+        if len <= DECODE_QUERIES && own_keys && batch.is_plain() && decode_attention::applies(q) {
+            // A few queries a row on a GPU (`extend`'s steps): as a decoding step's segments.
+            return DecodeAttention {
+                header: shared.cloned(),
+                cache: None,
+                segments: batch.segment_table()?.clone(),
+                queries: len,
+                window,
+                scale: cfg.attn_scale as f32,
+                softcap: cfg.attn_softcap.map(|c| c as f32),
+            }
+            .apply(q, k, v);
         }
         if few_queries::runs(q, len) {
             let mask = batch.mask(window, 0..b, 0..len, prefix + len)?;
@@ -649,14 +704,14 @@ enum Past<'a> {
     Shared(&'a PrefixKv),
     /// Every row's own keys, preallocated (written in place), after those of a header every
     /// row continues (kept once), and the segments of the step.
-    Cached(&'a [LayerKv], Option<&'a [LayerKv]>, &'a [Segment]),
+    Cached(&'a [LayerKv], Option<&'a [LayerKv]>, &'a Segments),
 }
 
 #[derive(Clone, Copy)]
 enum LayerPast<'a> {
     Fresh,
     Shared(&'a LayerKv),
-    Cached(&'a LayerKv, Option<&'a LayerKv>, &'a [Segment]),
+    Cached(&'a LayerKv, Option<&'a LayerKv>, &'a Segments),
 }
 
 /// Vocabulary rows of a quantized (or differently typed) output head expanded at once when all
