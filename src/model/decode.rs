@@ -63,7 +63,8 @@ pub struct OneLaunch {
     pub segments: Tensor,
     /// Queries of the longest segment.
     pub queries: usize,
-    pub trunks: Tensor,
+    /// None when no trunk is short (a zero-length buffer is an error on CUDA).
+    pub trunks: Option<Tensor>,
     pub trunk_queries: usize,
 }
 
@@ -212,7 +213,10 @@ impl Segments {
             false => Some(OneLaunch {
                 segments: segment_table(&short, device)?,
                 queries: longest(&short),
-                trunks: segment_table(&trunks, device)?,
+                trunks: match trunks.is_empty() {
+                    true => None,
+                    false => Some(segment_table(&trunks, device)?),
+                },
                 trunk_queries: longest(&trunks),
             }),
         };

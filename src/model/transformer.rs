@@ -370,12 +370,14 @@ impl Transformer {
             None => 0,
         };
         // Trunks first: a longer branch below, and the launch's own branches, read them.
-        if let Some(one) = &segments.one_launch {
+        if let Some((one, trunks)) =
+            (segments.one_launch.as_ref()).and_then(|one| one.trunks.as_ref().map(|t| (one, t)))
+        {
             let append = AppendKeys {
                 queries: one.trunk_queries,
             };
-            ck.inplace_op3(k, &one.trunks, &append)?;
-            cv.inplace_op3(v, &one.trunks, &append)?;
+            ck.inplace_op3(k, trunks, &append)?;
+            cv.inplace_op3(v, trunks, &append)?;
         }
         let alone: Vec<_> = (segments.list.iter())
             .filter_map(|s| s.batch.as_ref().map(|batch| (s, batch)))
