@@ -421,26 +421,26 @@ impl Transformer {
             ),
             None => None,
         };
-        if !alone.is_empty() || launched.is_none() {
-            let rows = parts
-                .into_iter()
-                .zip(filled)
-                .map(|(mut row, filled)| {
-                    if filled < len {
-                        let pad = (1, heads, len - filled, d);
-                        row.push(Tensor::zeros(pad, q.dtype(), q.device())?);
-                    }
-                    cat_or_single(row, 2)
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let out = cat_or_single(rows, 0)?;
-            // Each is zero where the other has queries: the sum is exact.
-            return match launched {
-                Some(l) => out + l,
-                None => Ok(out),
-            };
+        if let (true, Some(launched)) = (alone.is_empty(), &launched) {
+            return Ok(launched.clone());
         }
-        launched.ok_or_else(|| candle_core::Error::Msg("attention of no segment".into()))
+        let rows = parts
+            .into_iter()
+            .zip(filled)
+            .map(|(mut row, filled)| {
+                if filled < len {
+                    let pad = (1, heads, len - filled, d);
+                    row.push(Tensor::zeros(pad, q.dtype(), q.device())?);
+                }
+                cat_or_single(row, 2)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let out = cat_or_single(rows, 0)?;
+        // Each is zero where the other has queries: the sum is exact.
+        match launched {
+            Some(l) => out + l,
+            None => Ok(out),
+        }
     }
 
     /// Whether attention of q goes through `fused_attention`: enough queries a row, and its
