@@ -34,7 +34,9 @@ f16 file by llama.cpp's quantizer (`llama_model_quantize` through llama-cpp-pyth
 the same sdist). As llama.cpp does for real models whose row length is no multiple of 256
 (Qwen2.5-0.5B's 896), q4_k_m keeps Q4_K/Q6_K for ffn_down (256 columns) and falls back to
 Q5_0/Q8_0 elsewhere; q5_k_m keeps Q5_K/Q6_K there and falls back to Q5_1/Q8_0; q3_k_s (llama.cpp's
-Q3_K_S mix) keeps Q3_K there and falls back to Q4_0. q2_k is quantized `pure` (llama-quantize's
+Q3_K_S mix) keeps Q3_K there and falls back to Q4_0. The i-quant mixes iq4_xs and iq3_s
+(llama.cpp's IQ4_XS and IQ3_S) keep their type there and fall back to IQ4_NL; the other i-quants
+need an importance matrix, which llama_model_quantize takes only as a C++ object. q2_k is quantized `pure` (llama-quantize's
 --pure: every tensor Q2_K, no per-tensor mix): Q2_K in ffn_down, Q4_0 elsewhere — llama.cpp's Q2_K
 mix would give ffn_down Q3_K, and its Q2_K_S needs an importance matrix.
 
@@ -237,7 +239,7 @@ def convert(llama_cpp: Path, hf: Path, outtype: str, gguf: Path, pre: str | None
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
 
 
-TYPES = ("f16", "q8_0", "q4_k_m", "q5_k_m", "q3_k_s", "q2_k")
+TYPES = ("f16", "q8_0", "q4_k_m", "q5_k_m", "q3_k_s", "q2_k", "iq4_xs", "iq3_s")
 QUANTIZED = TYPES[2:]
 
 
@@ -248,7 +250,9 @@ def quantize(source: Path, target: Path, outtype: str) -> None:
     params.ftype = {"q4_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M,
                     "q5_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_K_M,
                     "q3_k_s": llama_cpp.LLAMA_FTYPE_MOSTLY_Q3_K_S,
-                    "q2_k": llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K}[outtype]
+                    "q2_k": llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K,
+                    "iq4_xs": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ4_XS,
+                    "iq3_s": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ3_S}[outtype]
     params.pure = outtype == "q2_k"
     params.nthread = 1
     if llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params)) != 0:

@@ -11,9 +11,9 @@ committed converter fixtures (tests/fixtures/converter, scripts/make_converter_f
     shard holding metadata only (and `rope_freqs.weight` in a later shard).
   llama.cpp (llama-cpp-python) is checked to give the same logits from the first shard as from
   the whole file before anything is written.
-- `converter/qwen2/iq4_xs.gguf`: the qwen2 fixture quantized by llama.cpp's quantizer to its
-  IQ4_XS mix (IQ4_XS where rows have 256 values, IQ4_NL elsewhere): types candle cannot read,
-  for the error that names them.
+- `converter/qwen2/tq2_0.gguf`: the qwen2 fixture quantized by llama.cpp's quantizer to its
+  TQ2_0 mix (ternary TQ2_0 where rows have 256 values, a fallback elsewhere): a type hyoka does
+  not read, for the error that names it.
 
 Needs llama-cpp-python 0.3.36 built from source, g++ and the gguf-py of the sdist (as
 make_converter_fixtures.py). Run: python scripts/make_split_gguf_fixtures.py [--llama-cpp DIR]
@@ -93,17 +93,17 @@ def split(tool: Path, model: str, kind: str, options: list[str]) -> None:
     print(f"wrote {len(shards)} shards of {source.relative_to(OUT.parent.parent.parent)}")
 
 
-def iq4_xs(model: str) -> None:
+def tq2_0(model: str) -> None:
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_IQ4_XS
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_TQ2_0
     params.nthread = 1
-    source, target = OUT / model / "f16.gguf", OUT / model / "iq4_xs.gguf"
+    source, target = OUT / model / "f16.gguf", OUT / model / "tq2_0.gguf"
     if llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params)) != 0:
         raise SystemExit(f"llama_model_quantize failed on {source}")
     from gguf import GGUFReader
     types = {t.tensor_type.name for t in GGUFReader(str(target)).tensors}
-    if not {"IQ4_XS", "IQ4_NL"} <= types:
-        raise SystemExit(f"{target}: types {sorted(types)}, expected IQ4_XS and IQ4_NL among them")
+    if "TQ2_0" not in types:
+        raise SystemExit(f"{target}: types {sorted(types)}, expected TQ2_0 among them")
     print(f"wrote {target.relative_to(OUT.parent.parent.parent)}: {sorted(types)}")
 
 
@@ -113,7 +113,7 @@ def main() -> None:
     tool = gguf_split_tool(llama_cpp_src, work)
     for model, kind, options in SPLITS:
         split(tool, model, kind, options)
-    iq4_xs("qwen2")
+    tq2_0("qwen2")
 
 
 if __name__ == "__main__":

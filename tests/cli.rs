@@ -574,8 +574,8 @@ fn meta_refuses_an_endless_results_line() {
 }
 
 /// A model file hyoka cannot read fails the run with exit 1 and a message a user can act on:
-/// an i-quant file names its types; a damaged file says so without candle's backtrace, even
-/// with RUST_BACKTRACE set.
+/// a file of a type hyoka does not read names it; a damaged file says so without candle's
+/// backtrace, even with RUST_BACKTRACE set.
 #[test]
 fn unreadable_gguf_files_exit_1_with_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
@@ -587,9 +587,9 @@ fn unreadable_gguf_files_exit_1_with_what_to_do() {
     let fixture = common::fixtures().join("converter/qwen2/q4_k_m.gguf");
     let damaged = dir.path().join("damaged.gguf");
     std::fs::write(&damaged, &std::fs::read(&fixture).unwrap()[..4096]).unwrap();
-    let iq = common::fixtures().join("converter/qwen2/iq4_xs.gguf");
+    let ternary = common::fixtures().join("converter/qwen2/tq2_0.gguf");
     for (model, wants) in [
-        (iq.as_path(), &["IQ4_XS", "IQ4_NL", "Q4_K_M"][..]),
+        (ternary.as_path(), &["TQ2_0", "Q4_K_M"][..]),
         (
             damaged.as_path(),
             &["damaged.gguf", "not a readable GGUF file"],

@@ -215,21 +215,22 @@ fn split_ggufs_name_what_is_missing_mixed_or_renamed() {
     );
 }
 
-/// Files in types candle cannot read (llama.cpp's i-quants: an IQ4_XS file holds IQ4_XS and
-/// IQ4_NL tensors) are refused naming each type, a tensor of it, and what to take instead.
+/// Files in types hyoka does not read (llama.cpp's ternary TQ2_0 here; scripts/
+/// make_split_gguf_fixtures.py) are refused naming each type, a tensor of it, and what to take
+/// instead. (i-quant files load: tests/gguf_converter.rs.)
 #[test]
-fn i_quant_files_are_refused_naming_their_types() {
-    let path = common::fixtures().join("converter/qwen2/iq4_xs.gguf");
+fn files_of_other_types_are_refused_naming_them() {
+    let path = common::fixtures().join("converter/qwen2/tq2_0.gguf");
     let Err(err) = hyoka::model::load_gguf(&path, DType::F32, &Device::Cpu, Default::default())
     else {
-        panic!("an IQ4_XS file loaded")
+        panic!("a TQ2_0 file loaded")
     };
     assert!(matches!(err, ModelError::Unsupported { .. }), "{err}");
     let err = err.to_string();
     for want in [
-        "IQ4_XS (GGML type 23)",
-        "IQ4_NL (GGML type 20)",
+        "TQ2_0 (GGML type 35) in 2 tensors",
         "first blk.",
+        "IQ4_XS",
         "Q4_K_M",
     ] {
         assert!(err.contains(want), "{want}: {err}");

@@ -7,21 +7,33 @@
 //! `split.tensors.count`; the model's metadata is in the first shard only, and each tensor is in
 //! exactly one shard (the first may hold none: `--no-tensor-first-split`).
 
+use super::iquants::{self, IQuant, Q8_0_BYTES};
 use super::{ModelError, gguf_types};
-use candle_core::quantized::{QTensor, gguf_file};
+use candle_core::quantized::ggml_file::qtensor_from_ggml;
+use candle_core::quantized::k_quants::BlockQ8_0;
+use candle_core::quantized::{GgmlDType, GgmlType, QStorage, QTensor, gguf_file};
 use candle_core::{Device, Error, Result};
+use rayon::prelude::*;
 use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 pub struct GgufFiles {
     /// The model's metadata (the first shard's) and every shard's tensor descriptions. Its
-    /// `tensor_data_offset` is the first shard's: read tensors with [`GgufFiles::tensor`].
+    /// `tensor_data_offset` is the first shard's: read tensors with [`GgufFiles::tensor`]. An
+    /// i-quant tensor is described as the Q8_0 tensor it is read into (see `iquants`).
     pub content: gguf_file::Content,
     shards: Vec<Shard>,
     /// The shard of each tensor.
     shard_of: HashMap<String, usize>,
+    /// The tensors stored as i-quants, with their type.
+    iquants: HashMap<String, IQuant>,
 }
+
+/// A shard's header: its metadata and tensors as candle reads them, its i-quant tensors, and
+/// the file, kept open.
+type Header = (gguf_file::Content, HashMap<String, IQuant>, std::fs::File);
 
 struct Shard {
     path: PathBuf,
@@ -113,7 +125,8 @@ impl GgufFiles {
     pub fn open(path: &Path) -> std::result::Result<Self, ModelError> {
         let given = read_header(path)?;
         let Some((no, count)) = split_of(path, &given.0)? else {
-            return Self::from_shards(vec![(path.to_path_buf(), given.0, given.1)]);
+            let (content, iquants, file) = given;
+            return Self::from_shards(vec![(path.to_path_buf(), content, iquants, file)]);
         };
         let origin = path.display().to_string();
         let name = path
@@ -138,7 +151,7 @@ impl GgufFiles {
         let mut shards = Vec::with_capacity(count);
         for (i, shard_name) in names.iter().enumerate() {
             let shard = dir.join(shard_name);
-            let (content, file) = if i == no {
+            let (content, iquants, file) = if i == no {
                 given.take().expect("the given shard is read once")
             } else {
                 if !shard.is_file() {
@@ -164,7 +177,7 @@ impl GgufFiles {
                     ),
                 });
             }
-            shards.push((shard, content, file));
+            shards.push((shard, content, iquants, file));
         }
         let expected_tensors = given_tensor_count(&shards[0].1);
         let files = Self::from_shards(shards)?;
@@ -185,12 +198,19 @@ impl GgufFiles {
     /// Merge the shards' tensor descriptions, keeping each shard's file open for its tensors'
     /// reads; a tensor in two shards is an error.
     fn from_shards(
-        shards: Vec<(PathBuf, gguf_file::Content, std::fs::File)>,
+        shards: Vec<(
+            PathBuf,
+            gguf_file::Content,
+            HashMap<String, IQuant>,
+            std::fs::File,
+        )>,
     ) -> std::result::Result<Self, ModelError> {
         let mut merged: Option<gguf_file::Content> = None;
         let mut shard_of = HashMap::new();
+        let mut all_iquants = HashMap::new();
         let mut opened = Vec::with_capacity(shards.len());
-        for (i, (path, mut content, file)) in shards.into_iter().enumerate() {
+        for (i, (path, mut content, iquants, file)) in shards.into_iter().enumerate() {
+            all_iquants.extend(iquants);
             opened.push(Shard {
                 path: path.clone(),
                 tensor_data_offset: content.tensor_data_offset,
@@ -212,6 +232,7 @@ impl GgufFiles {
             content: merged.expect("at least one shard"),
             shards: opened,
             shard_of,
+            iquants: all_iquants,
         })
     }
 
@@ -235,33 +256,109 @@ impl GgufFiles {
             )));
         };
         let shard = &self.shards[i];
+        let at = |e: Error| Error::Msg(format!("{}: tensor {name}: {e}", shard.path.display()));
         let mut file = shard
             .file
             .lock()
             .map_err(|_| Error::Msg("GGUF file lock poisoned".into()))?;
-        info.read(&mut *file, shard.tensor_data_offset, device)
-            .map_err(|e| Error::Msg(format!("{}: tensor {name}: {e}", shard.path.display())))
+        let Some(&kind) = self.iquants.get(name) else {
+            return info
+                .read(&mut *file, shard.tensor_data_offset, device)
+                .map_err(at);
+        };
+        let bytes =
+            read_iquant_bytes(&mut file, shard.tensor_data_offset, info, kind).map_err(at)?;
+        // Converted on all threads with the file free for other tensors' reads.
+        drop(file);
+        iquant_to_q8_0(&bytes, info, kind, device).map_err(at)
+    }
+
+    /// The tensors stored as i-quants, by type: (type, tensors), in type order.
+    pub fn iquant_counts(&self) -> Vec<(IQuant, usize)> {
+        let mut counts: Vec<(IQuant, usize)> = Vec::new();
+        for &kind in self.iquants.values() {
+            match counts.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((kind, 1)),
+            }
+        }
+        counts.sort_by_key(|(k, _)| k.name());
+        counts
     }
 }
 
-/// Read a GGUF file's header with candle (and keep the file open for its tensors); a type
-/// candle does not know is named, with its tensors.
-fn read_header(
-    path: &Path,
-) -> std::result::Result<(gguf_file::Content, std::fs::File), ModelError> {
+/// Blocks of an i-quant tensor converted at a time (each thread takes whole chunks).
+const IQUANT_CHUNK_BLOCKS: usize = 256;
+
+/// The file bytes of an i-quant tensor: whole blocks along its rows.
+fn read_iquant_bytes(
+    file: &mut std::fs::File,
+    tensor_data_offset: u64,
+    info: &gguf_file::TensorInfo,
+    kind: IQuant,
+) -> Result<Vec<u8>> {
+    let row = info.shape.dims().last().copied().unwrap_or(0);
+    if !row.is_multiple_of(kind.block_values()) {
+        return Err(Error::Msg(format!(
+            "{} rows of {row} values: not whole {}-value blocks",
+            kind.name(),
+            kind.block_values()
+        )));
+    }
+    let size = info.shape.elem_count() / kind.block_values() * kind.block_bytes();
+    let start = tensor_data_offset.saturating_add(info.offset);
+    let file_size = file.seek(SeekFrom::End(0))?;
+    if start.saturating_add(size as u64) > file_size {
+        return Err(Error::Msg(format!(
+            "needs {size} bytes at offset {start}, the file has {file_size}"
+        )));
+    }
+    let mut bytes = vec![0u8; size];
+    file.seek(SeekFrom::Start(start))?;
+    file.read_exact(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// An i-quant tensor's blocks as Q8_0 blocks (`iquants`), converted on all threads, onto
+/// `device`: only the file bytes and the new blocks are held.
+fn iquant_to_q8_0(
+    bytes: &[u8],
+    info: &gguf_file::TensorInfo,
+    kind: IQuant,
+    device: &Device,
+) -> Result<QTensor> {
+    let mut out = vec![BlockQ8_0::zeros(); info.shape.elem_count() / 32];
+    // SAFETY: BlockQ8_0 is repr(C), 34 bytes (an f16 and 32 i8; candle asserts the size), so its
+    // memory is its bytes in ggml's layout, and any bytes are a valid f16 and i8s.
+    let out_bytes: &mut [u8] = unsafe {
+        std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), out.len() * Q8_0_BYTES)
+    };
+    let per_block = kind.block_values() / 32 * Q8_0_BYTES;
+    bytes
+        .par_chunks(IQUANT_CHUNK_BLOCKS * kind.block_bytes())
+        .zip(out_bytes.par_chunks_mut(IQUANT_CHUNK_BLOCKS * per_block))
+        .try_for_each(|(src, dst)| iquants::to_q8_0(kind, src, dst))
+        .map_err(Error::Msg)?;
+    let dims = info.shape.dims().to_vec();
+    if device.is_cpu() {
+        return QTensor::new(QStorage::Cpu(Box::new(out)), dims);
+    }
+    // SAFETY: as above.
+    let out_bytes: &[u8] =
+        unsafe { std::slice::from_raw_parts(out.as_ptr().cast::<u8>(), out.len() * Q8_0_BYTES) };
+    qtensor_from_ggml(GgmlDType::Q8_0, out_bytes, dims, device)
+}
+
+/// Read a GGUF file's header with candle (and keep the file open for its tensors). Tensors of
+/// the types candle does not know are found by walking the header without it: i-quants are
+/// described as Q8_0 tensors (what they are read into) and listed; any other type is named, with
+/// its tensors.
+fn read_header(path: &Path) -> std::result::Result<Header, ModelError> {
     let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    let content = gguf_file::Content::read(&mut file).map_err(|e| {
-        if let Ok(found) = gguf_types::unreadable_types(path)
-            && !found.is_empty()
-        {
-            return ModelError::Unsupported {
-                origin: path.display().to_string(),
-                what: gguf_types::describe(&found),
-            };
-        }
+    let not_gguf = |e: Error| {
         // candle adds a backtrace to its message when RUST_BACKTRACE is set: not for users.
         let e = match e {
             Error::WithBacktrace { inner, .. } => *inner,
@@ -271,8 +368,45 @@ fn read_header(
             origin: path.display().to_string(),
             message: format!("not a readable GGUF file: {e}"),
         }
-    })?;
-    Ok((content, file))
+    };
+    let first_error = match gguf_file::Content::read(&mut file) {
+        Ok(content) => return Ok((content, HashMap::new(), file)),
+        Err(e) => e,
+    };
+    let header = match gguf_types::walk_header(path) {
+        Ok(header) if !header.unreadable.is_empty() => header,
+        _ => return Err(not_gguf(first_error)),
+    };
+    let others: Vec<_> = header
+        .unreadable
+        .iter()
+        .filter(|t| IQuant::from_type_id(t.type_id).is_none())
+        .collect();
+    if !others.is_empty() {
+        return Err(ModelError::Unsupported {
+            origin: path.display().to_string(),
+            what: gguf_types::describe(&gguf_types::by_type(others)),
+        });
+    }
+    // candle reads the header with each i-quant's type number made Q8_0's.
+    let io = |source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut bytes = vec![0u8; header.end as usize];
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    file.read_exact(&mut bytes).map_err(io)?;
+    let q8_0 = 8u32.to_le_bytes();
+    let mut iquants = HashMap::new();
+    for t in &header.unreadable {
+        let at = t.type_at as usize;
+        bytes[at..at + 4].copy_from_slice(&q8_0);
+        if let Some(kind) = IQuant::from_type_id(t.type_id) {
+            iquants.insert(t.name.clone(), kind);
+        }
+    }
+    let content = gguf_file::Content::read(&mut std::io::Cursor::new(bytes)).map_err(not_gguf)?;
+    Ok((content, iquants, file))
 }
 
 /// (split.no, split.count) of a shard of a split GGUF; None for a whole file.

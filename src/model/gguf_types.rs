@@ -1,7 +1,8 @@
-//! The tensor types of a GGUF file, read without candle, for the one thing candle's reader cannot
-//! say: which tensors hold a type it does not know. candle stops at the first such tensor with
-//! "unknown dtype for tensor 20"; a user with an IQ4_XS file of a 14B judge needs to hear that
-//! the file's i-quants are the problem, which of its tensors hold them, and what to take instead.
+//! The tensor types of a GGUF file, read without candle, for what candle's reader cannot say:
+//! which tensors hold a type it does not know, and where. candle stops at the first such tensor
+//! with "unknown dtype for tensor 20"; hyoka reads the i-quants itself (`iquants`), and a user
+//! with a file of another type (TQ1_0, MXFP4…) needs to hear which type is the problem, which of
+//! its tensors hold it, and what to take instead.
 
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
@@ -21,12 +22,13 @@ pub fn type_name(id: u32) -> Option<&'static str> {
         .filter(|name| !name.is_empty())
 }
 
-/// The types hyoka reads (what candle's GGUF reader knows), as a sentence.
-pub const READABLE: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K, \
-                            Q3_K, Q4_K, Q5_K, Q6_K";
+/// The types hyoka reads (what candle's GGUF reader knows, and the i-quants), as a sentence.
+pub const READABLE: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the K-quants Q2_K, \
+                            Q3_K, Q4_K, Q5_K, Q6_K and the i-quants IQ1_S, IQ1_M, IQ2_XXS, \
+                            IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS";
 
 /// Whether candle reads tensors of GGML type `id`.
-pub fn readable(id: u32) -> bool {
+pub fn candle_reads(id: u32) -> bool {
     matches!(id, 0..=3 | 6..=15 | 30)
 }
 
@@ -38,9 +40,25 @@ pub struct Unreadable {
     pub first_tensor: String,
 }
 
-/// The types of `path`'s tensors that candle cannot read, in the order their first tensor comes;
-/// empty when every type is readable. Err: the header itself is not GGUF v2/v3 as written.
-pub fn unreadable_types(path: &Path) -> std::io::Result<Vec<Unreadable>> {
+/// A tensor of a type candle cannot read, where its header says so.
+#[derive(Debug, PartialEq)]
+pub struct UnreadableTensor {
+    pub name: String,
+    pub type_id: u32,
+    /// Where in the file its type number (u32) lies.
+    pub type_at: u64,
+}
+
+/// A GGUF header walked without candle: the tensors of types candle cannot read, and where the
+/// tensor descriptions end (the tensor data follows, aligned).
+#[derive(Debug)]
+pub struct Header {
+    pub unreadable: Vec<UnreadableTensor>,
+    pub end: u64,
+}
+
+/// Walk `path`'s header. Err: the header itself is not GGUF v2/v3 as written.
+pub fn walk_header(path: &Path) -> std::io::Result<Header> {
     let mut r = BufReader::new(std::fs::File::open(path)?);
     if &bytes::<4>(&mut r)? != b"GGUF" {
         return Err(bad("no GGUF magic"));
@@ -55,7 +73,7 @@ pub fn unreadable_types(path: &Path) -> std::io::Result<Vec<Unreadable>> {
         let value_type = u32::from_le_bytes(bytes(&mut r)?);
         skip_value(&mut r, value_type)?;
     }
-    let mut found: Vec<Unreadable> = Vec::new();
+    let mut unreadable = Vec::new();
     for _ in 0..tensors {
         let name = read_string(&mut r)?;
         let dims = u32::from_le_bytes(bytes(&mut r)?);
@@ -63,21 +81,35 @@ pub fn unreadable_types(path: &Path) -> std::io::Result<Vec<Unreadable>> {
             return Err(bad("a tensor of more than 8 dimensions"));
         }
         r.seek_relative(8 * i64::from(dims))?;
+        let type_at = r.stream_position()?;
         let type_id = u32::from_le_bytes(bytes(&mut r)?);
         r.seek_relative(8)?; // offset
-        if readable(type_id) {
-            continue;
+        if !candle_reads(type_id) {
+            unreadable.push(UnreadableTensor {
+                name,
+                type_id,
+                type_at,
+            });
         }
-        match found.iter_mut().find(|u| u.type_id == type_id) {
+    }
+    let end = r.stream_position()?;
+    Ok(Header { unreadable, end })
+}
+
+/// `tensors` by type, in the order each type's first tensor comes.
+pub fn by_type<'a>(tensors: impl IntoIterator<Item = &'a UnreadableTensor>) -> Vec<Unreadable> {
+    let mut found: Vec<Unreadable> = Vec::new();
+    for t in tensors {
+        match found.iter_mut().find(|u| u.type_id == t.type_id) {
             Some(u) => u.count += 1,
             None => found.push(Unreadable {
-                type_id,
+                type_id: t.type_id,
                 count: 1,
-                first_tensor: name,
+                first_tensor: t.name.clone(),
             }),
         }
     }
-    Ok(found)
+    found
 }
 
 /// `found` as the end of an error message: the types, how many tensors, and what to do.
@@ -175,7 +207,7 @@ mod tests {
         assert_eq!(type_name(99), None);
         for id in 0..43 {
             // Every type candle reads has a name.
-            assert!(!readable(id) || type_name(id).is_some(), "{id}");
+            assert!(!candle_reads(id) || type_name(id).is_some(), "{id}");
         }
     }
 }

@@ -20,6 +20,8 @@ pub mod fused_attention;
 pub mod gguf_files;
 mod gguf_types;
 mod int8_runs;
+mod iquant_grids;
+pub mod iquants;
 pub mod kquant_dots;
 mod kquant_expand;
 mod layers;

@@ -28,7 +28,8 @@ enum Source {
     /// in the process's memory while the map lives, so the weights were held twice.
     Safetensors(SafetensorsReads),
     Gguf {
-        files: GgufFiles,
+        /// Boxed: its header maps make it several times the other variant's size.
+        files: Box<GgufFiles>,
         arch: Arch,
         heads: usize,
         kv_heads: usize,
@@ -66,7 +67,7 @@ impl Weights {
         };
         Weights {
             source: Source::Gguf {
-                files,
+                files: Box::new(files),
                 arch,
                 heads,
                 kv_heads,

@@ -1,0 +1,473 @@
+//! llama.cpp's i-quants (IQ1_S … IQ4_XS) read into Q8_0 blocks at load.
+//!
+//! Japanese judges are published in these types too (an IQ4_XS 8B is 4.4 GB against a Q4_K_M's
+//! 4.9), but candle has neither their blocks nor their kernels. Each block is decoded here
+//! exactly as ggml's `dequantize_row_iq*` decodes it (ggml-quants.c, tables from ggml-common.h in
+//! `iquant_grids`), and held as Q8_0, the block type every path of hyoka takes (CPU f32 and int8
+//! products, CUDA): 8.5 bits a weight in memory instead of the file's 1.6–4.5.
+//!
+//! Every i-quant value is a scale times a small integer: a level of IQ4's non-linear table, a
+//! signed grid magnitude, or (IQ1) eight times a grid value plus or minus one. Where one scale
+//! covers a Q8_0 block's 32 values (IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ1_S), the block
+//! keeps those integers and the scale rounded to f16: IQ4_NL's scale is an f16 already, so its
+//! values are kept exactly; the others' scales (the block's f16 times a 4–6 bit sub-scale) move
+//! by at most 2⁻¹² of themselves. Where two scales share 32 values (IQ2_XS, IQ2_S, IQ1_M: one
+//! per 16), the integers would not fit in 8 bits under one scale: those blocks are quantized
+//! again from the decoded values as llama.cpp quantizes Q8_0 (`quantize_row_q8_0_ref`), an error
+//! of at most half a step, 1/254 of the block's largest value.
+
+use super::iquant_grids::{
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+    KVALUES_IQ4NL,
+};
+use half::f16;
+
+/// Values in a Q8_0 block, and in each group an i-quant block decodes into.
+const GROUP: usize = 32;
+/// Bytes of a Q8_0 block: an f16 scale, then 32 signed bytes.
+pub const Q8_0_BYTES: usize = 34;
+
+/// An i-quant GGML type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IQuant {
+    Iq2Xxs,
+    Iq2Xs,
+    Iq3Xxs,
+    Iq1S,
+    Iq4Nl,
+    Iq3S,
+    Iq2S,
+    Iq4Xs,
+    Iq1M,
+}
+
+impl IQuant {
+    pub const ALL: [IQuant; 9] = [
+        IQuant::Iq2Xxs,
+        IQuant::Iq2Xs,
+        IQuant::Iq3Xxs,
+        IQuant::Iq1S,
+        IQuant::Iq4Nl,
+        IQuant::Iq3S,
+        IQuant::Iq2S,
+        IQuant::Iq4Xs,
+        IQuant::Iq1M,
+    ];
+
+    /// The i-quant of GGML type number `id` (ggml.h's `enum ggml_type`).
+    pub fn from_type_id(id: u32) -> Option<Self> {
+        Some(match id {
+            16 => IQuant::Iq2Xxs,
+            17 => IQuant::Iq2Xs,
+            18 => IQuant::Iq3Xxs,
+            19 => IQuant::Iq1S,
+            20 => IQuant::Iq4Nl,
+            21 => IQuant::Iq3S,
+            22 => IQuant::Iq2S,
+            23 => IQuant::Iq4Xs,
+            29 => IQuant::Iq1M,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            IQuant::Iq2Xxs => "IQ2_XXS",
+            IQuant::Iq2Xs => "IQ2_XS",
+            IQuant::Iq3Xxs => "IQ3_XXS",
+            IQuant::Iq1S => "IQ1_S",
+            IQuant::Iq4Nl => "IQ4_NL",
+            IQuant::Iq3S => "IQ3_S",
+            IQuant::Iq2S => "IQ2_S",
+            IQuant::Iq4Xs => "IQ4_XS",
+            IQuant::Iq1M => "IQ1_M",
+        }
+    }
+
+    /// Values a block holds.
+    pub fn block_values(self) -> usize {
+        match self {
+            IQuant::Iq4Nl => 32,
+            _ => 256,
+        }
+    }
+
+    /// Bytes of a block (ggml-common.h's `block_iq*`).
+    pub fn block_bytes(self) -> usize {
+        match self {
+            IQuant::Iq2Xxs => 66,
+            IQuant::Iq2Xs => 74,
+            IQuant::Iq3Xxs => 98,
+            IQuant::Iq1S => 50,
+            IQuant::Iq4Nl => 18,
+            IQuant::Iq3S => 110,
+            IQuant::Iq2S => 82,
+            IQuant::Iq4Xs => 136,
+            IQuant::Iq1M => 56,
+        }
+    }
+
+    /// Whether its values are kept as read (an f16 scale per 32), not quantized again.
+    pub fn exact(self) -> bool {
+        self == IQuant::Iq4Nl
+    }
+
+    /// Whether one scale covers each 32 values (the integers are kept, the scale rounded to f16).
+    pub fn one_scale_per_group(self) -> bool {
+        !matches!(self, IQuant::Iq2Xs | IQuant::Iq2S | IQuant::Iq1M)
+    }
+}
+
+/// 32 decoded values: value j is `scales[j / 16] * q[j]`, in f32, as ggml computes it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Group {
+    pub scales: [f32; 2],
+    pub q: [i8; GROUP],
+}
+
+impl Group {
+    const ZERO: Group = Group {
+        scales: [0.0; 2],
+        q: [0; GROUP],
+    };
+
+    fn one_scale(scale: f32) -> Group {
+        Group {
+            scales: [scale; 2],
+            q: [0; GROUP],
+        }
+    }
+
+    pub fn values(&self) -> [f32; GROUP] {
+        std::array::from_fn(|j| self.scales[j / 16] * f32::from(self.q[j]))
+    }
+}
+
+/// The values of i-quant blocks (`kind`, whole blocks) in f32, as ggml's `dequantize_row_*`.
+pub fn dequantize(kind: IQuant, bytes: &[u8]) -> Vec<f32> {
+    let mut groups = vec![Group::ZERO; bytes.len() / kind.block_bytes() * kind.block_values() / 32];
+    decode(kind, bytes, &mut groups);
+    groups.iter().flat_map(|g| g.values()).collect()
+}
+
+/// i-quant blocks (`kind`, whole blocks) as Q8_0 blocks' bytes into `out` (34 bytes per 32
+/// values). Err: a group whose scale is beyond f16's range (no real model's).
+pub fn to_q8_0(kind: IQuant, bytes: &[u8], out: &mut [u8]) -> Result<(), String> {
+    let per_block = kind.block_values() / GROUP;
+    let mut groups = [Group::ZERO; 8];
+    for (b, (block, out)) in bytes
+        .chunks_exact(kind.block_bytes())
+        .zip(out.chunks_exact_mut(per_block * Q8_0_BYTES))
+        .enumerate()
+    {
+        decode(kind, block, &mut groups[..per_block]);
+        for (g, (group, out)) in groups
+            .iter()
+            .zip(out.chunks_exact_mut(Q8_0_BYTES))
+            .enumerate()
+        {
+            let (d, q) = if group.scales[0] == group.scales[1] {
+                (f16::from_f32(group.scales[0]), group.q)
+            } else {
+                requantize(&group.values())
+            };
+            if !d.is_finite() {
+                return Err(format!(
+                    "{} block {b}, values {}..{}: scale {} is beyond f16's range",
+                    kind.name(),
+                    g * GROUP,
+                    (g + 1) * GROUP,
+                    group.scales[0].abs().max(group.scales[1].abs())
+                ));
+            }
+            out[..2].copy_from_slice(&d.to_le_bytes());
+            for (o, q) in out[2..].iter_mut().zip(q) {
+                *o = q as u8;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// ggml's `quantize_row_q8_0_ref` on one block: d = max|x| / 127 (stored as f16), q = x / d
+/// rounded half away from zero with the unrounded d.
+fn requantize(x: &[f32; GROUP]) -> (f16, [i8; GROUP]) {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    (
+        f16::from_f32(d),
+        std::array::from_fn(|j| (x[j] * id).round() as i8),
+    )
+}
+
+/// Blocks of `kind` into groups of 32 values (`groups.len()` = blocks × values a block / 32).
+fn decode(kind: IQuant, bytes: &[u8], groups: &mut [Group]) {
+    let per_block = kind.block_values() / GROUP;
+    for (block, groups) in bytes
+        .chunks_exact(kind.block_bytes())
+        .zip(groups.chunks_exact_mut(per_block))
+    {
+        match kind {
+            IQuant::Iq4Nl => iq4_nl(block, &mut groups[0]),
+            IQuant::Iq4Xs => iq4_xs(block, groups),
+            IQuant::Iq3Xxs => iq3_xxs(block, groups),
+            IQuant::Iq3S => iq3_s(block, groups),
+            IQuant::Iq2Xxs => iq2_xxs(block, groups),
+            IQuant::Iq2Xs => iq2_xs(block, groups),
+            IQuant::Iq2S => iq2_s(block, groups),
+            IQuant::Iq1S => iq1_s(block, groups),
+            IQuant::Iq1M => iq1_m(block, groups),
+        }
+    }
+}
+
+fn half_at(b: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Byte `j` of a grid entry.
+fn byte(entry: u64, j: usize) -> u8 {
+    (entry >> (8 * j)) as u8
+}
+
+/// `magnitude` negated where bit `j` of `signs` is set.
+fn signed(magnitude: u8, signs: u8, j: usize) -> i8 {
+    let m = magnitude as i8;
+    if signs >> j & 1 == 1 { -m } else { m }
+}
+
+/// Eight values of a grid entry with their signs into `q`.
+fn put8(q: &mut [i8], entry: u64, signs: u8) {
+    for (j, q) in q[..8].iter_mut().enumerate() {
+        *q = signed(byte(entry, j), signs, j);
+    }
+}
+
+/// 16 bytes of nibbles: low nibbles are values 0..16, high ones 16..32, levels of IQ4's table.
+fn iq4_levels(qs: &[u8], g: &mut Group) {
+    for (j, &b) in qs[..16].iter().enumerate() {
+        g.q[j] = KVALUES_IQ4NL[usize::from(b & 0xf)];
+        g.q[j + 16] = KVALUES_IQ4NL[usize::from(b >> 4)];
+    }
+}
+
+/// d (f16), 16 bytes of nibbles.
+fn iq4_nl(b: &[u8], g: &mut Group) {
+    *g = Group::one_scale(half_at(b, 0));
+    iq4_levels(&b[2..18], g);
+}
+
+/// d (f16), scales_h (u16: the high 2 bits of eight 6-bit scales), scales_l (4 bytes: their low
+/// nibbles), 128 bytes of nibbles; a group's scale is d·(ls − 32).
+fn iq4_xs(b: &[u8], groups: &mut [Group]) {
+    let (d, scales_h) = (half_at(b, 0), u16_at(b, 2));
+    for (ib, g) in groups.iter_mut().enumerate() {
+        let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xf;
+        let high = ((scales_h >> (2 * ib)) & 3) as u8;
+        let ls = i32::from(low | high << 4);
+        *g = Group::one_scale(d * (ls - 32) as f32);
+        iq4_levels(&b[8 + 16 * ib..], g);
+    }
+}
+
+/// d (f16), 64 grid indices (bytes), then per group a u32: four 7-bit sign sets and a 4-bit
+/// scale; scale d·(0.5 + s)·0.5.
+fn iq3_xxs(b: &[u8], groups: &mut [Group]) {
+    let d = half_at(b, 0);
+    for (ib, g) in groups.iter_mut().enumerate() {
+        let aux = u32_at(b, 66 + 4 * ib);
+        *g = Group::one_scale(d * (0.5 + (aux >> 28) as f32) * 0.5);
+        let qs = &b[2 + 8 * ib..];
+        for l in 0..4 {
+            let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
+            let grid1 = u64::from(IQ3XXS_GRID[usize::from(qs[2 * l])]);
+            let grid2 = u64::from(IQ3XXS_GRID[usize::from(qs[2 * l + 1])]);
+            put8(&mut g.q[8 * l..], grid1 | grid2 << 32, signs);
+        }
+    }
+}
+
+/// d (f16), 64 low bytes of 9-bit grid indices, 8 bytes of their high bits, 32 bytes of signs,
+/// 4 bytes of 4-bit scales; scale d·(1 + 2s).
+fn iq3_s(b: &[u8], groups: &mut [Group]) {
+    let d = half_at(b, 0);
+    for (ib, g) in groups.iter_mut().enumerate() {
+        let s = (b[106 + ib / 2] >> (4 * (ib % 2))) & 0xf;
+        *g = Group::one_scale(d * (1 + 2 * i32::from(s)) as f32);
+        let (qs, qh) = (&b[2 + 8 * ib..], u32::from(b[66 + ib]));
+        for l in 0..4 {
+            let i1 = u32::from(qs[2 * l]) | ((qh << (8 - 2 * l)) & 256);
+            let i2 = u32::from(qs[2 * l + 1]) | ((qh << (7 - 2 * l)) & 256);
+            let entry = u64::from(IQ3S_GRID[i1 as usize]) | u64::from(IQ3S_GRID[i2 as usize]) << 32;
+            put8(&mut g.q[8 * l..], entry, b[74 + 4 * ib + l]);
+        }
+    }
+}
+
+/// d (f16), then per group two u32: four grid indices (bytes); four 7-bit sign sets and a
+/// 4-bit scale. Scale d·(0.5 + s)·0.25.
+fn iq2_xxs(b: &[u8], groups: &mut [Group]) {
+    let d = half_at(b, 0);
+    for (ib, g) in groups.iter_mut().enumerate() {
+        let at = 2 + 8 * ib;
+        let aux = u32_at(b, at + 4);
+        *g = Group::one_scale(d * (0.5 + (aux >> 28) as f32) * 0.25);
+        for l in 0..4 {
+            let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
+            put8(
+                &mut g.q[8 * l..],
+                IQ2XXS_GRID[usize::from(b[at + l])],
+                signs,
+            );
+        }
+    }
+}
+
+/// Two 4-bit scales per group, d·(0.5 + s)·0.25, one for each 16 values.
+fn two_scales(d: f32, s: u8) -> [f32; 2] {
+    [
+        d * (0.5 + f32::from(s & 0xf)) * 0.25,
+        d * (0.5 + f32::from(s >> 4)) * 0.25,
+    ]
+}
+
+/// d (f16), 32 u16 (a 9-bit grid index and a 7-bit sign set), 8 bytes of two 4-bit scales.
+fn iq2_xs(b: &[u8], groups: &mut [Group]) {
+    let d = half_at(b, 0);
+    for (ib, g) in groups.iter_mut().enumerate() {
+        g.scales = two_scales(d, b[66 + ib]);
+        for l in 0..4 {
+            let v = u16_at(b, 2 + 2 * (4 * ib + l));
+            let signs = KSIGNS_IQ2XS[usize::from(v >> 9)];
+            put8(&mut g.q[8 * l..], IQ2XS_GRID[usize::from(v & 511)], signs);
+        }
+    }
+}
+
+/// d (f16), 32 low bytes of 10-bit grid indices, 32 bytes of signs, 8 bytes of their high
+/// bits, 8 bytes of two 4-bit scales.
+fn iq2_s(b: &[u8], groups: &mut [Group]) {
+    let d = half_at(b, 0);
+    for (ib, g) in groups.iter_mut().enumerate() {
+        g.scales = two_scales(d, b[74 + ib]);
+        let qh = u32::from(b[66 + ib]);
+        for l in 0..4 {
+            let i = u32::from(b[2 + 4 * ib + l]) | ((qh << (8 - 2 * l)) & 0x300);
+            put8(&mut g.q[8 * l..], IQ2S_GRID[i as usize], b[34 + 4 * ib + l]);
+        }
+    }
+}
+
+/// Eight IQ1 values, grid ∈ {−1, 0, 1} plus or minus 1/8, as integers 8·grid ± 1 (the
+/// group's scale is then dl / 8).
+fn put8_iq1(q: &mut [i8], entry: u64, minus: bool) {
+    for (j, q) in q[..8].iter_mut().enumerate() {
+        *q = 8 * (byte(entry, j) as i8) + if minus { -1 } else { 1 };
+    }
+}
+
+/// d (f16), 32 low bytes of 11-bit grid indices, 8 u16: their high bits (3 per index), a 3-bit
+/// scale and the sign of the shift. dl = d·(2s + 1).
+fn iq1_s(b: &[u8], groups: &mut [Group]) {
+    let d = half_at(b, 0);
+    for (ib, g) in groups.iter_mut().enumerate() {
+        let qh = u16_at(b, 34 + 2 * ib);
+        let dl = d * (2 * ((qh >> 12) & 7) + 1) as f32;
+        *g = Group::one_scale(dl / 8.0);
+        for l in 0..4 {
+            let i = usize::from(b[2 + 4 * ib + l]) | usize::from((qh >> (3 * l)) & 7) << 8;
+            put8_iq1(&mut g.q[8 * l..], IQ1S_GRID[i], qh & 0x8000 != 0);
+        }
+    }
+}
+
+/// 32 low bytes of 11-bit grid indices, 16 bytes (per 8 values: 3 high bits, a shift sign), 8
+/// bytes of 3-bit scales (two per group) whose top nibbles make up d (f16).
+fn iq1_m(b: &[u8], groups: &mut [Group]) {
+    let sc: [u16; 4] = std::array::from_fn(|i| u16_at(b, 48 + 2 * i));
+    let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
+    let d = f16::from_bits(bits).to_f32();
+    for (ib, g) in groups.iter_mut().enumerate() {
+        let s = sc[ib / 2] >> (6 * (ib % 2));
+        let dl = |shift: u16| d * (2 * ((s >> shift) & 7) + 1) as f32;
+        g.scales = [dl(0) / 8.0, dl(3) / 8.0];
+        let (qs, qh) = (&b[4 * ib..], &b[32 + 2 * ib..]);
+        for l in 0..4 {
+            let h = u16::from(qh[l / 2]);
+            // Even l: the byte's low nibble; odd l: its high one.
+            let (high, minus) = if l % 2 == 0 {
+                ((h << 8) & 0x700, h & 0x08 != 0)
+            } else {
+                ((h << 4) & 0x700, h & 0x80 != 0)
+            };
+            put8_iq1(
+                &mut g.q[8 * l..],
+                IQ1S_GRID[usize::from(u16::from(qs[l]) | high)],
+                minus,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every GGML type number of an i-quant names one, with the bits a weight ggml-common.h
+    /// gives its blocks.
+    #[test]
+    fn types_follow_ggml_h() {
+        let bits = [
+            ("IQ2_XXS", 2.0625),
+            ("IQ2_XS", 2.3125),
+            ("IQ3_XXS", 3.0625),
+            ("IQ1_S", 1.5625),
+            ("IQ4_NL", 4.5),
+            ("IQ3_S", 3.4375),
+            ("IQ2_S", 2.5625),
+            ("IQ4_XS", 4.25),
+            ("IQ1_M", 1.75),
+        ];
+        let mut seen = 0;
+        for id in 0..64 {
+            if let Some(kind) = IQuant::from_type_id(id) {
+                assert_eq!(super::super::gguf_types::type_name(id), Some(kind.name()));
+                let (_, want) = bits.iter().find(|(n, _)| *n == kind.name()).unwrap();
+                let got = (kind.block_bytes() * 8) as f64 / kind.block_values() as f64;
+                assert_eq!(got, *want, "{kind:?}");
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, bits.len());
+    }
+
+    /// The sign table is its definition: seven bits and their parity.
+    #[test]
+    fn sign_table_is_seven_bits_and_parity() {
+        for (i, &s) in KSIGNS_IQ2XS.iter().enumerate() {
+            let parity = (i as u32).count_ones() as usize & 1;
+            assert_eq!(usize::from(s), i | parity << 7, "{i}");
+        }
+    }
+
+    /// A Q8_0 block from a group of one scale holds its integers; from two, ggml's rounding.
+    #[test]
+    fn requantized_blocks_round_as_ggml() {
+        let x: [f32; 32] = std::array::from_fn(|j| (j as f32 - 12.3) * 0.37);
+        let (d, q) = requantize(&x);
+        let amax = 18.7 * 0.37f32;
+        assert_eq!(d, f16::from_f32(amax / 127.0));
+        assert_eq!(q[0], (-12.3f32 * 0.37 * (127.0 / amax)).round() as i8);
+        assert_eq!(q[31], 127);
+        assert_eq!(requantize(&[0.0; 32]), (f16::ZERO, [0; 32]));
+    }
+}
