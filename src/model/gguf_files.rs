@@ -125,8 +125,7 @@ impl GgufFiles {
     pub fn open(path: &Path) -> std::result::Result<Self, ModelError> {
         let given = read_header(path)?;
         let Some((no, count)) = split_of(path, &given.0)? else {
-            let (content, iquants, file) = given;
-            return Self::from_shards(vec![(path.to_path_buf(), content, iquants, file)]);
+            return Self::from_shards(vec![(path.to_path_buf(), given)]);
         };
         let origin = path.display().to_string();
         let name = path
@@ -151,7 +150,7 @@ impl GgufFiles {
         let mut shards = Vec::with_capacity(count);
         for (i, shard_name) in names.iter().enumerate() {
             let shard = dir.join(shard_name);
-            let (content, iquants, file) = if i == no {
+            let header = if i == no {
                 given.take().expect("the given shard is read once")
             } else {
                 if !shard.is_file() {
@@ -167,7 +166,7 @@ impl GgufFiles {
                 }
                 read_header(&shard)?
             };
-            if split_of(&shard, &content)? != Some((i, count)) {
+            if split_of(&shard, &header.0)? != Some((i, count)) {
                 return Err(ModelError::Missing {
                     origin: shard.display().to_string(),
                     message: format!(
@@ -177,9 +176,9 @@ impl GgufFiles {
                     ),
                 });
             }
-            shards.push((shard, content, iquants, file));
+            shards.push((shard, header));
         }
-        let expected_tensors = given_tensor_count(&shards[0].1);
+        let expected_tensors = given_tensor_count(&shards[0].1.0);
         let files = Self::from_shards(shards)?;
         if let Some(expected) = expected_tensors
             && expected != files.content.tensor_infos.len()
@@ -197,19 +196,12 @@ impl GgufFiles {
 
     /// Merge the shards' tensor descriptions, keeping each shard's file open for its tensors'
     /// reads; a tensor in two shards is an error.
-    fn from_shards(
-        shards: Vec<(
-            PathBuf,
-            gguf_file::Content,
-            HashMap<String, IQuant>,
-            std::fs::File,
-        )>,
-    ) -> std::result::Result<Self, ModelError> {
+    fn from_shards(shards: Vec<(PathBuf, Header)>) -> std::result::Result<Self, ModelError> {
         let mut merged: Option<gguf_file::Content> = None;
         let mut shard_of = HashMap::new();
         let mut all_iquants = HashMap::new();
         let mut opened = Vec::with_capacity(shards.len());
-        for (i, (path, mut content, iquants, file)) in shards.into_iter().enumerate() {
+        for (i, (path, (mut content, iquants, file))) in shards.into_iter().enumerate() {
             all_iquants.extend(iquants);
             opened.push(Shard {
                 path: path.clone(),
