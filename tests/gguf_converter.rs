@@ -321,11 +321,7 @@ fn quantized_files_mix_k_quants_and_fallbacks() {
     ] {
         let path = common::fixtures().join(format!("converter/qwen2/{kind}.gguf"));
         let files = hyoka::model::gguf_files::GgufFiles::open(&path).unwrap();
-        let types: Vec<&str> = files
-            .iquant_counts()
-            .iter()
-            .map(|(t, _)| t.name())
-            .collect();
+        let types: Vec<&str> = files.iquant_types().iter().map(|t| t.name()).collect();
         assert_eq!(types, want, "{kind}");
     }
 }

@@ -5,10 +5,10 @@
 
 mod common;
 
-use candle_core::quantized::GgmlDType;
-use candle_core::quantized::ggml_file::qtensor_from_ggml;
+use candle_core::quantized::k_quants::BlockQ8_0;
+use candle_core::quantized::{GgmlType, QStorage, QTensor};
 use candle_core::{Device, Tensor};
-use hyoka::model::iquants::{self, IQuant, Q8_0_BYTES};
+use hyoka::model::iquants::{self, IQuant};
 use std::collections::HashMap;
 
 fn fixtures() -> HashMap<String, Tensor> {
@@ -62,9 +62,9 @@ fn q8_0_blocks_hold_the_values() {
     let all = fixtures();
     for kind in IQuant::ALL {
         let (bytes, want) = blocks(&all, kind);
-        let mut q8 = vec![0u8; want.len() / 32 * Q8_0_BYTES];
+        let mut q8 = vec![BlockQ8_0::zeros(); want.len() / 32];
         iquants::to_q8_0(kind, &bytes, &mut q8).unwrap();
-        let got: Vec<f32> = qtensor_from_ggml(GgmlDType::Q8_0, &q8, vec![want.len()], &Device::Cpu)
+        let got: Vec<f32> = QTensor::new(QStorage::Cpu(Box::new(q8)), want.len())
             .unwrap()
             .dequantize(&Device::Cpu)
             .unwrap()

@@ -7,11 +7,10 @@
 //! `split.tensors.count`; the model's metadata is in the first shard only, and each tensor is in
 //! exactly one shard (the first may hold none: `--no-tensor-first-split`).
 
-use super::iquants::{self, IQuant, Q8_0_BYTES};
-use super::{ModelError, gguf_types};
-use candle_core::quantized::ggml_file::qtensor_from_ggml;
+use super::iquants::{self, IQuant};
+use super::{ModelError, gguf_types, q8_0_blocks};
 use candle_core::quantized::k_quants::BlockQ8_0;
-use candle_core::quantized::{GgmlDType, GgmlType, QStorage, QTensor, gguf_file};
+use candle_core::quantized::{GgmlType, QTensor, gguf_file};
 use candle_core::{Device, Error, Result};
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -33,7 +32,7 @@ pub struct GgufFiles {
 
 /// A shard's header: its metadata and tensors as candle reads them, its i-quant tensors, and
 /// the file, kept open.
-type Header = (gguf_file::Content, HashMap<String, IQuant>, std::fs::File);
+type ShardHeader = (gguf_file::Content, HashMap<String, IQuant>, std::fs::File);
 
 struct Shard {
     path: PathBuf,
@@ -196,7 +195,7 @@ impl GgufFiles {
 
     /// Merge the shards' tensor descriptions, keeping each shard's file open for its tensors'
     /// reads; a tensor in two shards is an error.
-    fn from_shards(shards: Vec<(PathBuf, Header)>) -> std::result::Result<Self, ModelError> {
+    fn from_shards(shards: Vec<(PathBuf, ShardHeader)>) -> std::result::Result<Self, ModelError> {
         let mut merged: Option<gguf_file::Content> = None;
         let mut shard_of = HashMap::new();
         let mut all_iquants = HashMap::new();
@@ -265,17 +264,12 @@ impl GgufFiles {
         iquant_to_q8_0(&bytes, info, kind, device).map_err(at)
     }
 
-    /// The tensors stored as i-quants, by type: (type, tensors), in type order.
-    pub fn iquant_counts(&self) -> Vec<(IQuant, usize)> {
-        let mut counts: Vec<(IQuant, usize)> = Vec::new();
-        for &kind in self.iquants.values() {
-            match counts.iter_mut().find(|(k, _)| *k == kind) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((kind, 1)),
-            }
-        }
-        counts.sort_by_key(|(k, _)| k.name());
-        counts
+    /// The i-quant types the model's tensors are stored in, by name.
+    pub fn iquant_types(&self) -> Vec<IQuant> {
+        let mut types: Vec<IQuant> = self.iquants.values().copied().collect();
+        types.sort_by_key(|t| t.name());
+        types.dedup();
+        types
     }
 }
 
@@ -320,32 +314,20 @@ fn iquant_to_q8_0(
     device: &Device,
 ) -> Result<QTensor> {
     let mut out = vec![BlockQ8_0::zeros(); info.shape.elem_count() / 32];
-    // SAFETY: BlockQ8_0 is repr(C), 34 bytes (an f16 and 32 i8; candle asserts the size), so its
-    // memory is its bytes in ggml's layout, and any bytes are a valid f16 and i8s.
-    let out_bytes: &mut [u8] = unsafe {
-        std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), out.len() * Q8_0_BYTES)
-    };
-    let per_block = kind.block_values() / 32 * Q8_0_BYTES;
+    let per_block = kind.block_values() / 32;
     bytes
         .par_chunks(IQUANT_CHUNK_BLOCKS * kind.block_bytes())
-        .zip(out_bytes.par_chunks_mut(IQUANT_CHUNK_BLOCKS * per_block))
+        .zip(out.par_chunks_mut(IQUANT_CHUNK_BLOCKS * per_block))
         .try_for_each(|(src, dst)| iquants::to_q8_0(kind, src, dst))
         .map_err(Error::Msg)?;
-    let dims = info.shape.dims().to_vec();
-    if device.is_cpu() {
-        return QTensor::new(QStorage::Cpu(Box::new(out)), dims);
-    }
-    // SAFETY: as above.
-    let out_bytes: &[u8] =
-        unsafe { std::slice::from_raw_parts(out.as_ptr().cast::<u8>(), out.len() * Q8_0_BYTES) };
-    qtensor_from_ggml(GgmlDType::Q8_0, out_bytes, dims, device)
+    q8_0_blocks::onto(out, info.shape.dims().to_vec(), device)
 }
 
 /// Read a GGUF file's header with candle (and keep the file open for its tensors). Tensors of
 /// the types candle does not know are found by walking the header without it: i-quants are
 /// described as Q8_0 tensors (what they are read into) and listed; any other type is named, with
 /// its tensors.
-fn read_header(path: &Path) -> std::result::Result<Header, ModelError> {
+fn read_header(path: &Path) -> std::result::Result<ShardHeader, ModelError> {
     let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
         source,

@@ -20,12 +20,12 @@ use super::iquant_grids::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
     KVALUES_IQ4NL,
 };
+use candle_core::quantized::GgmlType;
+use candle_core::quantized::k_quants::BlockQ8_0;
 use half::f16;
 
 /// Values in a Q8_0 block, and in each group an i-quant block decodes into.
 const GROUP: usize = 32;
-/// Bytes of a Q8_0 block: an f16 scale, then 32 signed bytes.
-pub const Q8_0_BYTES: usize = 34;
 
 /// An i-quant GGML type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,27 +150,30 @@ pub fn dequantize(kind: IQuant, bytes: &[u8]) -> Vec<f32> {
     groups.iter().flat_map(|g| g.values()).collect()
 }
 
-/// i-quant blocks (`kind`, whole blocks) as Q8_0 blocks' bytes into `out` (34 bytes per 32
-/// values). Err: a group whose scale is beyond f16's range (no real model's).
-pub fn to_q8_0(kind: IQuant, bytes: &[u8], out: &mut [u8]) -> Result<(), String> {
+/// i-quant blocks (`kind`, whole blocks) as Q8_0 blocks into `out` (one per 32 values): a
+/// group of one scale as its integers and that scale, one of two scales through candle's
+/// `BlockQ8_0::from_float` (ggml's `quantize_row_q8_0_ref`). Err: a group whose scale is beyond
+/// f16's range (no real model's).
+pub fn to_q8_0(kind: IQuant, bytes: &[u8], out: &mut [BlockQ8_0]) -> Result<(), String> {
     let per_block = kind.block_values() / GROUP;
     let mut groups = [Group::ZERO; 8];
     for (b, (block, out)) in bytes
         .chunks_exact(kind.block_bytes())
-        .zip(out.chunks_exact_mut(per_block * Q8_0_BYTES))
+        .zip(out.chunks_exact_mut(per_block))
         .enumerate()
     {
         decode(kind, block, &mut groups[..per_block]);
-        for (g, (group, out)) in groups
-            .iter()
-            .zip(out.chunks_exact_mut(Q8_0_BYTES))
-            .enumerate()
-        {
-            let (d, q) = if group.scales[0] == group.scales[1] {
-                (f16::from_f32(group.scales[0]), group.q)
+        for (g, (group, out)) in groups.iter().zip(out.iter_mut()).enumerate() {
+            if group.scales[0] == group.scales[1] {
+                let raw = block_bytes(out);
+                raw[..2].copy_from_slice(&f16::from_f32(group.scales[0]).to_le_bytes());
+                for (o, q) in raw[2..].iter_mut().zip(group.q) {
+                    *o = q as u8;
+                }
             } else {
-                requantize(&group.values())
-            };
+                BlockQ8_0::from_float(&group.values(), std::slice::from_mut(out));
+            }
+            let d = f16::from_le_bytes([block_bytes(out)[0], block_bytes(out)[1]]);
             if !d.is_finite() {
                 return Err(format!(
                     "{} block {b}, values {}..{}: scale {} is beyond f16's range",
@@ -180,25 +183,18 @@ pub fn to_q8_0(kind: IQuant, bytes: &[u8], out: &mut [u8]) -> Result<(), String>
                     group.scales[0].abs().max(group.scales[1].abs())
                 ));
             }
-            out[..2].copy_from_slice(&d.to_le_bytes());
-            for (o, q) in out[2..].iter_mut().zip(q) {
-                *o = q as u8;
-            }
         }
     }
     Ok(())
 }
 
-/// ggml's `quantize_row_q8_0_ref` on one block: d = max|x| / 127 (stored as f16), q = x / d
-/// rounded half away from zero with the unrounded d.
-fn requantize(x: &[f32; GROUP]) -> (f16, [i8; GROUP]) {
-    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    (
-        f16::from_f32(d),
-        std::array::from_fn(|j| (x[j] * id).round() as i8),
-    )
+/// A Q8_0 block's bytes in ggml's layout: its f16 scale, then 32 signed bytes.
+fn block_bytes(block: &mut BlockQ8_0) -> &mut [u8; 34] {
+    const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
+    // SAFETY: BlockQ8_0 is repr(C) { f16, [i8; 32] }, 34 bytes with no padding (asserted), so
+    // its memory is those bytes; any bytes are a valid f16 and i8s. candle keeps the fields
+    // crate-private.
+    unsafe { &mut *(block as *mut BlockQ8_0).cast::<[u8; 34]>() }
 }
 
 /// Blocks of `kind` into groups of 32 values (`groups.len()` = blocks × values a block / 32).
@@ -459,15 +455,26 @@ mod tests {
         }
     }
 
-    /// A Q8_0 block from a group of one scale holds its integers; from two, ggml's rounding.
+    /// A Q8_0 block from a group of one scale holds its integers; from two, ggml's rounding
+    /// (candle's `QTensor::quantize` of the decoded values, whole-tensor, bit for bit).
     #[test]
     fn requantized_blocks_round_as_ggml() {
-        let x: [f32; 32] = std::array::from_fn(|j| (j as f32 - 12.3) * 0.37);
-        let (d, q) = requantize(&x);
-        let amax = 18.7 * 0.37f32;
-        assert_eq!(d, f16::from_f32(amax / 127.0));
-        assert_eq!(q[0], (-12.3f32 * 0.37 * (127.0 / amax)).round() as i8);
-        assert_eq!(q[31], 127);
-        assert_eq!(requantize(&[0.0; 32]), (f16::ZERO, [0; 32]));
+        use candle_core::quantized::{GgmlDType, QTensor};
+        use candle_core::{Device, Tensor};
+        let block: Vec<u8> = (0..IQuant::Iq2Xs.block_bytes())
+            .map(|i| (i * 37 + 11) as u8)
+            .collect();
+        let mut block = block;
+        block[..2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+        let values = dequantize(IQuant::Iq2Xs, &block);
+        let mut ours = vec![BlockQ8_0::zeros(); 8];
+        to_q8_0(IQuant::Iq2Xs, &block, &mut ours).unwrap();
+        let theirs = QTensor::quantize(
+            &Tensor::from_vec(values, 256, &Device::Cpu).unwrap(),
+            GgmlDType::Q8_0,
+        )
+        .unwrap();
+        let ours: Vec<u8> = ours.iter_mut().flat_map(|b| *block_bytes(b)).collect();
+        assert_eq!(ours, theirs.data().unwrap().to_vec());
     }
 }

@@ -7,8 +7,9 @@
 //! instead, a few rows at a time from their file bytes, into blocks that become the QTensor.
 
 use candle_core::DType;
-use candle_core::quantized::GgmlType;
+use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::k_quants::BlockQ8_0;
+use candle_core::quantized::{GgmlDType, GgmlType, QStorage, QTensor};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -35,6 +36,20 @@ pub fn quantize_rows(src: &[u8], dtype: DType, cols: usize, out: &mut [BlockQ8_0
                 }
             },
         );
+}
+
+/// Q8_0 blocks made on the host as a QTensor of shape `dims` on `device`: kept as they are on
+/// the CPU, their bytes uploaded once elsewhere (no second host copy).
+pub fn onto(
+    blocks: Vec<BlockQ8_0>,
+    dims: Vec<usize>,
+    device: &candle_core::Device,
+) -> candle_core::Result<QTensor> {
+    let q = QTensor::new(QStorage::Cpu(Box::new(blocks)), dims.clone())?;
+    if device.is_cpu() {
+        return Ok(q);
+    }
+    qtensor_from_ggml(GgmlDType::Q8_0, &q.data()?, dims, device)
 }
 
 fn to_f32(src: &[u8], dtype: DType, dst: &mut [f32]) {

@@ -7,9 +7,8 @@
 //! the kernel's cache, not the process's memory.
 
 use super::q8_0_blocks;
-use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::k_quants::BlockQ8_0;
-use candle_core::quantized::{GgmlDType, GgmlType, QStorage, QTensor};
+use candle_core::quantized::{GgmlType, QTensor};
 use candle_core::{DType, Device, Error, Result, Tensor};
 use half::{bf16, f16};
 use std::collections::HashMap;
@@ -131,13 +130,7 @@ impl SafetensorsReads {
                 .map_err(|err| e.io_error(name, err))?;
             q8_0_blocks::quantize_rows(&bytes[..take], dtype, cols, out);
         }
-        let q = QTensor::new(QStorage::Cpu(Box::new(out)), (rows, cols))?;
-        Ok(Some(if device.is_cpu() {
-            q
-        } else {
-            // The blocks' own bytes uploaded (no copy of them on the host).
-            qtensor_from_ggml(GgmlDType::Q8_0, &q.data()?, vec![rows, cols], device)?
-        }))
+        Ok(Some(q8_0_blocks::onto(out, vec![rows, cols], device)?))
     }
 }
 
@@ -252,7 +245,7 @@ mod tests {
                 assert!(got.is_none(), "{name}");
                 continue;
             }
-            let want = QTensor::quantize(t, GgmlDType::Q8_0).unwrap();
+            let want = QTensor::quantize(t, candle_core::quantized::GgmlDType::Q8_0).unwrap();
             assert_eq!(got.unwrap().data().unwrap(), want.data().unwrap(), "{name}");
         }
         let dir = tempfile::tempdir().unwrap();
