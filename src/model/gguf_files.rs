@@ -40,6 +40,14 @@ struct Shard {
     file: Mutex<std::fs::File>,
 }
 
+impl Shard {
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, std::fs::File>> {
+        self.file
+            .lock()
+            .map_err(|_| Error::Msg("GGUF file lock poisoned".into()))
+    }
+}
+
 /// The names of all shards of a split GGUF, from the name of one of them:
 /// `PREFIX-0000K-of-0000N.gguf` → N names (a folder in the name is kept); None for a name
 /// not so formed.
@@ -237,31 +245,66 @@ impl GgufFiles {
         &self.shards[0].path
     }
 
-    /// A tensor as stored, read from its shard onto `device`.
-    pub fn tensor(&self, name: &str, device: &Device) -> Result<QTensor> {
-        let (Some(info), Some(&i)) = (self.content.tensor_infos.get(name), self.shard_of.get(name))
-        else {
-            return Err(Error::Msg(format!(
+    /// A tensor's description and shard.
+    fn locate(&self, name: &str) -> Result<(&gguf_file::TensorInfo, &Shard)> {
+        match (self.content.tensor_infos.get(name), self.shard_of.get(name)) {
+            (Some(info), Some(&i)) => Ok((info, &self.shards[i])),
+            _ => Err(Error::Msg(format!(
                 "{}: no tensor {name}",
                 self.path().display()
-            )));
-        };
-        let shard = &self.shards[i];
+            ))),
+        }
+    }
+
+    /// A tensor as stored, read from its shard onto `device` (an i-quant as Q8_0 blocks).
+    pub fn tensor(&self, name: &str, device: &Device) -> Result<QTensor> {
+        let (info, shard) = self.locate(name)?;
         let at = |e: Error| Error::Msg(format!("{}: tensor {name}: {e}", shard.path.display()));
-        let mut file = shard
-            .file
-            .lock()
-            .map_err(|_| Error::Msg("GGUF file lock poisoned".into()))?;
-        let Some(&kind) = self.iquants.get(name) else {
+        if !self.iquants.contains_key(name) {
+            let mut file = shard.lock()?;
             return info
                 .read(&mut *file, shard.tensor_data_offset, device)
                 .map_err(at);
-        };
-        let bytes =
-            read_iquant_bytes(&mut file, shard.tensor_data_offset, info, kind).map_err(at)?;
+        }
+        let (kind, bytes) = self.iquant_bytes(name)?;
         // Converted on all threads with the file free for other tensors' reads.
-        drop(file);
         iquant_to_q8_0(&bytes, info, kind, device).map_err(at)
+    }
+
+    /// The type and file bytes (whole blocks along its rows) of an i-quant tensor.
+    pub fn iquant_bytes(&self, name: &str) -> Result<(IQuant, Vec<u8>)> {
+        let (info, shard) = self.locate(name)?;
+        let Some(&kind) = self.iquants.get(name) else {
+            return Err(Error::Msg(format!(
+                "{}: tensor {name} is no i-quant",
+                shard.path.display()
+            )));
+        };
+        let mut file = shard.lock()?;
+        read_iquant_bytes(&mut file, shard.tensor_data_offset, info, kind)
+            .map(|bytes| (kind, bytes))
+            .map_err(|e| Error::Msg(format!("{}: tensor {name}: {e}", shard.path.display())))
+    }
+
+    /// The i-quant type a tensor is stored in, if any.
+    pub fn iquant_of(&self, name: &str) -> Option<IQuant> {
+        self.iquants.get(name).copied()
+    }
+
+    /// A tensor's values in f32 on `device`: an i-quant's exactly as ggml decodes them (not
+    /// through the Q8_0 blocks `tensor` gives), any other type as candle dequantizes it.
+    pub fn values(&self, name: &str, device: &Device) -> Result<candle_core::Tensor> {
+        if !self.iquants.contains_key(name) {
+            return self.tensor(name, device)?.dequantize(device);
+        }
+        let (info, _) = self.locate(name)?;
+        let (kind, bytes) = self.iquant_bytes(name)?;
+        let mut values = vec![0f32; info.shape.elem_count()];
+        bytes
+            .par_chunks(IQUANT_CHUNK_BLOCKS * kind.block_bytes())
+            .zip(values.par_chunks_mut(IQUANT_CHUNK_BLOCKS * kind.block_values()))
+            .for_each(|(src, dst)| dst.copy_from_slice(&iquants::dequantize(kind, src)));
+        candle_core::Tensor::from_vec(values, info.shape.dims(), device)
     }
 
     /// The i-quant types the model's tensors are stored in, by name.

@@ -1,7 +1,8 @@
 //! A decoding step's runs of several tokens (json's `",\n  "<key>": `) through 8-bit integer
 //! products with sixteen tokens in the lanes: Q4_0, Q5_0 and Q8_0 (most of Qwen2.5-0.5B's
 //! weights, whose 896 columns take no K-quant), Q4_1 and Q5_1 (Q5_K_M's fallback there), and
-//! Q2_K … Q6_K (Q2_K, Q3_K_M, Q4_K_M and Q5_K_M files of the 7–13B judges).
+//! Q2_K … Q6_K (Q2_K, Q3_K_M, Q4_K_M and Q5_K_M files of the 7–13B judges), IQ4_NL and IQ4_XS
+//! (their table's levels, `iq4_rows`).
 //!
 //! The f32 products on expanded weight rows (`expanded_dots`) multiply sixteen values per
 //! instruction; one VNNI instruction here multiplies four weights by four activations of each
@@ -25,6 +26,8 @@
 //! the tile.
 
 use super::block_dots::{self, BLOCK, BlockKind, Q8Rows};
+use super::iq4_rows::{self, Iq4Kind};
+use super::iquant_grids::KVALUES_IQ4NL;
 use super::kquant_dots::KQuantKind;
 use super::matrix::RowKernels;
 use super::row_tasks::{Columns, by_weight_columns};
@@ -48,6 +51,8 @@ enum Form {
     Q4K,
     Q5K,
     Q6K,
+    /// IQ4_NL / IQ4_XS: a level of IQ4's table + 128, a scale per 32 (`iq4_rows`).
+    Iq4(Iq4Kind),
 }
 
 impl Form {
@@ -60,12 +65,14 @@ impl Form {
             RowKernels::KQuants(KQuantKind::Q4K, _) => Form::Q4K,
             RowKernels::KQuants(KQuantKind::Q5K, _) => Form::Q5K,
             RowKernels::KQuants(KQuantKind::Q6K, _) => Form::Q6K,
+            RowKernels::Iq4(kind, _) => Form::Iq4(*kind),
         }
     }
 
     fn offset(self) -> i32 {
         match self {
             Form::Blocks(kind) if !kind.has_min() => 128,
+            Form::Iq4(_) => 128,
             Form::Blocks(_) | Form::Q2K | Form::Q4K | Form::Q5K => 0,
             Form::Q3K => 4,
             Form::Q6K => 32,
@@ -81,7 +88,7 @@ impl Form {
         match self {
             Form::Blocks(kind) => kind.has_min(),
             Form::Q2K | Form::Q4K | Form::Q5K => true,
-            Form::Q3K | Form::Q6K => false,
+            Form::Q3K | Form::Q6K | Form::Iq4(_) => false,
         }
     }
 
@@ -105,6 +112,7 @@ impl Form {
             Form::Q4K => (256, KQuantKind::Q4K.block_bytes()),
             Form::Q5K => (256, KQuantKind::Q5K.block_bytes()),
             Form::Q6K => (256, KQuantKind::Q6K.block_bytes()),
+            Form::Iq4(kind) => (kind.iquant().block_values(), kind.iquant().block_bytes()),
         }
     }
 }
@@ -131,7 +139,8 @@ pub fn products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> Resul
         bail!("8-bit run products need AVX-512 VNNI, AVX2, FMA and F16C");
     }
     let form = Form::of(kernels);
-    let (RowKernels::Blocks(_, data) | RowKernels::KQuants(_, data)) = kernels;
+    let (RowKernels::Blocks(_, data) | RowKernels::KQuants(_, data) | RowKernels::Iq4(_, data)) =
+        kernels;
     let n = xs.len() / k.max(1);
     let (values, bytes) = form.block();
     let row_bytes = k / values * bytes;
@@ -348,6 +357,18 @@ impl Unpacked {
                             avx2::unpack_k(block, form == Form::Q5K, out)
                         };
                     }
+                }
+                Form::Iq4(kind) => {
+                    iq4_rows::for_groups(kind, row, |g, group_scale, nibbles| {
+                        let out = &mut w.bytes[byte(g)..byte(g) + BLOCK];
+                        for (j, &b) in nibbles.iter().enumerate() {
+                            let level =
+                                |nibble: u8| KVALUES_IQ4NL[usize::from(nibble)] as u8 ^ 0x80;
+                            out[j] = level(b & 0xf);
+                            out[j + 16] = level(b >> 4);
+                        }
+                        w.scales[scale(g, 0)] = group_scale;
+                    });
                 }
                 Form::Q6K => {
                     for (sb, block) in row.chunks_exact(block_bytes).enumerate() {
@@ -788,19 +809,59 @@ mod tests {
         Ok((q.data()?.to_vec(), values))
     }
 
+    /// IQ4 rows made of the blocks of tests/fixtures/iquants (scales zero, subnormal, large and
+    /// ordinary), cycled to fill out × k, with gguf-py's values of them.
+    fn iq4_weights(kind: Iq4Kind, out: usize, k: usize) -> anyhow::Result<(Vec<u8>, Vec<f32>)> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/iquants/blocks.safetensors");
+        let all = candle_core::safetensors::load(path, &Device::Cpu)?;
+        let name = kind.iquant().name();
+        let bytes: Vec<u8> = all[&format!("{name}.blocks")].flatten_all()?.to_vec1()?;
+        let values: Vec<f32> = all[&format!("{name}.values")].flatten_all()?.to_vec1()?;
+        let (bb, bv) = (kind.iquant().block_bytes(), kind.iquant().block_values());
+        let have = bytes.len() / bb;
+        let blocks = 0..out * k / bv;
+        Ok((
+            blocks
+                .clone()
+                .flat_map(|b| bytes[b % have * bb..][..bb].to_vec())
+                .collect(),
+            blocks
+                .flat_map(|b| values[b % have * bv..][..bv].to_vec())
+                .collect(),
+        ))
+    }
+
+    /// A form, its weights' bytes and their values.
+    type Case = (Form, Vec<u8>, Vec<f32>);
+
+    /// Every form with its weights: candle's quantization of random rows, and the IQ4 blocks.
+    fn cases(out: usize, k: usize) -> anyhow::Result<Vec<Case>> {
+        let mut cases = Vec::new();
+        for (dtype, form) in FORMS {
+            let (data, values) = weights(dtype, out, k)?;
+            cases.push((form, data, values));
+        }
+        for kind in [Iq4Kind::Nl, Iq4Kind::Xs] {
+            let (data, values) = iq4_weights(kind, out, k)?;
+            cases.push((Form::Iq4(kind), data, values));
+        }
+        Ok(cases)
+    }
+
     fn unit(form: Form) -> usize {
         BLOCK / form.units()
     }
 
-    /// Each weight read back from its byte, scale and min is candle's value to the bit.
+    /// Each weight read back from its byte, scale and min is candle's value to the bit (IQ4:
+    /// gguf-py's).
     #[test]
     fn the_bytes_are_candles_values() -> anyhow::Result<()> {
         if !block_dots::has_avx2_fma_f16c() {
             return Ok(());
         }
         let (out, k) = (7, 512);
-        for (dtype, form) in FORMS {
-            let (data, values) = weights(dtype, out, k)?;
+        for (form, data, values) in cases(out, k)? {
             let w = Unpacked::new(form, &data, k);
             for (at, &want) in values.iter().enumerate() {
                 let (r, j) = (at / k, at % k);
@@ -828,8 +889,7 @@ mod tests {
     #[test]
     fn each_product_is_one_chain_over_the_units() -> anyhow::Result<()> {
         let (out, k, n) = (45, 768, 37);
-        for (dtype, form) in FORMS {
-            let (data, _) = weights(dtype, out, k)?;
+        for (form, data, _) in cases(out, k)? {
             let data = std::borrow::Cow::from(&data[..]);
             let kernels = match form {
                 Form::Blocks(kind) => RowKernels::Blocks(kind, data.clone()),
@@ -838,6 +898,7 @@ mod tests {
                 Form::Q4K => RowKernels::KQuants(KQuantKind::Q4K, data.clone()),
                 Form::Q5K => RowKernels::KQuants(KQuantKind::Q5K, data.clone()),
                 Form::Q6K => RowKernels::KQuants(KQuantKind::Q6K, data.clone()),
+                Form::Iq4(kind) => RowKernels::Iq4(kind, data.clone()),
             };
             if !available() {
                 return Ok(());

@@ -1,10 +1,12 @@
-//! llama.cpp's i-quants (IQ1_S … IQ4_XS) read into Q8_0 blocks at load.
+//! llama.cpp's i-quants (IQ1_S … IQ4_XS) decoded, and read into Q8_0 blocks at load.
 //!
 //! Japanese judges are published in these types too (an IQ4_XS 8B is 4.4 GB against a Q4_K_M's
 //! 4.9), but candle has neither their blocks nor their kernels. Each block is decoded here
 //! exactly as ggml's `dequantize_row_iq*` decodes it (ggml-quants.c, tables from ggml-common.h in
-//! `iquant_grids`), and held as Q8_0, the block type every path of hyoka takes (CPU f32 and int8
-//! products, CUDA): 8.5 bits a weight in memory instead of the file's 1.6–4.5.
+//! `iquant_grids`): the values of `--weights expanded`, and of IQ4_NL / IQ4_XS matrices on the
+//! CPU, which stay in their blocks (`iq4_rows`). Every other i-quant matrix, and every one on a
+//! GPU, is held as Q8_0, the block type every path of hyoka takes (CPU f32 and int8 products,
+//! CUDA): 8.5 bits a weight in memory instead of the file's 1.6–4.5.
 //!
 //! Every i-quant value is a scale times a small integer: a level of IQ4's non-linear table, a
 //! signed grid magnitude, or (IQ1) eight times a grid value plus or minus one. Where one scale

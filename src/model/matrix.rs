@@ -8,13 +8,15 @@
 //! the weight, amortised over every row — on the CPU into one buffer reused by every product
 //! (`prefill_gemm`), elsewhere into a temporary freed after; a product with few rows
 //! (token-by-token decoding) multiplies the blocks in integers with the activations rounded to
-//! 8 bits, as llama.cpp and candle do (`block_dots`, `kquant_dots`, else candle's kernels).
+//! 8 bits, as llama.cpp and candle do (`block_dots`, `kquant_dots`, `iq4_rows`, else candle's
+//! kernels).
 //! Prefill numbers are exactly those of the expanded model (the same f32 weights, the same
 //! GEMM); decoding differs by the activations' rounding, except for a decoding step's runs of
 //! several tokens, multiplied in f32 (`runs`).
 
 use super::block_dots::{BlockKind, Q8Rows, dot_rows_kernel};
 use super::expanded_dots::{self, RowBlocks};
+use super::iq4_rows::{self, Iq4Kind, Iq4Matrix};
 use super::kquant_dots::{self, KQuantKind, Q8KRows};
 use super::row_tasks::by_weight_rows;
 use super::{prefill_gemm, runs, stage_times};
@@ -97,6 +99,8 @@ pub enum Matrix {
     Dense(Tensor),
     /// GGUF blocks (Q4_0 … Q6_K, Q8_0).
     Quantized(Arc<QTensor>),
+    /// IQ4_NL / IQ4_XS blocks on the CPU, which candle's `QTensor` cannot hold (`iq4_rows`).
+    Iq4(Arc<Iq4Matrix>),
 }
 
 impl Matrix {
@@ -116,6 +120,7 @@ impl Matrix {
         match self {
             Matrix::Dense(t) => t.dims2(),
             Matrix::Quantized(q) => q.shape().dims2(),
+            Matrix::Iq4(m) => Ok(m.dims()),
         }
     }
 
@@ -123,6 +128,7 @@ impl Matrix {
         match self {
             Matrix::Dense(t) => t.elem_count(),
             Matrix::Quantized(q) => q.shape().elem_count(),
+            Matrix::Iq4(m) => m.dims().0 * m.dims().1,
         }
     }
 
@@ -131,6 +137,7 @@ impl Matrix {
         match self {
             Matrix::Dense(t) => t.elem_count() * t.dtype().size_in_bytes(),
             Matrix::Quantized(q) => q.storage_size_in_bytes(),
+            Matrix::Iq4(m) => m.data().len(),
         }
     }
 
@@ -139,6 +146,7 @@ impl Matrix {
         let device = match self {
             Matrix::Dense(t) => t.device().clone(),
             Matrix::Quantized(q) => q.device(),
+            Matrix::Iq4(_) => Device::Cpu,
         };
         stage_times::time(&device, "weights: expand", || self.expand_untimed(dtype))
     }
@@ -159,6 +167,11 @@ impl Matrix {
                 Some(w) => w.to_dtype(dtype),
                 None => q.dequantize(&q.device())?.to_dtype(dtype),
             },
+            Matrix::Iq4(m) => {
+                let mut ys = vec![0f32; self.elem_count()];
+                m.expand_into(&mut ys)?;
+                Tensor::from_vec(ys, m.dims(), &Device::Cpu)?.to_dtype(dtype)
+            }
         }
     }
 
@@ -191,6 +204,11 @@ impl Matrix {
             {
                 self.dots_t(x)
             }
+            (Matrix::Iq4(_), Products::RowWise) if runs::applies(x, plan.runs) => {
+                self.by_runs(x, plan.runs.unwrap_or_default())
+            }
+            (Matrix::Iq4(_), Products::RowWise) => self.dots_t(x),
+            (Matrix::Iq4(_), Products::ByRowCount) if rows <= DECODE_ROWS => self.dots_t(x),
             // Row by row through candle's kernels (the block types hyoka's own do not cover). On
             // CUDA in launches of up to eight rows instead: candle's mat-vec kernel (`fast_mmvq`)
             // takes them in one pass over the weights. A row's result then depends on the rows
@@ -225,7 +243,8 @@ impl Matrix {
     /// x (n, in) · Wᵀ for decoding, each row's result the same whatever the other rows, and
     /// each weight block read once for all of them. On the CPU, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and
     /// (with AVX2) Q2_K … Q6_K in integers on 8-bit activations (`block_dots`, `kquant_dots`:
-    /// llama.cpp's and candle's quantized products, a row's result candle's to the bit); other
+    /// llama.cpp's and candle's quantized products, a row's result candle's to the bit), IQ4_NL
+    /// and IQ4_XS likewise (`iq4_rows`); other
     /// matrices expanded to f32 [`DOT_BLOCK_ROWS`] rows at a time, each output one f32 dot
     /// product summed in a fixed order. For decoding several sequences, where candle would
     /// multiply one row at a time ([`integer_products`]).
@@ -240,23 +259,21 @@ impl Matrix {
             Some(RowKernels::Blocks(kind, data)) => {
                 let acts = Q8Rows::quantize(&xs, k, kind.has_min());
                 let dot = dot_rows_kernel();
-                let row_bytes = kind.row_bytes(k);
-                by_weight_rows(out, n, INT_DOT_ROWS, |rows, part| {
-                    for v in rows {
-                        dot(kind, &data[v * row_bytes..(v + 1) * row_bytes], &acts, part);
-                    }
-                    Ok(())
+                by_row_bytes(out, n, &data, kind.row_bytes(k), |w, part| {
+                    dot(kind, w, &acts, part)
+                })?
+            }
+            Some(RowKernels::Iq4(kind, data)) => {
+                let acts = Q8Rows::quantize(&xs, k, false);
+                let dot = iq4_rows::dot_rows_kernel();
+                by_row_bytes(out, n, &data, kind.row_bytes(k), |w, part| {
+                    dot(kind, w, &acts, part)
                 })?
             }
             Some(RowKernels::KQuants(kind, data)) => {
                 let acts = Q8KRows::quantize(&xs, k);
-                let row_bytes = kind.row_bytes(k);
-                by_weight_rows(out, n, INT_DOT_ROWS, |rows, part| {
-                    for v in rows {
-                        let w = &data[v * row_bytes..(v + 1) * row_bytes];
-                        kquant_dots::dot_rows(kind, w, &acts, part);
-                    }
-                    Ok(())
+                by_row_bytes(out, n, &data, kind.row_bytes(k), |w, part| {
+                    kquant_dots::dot_rows(kind, w, &acts, part)
                 })?
             }
             None => {
@@ -300,6 +317,12 @@ impl Matrix {
         match self {
             Matrix::Dense(t) => t.index_select(ids, 0)?.to_dtype(dtype),
             Matrix::Quantized(q) => q.embedding(ids)?.to_dtype(dtype),
+            Matrix::Iq4(m) => {
+                let ids: Vec<u32> = ids.flatten_all()?.to_vec1()?;
+                let (_, cols) = m.dims();
+                Tensor::from_vec(m.rows_f32(&ids)?, (ids.len(), cols), &Device::Cpu)?
+                    .to_dtype(dtype)
+            }
         }
     }
 
@@ -336,6 +359,8 @@ impl Matrix {
                 )?;
                 Ok(Matrix::Quantized(Arc::new(permuted)))
             }
+            Matrix::Iq4(m) if device.is_cpu() => Ok(Matrix::Iq4(Arc::new(m.permute_rows(order)?))),
+            Matrix::Iq4(_) => candle_core::bail!("IQ4 blocks are kept on the CPU only"),
         }
     }
 }
@@ -446,12 +471,15 @@ fn integer_products(q: &QTensor) -> bool {
 pub(super) enum RowKernels<'a> {
     Blocks(BlockKind, std::borrow::Cow<'a, [u8]>),
     KQuants(KQuantKind, std::borrow::Cow<'a, [u8]>),
+    Iq4(Iq4Kind, std::borrow::Cow<'a, [u8]>),
 }
 
 impl Matrix {
     pub(super) fn row_kernels(&self) -> Result<Option<RowKernels<'_>>> {
-        let Matrix::Quantized(q) = self else {
-            return Ok(None);
+        let q = match self {
+            Matrix::Quantized(q) => q,
+            Matrix::Iq4(m) => return Ok(Some(RowKernels::Iq4(m.kind(), m.data().into()))),
+            Matrix::Dense(_) => return Ok(None),
         };
         if !integer_products(q) {
             return Ok(None);
@@ -464,6 +492,23 @@ impl Matrix {
             },
         )
     }
+}
+
+/// y (n, out) of an integer row kernel: `dot(w, part)` appends weight row w's n outputs (each
+/// row `row_bytes` of `data`), [`INT_DOT_ROWS`] weight rows per task.
+fn by_row_bytes(
+    out: usize,
+    n: usize,
+    data: &[u8],
+    row_bytes: usize,
+    dot: impl Fn(&[u8], &mut Vec<f32>) + Sync,
+) -> Result<Vec<f32>> {
+    by_weight_rows(out, n, INT_DOT_ROWS, |rows, part| {
+        for v in rows {
+            dot(&data[v * row_bytes..(v + 1) * row_bytes], part);
+        }
+        Ok(())
+    })
 }
 
 /// Weight rows `Matrix::dots_t` expands at once: 256 rows of 4096 f32 are 4 MiB.

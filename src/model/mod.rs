@@ -20,6 +20,7 @@ pub mod fused_attention;
 pub mod gguf_files;
 mod gguf_types;
 mod int8_runs;
+pub mod iq4_rows;
 mod iquant_grids;
 pub mod iquants;
 pub mod kquant_dots;

@@ -127,6 +127,10 @@ fn row_blocks<'a>(kernels: &'a RowKernels<'_>, v: usize, k: usize) -> RowBlocks<
             let b = kind.row_bytes(k);
             RowBlocks::KQuants(*kind, &data[v * b..(v + 1) * b])
         }
+        RowKernels::Iq4(kind, data) => {
+            let b = kind.row_bytes(k);
+            RowBlocks::Iq4(*kind, &data[v * b..(v + 1) * b])
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 
 use super::config::Arch;
 use super::gguf_files::GgufFiles;
+use super::iq4_rows::{Iq4Kind, Iq4Matrix};
 use super::matrix::{Matrix, WeightsMode};
 use super::safetensors_reads::SafetensorsReads;
 use candle_core::quantized::GgmlDType;
@@ -114,7 +115,10 @@ impl Weights {
                 } else {
                     &self.device
                 };
-                let m = Matrix::from_qtensor(self.gguf_tensor(&gname, load_on)?)?;
+                let m = match self.iq4_matrix(&gname)? {
+                    Some(m) => m,
+                    None => Matrix::from_qtensor(self.gguf_tensor(&gname, load_on)?)?,
+                };
                 match rope_heads {
                     Some(n) => {
                         // The same reordering as `unpermute_rope_rows`, as a list of rows.
@@ -148,11 +152,14 @@ impl Weights {
     pub fn get_as(&self, name: &str, dtype: DType) -> Result<Tensor> {
         let t = match &self.source {
             Source::Safetensors(reads) => reads.read(name)?.to_device(&self.device)?,
-            Source::Gguf { arch, .. } => {
+            Source::Gguf { arch, files, .. } => {
                 let (gname, rope_heads) = self.gguf_name(name)?;
-                let mut t = self
-                    .gguf_tensor(&gname, &self.device)?
-                    .dequantize(&self.device)?;
+                let mut t = match files.iquant_of(&gname) {
+                    Some(_) => files.values(&gname, &self.device)?,
+                    None => self
+                        .gguf_tensor(&gname, &self.device)?
+                        .dequantize(&self.device)?,
+                };
                 if let Some(n) = rope_heads {
                     t = unpermute_rope_rows(&t, n)?;
                 }
@@ -190,6 +197,28 @@ impl Weights {
             _ => None,
         };
         Ok((gname, rope_heads))
+    }
+
+    /// An IQ4_NL / IQ4_XS tensor kept in its blocks, when the model is on the CPU (`iq4_rows`);
+    /// None for any other tensor or device (there i-quants are read into Q8_0 blocks).
+    fn iq4_matrix(&self, gname: &str) -> Result<Option<Matrix>> {
+        let Source::Gguf { files, .. } = &self.source else {
+            return Ok(None);
+        };
+        let Some(kind) = files.iquant_of(gname).and_then(Iq4Kind::of) else {
+            return Ok(None);
+        };
+        if !self.device.is_cpu() {
+            return Ok(None);
+        }
+        let Some(info) = files.content.tensor_infos.get(gname) else {
+            return Ok(None);
+        };
+        let (rows, cols) = info.shape.dims2()?;
+        let (_, bytes) = files.iquant_bytes(gname)?;
+        let m = Iq4Matrix::new(kind, rows, cols, bytes)
+            .map_err(|e| Error::Msg(format!("{}: {gname}: {e}", files.path().display())))?;
+        Ok(Some(Matrix::Iq4(std::sync::Arc::new(m))))
     }
 
     /// A GGUF tensor as stored, read onto `device` — except an unquantized one (F32, F16,
