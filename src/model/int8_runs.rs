@@ -26,8 +26,7 @@
 //! the tile.
 
 use super::block_dots::{self, BLOCK, BlockKind, Q8Rows};
-use super::iq4_rows::{self, Iq4Kind};
-use super::iquant_grids::KVALUES_IQ4NL;
+use super::iq4_rows::Iq4Kind;
 use super::kquant_dots::KQuantKind;
 use super::matrix::RowKernels;
 use super::row_tasks::{Columns, by_weight_columns};
@@ -359,16 +358,14 @@ impl Unpacked {
                     }
                 }
                 Form::Iq4(kind) => {
-                    iq4_rows::for_groups(kind, row, |g, group_scale, nibbles| {
-                        let out = &mut w.bytes[byte(g)..byte(g) + BLOCK];
-                        for (j, &b) in nibbles.iter().enumerate() {
-                            let level =
-                                |nibble: u8| KVALUES_IQ4NL[usize::from(nibble)] as u8 ^ 0x80;
-                            out[j] = level(b & 0xf);
-                            out[j + 16] = level(b >> 4);
-                        }
-                        w.scales[scale(g, 0)] = group_scale;
-                    });
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: as above.
+                    unsafe {
+                        super::iq4_rows::avx2::biased_levels(kind, row, |g, group_scale, levels| {
+                            w.bytes[byte(g)..byte(g) + BLOCK].copy_from_slice(levels);
+                            w.scales[scale(g, 0)] = group_scale;
+                        })
+                    };
                 }
                 Form::Q6K => {
                     for (sb, block) in row.chunks_exact(block_bytes).enumerate() {
