@@ -289,6 +289,22 @@ pub(super) mod avx2 {
         (scale, _mm256_shuffle_epi8(table, idx))
     }
 
+    /// The scales of a block's groups (IQ4_NL: one), as `for_groups` computes them.
+    #[inline]
+    fn block_scales(kind: Iq4Kind, block: &[u8], d: f32) -> [f32; 8] {
+        let mut scales = [d; 8];
+        if kind == Iq4Kind::Xs {
+            let high = u16::from_le_bytes([block[2], block[3]]);
+            let low = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+            for (ib, s) in scales.iter_mut().enumerate() {
+                let ls =
+                    ((low >> (4 * ib)) & 0xf) as i32 | ((i32::from(high) >> (2 * ib)) & 3) << 4;
+                *s = d * (ls - 32) as f32;
+            }
+        }
+        scales
+    }
+
     /// Groups per block and bytes per block.
     fn shape(kind: Iq4Kind) -> (usize, usize) {
         match kind {
@@ -395,9 +411,17 @@ pub(super) mod avx2 {
                 );
             }
             let dw = read_f16(block, 0);
-            for ib in 0..per_block {
+            let scales = block_scales(kind, block, dw);
+            for (ib, &scale) in scales.iter().enumerate().take(per_block) {
                 let g = b * per_block + ib;
-                let (scale, levels) = group(kind, table, block, dw, ib);
+                let at = if per_block == 1 { 2 } else { 8 + 16 * ib };
+                // SAFETY: 16 bytes from `at` lie in the block (18 or 136 bytes).
+                let qs = unsafe { _mm_loadu_si128(block.as_ptr().add(at) as *const __m128i) };
+                let idx = _mm256_and_si256(
+                    _mm256_set_m128i(_mm_srli_epi16(qs, 4), qs),
+                    _mm256_set1_epi8(0x0F),
+                );
+                let levels = _mm256_shuffle_epi8(table, idx);
                 // maddubs multiplies unsigned by signed bytes: the levels give it their
                 // magnitudes and move their signs onto the activations.
                 let magnitudes = _mm256_sign_epi8(levels, levels);
