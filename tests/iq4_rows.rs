@@ -1,15 +1,16 @@
 //! IQ4_NL / IQ4_XS matrices kept in their blocks (`model::iq4_rows`): their values against
 //! gguf-py's decoding of the same blocks (llama.cpp's NumPy code; fixtures:
-//! scripts/make_iquant_fixtures.py), their decoding products against those values times the
-//! activations rounded as ggml's `quantize_row_q8_0_ref` rounds them (computed here, in f64),
+//! scripts/make_iquant_fixtures.py), their decoding products (`model::iq4_dots`) against those
+//! values times the activations rounded as ggml rounds them for each type (computed here, in
+//! f64: `quantize_row_q8_0_ref` for IQ4_NL, `quantize_row_q8_K_ref` for IQ4_XS),
 //! and the matrix's products through `Matrix` against the same matrix given as its f32 values.
 
 mod common;
 
 use candle_core::{DType, Device, Tensor};
 use half::f16;
-use hyoka::model::block_dots::Q8Rows;
-use hyoka::model::iq4_rows::{self, Iq4Kind, Iq4Matrix};
+use hyoka::model::iq4_dots::{self, Activations};
+use hyoka::model::iq4_rows::{Iq4Kind, Iq4Matrix};
 use hyoka::model::iquants::IQuant;
 use hyoka::model::matrix::{Matrix, Products};
 use std::sync::Arc;
@@ -61,6 +62,34 @@ fn q8_0_values(x: &[f32]) -> Vec<f64> {
         .collect()
 }
 
+/// ggml's `quantize_row_q8_K_ref` of one row: per 256 values, m the first value of largest
+/// magnitude, q = min(127, nearest_int(−127/m · x)) (ties to even), d = 1 / (−127/m); returned
+/// as the values q·d in f64.
+fn q8_k_values(x: &[f32]) -> Vec<f64> {
+    x.chunks(256)
+        .flat_map(|b| {
+            let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let max = b.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0);
+            if amax == 0.0 {
+                return vec![0.0; b.len()];
+            }
+            let iscale = -127f32 / max;
+            let d = f64::from(1.0 / iscale);
+            b.iter()
+                .map(|&v| ((iscale * v).round_ties_even().min(127.0)) as f64 * d)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The activations as `kind`'s products take them, in f64.
+fn rounded_values(kind: Iq4Kind, x: &[f32]) -> Vec<f64> {
+    match kind {
+        Iq4Kind::Nl => q8_0_values(x),
+        Iq4Kind::Xs => q8_k_values(x),
+    }
+}
+
 /// Expanding a row gives gguf-py's values to the bit, by row and through the whole matrix.
 #[test]
 fn expansion_is_gguf_pys_values() {
@@ -81,7 +110,7 @@ fn expansion_is_gguf_pys_values() {
 }
 
 /// Decoding products: each is Σ w·x̂ over gguf-py's values w and the activations x̂ as ggml rounds
-/// them to 8 bits (f64 here), within the f32 summation's rounding; the SIMD body gives the
+/// them to 8 bits for the type (f64 here), within the f32 summation's rounding; the SIMD body gives the
 /// portable body's bits; and a row's result is the same alone or among others.
 #[test]
 fn products_are_the_values_times_rounded_activations() {
@@ -91,14 +120,14 @@ fn products_are_the_values_times_rounded_activations() {
             let (_, cols) = m.dims();
             let n = 6;
             let xs = activations(n, cols);
-            let acts = Q8Rows::quantize(&xs, cols, false);
+            let acts = Activations::quantize(kind, &xs, cols);
             let row_bytes = kind.row_bytes(cols);
-            let kernel = iq4_rows::dot_rows_kernel();
+            let kernel = iq4_dots::dot_rows_kernel();
             for v in 0..rows {
                 let wrow = &m.data()[v * row_bytes..(v + 1) * row_bytes];
                 let (mut fast, mut portable) = (Vec::new(), Vec::new());
                 kernel(kind, wrow, &acts, &mut fast);
-                iq4_rows::dot_rows_portable(kind, wrow, &acts, &mut portable);
+                iq4_dots::dot_rows_portable(kind, wrow, &acts, &mut portable);
                 assert_eq!(fast.len(), n);
                 let same = fast
                     .iter()
@@ -106,7 +135,7 @@ fn products_are_the_values_times_rounded_activations() {
                     .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "{kind:?} row {v}: {fast:?} against {portable:?}");
                 for r in 0..n {
-                    let x = q8_0_values(&xs[r * cols..(r + 1) * cols]);
+                    let x = rounded_values(kind, &xs[r * cols..(r + 1) * cols]);
                     let wv = &w[v * cols..(v + 1) * cols];
                     let want: f64 = wv.iter().zip(&x).map(|(&a, b)| a as f64 * b).sum();
                     let size: f64 = wv.iter().zip(&x).map(|(&a, b)| (a as f64 * b).abs()).sum();
@@ -116,7 +145,7 @@ fn products_are_the_values_times_rounded_activations() {
                         "{kind:?} row {v} × {r}: {} against {want} (Σ|w·x| {size})",
                         fast[r]
                     );
-                    let alone = Q8Rows::quantize(&xs[r * cols..(r + 1) * cols], cols, false);
+                    let alone = Activations::quantize(kind, &xs[r * cols..(r + 1) * cols], cols);
                     let mut one = Vec::new();
                     kernel(kind, wrow, &alone, &mut one);
                     assert_eq!(

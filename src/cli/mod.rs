@@ -165,7 +165,7 @@ impl RuntimeArgs {
         expect_sha256: Option<&str>,
     ) -> anyhow::Result<hyoka::model::LoadedModel> {
         use anyhow::Context;
-        hyoka::model::LoadedModel::load(
+        let model = hyoka::model::LoadedModel::load(
             name,
             self.tokenizer.as_deref(),
             self.chat_template.as_deref(),
@@ -174,7 +174,21 @@ impl RuntimeArgs {
             self.weights,
             expect_sha256,
         )
-        .with_context(|| format!("loading model {name}"))
+        .with_context(|| format!("loading model {name}"))?;
+        if !model.iquants_as_q8_0.is_empty() {
+            let held: Vec<String> = model
+                .iquants_as_q8_0
+                .iter()
+                .map(|(t, n)| format!("{n} {} tensors", t.name()))
+                .collect();
+            eprintln!(
+                "{name}: {} held as Q8_0 blocks (8.5 bits a weight, values slightly rounded: \
+                 README, i-quant GGUFs); hyoka keeps only IQ4_XS and IQ4_NL in their blocks, on \
+                 the CPU; `--weights expanded` reads their values exactly",
+                held.join(", ")
+            );
+        }
+        Ok(model)
     }
 
     /// The device and dtype these flags name, with `--prefill-gemm` applied for them (whether

@@ -127,12 +127,12 @@ impl Q8Rows {
     }
 
     /// The rounded values, row after row.
-    pub(super) fn values(&self) -> &[i8] {
+    pub fn values(&self) -> &[i8] {
         &self.qs
     }
 
     /// Each block's d, row after row.
-    pub(super) fn scales(&self) -> &[f32] {
+    pub fn scales(&self) -> &[f32] {
         &self.d
     }
 

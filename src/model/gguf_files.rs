@@ -266,13 +266,13 @@ impl GgufFiles {
                 .read(&mut *file, shard.tensor_data_offset, device)
                 .map_err(at);
         }
-        let (kind, bytes) = self.iquant_bytes(name)?;
+        let blocks = self.iquant_blocks(name)?;
         // Converted on all threads with the file free for other tensors' reads.
-        iquant_to_q8_0(&bytes, info, kind, device).map_err(at)
+        iquant_to_q8_0(&blocks.bytes, info, blocks.kind, device).map_err(at)
     }
 
-    /// The type and file bytes (whole blocks along its rows) of an i-quant tensor.
-    pub fn iquant_bytes(&self, name: &str) -> Result<(IQuant, Vec<u8>)> {
+    /// An i-quant tensor's type, shape and file bytes (whole blocks along its rows).
+    pub fn iquant_blocks(&self, name: &str) -> Result<IQuantBlocks> {
         let (info, shard) = self.locate(name)?;
         let Some(&kind) = self.iquants.get(name) else {
             return Err(Error::Msg(format!(
@@ -282,7 +282,11 @@ impl GgufFiles {
         };
         let mut file = shard.lock()?;
         read_iquant_bytes(&mut file, shard.tensor_data_offset, info, kind)
-            .map(|bytes| (kind, bytes))
+            .map(|bytes| IQuantBlocks {
+                kind,
+                dims: info.shape.dims().to_vec(),
+                bytes,
+            })
             .map_err(|e| Error::Msg(format!("{}: tensor {name}: {e}", shard.path.display())))
     }
 
@@ -291,29 +295,39 @@ impl GgufFiles {
         self.iquants.get(name).copied()
     }
 
-    /// A tensor's values in f32 on `device`: an i-quant's exactly as ggml decodes them (not
-    /// through the Q8_0 blocks `tensor` gives), any other type as candle dequantizes it.
-    pub fn values(&self, name: &str, device: &Device) -> Result<candle_core::Tensor> {
-        if !self.iquants.contains_key(name) {
-            return self.tensor(name, device)?.dequantize(device);
-        }
-        let (info, _) = self.locate(name)?;
-        let (kind, bytes) = self.iquant_bytes(name)?;
-        let mut values = vec![0f32; info.shape.elem_count()];
+    /// An i-quant tensor's values in f32 on `device`, exactly as ggml decodes them (not through
+    /// the Q8_0 blocks `tensor` gives).
+    pub fn iquant_values(&self, name: &str, device: &Device) -> Result<candle_core::Tensor> {
+        let IQuantBlocks { kind, dims, bytes } = self.iquant_blocks(name)?;
+        let mut values = vec![0f32; dims.iter().product()];
         bytes
             .par_chunks(IQUANT_CHUNK_BLOCKS * kind.block_bytes())
             .zip(values.par_chunks_mut(IQUANT_CHUNK_BLOCKS * kind.block_values()))
             .for_each(|(src, dst)| dst.copy_from_slice(&iquants::dequantize(kind, src)));
-        candle_core::Tensor::from_vec(values, info.shape.dims(), device)
+        candle_core::Tensor::from_vec(values, dims, device)
     }
 
     /// The i-quant types the model's tensors are stored in, by name.
     pub fn iquant_types(&self) -> Vec<IQuant> {
-        let mut types: Vec<IQuant> = self.iquants.values().copied().collect();
-        types.sort_by_key(|t| t.name());
-        types.dedup();
-        types
+        self.iquant_counts().into_iter().map(|(t, _)| t).collect()
     }
+
+    /// The i-quant types the model's tensors are stored in, by name, each with its tensors.
+    pub fn iquant_counts(&self) -> Vec<(IQuant, usize)> {
+        let mut counts = std::collections::BTreeMap::new();
+        for t in self.iquants.values() {
+            counts.entry(t.name()).or_insert((*t, 0)).1 += 1;
+        }
+        counts.into_values().collect()
+    }
+}
+
+/// An i-quant tensor as its file stores it.
+pub struct IQuantBlocks {
+    pub kind: IQuant,
+    /// The tensor's shape, rows first (the file's dimensions reversed, as candle gives them).
+    pub dims: Vec<usize>,
+    pub bytes: Vec<u8>,
 }
 
 /// Blocks of an i-quant tensor converted at a time (each thread takes whole chunks).

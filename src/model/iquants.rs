@@ -267,14 +267,21 @@ fn iq4_nl(b: &[u8], g: &mut Group) {
 /// d (f16), scales_h (u16: the high 2 bits of eight 6-bit scales), scales_l (4 bytes: their low
 /// nibbles), 128 bytes of nibbles; a group's scale is d·(ls − 32).
 fn iq4_xs(b: &[u8], groups: &mut [Group]) {
-    let (d, scales_h) = (half_at(b, 0), u16_at(b, 2));
-    for (ib, g) in groups.iter_mut().enumerate() {
-        let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xf;
-        let high = ((scales_h >> (2 * ib)) & 3) as u8;
-        let ls = i32::from(low | high << 4);
-        *g = Group::one_scale(d * (ls - 32) as f32);
+    let d = half_at(b, 0);
+    for ((ib, g), ls) in groups.iter_mut().enumerate().zip(iq4_xs_sub_scales(b)) {
+        *g = Group::one_scale(d * ls as f32);
         iq4_levels(&b[8 + 16 * ib..], g);
     }
+}
+
+/// An IQ4_XS block's eight group scales without d: ls − 32, ls the 6-bit scale (low nibble
+/// from bytes 4..8, high 2 bits from the u16 at 2). A group's scale is d·(ls − 32) in f32.
+pub(super) fn iq4_xs_sub_scales(b: &[u8]) -> [i32; 8] {
+    let (high, low) = (u16_at(b, 2), u32_at(b, 4));
+    std::array::from_fn(|ib| {
+        ((low >> (4 * ib)) & 0xf) as i32 | ((i32::from(high) >> (2 * ib)) & 3) << 4
+    })
+    .map(|ls| ls - 32)
 }
 
 /// d (f16), 64 grid indices (bytes), then per group a u32: four 7-bit sign sets and a 4-bit

@@ -124,6 +124,21 @@ impl Q8KRows {
         self.qs.len() / self.cols.max(1)
     }
 
+    /// Values per row.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The rounded values, row after row.
+    pub fn values(&self) -> &[i8] {
+        &self.qs
+    }
+
+    /// Each block's d, row after row.
+    pub fn scales(&self) -> &[f32] {
+        &self.d
+    }
+
     pub fn is_empty(&self) -> bool {
         self.qs.is_empty()
     }
@@ -205,8 +220,9 @@ pub(super) mod avx2 {
 
     /// Asks for the lines `PREFETCH_BYTES` after the block `at`, one per 64 of its bytes: with
     /// blocks read one after another, that reaches every line of the stream.
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn prefetch_ahead(at: &[u8]) {
+    pub(in crate::model) fn prefetch_ahead(at: &[u8]) {
         let p = at.as_ptr().wrapping_add(PREFETCH_BYTES);
         for line in (0..at.len()).step_by(64) {
             // (A prefetch never faults, whatever the address; the pointer is not read.)

@@ -8,7 +8,7 @@
 //! the weight, amortised over every row — on the CPU into one buffer reused by every product
 //! (`prefill_gemm`), elsewhere into a temporary freed after; a product with few rows
 //! (token-by-token decoding) multiplies the blocks in integers with the activations rounded to
-//! 8 bits, as llama.cpp and candle do (`block_dots`, `kquant_dots`, `iq4_rows`, else candle's
+//! 8 bits, as llama.cpp and candle do (`block_dots`, `kquant_dots`, `iq4_dots`, else candle's
 //! kernels).
 //! Prefill numbers are exactly those of the expanded model (the same f32 weights, the same
 //! GEMM); decoding differs by the activations' rounding, except for a decoding step's runs of
@@ -16,7 +16,8 @@
 
 use super::block_dots::{BlockKind, Q8Rows, dot_rows_kernel};
 use super::expanded_dots::{self, RowBlocks};
-use super::iq4_rows::{self, Iq4Kind, Iq4Matrix};
+use super::iq4_dots;
+use super::iq4_rows::{Iq4Kind, Iq4Matrix};
 use super::kquant_dots::{self, KQuantKind, Q8KRows};
 use super::row_tasks::by_weight_rows;
 use super::{prefill_gemm, runs, stage_times};
@@ -244,7 +245,7 @@ impl Matrix {
     /// each weight block read once for all of them. On the CPU, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and
     /// (with AVX2) Q2_K … Q6_K in integers on 8-bit activations (`block_dots`, `kquant_dots`:
     /// llama.cpp's and candle's quantized products, a row's result candle's to the bit), IQ4_NL
-    /// and IQ4_XS likewise (`iq4_rows`); other
+    /// and IQ4_XS likewise (`iq4_dots`; IQ4_XS on activations rounded per 256 as llama.cpp); other
     /// matrices expanded to f32 [`DOT_BLOCK_ROWS`] rows at a time, each output one f32 dot
     /// product summed in a fixed order. For decoding several sequences, where candle would
     /// multiply one row at a time ([`integer_products`]).
@@ -264,8 +265,8 @@ impl Matrix {
                 })?
             }
             Some(RowKernels::Iq4(kind, data)) => {
-                let acts = Q8Rows::quantize(&xs, k, false);
-                let dot = iq4_rows::dot_rows_kernel();
+                let acts = iq4_dots::Activations::quantize(kind, &xs, k);
+                let dot = iq4_dots::dot_rows_kernel();
                 by_row_bytes(out, n, &data, kind.row_bytes(k), |w, part| {
                     dot(kind, w, &acts, part)
                 })?

@@ -20,6 +20,7 @@ pub mod fused_attention;
 pub mod gguf_files;
 mod gguf_types;
 mod int8_runs;
+pub mod iq4_dots;
 pub mod iq4_rows;
 mod iquant_grids;
 pub mod iquants;
@@ -99,6 +100,9 @@ pub struct LoadedModel {
     /// sha256 of the weights file (GGUF; a split GGUF's shards in order, as one stream) or of
     /// model.safetensors / the shard index.
     pub sha256: String,
+    /// The GGUF's i-quant types held as Q8_0 blocks (8.5 bits a weight, values slightly
+    /// rounded: `iquants`), with their tensor counts; empty when none is.
+    pub iquants_as_q8_0: Vec<(iquants::IQuant, usize)>,
 }
 
 impl LoadedModel {
@@ -135,7 +139,9 @@ impl LoadedModel {
                     None => own(),
                 }
             };
-        let (transformer, chat_template, tokenizer, weights_files) = match files.format {
+        let (transformer, chat_template, tokenizer, weights_files, iquants_as_q8_0) = match files
+            .format
+        {
             source::Format::Gguf => {
                 // The header (vocabulary, template, config) is read once for all three.
                 let gguf = GgufFiles::open(&files.path)?;
@@ -147,12 +153,8 @@ impl LoadedModel {
                 let tok =
                     tokenizer::load_tokenizer_with(&files.path, tokenizer, Some(&gguf.content))?;
                 let paths = gguf.paths();
-                (
-                    load_gguf_files(gguf, dtype, device, mode)?,
-                    chat_template,
-                    tok,
-                    paths,
-                )
+                let (transformer, held) = load_gguf_files(gguf, dtype, device, mode)?;
+                (transformer, chat_template, tok, paths, held)
             }
             source::Format::Safetensors => {
                 let id_file = checkpoint_id_file(&files.path)?;
@@ -165,6 +167,7 @@ impl LoadedModel {
                     chat_template,
                     tok,
                     vec![id_file],
+                    Vec::new(),
                 )
             }
         };
@@ -178,6 +181,7 @@ impl LoadedModel {
             chat_template,
             files,
             sha256,
+            iquants_as_q8_0,
         })
     }
 }
@@ -263,7 +267,7 @@ pub fn load_gguf(
     device: &Device,
     mode: WeightsMode,
 ) -> Result<Transformer, ModelError> {
-    load_gguf_files(GgufFiles::open(path)?, dtype, device, mode)
+    load_gguf_files(GgufFiles::open(path)?, dtype, device, mode).map(|(t, _)| t)
 }
 
 /// The per-frequency rope divisors llama.cpp's converter stores for llama3 scaling (Llama 3.1
@@ -295,13 +299,14 @@ fn rope_factors(gguf: &GgufFiles, head_dim: usize) -> Result<Option<Vec<f64>>, M
     Ok(Some(factors))
 }
 
-/// Load a GGUF model whose headers were already read.
+/// Load a GGUF model whose headers were already read; with it, the i-quant types held as Q8_0
+/// blocks and their tensor counts (`Weights::iquants_held_as_q8_0`).
 pub fn load_gguf_files(
     gguf: GgufFiles,
     dtype: DType,
     device: &Device,
     mode: WeightsMode,
-) -> Result<Transformer, ModelError> {
+) -> Result<(Transformer, Vec<(iquants::IQuant, usize)>), ModelError> {
     let origin = gguf.path().display().to_string();
     let vocab = gguf
         .content
@@ -325,7 +330,10 @@ pub fn load_gguf_files(
         device,
         mode,
     );
-    Ok(Transformer::load(&weights, cfg)?)
+    Ok((
+        Transformer::load(&weights, cfg)?,
+        weights.iquants_held_as_q8_0(),
+    ))
 }
 
 /// `HYOKA_GPU_KERNELS`: `hyoka` (the default) or `candle`. On CUDA, prefill attention runs

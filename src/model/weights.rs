@@ -11,6 +11,7 @@
 use super::config::Arch;
 use super::gguf_files::GgufFiles;
 use super::iq4_rows::{Iq4Kind, Iq4Matrix};
+use super::iquants::IQuant;
 use super::matrix::{Matrix, WeightsMode};
 use super::safetensors_reads::SafetensorsReads;
 use candle_core::quantized::GgmlDType;
@@ -155,7 +156,7 @@ impl Weights {
             Source::Gguf { arch, files, .. } => {
                 let (gname, rope_heads) = self.gguf_name(name)?;
                 let mut t = match files.iquant_of(&gname) {
-                    Some(_) => files.values(&gname, &self.device)?,
+                    Some(_) => files.iquant_values(&gname, &self.device)?,
                     None => self
                         .gguf_tensor(&gname, &self.device)?
                         .dequantize(&self.device)?,
@@ -211,14 +212,31 @@ impl Weights {
         if !self.device.is_cpu() {
             return Ok(None);
         }
-        let Some(info) = files.content.tensor_infos.get(gname) else {
-            return Ok(None);
+        let blocks = files.iquant_blocks(gname)?;
+        let at = |e: String| Error::Msg(format!("{}: {gname}: {e}", files.path().display()));
+        let &[rows, cols] = blocks.dims.as_slice() else {
+            return Err(at(format!("{:?}: not a matrix", blocks.dims)));
         };
-        let (rows, cols) = info.shape.dims2()?;
-        let (_, bytes) = files.iquant_bytes(gname)?;
-        let m = Iq4Matrix::new(kind, rows, cols, bytes)
-            .map_err(|e| Error::Msg(format!("{}: {gname}: {e}", files.path().display())))?;
+        let m = Iq4Matrix::new(kind, rows, cols, blocks.bytes).map_err(|e| at(e.to_string()))?;
         Ok(Some(Matrix::Iq4(std::sync::Arc::new(m))))
+    }
+
+    /// The i-quant types (with their tensor counts) that `matrix` holds as Q8_0 blocks: on the
+    /// CPU every i-quant but IQ4_NL and IQ4_XS (kept in their blocks), on a GPU all; none when
+    /// expanded (their values read exactly).
+    pub fn iquants_held_as_q8_0(&self) -> Vec<(IQuant, usize)> {
+        let Source::Gguf { files, .. } = &self.source else {
+            return Vec::new();
+        };
+        if self.mode == WeightsMode::Expanded {
+            return Vec::new();
+        }
+        let kept = |t: IQuant| self.device.is_cpu() && Iq4Kind::of(t).is_some();
+        files
+            .iquant_counts()
+            .into_iter()
+            .filter(|&(t, _)| !kept(t))
+            .collect()
     }
 
     /// A GGUF tensor as stored, read onto `device` — except an unquantized one (F32, F16,
