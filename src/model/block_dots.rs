@@ -272,7 +272,7 @@ pub(crate) mod avx2 {
     /// 1). Eight lanes asked for make LLVM load the value whole.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn f16_lanes(b: &[u8], at: usize) -> __m256 {
+    pub(in crate::model) fn f16_lanes(b: &[u8], at: usize) -> __m256 {
         let bits = u16::from_le_bytes([b[at], b[at + 1]]);
         _mm256_cvtph_ps(_mm_set1_epi16(bits as i16))
     }

@@ -131,7 +131,7 @@ fn lanes_sum(a: [f32; 8]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{Activations, BLOCK, Iq4Kind, Q8KRows, Q8Rows, QK_K};
-    use crate::model::block_dots::avx2::{PREFETCH_BYTES, read_f16};
+    use crate::model::block_dots::avx2::{PREFETCH_BYTES, f16_lanes};
     use crate::model::iq4_rows::avx2::{levels, table};
     use crate::model::iquants::iq4_xs_sub_scales;
     use crate::model::kquant_dots::avx2::prefetch_ahead;
@@ -201,13 +201,14 @@ mod avx2 {
         for (g, block) in w.chunks_exact(18).enumerate() {
             // One line ahead per block: blocks are read one after another.
             _mm_prefetch::<_MM_HINT_T0>(block.as_ptr().wrapping_add(PREFETCH_BYTES) as *const i8);
-            let dw = read_f16(block, 0);
+            // d in eight lanes (`f16_lanes`: a scalar read would wait for the accumulator).
+            let dw = f16_lanes(block, 0);
             let levels = levels(table, &block[2..]);
             let magnitudes = _mm256_sign_epi8(levels, levels);
             for r in 0..R {
                 let p = products(magnitudes, levels, &q[r][g * BLOCK..]);
                 let p = _mm256_madd_epi16(p, ones);
-                let sd = _mm256_set1_ps(dw * d[r][g]);
+                let sd = _mm256_mul_ps(dw, _mm256_set1_ps(d[r][g]));
                 acc[r] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(p), acc[r]);
             }
         }
@@ -245,9 +246,9 @@ mod avx2 {
                     sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, scale));
                 }
             }
-            let dw = read_f16(block, 0);
+            let dw = f16_lanes(block, 0);
             for r in 0..R {
-                let dd = _mm256_set1_ps(dw * d[r][b]);
+                let dd = _mm256_mul_ps(dw, _mm256_set1_ps(d[r][b]));
                 acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sumi[r]), acc[r]);
             }
         }
