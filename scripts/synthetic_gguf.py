@@ -18,7 +18,9 @@ Q4_K for attn_output, attn_v and ffn_down — Q5_K for attn_v in the first two l
 in the first sixteenth); q2_k as Q2_K (Q2_K, with Q3_K for attn_output and ffn_down, Q4_K for
 attn_v where 4+ query heads share a key head); iq4_xs as IQ4_XS without an importance matrix
 (IQ4_XS, with Q6_K for the output, Q5_K for attn_v where 4+ query heads share a key head and for
-ffn_down in the first eighth of the layers). llama.cpp's rules: src/llama-quant.cpp.
+ffn_down in the first eighth of the layers); iq3_m as IQ3_M (IQ3_S, with Q4_K for attn_v,
+attn_output and ffn_down in the first eighth of the layers, Q6_K output). llama.cpp's rules:
+src/llama-quant.cpp.
 
 Usage: python scripts/synthetic_gguf.py --shape llama-8b --quant q4_k_m -o llama-8b.gguf
        [--models DIR]   (the test-model cache: Llama-3 tokenizer folder, Qwen GGUF)
@@ -40,7 +42,7 @@ SHAPES = {
                      rope_base=1000000.0, eps=1e-6, ctx=32768, bias=True, tokenizer="qwen2"),
 }
 # Bytes per block of 256 values, and how to fill one block with finite random values.
-BLOCK_BYTES = {Q.Q2_K: 84, Q.Q3_K: 110, Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210, Q.IQ4_XS: 136}
+BLOCK_BYTES = {Q.Q2_K: 84, Q.Q3_K: 110, Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210, Q.IQ4_XS: 136, Q.IQ3_S: 110}
 
 
 def random_blocks(rng, qtype: Q, rows: int, cols: int) -> np.ndarray:
@@ -54,6 +56,8 @@ def random_blocks(rng, qtype: Q, rows: int, cols: int) -> np.ndarray:
         raw[:, 108:110] = np.frombuffer(np.float16(1e-3).tobytes(), np.uint8)
     elif qtype == Q.IQ4_XS:  # d (f16) first: d * (scale - 32) * level, levels -127..113, |w| ≲ 0.2
         raw[:, 0:2] = np.frombuffer(np.float16(5e-5).tobytes(), np.uint8)
+    elif qtype == Q.IQ3_S:  # d (f16) first: d * (1 + 2 * scale) * grid value (odd, ≤ 15), |w| ≲ 0.19
+        raw[:, 0:2] = np.frombuffer(np.float16(4e-4).tobytes(), np.uint8)
     elif qtype == Q.Q2_K:  # d, dmin (f16) last: d * scale * q - dmin * m, |w| ≲ 0.09
         raw[:, 80:82] = np.frombuffer(np.float16(2e-3).tobytes(), np.uint8)
         raw[:, 82:84] = np.frombuffer(np.float16(2e-3).tobytes(), np.uint8)
@@ -70,7 +74,8 @@ def more_bits(i: int, n: int) -> bool:
 def tensors(s: dict, quant: str):
     """(name, shape (rows, cols) or (n,), type) in llama.cpp's order."""
     h, f, hd, n = s["hidden"], s["ffn"], s["hidden"] // s["heads"], s["layers"]
-    base = {"q5_k_m": Q.Q5_K, "q3_k_m": Q.Q3_K, "q2_k": Q.Q2_K, "iq4_xs": Q.IQ4_XS}.get(quant, Q.Q4_K)
+    base = {"q5_k_m": Q.Q5_K, "q3_k_m": Q.Q3_K, "q2_k": Q.Q2_K, "iq4_xs": Q.IQ4_XS,
+            "iq3_m": Q.IQ3_S}.get(quant, Q.Q4_K)
 
     def attn_v(i: int) -> Q:
         if quant in ("q4_k_m", "q5_k_m"):
@@ -81,6 +86,8 @@ def tensors(s: dict, quant: str):
             return Q.Q4_K if s["heads"] // s["kv"] >= 4 else Q.Q3_K
         if quant == "iq4_xs":
             return Q.Q5_K if s["heads"] // s["kv"] >= 4 else base
+        if quant == "iq3_m":
+            return Q.Q4_K
         return base
 
     def ffn_down(i: int) -> Q:
@@ -90,9 +97,11 @@ def tensors(s: dict, quant: str):
             return Q.Q5_K if i < n // 16 else Q.Q4_K
         if quant == "iq4_xs":
             return Q.Q5_K if i < n // 8 else base
+        if quant == "iq3_m":
+            return Q.Q4_K if i < n // 8 else base
         return Q.Q3_K if quant == "q2_k" else base
 
-    attn_output = {"q3_k_m": Q.Q4_K, "q2_k": Q.Q3_K}.get(quant, base)
+    attn_output = {"q3_k_m": Q.Q4_K, "q2_k": Q.Q3_K, "iq3_m": Q.Q4_K}.get(quant, base)
     out = [("token_embd.weight", (s["vocab"], h), base)]
     for i in range(n):
         p = f"blk.{i}."
@@ -154,7 +163,7 @@ def copy_tokenizer(w: GGUFWriter, source: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--shape", choices=SHAPES, required=True)
-    ap.add_argument("--quant", choices=["q4_k_m", "q5_k_m", "q4_k", "q3_k_m", "q2_k", "iq4_xs"], default="q4_k_m")
+    ap.add_argument("--quant", choices=["q4_k_m", "q5_k_m", "q4_k", "q3_k_m", "q2_k", "iq4_xs", "iq3_m"], default="q4_k_m")
     ap.add_argument("-o", "--output", type=Path, required=True)
     ap.add_argument("--models", type=Path, default=Path(os.environ.get("HYOKA_TEST_MODELS", Path.home() / ".cache/hyoka/test-models")))
     ap.add_argument("--seed", type=int, default=0)
@@ -173,7 +182,7 @@ def main() -> None:
     w.add_head_count_kv(s["kv"])
     w.add_rope_freq_base(s["rope_base"])
     w.add_layer_norm_rms_eps(s["eps"])
-    w.add_file_type({"q4_k_m": 15, "q5_k_m": 17, "q4_k": 14, "q3_k_m": 12, "q2_k": 10, "iq4_xs": 30}[args.quant])  # llama_ftype
+    w.add_file_type({"q4_k_m": 15, "q5_k_m": 17, "q4_k": 14, "q3_k_m": 12, "q2_k": 10, "iq4_xs": 30, "iq3_m": 27}[args.quant])  # llama_ftype
     if s["tokenizer"] == "llama3":
         llama3_tokenizer(w, args.models / "llama-3-tokenizer", s["vocab"])
     else:

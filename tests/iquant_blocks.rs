@@ -1,6 +1,6 @@
 //! llama.cpp's i-quant blocks decoded by hyoka (`model::iquants`) against gguf-py's decoding
 //! (llama.cpp's Python package, NumPy code written apart from ggml's C; fixtures:
-//! scripts/make_iquant_fixtures.py), and the Q8_0 blocks they are held in, read back by
+//! scripts/make_iquant_fixtures.py), and the Q8_0 (or Q5_0) blocks they are held in, read back by
 //! candle's own Q8_0 dequantization.
 
 mod common;
@@ -96,4 +96,53 @@ fn q8_0_blocks_hold_the_values() {
         }
         eprintln!("{}: largest error {worst:.2} of its bound", kind.name());
     }
+}
+
+/// IQ3_S and IQ1_S are held as Q5_0 (`IQuant::held_as`): candle's Q5_0 dequantization of those
+/// blocks gives the Q8_0 blocks' values bit for bit (the same integers and f16 scales, which the
+/// test above bounds against gguf-py's), in 22 bytes per 32 values instead of 34; a type whose
+/// integers do not fit is refused.
+#[test]
+fn q5_0_blocks_hold_the_q8_0_values() {
+    use candle_core::quantized::{GgmlDType, ggml_file::qtensor_from_ggml};
+    let all = fixtures();
+    let held: Vec<IQuant> = IQuant::ALL
+        .into_iter()
+        .filter(|k| k.held_as() == GgmlDType::Q5_0)
+        .collect();
+    assert_eq!(held, [IQuant::Iq1S, IQuant::Iq3S]);
+    for kind in held {
+        let (bytes, want) = blocks(&all, kind);
+        let mut q8 = vec![BlockQ8_0::zeros(); want.len() / 32];
+        iquants::to_q8_0(kind, &bytes, &mut q8).unwrap();
+        let from_q8: Vec<f32> = QTensor::new(QStorage::Cpu(Box::new(q8)), want.len())
+            .unwrap()
+            .dequantize(&Device::Cpu)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let mut q5 = vec![0u8; want.len() / 32 * iquants::Q5_0_BYTES];
+        iquants::to_q5_0(kind, &bytes, &mut q5).unwrap();
+        let from_q5: Vec<f32> =
+            qtensor_from_ggml(GgmlDType::Q5_0, &q5, vec![want.len()], &Device::Cpu)
+                .unwrap()
+                .dequantize(&Device::Cpu)
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+        let wrong = from_q5
+            .iter()
+            .zip(&from_q8)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(
+            wrong,
+            0,
+            "{}: {wrong} values differ from Q8_0's",
+            kind.name()
+        );
+    }
+    let (bytes, want) = blocks(&all, IQuant::Iq3Xxs);
+    let mut q5 = vec![0u8; want.len() / 32 * iquants::Q5_0_BYTES];
+    assert!(iquants::to_q5_0(IQuant::Iq3Xxs, &bytes, &mut q5).is_err());
 }

@@ -175,16 +175,16 @@ impl RuntimeArgs {
             expect_sha256,
         )
         .with_context(|| format!("loading model {name}"))?;
-        if !model.iquants_as_q8_0.is_empty() {
+        if !model.iquants_converted.is_empty() {
             let held: Vec<String> = model
-                .iquants_as_q8_0
+                .iquants_converted
                 .iter()
-                .map(|(t, n)| format!("{n} {} tensors", t.name()))
+                .map(|(t, n)| format!("{n} {} tensors as {:?}", t.name(), t.held_as()))
                 .collect();
             eprintln!(
-                "{name}: {} held as Q8_0 blocks (8.5 bits a weight, values slightly rounded: \
-                 README, i-quant GGUFs); hyoka keeps only IQ4_XS and IQ4_NL in their blocks, on \
-                 the CPU; `--weights expanded` reads their values exactly",
+                "{name}: {} blocks (values slightly rounded: README, i-quant GGUFs); hyoka keeps \
+                 only IQ4_XS and IQ4_NL in their own blocks, on the CPU; `--weights expanded` \
+                 reads their values exactly",
                 held.join(", ")
             );
         }

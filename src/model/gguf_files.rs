@@ -10,7 +10,7 @@
 use super::iquants::{self, IQuant};
 use super::{ModelError, gguf_types, q8_0_blocks};
 use candle_core::quantized::k_quants::BlockQ8_0;
-use candle_core::quantized::{GgmlType, QTensor, gguf_file};
+use candle_core::quantized::{GgmlDType, GgmlType, QTensor, gguf_file};
 use candle_core::{Device, Error, Result};
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -256,7 +256,8 @@ impl GgufFiles {
         }
     }
 
-    /// A tensor as stored, read from its shard onto `device` (an i-quant as Q8_0 blocks).
+    /// A tensor as stored, read from its shard onto `device` (an i-quant in the blocks it is
+    /// held in: `IQuant::held_as`).
     pub fn tensor(&self, name: &str, device: &Device) -> Result<QTensor> {
         let (info, shard) = self.locate(name)?;
         let at = |e: Error| Error::Msg(format!("{}: tensor {name}: {e}", shard.path.display()));
@@ -268,7 +269,7 @@ impl GgufFiles {
         }
         let blocks = self.iquant_blocks(name)?;
         // Converted on all threads with the file free for other tensors' reads.
-        iquant_to_q8_0(&blocks.bytes, info, blocks.kind, device).map_err(at)
+        iquant_to_held(&blocks.bytes, info, blocks.kind, device).map_err(at)
     }
 
     /// An i-quant tensor's type, shape and file bytes (whole blocks along its rows).
@@ -362,14 +363,30 @@ fn read_iquant_bytes(
     Ok(bytes)
 }
 
-/// An i-quant tensor's blocks as Q8_0 blocks (`iquants`), converted on all threads, onto
-/// `device`: only the file bytes and the new blocks are held.
-fn iquant_to_q8_0(
+/// An i-quant tensor's blocks as the blocks it is held in (`IQuant::held_as`: Q8_0 or Q5_0),
+/// converted on all threads, onto `device`: only the file bytes and the new blocks are held.
+fn iquant_to_held(
     bytes: &[u8],
     info: &gguf_file::TensorInfo,
     kind: IQuant,
     device: &Device,
 ) -> Result<QTensor> {
+    if kind.held_as() == GgmlDType::Q5_0 {
+        let groups_per_chunk = IQUANT_CHUNK_BLOCKS * kind.block_values() / 32;
+        let mut out = vec![0u8; info.shape.elem_count() / 32 * iquants::Q5_0_BYTES];
+        bytes
+            .par_chunks(IQUANT_CHUNK_BLOCKS * kind.block_bytes())
+            .zip(out.par_chunks_mut(groups_per_chunk * iquants::Q5_0_BYTES))
+            .try_for_each(|(src, dst)| iquants::to_q5_0(kind, src, dst))
+            .map_err(Error::Msg)?;
+        let dims = info.shape.dims().to_vec();
+        return candle_core::quantized::ggml_file::qtensor_from_ggml(
+            GgmlDType::Q5_0,
+            &out,
+            dims,
+            device,
+        );
+    }
     let mut out = vec![BlockQ8_0::zeros(); info.shape.elem_count() / 32];
     let per_block = kind.block_values() / 32;
     bytes

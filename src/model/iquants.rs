@@ -6,7 +6,8 @@
 //! `iquant_grids`): the values of `--weights expanded`, and of IQ4_NL / IQ4_XS matrices on the
 //! CPU, which stay in their blocks (`iq4_rows`). Every other i-quant matrix, and every one on a
 //! GPU, is held as Q8_0, the block type every path of hyoka takes (CPU f32 and int8 products,
-//! CUDA): 8.5 bits a weight in memory instead of the file's 1.6–4.5.
+//! CUDA): 8.5 bits a weight in memory instead of the file's 1.6–4.5 — or, where its integers fit
+//! in 5 bits (IQ3_S, IQ1_S: `IQuant::held_as`), as Q5_0, 5.5 bits, the same values.
 //!
 //! Every i-quant value is a scale times a small integer: a level of IQ4's non-linear table, a
 //! signed grid magnitude, or (IQ1) eight times a grid value plus or minus one. Where one scale
@@ -22,8 +23,8 @@ use super::iquant_grids::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
     KVALUES_IQ4NL,
 };
-use candle_core::quantized::GgmlType;
 use candle_core::quantized::k_quants::BlockQ8_0;
+use candle_core::quantized::{GgmlDType, GgmlType};
 use half::f16;
 
 /// Values in a Q8_0 block, and in each group an i-quant block decodes into.
@@ -118,6 +119,17 @@ impl IQuant {
     pub fn one_scale_per_group(self) -> bool {
         !matches!(self, IQuant::Iq2Xs | IQuant::Iq2S | IQuant::Iq1M)
     }
+
+    /// The block type its matrices are held in where hyoka has no kernels for its own blocks:
+    /// Q5_0 (5.5 bits a weight) where every 32 values are one scale times integers in −16..=15
+    /// (IQ3_S: odd magnitudes up to 15; IQ1_S: eight times a grid value ± 1, up to 9 in
+    /// magnitude), which Q5_0 holds as exactly as Q8_0 does; Q8_0 (8.5 bits) for the others.
+    pub fn held_as(self) -> GgmlDType {
+        match self {
+            IQuant::Iq3S | IQuant::Iq1S => GgmlDType::Q5_0,
+            _ => GgmlDType::Q8_0,
+        }
+    }
 }
 
 /// 32 decoded values: value j is `scales[j / 16] * q[j]`, in f32, as ggml computes it.
@@ -184,6 +196,63 @@ pub fn to_q8_0(kind: IQuant, bytes: &[u8], out: &mut [BlockQ8_0]) -> Result<(), 
                     (g + 1) * GROUP,
                     group.scales[0].abs().max(group.scales[1].abs())
                 ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Bytes of a Q5_0 block: d (f16), the fifth bits of its 32 values (u32), their low nibbles
+/// (value j in byte j's low nibble, value j + 16 in its high one).
+pub const Q5_0_BYTES: usize = 22;
+
+/// i-quant blocks (`kind`, whole blocks, `held_as` Q5_0) as Q5_0 blocks' bytes into `out`
+/// (22 per 32 values): each group's integers q as q + 16, and its scale rounded to f16, the
+/// values of `to_q8_0`'s blocks. Err: a group whose scale is beyond f16's range (no real
+/// model's), or whose values Q5_0 cannot hold (two scales, an integer outside −16..=15).
+pub fn to_q5_0(kind: IQuant, bytes: &[u8], out: &mut [u8]) -> Result<(), String> {
+    let per_block = kind.block_values() / GROUP;
+    let mut groups = [Group::ZERO; 8];
+    for (b, (block, out)) in bytes
+        .chunks_exact(kind.block_bytes())
+        .zip(out.chunks_exact_mut(per_block * Q5_0_BYTES))
+        .enumerate()
+    {
+        decode(kind, block, &mut groups[..per_block]);
+        for (g, (group, out)) in groups
+            .iter()
+            .zip(out.chunks_exact_mut(Q5_0_BYTES))
+            .enumerate()
+        {
+            let at = || {
+                format!(
+                    "{} block {b}, values {}..{}",
+                    kind.name(),
+                    g * 32,
+                    g * 32 + 32
+                )
+            };
+            let fits = group.q.iter().all(|q| (-16..=15).contains(q));
+            if group.scales[0] != group.scales[1] || !fits {
+                return Err(format!(
+                    "{}: not one scale times integers in -16..=15",
+                    at()
+                ));
+            }
+            let d = f16::from_f32(group.scales[0]);
+            if !d.is_finite() {
+                return Err(format!(
+                    "{}: scale {} is beyond f16's range",
+                    at(),
+                    group.scales[0]
+                ));
+            }
+            let u: [u8; GROUP] = std::array::from_fn(|j| (group.q[j] + 16) as u8);
+            let high: u32 = (0..GROUP).map(|j| u32::from(u[j] >> 4) << j).sum();
+            out[..2].copy_from_slice(&d.to_le_bytes());
+            out[2..6].copy_from_slice(&high.to_le_bytes());
+            for (j, o) in out[6..].iter_mut().enumerate() {
+                *o = (u[j] & 0xf) | (u[j + 16] & 0xf) << 4;
             }
         }
     }

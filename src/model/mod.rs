@@ -100,9 +100,9 @@ pub struct LoadedModel {
     /// sha256 of the weights file (GGUF; a split GGUF's shards in order, as one stream) or of
     /// model.safetensors / the shard index.
     pub sha256: String,
-    /// The GGUF's i-quant types held as Q8_0 blocks (8.5 bits a weight, values slightly
-    /// rounded: `iquants`), with their tensor counts; empty when none is.
-    pub iquants_as_q8_0: Vec<(iquants::IQuant, usize)>,
+    /// The GGUF's i-quant types held in other blocks (`IQuant::held_as`: Q8_0 or Q5_0, their
+    /// values slightly rounded: `iquants`), with their tensor counts; empty when none is.
+    pub iquants_converted: Vec<(iquants::IQuant, usize)>,
 }
 
 impl LoadedModel {
@@ -139,7 +139,7 @@ impl LoadedModel {
                     None => own(),
                 }
             };
-        let (transformer, chat_template, tokenizer, weights_files, iquants_as_q8_0) = match files
+        let (transformer, chat_template, tokenizer, weights_files, iquants_converted) = match files
             .format
         {
             source::Format::Gguf => {
@@ -181,7 +181,7 @@ impl LoadedModel {
             chat_template,
             files,
             sha256,
-            iquants_as_q8_0,
+            iquants_converted,
         })
     }
 }
@@ -299,8 +299,8 @@ fn rope_factors(gguf: &GgufFiles, head_dim: usize) -> Result<Option<Vec<f64>>, M
     Ok(Some(factors))
 }
 
-/// Load a GGUF model whose headers were already read; with it, the i-quant types held as Q8_0
-/// blocks and their tensor counts (`Weights::iquants_held_as_q8_0`).
+/// Load a GGUF model whose headers were already read; with it, the i-quant types held in other
+/// blocks and their tensor counts (`Weights::iquants_converted`).
 pub fn load_gguf_files(
     gguf: GgufFiles,
     dtype: DType,
@@ -332,7 +332,7 @@ pub fn load_gguf_files(
     );
     Ok((
         Transformer::load(&weights, cfg)?,
-        weights.iquants_held_as_q8_0(),
+        weights.iquants_converted(),
     ))
 }
 

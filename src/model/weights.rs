@@ -221,10 +221,10 @@ impl Weights {
         Ok(Some(Matrix::Iq4(std::sync::Arc::new(m))))
     }
 
-    /// The i-quant types (with their tensor counts) that `matrix` holds as Q8_0 blocks: on the
-    /// CPU every i-quant but IQ4_NL and IQ4_XS (kept in their blocks), on a GPU all; none when
-    /// expanded (their values read exactly).
-    pub fn iquants_held_as_q8_0(&self) -> Vec<(IQuant, usize)> {
+    /// The i-quant types (with their tensor counts) that `matrix` holds in other blocks
+    /// (`IQuant::held_as`: Q8_0 or Q5_0): on the CPU every i-quant but IQ4_NL and IQ4_XS (kept
+    /// in their own), on a GPU all; none when expanded (their values read exactly).
+    pub fn iquants_converted(&self) -> Vec<(IQuant, usize)> {
         let Source::Gguf { files, .. } = &self.source else {
             return Vec::new();
         };
