@@ -173,13 +173,34 @@ mod avx2 {
         _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(y, levels))
     }
 
+    /// Each row's eight lanes summed as `super::lanes_sum` sums them.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn lanes_sum(a: __m256) -> f32 {
-        let mut lanes = [0f32; 8];
-        // SAFETY: eight floats.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), a) };
-        super::lanes_sum(lanes)
+    fn row_sums<const R: usize>(acc: [__m256; R]) -> [f32; ROWS_PER_LOAD] {
+        let mut out = [0f32; ROWS_PER_LOAD];
+        for (o, a) in out.iter_mut().zip(acc) {
+            let mut lanes = [0f32; 8];
+            // SAFETY: eight floats.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), a) };
+            *o = super::lanes_sum(lanes);
+        }
+        out
+    }
+
+    /// Rows first.. first + R of activations held as `values` (`cols` a row) and `scales`
+    /// (`per_row` a row).
+    #[allow(clippy::type_complexity)]
+    fn rows<'a, const R: usize>(
+        values: &'a [i8],
+        scales: &'a [f32],
+        cols: usize,
+        per_row: usize,
+        first: usize,
+    ) -> ([&'a [i8]; R], [&'a [f32]; R]) {
+        (
+            std::array::from_fn(|r| &values[(first + r) * cols..][..cols]),
+            std::array::from_fn(|r| &scales[(first + r) * per_row..][..per_row]),
+        )
     }
 
     /// Rows first.. first + R of `xs` times an IQ4_NL weight row (Q8_0 activations).
@@ -192,9 +213,7 @@ mod avx2 {
             Iq4Kind::Nl.row_bytes(cols),
             "a row of the activations' length"
         );
-        let q: [&[i8]; R] = std::array::from_fn(|r| &xs.values()[(first + r) * cols..][..cols]);
-        let d: [&[f32]; R] =
-            std::array::from_fn(|r| &xs.scales()[(first + r) * groups..][..groups]);
+        let (q, d) = rows::<R>(xs.values(), xs.scales(), cols, groups, first);
         let table = table();
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); R];
@@ -212,11 +231,7 @@ mod avx2 {
                 acc[r] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(p), acc[r]);
             }
         }
-        let mut out = [0f32; ROWS_PER_LOAD];
-        for (o, acc) in out.iter_mut().zip(acc) {
-            *o = lanes_sum(acc);
-        }
-        out
+        row_sums(acc)
     }
 
     /// Rows first.. first + R of `xs` times an IQ4_XS weight row (Q8_K activations).
@@ -228,9 +243,7 @@ mod avx2 {
             Iq4Kind::Xs.row_bytes(cols),
             "a row of the activations' length"
         );
-        let q: [&[i8]; R] = std::array::from_fn(|r| &xs.values()[(first + r) * cols..][..cols]);
-        let d: [&[f32]; R] =
-            std::array::from_fn(|r| &xs.scales()[(first + r) * blocks..][..blocks]);
+        let (q, d) = rows::<R>(xs.values(), xs.scales(), cols, blocks, first);
         let table = table();
         let mut acc = [_mm256_setzero_ps(); R];
         for (b, block) in w.chunks_exact(136).enumerate() {
@@ -252,10 +265,6 @@ mod avx2 {
                 acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sumi[r]), acc[r]);
             }
         }
-        let mut out = [0f32; ROWS_PER_LOAD];
-        for (o, acc) in out.iter_mut().zip(acc) {
-            *o = lanes_sum(acc);
-        }
-        out
+        row_sums(acc)
     }
 }

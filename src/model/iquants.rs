@@ -169,37 +169,19 @@ pub fn dequantize(kind: IQuant, bytes: &[u8]) -> Vec<f32> {
 /// `BlockQ8_0::from_float` (ggml's `quantize_row_q8_0_ref`). Err: a group whose scale is beyond
 /// f16's range (no real model's).
 pub fn to_q8_0(kind: IQuant, bytes: &[u8], out: &mut [BlockQ8_0]) -> Result<(), String> {
-    let per_block = kind.block_values() / GROUP;
-    let mut groups = [Group::ZERO; 8];
-    for (b, (block, out)) in bytes
-        .chunks_exact(kind.block_bytes())
-        .zip(out.chunks_exact_mut(per_block))
-        .enumerate()
-    {
-        decode(kind, block, &mut groups[..per_block]);
-        for (g, (group, out)) in groups.iter().zip(out.iter_mut()).enumerate() {
-            if group.scales[0] == group.scales[1] {
-                let raw = block_bytes(out);
-                raw[..2].copy_from_slice(&f16::from_f32(group.scales[0]).to_le_bytes());
-                for (o, q) in raw[2..].iter_mut().zip(group.q) {
-                    *o = q as u8;
-                }
-            } else {
-                BlockQ8_0::from_float(&group.values(), std::slice::from_mut(out));
+    convert_groups(kind, bytes, out.iter_mut(), |group, out| {
+        if group.scales[0] == group.scales[1] {
+            let raw = block_bytes(out);
+            raw[..2].copy_from_slice(&f16::from_f32(group.scales[0]).to_le_bytes());
+            for (o, q) in raw[2..].iter_mut().zip(group.q) {
+                *o = q as u8;
             }
-            let d = f16::from_le_bytes([block_bytes(out)[0], block_bytes(out)[1]]);
-            if !d.is_finite() {
-                return Err(format!(
-                    "{} block {b}, values {}..{}: scale {} is beyond f16's range",
-                    kind.name(),
-                    g * GROUP,
-                    (g + 1) * GROUP,
-                    group.scales[0].abs().max(group.scales[1].abs())
-                ));
-            }
+        } else {
+            BlockQ8_0::from_float(&group.values(), std::slice::from_mut(out));
         }
-    }
-    Ok(())
+        let d = f16::from_le_bytes([block_bytes(out)[0], block_bytes(out)[1]]);
+        finite_scale(d, group)
+    })
 }
 
 /// Bytes of a Q5_0 block: d (f16), the fifth bits of its 32 values (u32), their low nibbles
@@ -211,42 +193,17 @@ pub const Q5_0_BYTES: usize = 22;
 /// values of `to_q8_0`'s blocks. Err: a group whose scale is beyond f16's range (no real
 /// model's), or whose values Q5_0 cannot hold (two scales, an integer outside −16..=15).
 pub fn to_q5_0(kind: IQuant, bytes: &[u8], out: &mut [u8]) -> Result<(), String> {
-    let per_block = kind.block_values() / GROUP;
-    let mut groups = [Group::ZERO; 8];
-    for (b, (block, out)) in bytes
-        .chunks_exact(kind.block_bytes())
-        .zip(out.chunks_exact_mut(per_block * Q5_0_BYTES))
-        .enumerate()
-    {
-        decode(kind, block, &mut groups[..per_block]);
-        for (g, (group, out)) in groups
-            .iter()
-            .zip(out.chunks_exact_mut(Q5_0_BYTES))
-            .enumerate()
-        {
-            let at = || {
-                format!(
-                    "{} block {b}, values {}..{}",
-                    kind.name(),
-                    g * 32,
-                    g * 32 + 32
-                )
-            };
+    convert_groups(
+        kind,
+        bytes,
+        out.chunks_exact_mut(Q5_0_BYTES),
+        |group, out| {
             let fits = group.q.iter().all(|q| (-16..=15).contains(q));
             if group.scales[0] != group.scales[1] || !fits {
-                return Err(format!(
-                    "{}: not one scale times integers in -16..=15",
-                    at()
-                ));
+                return Err("not one scale times integers in -16..=15".into());
             }
             let d = f16::from_f32(group.scales[0]);
-            if !d.is_finite() {
-                return Err(format!(
-                    "{}: scale {} is beyond f16's range",
-                    at(),
-                    group.scales[0]
-                ));
-            }
+            finite_scale(d, group)?;
             let u: [u8; GROUP] = std::array::from_fn(|j| (group.q[j] + 16) as u8);
             let high: u32 = (0..GROUP).map(|j| u32::from(u[j] >> 4) << j).sum();
             out[..2].copy_from_slice(&d.to_le_bytes());
@@ -254,9 +211,43 @@ pub fn to_q5_0(kind: IQuant, bytes: &[u8], out: &mut [u8]) -> Result<(), String>
             for (j, o) in out[6..].iter_mut().enumerate() {
                 *o = (u[j] & 0xf) | (u[j + 16] & 0xf) << 4;
             }
+            Ok(())
+        },
+    )
+}
+
+/// Decodes whole `kind` blocks and calls `put(group, out)` for each 32-value group with the
+/// next of `outs`; an error is returned naming the block and values it came from.
+fn convert_groups<B>(
+    kind: IQuant,
+    bytes: &[u8],
+    mut outs: impl Iterator<Item = B>,
+    mut put: impl FnMut(&Group, B) -> Result<(), String>,
+) -> Result<(), String> {
+    let per_block = kind.block_values() / GROUP;
+    let mut groups = [Group::ZERO; 8];
+    for (b, block) in bytes.chunks_exact(kind.block_bytes()).enumerate() {
+        decode(kind, block, &mut groups[..per_block]);
+        for (g, group) in groups[..per_block].iter().enumerate() {
+            let Some(out) = outs.next() else {
+                return Ok(());
+            };
+            put(group, out).map_err(|e| {
+                let values = format!("values {}..{}", g * GROUP, (g + 1) * GROUP);
+                format!("{} block {b}, {values}: {e}", kind.name())
+            })?;
         }
     }
     Ok(())
+}
+
+/// Err where a group's f16 scale `d` overflowed.
+fn finite_scale(d: f16, group: &Group) -> Result<(), String> {
+    if d.is_finite() {
+        return Ok(());
+    }
+    let scale = group.scales[0].abs().max(group.scales[1].abs());
+    Err(format!("scale {scale} is beyond f16's range"))
 }
 
 /// A Q8_0 block's bytes in ggml's layout: its f16 scale, then 32 signed bytes.

@@ -206,12 +206,13 @@ impl Weights {
         let Source::Gguf { files, .. } = &self.source else {
             return Ok(None);
         };
-        let Some(kind) = files.iquant_of(gname).and_then(Iq4Kind::of) else {
+        let Some(kind) = files
+            .iquant_of(gname)
+            .filter(|&t| self.keeps_own_blocks(t))
+            .and_then(Iq4Kind::of)
+        else {
             return Ok(None);
         };
-        if !self.device.is_cpu() {
-            return Ok(None);
-        }
         let blocks = files.iquant_blocks(gname)?;
         let at = |e: String| Error::Msg(format!("{}: {gname}: {e}", files.path().display()));
         let &[rows, cols] = blocks.dims.as_slice() else {
@@ -231,12 +232,17 @@ impl Weights {
         if self.mode == WeightsMode::Expanded {
             return Vec::new();
         }
-        let kept = |t: IQuant| self.device.is_cpu() && Iq4Kind::of(t).is_some();
         files
             .iquant_counts()
             .into_iter()
-            .filter(|&(t, _)| !kept(t))
+            .filter(|&(t, _)| !self.keeps_own_blocks(t))
             .collect()
+    }
+
+    /// Whether `matrix` keeps an i-quant type's matrices in their own blocks (`iq4_matrix`):
+    /// IQ4_NL and IQ4_XS, on the CPU.
+    fn keeps_own_blocks(&self, t: IQuant) -> bool {
+        self.device.is_cpu() && Iq4Kind::of(t).is_some()
     }
 
     /// A GGUF tensor as stored, read onto `device` — except an unquantized one (F32, F16,
