@@ -19,7 +19,7 @@ use hyoka::model::{WeightsMode, load_gguf};
 fn tol() -> f32 {
     common::tol(1e-4, 0.25, 0.04) as f32
 }
-/// i-quants held as Q8_0 (stored: on the CPU all but IQ4_NL/IQ4_XS, on a GPU all) have each 32
+/// i-quants held as Q8_0 (stored: on the CPU all but IQ4_NL/IQ4_XS/IQ3_S, on a GPU all) have each 32
 /// values' scale (the block's f16 times a 4–6 bit sub-scale) rounded to f16 (`model::iquants`):
 /// every weight moves by up to 2⁻¹¹ of itself, the same for a whole group. Measured in f32 over
 /// the seven models' iq4_xs files and llama3-rope's and qwen2's iq3_s when all were held so
@@ -28,10 +28,11 @@ fn tol() -> f32 {
 const IQUANT_SCALES: f32 = 3.0 * 1.6e-3;
 
 /// What a kind's logits may differ by from transformers' where no 8-bit activations enter. On
-/// the CPU, IQ4_XS/IQ4_NL matrices are kept in their blocks (`model::iq4_rows`) and read exactly
-/// (the expanded model too): those files are held to `tol()`.
+/// the CPU, IQ4_XS/IQ4_NL/IQ3_S matrices are kept in their blocks (`model::iq_rows`) and read
+/// exactly (the expanded model too): those files (their mixes hold no other i-quant) are held
+/// to `tol()`.
 fn tol_for(kind: &str) -> f32 {
-    let exact = kind.starts_with("iq4") && common::device().is_cpu();
+    let exact = ["iq4_xs", "iq3_s"].contains(&kind) && common::device().is_cpu();
     if kind.starts_with("iq") && !exact {
         tol() + IQUANT_SCALES
     } else {
@@ -327,15 +328,11 @@ fn quantized_files_mix_k_quants_and_fallbacks() {
         let types: Vec<&str> = files.iquant_types().iter().map(|t| t.name()).collect();
         assert_eq!(types, want, "{kind}");
         // What the loaded model says it holds in other blocks (printed by the CLI): on the CPU
-        // every i-quant but the IQ4 ones, whose blocks are kept; nothing when expanded.
+        // every i-quant but IQ4_NL, IQ4_XS and IQ3_S, whose blocks are kept; nothing when
+        // expanded.
         use hyoka::model::{gguf_files::GgufFiles, load_gguf_files};
-        for (mode, held) in [
-            (
-                WeightsMode::Stored,
-                if kind == "iq3_s" { &["IQ3_S"][..] } else { &[] },
-            ),
-            (WeightsMode::Expanded, &[]),
-        ] {
+        for mode in [WeightsMode::Stored, WeightsMode::Expanded] {
+            let held: &[&str] = &[];
             let files = GgufFiles::open(&path).unwrap();
             let (_, converted) = load_gguf_files(files, DType::F32, &Device::Cpu, mode).unwrap();
             let got: Vec<&str> = converted.iter().map(|(t, _)| t.name()).collect();

@@ -183,7 +183,7 @@ impl RuntimeArgs {
                 .collect();
             eprintln!(
                 "{name}: {} blocks (values slightly rounded: README, i-quant GGUFs); hyoka keeps \
-                 only IQ4_XS and IQ4_NL in their own blocks, on the CPU; `--weights expanded` \
+                 only IQ4_XS, IQ4_NL, IQ3_S and IQ3_XXS in their own blocks, on the CPU; `--weights expanded` \
                  reads their values exactly",
                 held.join(", ")
             );

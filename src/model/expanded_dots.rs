@@ -9,7 +9,7 @@
 //! the tile, so a row's result does not depend on the other rows.
 
 use super::block_dots::{BLOCK, BlockKind};
-use super::iq4_rows::{self, Iq4Kind};
+use super::iq_rows::{self, IqKind};
 use super::kquant_dots::KQuantKind;
 use candle_core::quantized::k_quants::{self, GgmlType};
 use candle_core::{Result, bail};
@@ -19,7 +19,7 @@ use candle_core::{Result, bail};
 pub enum RowBlocks<'a> {
     Blocks(BlockKind, &'a [u8]),
     KQuants(KQuantKind, &'a [u8]),
-    Iq4(Iq4Kind, &'a [u8]),
+    Iq(IqKind, &'a [u8]),
 }
 
 /// One weight row's values in f32, exactly candle's `to_float` of its blocks.
@@ -47,7 +47,7 @@ pub fn expand_row(row: RowBlocks<'_>, out: &mut [f32]) -> Result<()> {
                 BlockKind::Q8_0 => candle_row::<k_quants::BlockQ8_0>(bytes, out),
             }
         }
-        RowBlocks::Iq4(kind, bytes) => iq4_rows::expand_row(kind, bytes, out),
+        RowBlocks::Iq(kind, bytes) => iq_rows::expand_row(kind, bytes, out),
         RowBlocks::KQuants(kind, bytes) if super::kquant_expand::expand(kind, bytes, out) => Ok(()),
         RowBlocks::KQuants(kind, bytes) => match kind {
             KQuantKind::Q2K => candle_row::<k_quants::BlockQ2K>(bytes, out),

@@ -1,8 +1,8 @@
 //! A decoding step's runs of several tokens (json's `",\n  "<key>": `) through 8-bit integer
 //! products with sixteen tokens in the lanes: Q4_0, Q5_0 and Q8_0 (most of Qwen2.5-0.5B's
 //! weights, whose 896 columns take no K-quant), Q4_1 and Q5_1 (Q5_K_M's fallback there), and
-//! Q2_K … Q6_K (Q2_K, Q3_K_M, Q4_K_M and Q5_K_M files of the 7–13B judges), IQ4_NL and IQ4_XS
-//! (their table's levels, `iq4_rows`).
+//! Q2_K … Q6_K (Q2_K, Q3_K_M, Q4_K_M and Q5_K_M files of the 7–13B judges), IQ4_NL, IQ4_XS,
+//! IQ3_S and IQ3_XXS (their integers, `iq_rows`).
 //!
 //! The f32 products on expanded weight rows (`expanded_dots`) multiply sixteen values per
 //! instruction; one VNNI instruction here multiplies four weights by four activations of each
@@ -26,7 +26,7 @@
 //! the tile.
 
 use super::block_dots::{self, BLOCK, BlockKind, Q8Rows};
-use super::iq4_rows::Iq4Kind;
+use super::iq_rows::IqKind;
 use super::kquant_dots::KQuantKind;
 use super::matrix::RowKernels;
 use super::row_tasks::{Columns, by_weight_columns};
@@ -50,8 +50,9 @@ enum Form {
     Q4K,
     Q5K,
     Q6K,
-    /// IQ4_NL / IQ4_XS: a level of IQ4's table + 128, a scale per 32 (`iq4_rows`).
-    Iq4(Iq4Kind),
+    /// IQ4_NL / IQ4_XS / IQ3_S / IQ3_XXS: a group's integer (IQ4's level, IQ3's signed grid magnitude)
+    /// + 128, a scale per 32 (`iq_rows`).
+    Iq(IqKind),
 }
 
 impl Form {
@@ -64,14 +65,14 @@ impl Form {
             RowKernels::KQuants(KQuantKind::Q4K, _) => Form::Q4K,
             RowKernels::KQuants(KQuantKind::Q5K, _) => Form::Q5K,
             RowKernels::KQuants(KQuantKind::Q6K, _) => Form::Q6K,
-            RowKernels::Iq4(kind, _) => Form::Iq4(*kind),
+            RowKernels::Iq(kind, _) => Form::Iq(*kind),
         }
     }
 
     fn offset(self) -> i32 {
         match self {
             Form::Blocks(kind) if !kind.has_min() => 128,
-            Form::Iq4(_) => 128,
+            Form::Iq(_) => 128,
             Form::Blocks(_) | Form::Q2K | Form::Q4K | Form::Q5K => 0,
             Form::Q3K => 4,
             Form::Q6K => 32,
@@ -87,7 +88,7 @@ impl Form {
         match self {
             Form::Blocks(kind) => kind.has_min(),
             Form::Q2K | Form::Q4K | Form::Q5K => true,
-            Form::Q3K | Form::Q6K | Form::Iq4(_) => false,
+            Form::Q3K | Form::Q6K | Form::Iq(_) => false,
         }
     }
 
@@ -111,7 +112,7 @@ impl Form {
             Form::Q4K => (256, KQuantKind::Q4K.block_bytes()),
             Form::Q5K => (256, KQuantKind::Q5K.block_bytes()),
             Form::Q6K => (256, KQuantKind::Q6K.block_bytes()),
-            Form::Iq4(kind) => (kind.iquant().block_values(), kind.iquant().block_bytes()),
+            Form::Iq(kind) => (kind.iquant().block_values(), kind.iquant().block_bytes()),
         }
     }
 }
@@ -138,7 +139,7 @@ pub fn products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> Resul
         bail!("8-bit run products need AVX-512 VNNI, AVX2, FMA and F16C");
     }
     let form = Form::of(kernels);
-    let (RowKernels::Blocks(_, data) | RowKernels::KQuants(_, data) | RowKernels::Iq4(_, data)) =
+    let (RowKernels::Blocks(_, data) | RowKernels::KQuants(_, data) | RowKernels::Iq(_, data)) =
         kernels;
     let n = xs.len() / k.max(1);
     let (values, bytes) = form.block();
@@ -357,14 +358,18 @@ impl Unpacked {
                         };
                     }
                 }
-                Form::Iq4(kind) => {
+                Form::Iq(kind) => {
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: as above.
                     unsafe {
-                        super::iq4_rows::avx2::biased_levels(kind, row, |g, group_scale, levels| {
-                            w.bytes[byte(g)..byte(g) + BLOCK].copy_from_slice(levels);
-                            w.scales[scale(g, 0)] = group_scale;
-                        })
+                        super::iq_rows::avx2::biased_integers(
+                            kind,
+                            row,
+                            |g, group_scale, integers| {
+                                w.bytes[byte(g)..byte(g) + BLOCK].copy_from_slice(integers);
+                                w.scales[scale(g, 0)] = group_scale;
+                            },
+                        )
                     };
                 }
                 Form::Q6K => {
@@ -806,9 +811,9 @@ mod tests {
         Ok((q.data()?.to_vec(), values))
     }
 
-    /// IQ4 rows made of the blocks of tests/fixtures/iquants (scales zero, subnormal, large and
+    /// i-quant rows made of the blocks of tests/fixtures/iquants (scales zero, subnormal, large and
     /// ordinary), cycled to fill out × k, with gguf-py's values of them.
-    fn iq4_weights(kind: Iq4Kind, out: usize, k: usize) -> anyhow::Result<(Vec<u8>, Vec<f32>)> {
+    fn iq_weights(kind: IqKind, out: usize, k: usize) -> anyhow::Result<(Vec<u8>, Vec<f32>)> {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/iquants/blocks.safetensors");
         let all = candle_core::safetensors::load(path, &Device::Cpu)?;
@@ -832,16 +837,16 @@ mod tests {
     /// A form, its weights' bytes and their values.
     type Case = (Form, Vec<u8>, Vec<f32>);
 
-    /// Every form with its weights: candle's quantization of random rows, and the IQ4 blocks.
+    /// Every form with its weights: candle's quantization of random rows, and the i-quant blocks.
     fn cases(out: usize, k: usize) -> anyhow::Result<Vec<Case>> {
         let mut cases = Vec::new();
         for (dtype, form) in FORMS {
             let (data, values) = weights(dtype, out, k)?;
             cases.push((form, data, values));
         }
-        for kind in [Iq4Kind::Nl, Iq4Kind::Xs] {
-            let (data, values) = iq4_weights(kind, out, k)?;
-            cases.push((Form::Iq4(kind), data, values));
+        for kind in [IqKind::Iq4Nl, IqKind::Iq4Xs, IqKind::Iq3S, IqKind::Iq3Xxs] {
+            let (data, values) = iq_weights(kind, out, k)?;
+            cases.push((Form::Iq(kind), data, values));
         }
         Ok(cases)
     }
@@ -850,7 +855,7 @@ mod tests {
         BLOCK / form.units()
     }
 
-    /// Each weight read back from its byte, scale and min is candle's value to the bit (IQ4:
+    /// Each weight read back from its byte, scale and min is candle's value to the bit (i-quants:
     /// gguf-py's).
     #[test]
     fn the_bytes_are_candles_values() -> anyhow::Result<()> {
@@ -895,7 +900,7 @@ mod tests {
                 Form::Q4K => RowKernels::KQuants(KQuantKind::Q4K, data.clone()),
                 Form::Q5K => RowKernels::KQuants(KQuantKind::Q5K, data.clone()),
                 Form::Q6K => RowKernels::KQuants(KQuantKind::Q6K, data.clone()),
-                Form::Iq4(kind) => RowKernels::Iq4(kind, data.clone()),
+                Form::Iq(kind) => RowKernels::Iq(kind, data.clone()),
             };
             if !available() {
                 return Ok(());

@@ -4,7 +4,7 @@
 //! 4.9), but candle has neither their blocks nor their kernels. Each block is decoded here
 //! exactly as ggml's `dequantize_row_iq*` decodes it (ggml-quants.c, tables from ggml-common.h in
 //! `iquant_grids`): the values of `--weights expanded`, and of IQ4_NL / IQ4_XS matrices on the
-//! CPU, which stay in their blocks (`iq4_rows`). Every other i-quant matrix, and every one on a
+//! CPU, which stay in their blocks (`iq_rows`). Every other i-quant matrix, and every one on a
 //! GPU, is held as Q8_0, the block type every path of hyoka takes (CPU f32 and int8 products,
 //! CUDA): 8.5 bits a weight in memory instead of the file's 1.6–4.5 — or, where its integers fit
 //! in 5 bits (IQ3_S, IQ1_S: `IQuant::held_as`), as Q5_0, 5.5 bits, the same values.
@@ -259,6 +259,13 @@ fn block_bytes(block: &mut BlockQ8_0) -> &mut [u8; 34] {
     unsafe { &mut *(block as *mut BlockQ8_0).cast::<[u8; 34]>() }
 }
 
+/// One block of `kind` as its groups of 32 values (the first `block_values / 32` of them).
+pub(super) fn block_groups(kind: IQuant, block: &[u8]) -> [Group; 8] {
+    let mut groups = [Group::ZERO; 8];
+    decode(kind, block, &mut groups[..kind.block_values() / GROUP]);
+    groups
+}
+
 /// Blocks of `kind` into groups of 32 values (`groups.len()` = blocks × values a block / 32).
 fn decode(kind: IQuant, bytes: &[u8], groups: &mut [Group]) {
     let per_block = kind.block_values() / GROUP;
@@ -344,6 +351,19 @@ pub(super) fn iq4_xs_sub_scales(b: &[u8]) -> [i32; 8] {
     .map(|ls| ls - 32)
 }
 
+/// An IQ3_S block's eight group scales without d: 1 + 2s, s the group's 4-bit scale (low
+/// nibble of byte 106 + g/2 for even g, high for odd). A group's scale is d·(1 + 2s) in f32.
+pub(super) fn iq3_s_sub_scales(b: &[u8]) -> [i32; 8] {
+    std::array::from_fn(|ib| 1 + 2 * i32::from((b[106 + ib / 2] >> (4 * (ib % 2))) & 0xf))
+}
+
+/// An IQ3_XXS block's eight group scales without d/4: 2s + 1, s the top 4 bits of the group's
+/// u32 at 66 + 4g. ggml's scale d·(0.5 + s)·0.5 is (d·0.25)·(2s + 1) to the bit: both round
+/// the same product once, the factors of 2 being exact in f32.
+pub(super) fn iq3_xxs_sub_scales(b: &[u8]) -> [i32; 8] {
+    std::array::from_fn(|ib| 2 * (u32_at(b, 66 + 4 * ib) >> 28) as i32 + 1)
+}
+
 /// d (f16), 64 grid indices (bytes), then per group a u32: four 7-bit sign sets and a 4-bit
 /// scale; scale d·(0.5 + s)·0.5.
 fn iq3_xxs(b: &[u8], groups: &mut [Group]) {
@@ -365,9 +385,8 @@ fn iq3_xxs(b: &[u8], groups: &mut [Group]) {
 /// 4 bytes of 4-bit scales; scale d·(1 + 2s).
 fn iq3_s(b: &[u8], groups: &mut [Group]) {
     let d = half_at(b, 0);
-    for (ib, g) in groups.iter_mut().enumerate() {
-        let s = (b[106 + ib / 2] >> (4 * (ib % 2))) & 0xf;
-        *g = Group::one_scale(d * (1 + 2 * i32::from(s)) as f32);
+    for ((ib, g), s) in groups.iter_mut().enumerate().zip(iq3_s_sub_scales(b)) {
+        *g = Group::one_scale(d * s as f32);
         let (qs, qh) = (&b[2 + 8 * ib..], u32::from(b[66 + ib]));
         for l in 0..4 {
             let i1 = u32::from(qs[2 * l]) | ((qh << (8 - 2 * l)) & 256);

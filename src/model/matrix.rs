@@ -8,7 +8,7 @@
 //! the weight, amortised over every row — on the CPU into one buffer reused by every product
 //! (`prefill_gemm`), elsewhere into a temporary freed after; a product with few rows
 //! (token-by-token decoding) multiplies the blocks in integers with the activations rounded to
-//! 8 bits, as llama.cpp and candle do (`block_dots`, `kquant_dots`, `iq4_dots`, else candle's
+//! 8 bits, as llama.cpp and candle do (`block_dots`, `kquant_dots`, `iq_dots`, else candle's
 //! kernels).
 //! Prefill numbers are exactly those of the expanded model (the same f32 weights, the same
 //! GEMM); decoding differs by the activations' rounding, except for a decoding step's runs of
@@ -16,8 +16,8 @@
 
 use super::block_dots::{BlockKind, Q8Rows, dot_rows_kernel};
 use super::expanded_dots::{self, RowBlocks};
-use super::iq4_dots;
-use super::iq4_rows::{Iq4Kind, Iq4Matrix};
+use super::iq_dots;
+use super::iq_rows::{IqKind, IqMatrix};
 use super::kquant_dots::{self, KQuantKind, Q8KRows};
 use super::row_tasks::by_weight_rows;
 use super::{prefill_gemm, runs, stage_times};
@@ -100,8 +100,9 @@ pub enum Matrix {
     Dense(Tensor),
     /// GGUF blocks (Q4_0 … Q6_K, Q8_0).
     Quantized(Arc<QTensor>),
-    /// IQ4_NL / IQ4_XS blocks on the CPU, which candle's `QTensor` cannot hold (`iq4_rows`).
-    Iq4(Arc<Iq4Matrix>),
+    /// IQ4_NL / IQ4_XS / IQ3_S / IQ3_XXS blocks on the CPU, which candle's `QTensor` cannot hold
+    /// (`iq_rows`).
+    Iq(Arc<IqMatrix>),
 }
 
 impl Matrix {
@@ -121,7 +122,7 @@ impl Matrix {
         match self {
             Matrix::Dense(t) => t.dims2(),
             Matrix::Quantized(q) => q.shape().dims2(),
-            Matrix::Iq4(m) => Ok(m.dims()),
+            Matrix::Iq(m) => Ok(m.dims()),
         }
     }
 
@@ -129,7 +130,7 @@ impl Matrix {
         match self {
             Matrix::Dense(t) => t.elem_count(),
             Matrix::Quantized(q) => q.shape().elem_count(),
-            Matrix::Iq4(m) => m.dims().0 * m.dims().1,
+            Matrix::Iq(m) => m.dims().0 * m.dims().1,
         }
     }
 
@@ -138,7 +139,7 @@ impl Matrix {
         match self {
             Matrix::Dense(t) => t.elem_count() * t.dtype().size_in_bytes(),
             Matrix::Quantized(q) => q.storage_size_in_bytes(),
-            Matrix::Iq4(m) => m.data().len(),
+            Matrix::Iq(m) => m.data().len(),
         }
     }
 
@@ -147,7 +148,7 @@ impl Matrix {
         let device = match self {
             Matrix::Dense(t) => t.device().clone(),
             Matrix::Quantized(q) => q.device(),
-            Matrix::Iq4(_) => Device::Cpu,
+            Matrix::Iq(_) => Device::Cpu,
         };
         stage_times::time(&device, "weights: expand", || self.expand_untimed(dtype))
     }
@@ -168,7 +169,7 @@ impl Matrix {
                 Some(w) => w.to_dtype(dtype),
                 None => q.dequantize(&q.device())?.to_dtype(dtype),
             },
-            Matrix::Iq4(m) => {
+            Matrix::Iq(m) => {
                 let mut ys = vec![0f32; self.elem_count()];
                 m.expand_into(&mut ys)?;
                 Tensor::from_vec(ys, m.dims(), &Device::Cpu)?.to_dtype(dtype)
@@ -205,11 +206,11 @@ impl Matrix {
             {
                 self.dots_t(x)
             }
-            (Matrix::Iq4(_), Products::RowWise) if runs::applies(x, plan.runs) => {
+            (Matrix::Iq(_), Products::RowWise) if runs::applies(x, plan.runs) => {
                 self.by_runs(x, plan.runs.unwrap_or_default())
             }
-            (Matrix::Iq4(_), Products::RowWise) => self.dots_t(x),
-            (Matrix::Iq4(_), Products::ByRowCount) if rows <= DECODE_ROWS => self.dots_t(x),
+            (Matrix::Iq(_), Products::RowWise) => self.dots_t(x),
+            (Matrix::Iq(_), Products::ByRowCount) if rows <= DECODE_ROWS => self.dots_t(x),
             // Row by row through candle's kernels (the block types hyoka's own do not cover). On
             // CUDA in launches of up to eight rows instead: candle's mat-vec kernel (`fast_mmvq`)
             // takes them in one pass over the weights. A row's result then depends on the rows
@@ -244,8 +245,9 @@ impl Matrix {
     /// x (n, in) · Wᵀ for decoding, each row's result the same whatever the other rows, and
     /// each weight block read once for all of them. On the CPU, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and
     /// (with AVX2) Q2_K … Q6_K in integers on 8-bit activations (`block_dots`, `kquant_dots`:
-    /// llama.cpp's and candle's quantized products, a row's result candle's to the bit), IQ4_NL
-    /// and IQ4_XS likewise (`iq4_dots`; IQ4_XS on activations rounded per 256 as llama.cpp); other
+    /// llama.cpp's and candle's quantized products, a row's result candle's to the bit), IQ4_NL,
+    /// IQ4_XS, IQ3_S and IQ3_XXS likewise (`iq_dots`; all but IQ4_NL on activations rounded per
+    /// 256 as llama.cpp); other
     /// matrices expanded to f32 [`DOT_BLOCK_ROWS`] rows at a time, each output one f32 dot
     /// product summed in a fixed order. For decoding several sequences, where candle would
     /// multiply one row at a time ([`integer_products`]).
@@ -264,9 +266,9 @@ impl Matrix {
                     dot(kind, w, &acts, part)
                 })?
             }
-            Some(RowKernels::Iq4(kind, data)) => {
-                let acts = iq4_dots::Activations::quantize(kind, &xs, k);
-                let dot = iq4_dots::dot_rows_kernel();
+            Some(RowKernels::Iq(kind, data)) => {
+                let acts = iq_dots::Activations::quantize(kind, &xs, k);
+                let dot = iq_dots::dot_rows_kernel();
                 by_row_bytes(out, n, &data, kind.row_bytes(k), |w, part| {
                     dot(kind, w, &acts, part)
                 })?
@@ -318,7 +320,7 @@ impl Matrix {
         match self {
             Matrix::Dense(t) => t.index_select(ids, 0)?.to_dtype(dtype),
             Matrix::Quantized(q) => q.embedding(ids)?.to_dtype(dtype),
-            Matrix::Iq4(m) => {
+            Matrix::Iq(m) => {
                 let ids: Vec<u32> = ids.flatten_all()?.to_vec1()?;
                 let (_, cols) = m.dims();
                 Tensor::from_vec(m.rows_f32(&ids)?, (ids.len(), cols), &Device::Cpu)?
@@ -360,8 +362,8 @@ impl Matrix {
                 )?;
                 Ok(Matrix::Quantized(Arc::new(permuted)))
             }
-            Matrix::Iq4(m) if device.is_cpu() => Ok(Matrix::Iq4(Arc::new(m.permute_rows(order)?))),
-            Matrix::Iq4(_) => candle_core::bail!("IQ4 blocks are kept on the CPU only"),
+            Matrix::Iq(m) if device.is_cpu() => Ok(Matrix::Iq(Arc::new(m.permute_rows(order)?))),
+            Matrix::Iq(_) => candle_core::bail!("i-quant blocks are kept on the CPU only"),
         }
     }
 }
@@ -472,14 +474,14 @@ fn integer_products(q: &QTensor) -> bool {
 pub(super) enum RowKernels<'a> {
     Blocks(BlockKind, std::borrow::Cow<'a, [u8]>),
     KQuants(KQuantKind, std::borrow::Cow<'a, [u8]>),
-    Iq4(Iq4Kind, std::borrow::Cow<'a, [u8]>),
+    Iq(IqKind, std::borrow::Cow<'a, [u8]>),
 }
 
 impl Matrix {
     pub(super) fn row_kernels(&self) -> Result<Option<RowKernels<'_>>> {
         let q = match self {
             Matrix::Quantized(q) => q,
-            Matrix::Iq4(m) => return Ok(Some(RowKernels::Iq4(m.kind(), m.data().into()))),
+            Matrix::Iq(m) => return Ok(Some(RowKernels::Iq(m.kind(), m.data().into()))),
             Matrix::Dense(_) => return Ok(None),
         };
         if !integer_products(q) {

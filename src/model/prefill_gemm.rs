@@ -31,7 +31,7 @@ pub enum PrefillGemm {
     Bf16,
     /// Activations rounded to 8 bits per 32 values (llama.cpp's Q8_0) and multiplied with the
     /// weights' own integers on AVX512-VNNI (`int8_runs`), for GGUF matrices in Q4_0, Q4_1,
-    /// Q5_0, Q5_1, Q8_0, Q2_K … Q6_K, IQ4_NL or IQ4_XS (and the other i-quants, held as Q8_0);
+    /// Q5_0, Q5_1, Q8_0, Q2_K … Q6_K, IQ4_NL, IQ4_XS, IQ3_S or IQ3_XXS (and the other i-quants, held as Q8_0 or Q5_0);
     /// every other matrix in f32.
     Int8,
 }
@@ -133,7 +133,7 @@ pub fn applies(w: &Matrix, x: &Tensor) -> bool {
                 t.device().is_cpu() && matches!(t.dtype(), DType::F32 | DType::BF16 | DType::F16)
             }
             Matrix::Quantized(q) => expands_on_cpu(q),
-            Matrix::Iq4(_) => true,
+            Matrix::Iq(_) => true,
         }
 }
 
@@ -231,7 +231,7 @@ pub(super) fn with_expanded<R>(len: usize, f: impl FnOnce(&mut [f32]) -> Result<
 fn expand(w: &Matrix, buf: &mut [f32]) -> Result<()> {
     match w {
         Matrix::Quantized(q) => expand_into(q, buf),
-        Matrix::Iq4(m) => m.expand_into(buf),
+        Matrix::Iq(m) => m.expand_into(buf),
         Matrix::Dense(t) => {
             let t = t.contiguous()?;
             let (ts, tl) = t.storage_and_layout();

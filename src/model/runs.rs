@@ -127,9 +127,9 @@ fn row_blocks<'a>(kernels: &'a RowKernels<'_>, v: usize, k: usize) -> RowBlocks<
             let b = kind.row_bytes(k);
             RowBlocks::KQuants(*kind, &data[v * b..(v + 1) * b])
         }
-        RowKernels::Iq4(kind, data) => {
+        RowKernels::Iq(kind, data) => {
             let b = kind.row_bytes(k);
-            RowBlocks::Iq4(*kind, &data[v * b..(v + 1) * b])
+            RowBlocks::Iq(*kind, &data[v * b..(v + 1) * b])
         }
     }
 }

@@ -644,7 +644,7 @@ impl Transformer {
     /// (`Matrix::dots_t`), elsewhere as `logits_at`.
     pub fn decode_logits(&self, hidden: &Tensor, at: &[(usize, usize)]) -> Result<Tensor> {
         self.head(hidden, at, |picked| match &self.lm_head {
-            Matrix::Quantized(_) | Matrix::Iq4(_) => self.lm_head.matvec_t(picked),
+            Matrix::Quantized(_) | Matrix::Iq(_) => self.lm_head.matvec_t(picked),
             Matrix::Dense(_) if self.device.is_cpu() => self.lm_head.dots_t(picked),
             Matrix::Dense(_) => self.lm_head.matmul_t_chunked(picked, HEAD_CHUNK_ROWS),
         })

@@ -10,7 +10,7 @@
 
 use super::config::Arch;
 use super::gguf_files::GgufFiles;
-use super::iq4_rows::{Iq4Kind, Iq4Matrix};
+use super::iq_rows::{IqKind, IqMatrix};
 use super::iquants::IQuant;
 use super::matrix::{Matrix, WeightsMode};
 use super::safetensors_reads::SafetensorsReads;
@@ -116,7 +116,7 @@ impl Weights {
                 } else {
                     &self.device
                 };
-                let m = match self.iq4_matrix(&gname)? {
+                let m = match self.iq_matrix(&gname)? {
                     Some(m) => m,
                     None => Matrix::from_qtensor(self.gguf_tensor(&gname, load_on)?)?,
                 };
@@ -200,16 +200,16 @@ impl Weights {
         Ok((gname, rope_heads))
     }
 
-    /// An IQ4_NL / IQ4_XS tensor kept in its blocks, when the model is on the CPU (`iq4_rows`);
+    /// An IQ4_NL / IQ4_XS / IQ3_S / IQ3_XXS tensor kept in its blocks, when the model is on the CPU (`iq_rows`);
     /// None for any other tensor or device (there i-quants are read into Q8_0 blocks).
-    fn iq4_matrix(&self, gname: &str) -> Result<Option<Matrix>> {
+    fn iq_matrix(&self, gname: &str) -> Result<Option<Matrix>> {
         let Source::Gguf { files, .. } = &self.source else {
             return Ok(None);
         };
         let Some(kind) = files
             .iquant_of(gname)
             .filter(|&t| self.keeps_own_blocks(t))
-            .and_then(Iq4Kind::of)
+            .and_then(IqKind::of)
         else {
             return Ok(None);
         };
@@ -218,12 +218,12 @@ impl Weights {
         let &[rows, cols] = blocks.dims.as_slice() else {
             return Err(at(format!("{:?}: not a matrix", blocks.dims)));
         };
-        let m = Iq4Matrix::new(kind, rows, cols, blocks.bytes).map_err(|e| at(e.to_string()))?;
-        Ok(Some(Matrix::Iq4(std::sync::Arc::new(m))))
+        let m = IqMatrix::new(kind, rows, cols, blocks.bytes).map_err(|e| at(e.to_string()))?;
+        Ok(Some(Matrix::Iq(std::sync::Arc::new(m))))
     }
 
     /// The i-quant types (with their tensor counts) that `matrix` holds in other blocks
-    /// (`IQuant::held_as`: Q8_0 or Q5_0): on the CPU every i-quant but IQ4_NL and IQ4_XS (kept
+    /// (`IQuant::held_as`: Q8_0 or Q5_0): on the CPU every i-quant but IQ4_NL, IQ4_XS, IQ3_S and IQ3_XXS (kept
     /// in their own), on a GPU all; none when expanded (their values read exactly).
     pub fn iquants_converted(&self) -> Vec<(IQuant, usize)> {
         let Source::Gguf { files, .. } = &self.source else {
@@ -239,10 +239,10 @@ impl Weights {
             .collect()
     }
 
-    /// Whether `matrix` keeps an i-quant type's matrices in their own blocks (`iq4_matrix`):
-    /// IQ4_NL and IQ4_XS, on the CPU.
+    /// Whether `matrix` keeps an i-quant type's matrices in their own blocks (`iq_matrix`):
+    /// IQ4_NL, IQ4_XS, IQ3_S and IQ3_XXS, on the CPU.
     fn keeps_own_blocks(&self, t: IQuant) -> bool {
-        self.device.is_cpu() && Iq4Kind::of(t).is_some()
+        self.device.is_cpu() && IqKind::of(t).is_some()
     }
 
     /// A GGUF tensor as stored, read onto `device` — except an unquantized one (F32, F16,

@@ -1,44 +1,46 @@
-//! Decoding products of IQ4_NL and IQ4_XS matrices kept in their blocks (`iq4_rows`), with up
-//! to four activation rows per pass over the weights.
+//! Decoding products of i-quant matrices kept in their blocks (`iq_rows`: IQ4_NL, IQ4_XS,
+//! IQ3_S, IQ3_XXS), with up to four activation rows per pass over the weights.
 //!
 //! The activations are rounded to 8 bits as llama.cpp rounds them for each type (its
 //! `vec_dot_type`): per 32 values (Q8_0, `block_dots::Q8Rows`) for IQ4_NL, per 256 (Q8_K,
-//! `kquant_dots::Q8KRows`) for IQ4_XS. A group's 32 levels are looked up in one instruction from
-//! the 16-entry table and multiplied in integers (`maddubs`, the levels' signs moved onto the
-//! activations, as llama.cpp's `ggml_vec_dot_iq4_*`).
+//! `kquant_dots::Q8KRows`) for the others. A group's 32 weights are unpacked into magnitudes
+//! and signs — IQ4's levels looked up in one instruction from the 16-entry table, IQ3's eight
+//! grid entries of four magnitudes read by index with their 32 sign bits spread over the bytes
+//! — and multiplied in integers (`maddubs`, the signs moved onto the activations, as llama.cpp's
+//! `ggml_vec_dot_iq4_*` and `ggml_vec_dot_iq3_{s,xxs}_q8_K`).
 //! - IQ4_NL: a group's products summed in eight i32 lanes of four, then one fused multiply-add
 //!   of (d·dₓ) into eight f32 lanes per group.
-//! - IQ4_XS: the groups' integer scales (ls − 32) multiply their products in integers too (one
-//!   `madd`), the eight groups of a 256-value block sum in i32 lanes, and one fused
-//!   multiply-add of (d·dₓ) per block does the float work: llama.cpp's `ggml_vec_dot_iq4_xs_q8_K`
-//!   operation for operation. Through Q8_0 activations each group needed its own float scale
-//!   and conversion; this way decoding takes about two thirds of the instructions.
+//! - IQ4_XS, IQ3_S and IQ3_XXS: the groups' integer scales (ls − 32; 1 + 2s; 2s + 1) multiply
+//!   their products in integers too (one `madd`), the eight groups of a 256-value block sum in
+//!   i32 lanes, and one fused multiply-add of (d·dₓ; IQ3_XXS (d/4)·dₓ) per block does the float
+//!   work: llama.cpp's kernels operation for operation. Through Q8_0 activations each group needed its own float scale and
+//!   conversion; this way decoding takes about two thirds of the instructions.
 //!
 //! The f32 lanes are summed in a fixed order at the end. The portable body does the very same
 //! lane operations, so every body gives the same bits, and a row's result never depends on the
 //! other rows.
 
 use super::block_dots::{BLOCK, Q8Rows};
-use super::iq4_rows::{Iq4Kind, block_scales};
-use super::iquant_grids::KVALUES_IQ4NL;
-use super::iquants::iq4_xs_sub_scales;
+use super::iq_rows::{IqKind, block_scales, sub_scales, unit_scale};
+use super::iquants::block_groups;
 use super::kquant_dots::{Q8KRows, QK_K};
-use half::f16;
 
 /// Activation rows rounded to 8 bits the way a kind's products take them.
 pub enum Activations {
     /// For IQ4_NL: per 32 values.
     Q8_0(Q8Rows),
-    /// For IQ4_XS: per 256 values.
+    /// For IQ4_XS, IQ3_S and IQ3_XXS: per 256 values.
     Q8K(Q8KRows),
 }
 
 impl Activations {
     /// `xs`: rows of `cols` values, `cols` a whole number of the kind's blocks.
-    pub fn quantize(kind: Iq4Kind, xs: &[f32], cols: usize) -> Self {
+    pub fn quantize(kind: IqKind, xs: &[f32], cols: usize) -> Self {
         match kind {
-            Iq4Kind::Nl => Activations::Q8_0(Q8Rows::quantize(xs, cols, false)),
-            Iq4Kind::Xs => Activations::Q8K(Q8KRows::quantize(xs, cols)),
+            IqKind::Iq4Nl => Activations::Q8_0(Q8Rows::quantize(xs, cols, false)),
+            IqKind::Iq4Xs | IqKind::Iq3S | IqKind::Iq3Xxs => {
+                Activations::Q8K(Q8KRows::quantize(xs, cols))
+            }
         }
     }
 
@@ -56,7 +58,7 @@ impl Activations {
 
 /// Appends w · x_r for every row of `xs` (in order) to `out`; `w` is one weight row's blocks and
 /// `xs` quantized for its kind (`Activations::quantize`).
-pub type DotRows = fn(Iq4Kind, &[u8], &Activations, &mut Vec<f32>);
+pub type DotRows = fn(IqKind, &[u8], &Activations, &mut Vec<f32>);
 
 /// The kernel for this machine, chosen once per product.
 pub fn dot_rows_kernel() -> DotRows {
@@ -69,58 +71,59 @@ pub fn dot_rows_kernel() -> DotRows {
 }
 
 /// The kernel without SIMD: the AVX2 body's operations one lane at a time.
-pub fn dot_rows_portable(kind: Iq4Kind, w: &[u8], xs: &Activations, out: &mut Vec<f32>) {
+pub fn dot_rows_portable(kind: IqKind, w: &[u8], xs: &Activations, out: &mut Vec<f32>) {
+    let (_, bytes) = kind.block_shape();
+    let mut acc = vec![[0f32; 8]; xs.len()];
     match (kind, xs) {
-        (Iq4Kind::Nl, Activations::Q8_0(a)) => {
+        (IqKind::Iq4Nl, Activations::Q8_0(a)) => {
             let cols = a.values().len() / a.len().max(1);
-            for r in 0..a.len() {
-                let q = &a.values()[r * cols..(r + 1) * cols];
-                let d = &a.scales()[r * cols / BLOCK..(r + 1) * cols / BLOCK];
-                let mut acc = [0f32; 8];
-                for (g, block) in w.chunks_exact(18).enumerate() {
-                    let sum = group_lanes(&block[2..18], &q[g * BLOCK..]);
-                    let sd = block_scales(kind, block)[0] * d[g];
+            for (g, block) in w.chunks_exact(bytes).enumerate() {
+                let weights = &block_groups(kind.iquant(), block)[0].q;
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let sum = group_lanes(weights, &a.values()[r * cols + g * BLOCK..]);
+                    let sd = block_scales(kind, block)[0] * a.scales()[r * cols / BLOCK + g];
                     for (acc, p) in acc.iter_mut().zip(sum) {
                         *acc = sd.mul_add(p as f32, *acc);
                     }
                 }
-                out.push(lanes_sum(acc));
             }
         }
-        (Iq4Kind::Xs, Activations::Q8K(a)) => {
+        (IqKind::Iq4Xs | IqKind::Iq3S | IqKind::Iq3Xxs, Activations::Q8K(a)) => {
             let blocks = a.cols() / QK_K;
-            for r in 0..a.len() {
-                let mut acc = [0f32; 8];
-                for (b, block) in w.chunks_exact(136).enumerate() {
+            for (b, block) in w.chunks_exact(bytes).enumerate() {
+                let groups = block_groups(kind.iquant(), block);
+                let subs = sub_scales(kind, block);
+                let dw = unit_scale(kind, block);
+                for (r, acc) in acc.iter_mut().enumerate() {
                     let at = r * blocks + b;
                     let q = &a.values()[at * QK_K..(at + 1) * QK_K];
                     let mut sumi = [0i32; 8];
-                    for (ib, ls) in iq4_xs_sub_scales(block).into_iter().enumerate() {
-                        let sum = group_lanes(&block[8 + 16 * ib..], &q[ib * BLOCK..]);
-                        for (s, p) in sumi.iter_mut().zip(sum) {
-                            *s += ls * p;
+                    for (ib, (group, s)) in groups.iter().zip(subs).enumerate() {
+                        let sum = group_lanes(&group.q, &q[ib * BLOCK..]);
+                        for (sumi, p) in sumi.iter_mut().zip(sum) {
+                            *sumi += s * p;
                         }
                     }
-                    let d = f16::from_le_bytes([block[0], block[1]]).to_f32() * a.scales()[at];
+                    let d = dw * a.scales()[at];
                     for (acc, s) in acc.iter_mut().zip(sumi) {
                         *acc = d.mul_add(s as f32, *acc);
                     }
                 }
-                out.push(lanes_sum(acc));
             }
         }
-        _ => panic!("{kind:?} products given activations rounded for the other kind"),
+        _ => panic!("{kind:?} products given activations rounded for another kind"),
     }
+    out.extend(acc.into_iter().map(lanes_sum));
 }
 
-/// A group's level·activation products summed in eight lanes of four consecutive values (the
-/// i32 lanes of `maddubs` then `madd`); `nibbles`: its 16 bytes, `q`: its 32 activations.
-fn group_lanes(nibbles: &[u8], q: &[i8]) -> [i32; 8] {
-    let level = |j: usize| {
-        let b = nibbles[j % 16];
-        i32::from(KVALUES_IQ4NL[usize::from(if j < 16 { b & 0xf } else { b >> 4 })])
-    };
-    std::array::from_fn(|l| (4 * l..4 * l + 4).map(|j| level(j) * i32::from(q[j])).sum())
+/// A group's weight·activation products summed in eight lanes of four consecutive values (the
+/// i32 lanes of `maddubs` then `madd`); `weights`: its 32 integers, `q`: its 32 activations.
+fn group_lanes(weights: &[i8; 32], q: &[i8]) -> [i32; 8] {
+    std::array::from_fn(|l| {
+        (4 * l..4 * l + 4)
+            .map(|j| i32::from(weights[j]) * i32::from(q[j]))
+            .sum()
+    })
 }
 
 /// Eight lanes summed as `avx2::lanes_sum` sums them.
@@ -130,10 +133,9 @@ fn lanes_sum(a: [f32; 8]) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Activations, BLOCK, Iq4Kind, Q8KRows, Q8Rows, QK_K};
+    use super::{Activations, BLOCK, IqKind, Q8KRows, Q8Rows, QK_K, sub_scales};
     use crate::model::block_dots::avx2::{PREFETCH_BYTES, f16_lanes};
-    use crate::model::iq4_rows::avx2::{levels, table};
-    use crate::model::iquants::iq4_xs_sub_scales;
+    use crate::model::iq_rows::avx2::{group_factors, levels, table};
     use crate::model::kquant_dots::avx2::prefetch_ahead;
     use std::arch::x86_64::*;
 
@@ -141,36 +143,44 @@ mod avx2 {
     const ROWS_PER_LOAD: usize = 4;
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub fn dot_rows(kind: Iq4Kind, w: &[u8], xs: &Activations, out: &mut Vec<f32>) {
+    pub fn dot_rows(kind: IqKind, w: &[u8], xs: &Activations, out: &mut Vec<f32>) {
         let mut r = 0;
         while r < xs.len() {
             let take = (xs.len() - r).min(ROWS_PER_LOAD);
             let sums = match (kind, xs, take) {
-                (Iq4Kind::Nl, Activations::Q8_0(a), 4) => nl::<4>(w, a, r),
-                (Iq4Kind::Nl, Activations::Q8_0(a), 3) => nl::<3>(w, a, r),
-                (Iq4Kind::Nl, Activations::Q8_0(a), 2) => nl::<2>(w, a, r),
-                (Iq4Kind::Nl, Activations::Q8_0(a), _) => nl::<1>(w, a, r),
-                (Iq4Kind::Xs, Activations::Q8K(a), 4) => xs_rows::<4>(w, a, r),
-                (Iq4Kind::Xs, Activations::Q8K(a), 3) => xs_rows::<3>(w, a, r),
-                (Iq4Kind::Xs, Activations::Q8K(a), 2) => xs_rows::<2>(w, a, r),
-                (Iq4Kind::Xs, Activations::Q8K(a), _) => xs_rows::<1>(w, a, r),
-                _ => panic!("{kind:?} products given activations rounded for the other kind"),
+                (IqKind::Iq4Nl, Activations::Q8_0(a), 4) => nl::<4>(w, a, r),
+                (IqKind::Iq4Nl, Activations::Q8_0(a), 3) => nl::<3>(w, a, r),
+                (IqKind::Iq4Nl, Activations::Q8_0(a), 2) => nl::<2>(w, a, r),
+                (IqKind::Iq4Nl, Activations::Q8_0(a), _) => nl::<1>(w, a, r),
+                (IqKind::Iq4Xs, Activations::Q8K(a), 4) => k_rows::<4, 0>(w, a, r),
+                (IqKind::Iq4Xs, Activations::Q8K(a), 3) => k_rows::<3, 0>(w, a, r),
+                (IqKind::Iq4Xs, Activations::Q8K(a), 2) => k_rows::<2, 0>(w, a, r),
+                (IqKind::Iq4Xs, Activations::Q8K(a), _) => k_rows::<1, 0>(w, a, r),
+                (IqKind::Iq3S, Activations::Q8K(a), 4) => k_rows::<4, 1>(w, a, r),
+                (IqKind::Iq3S, Activations::Q8K(a), 3) => k_rows::<3, 1>(w, a, r),
+                (IqKind::Iq3S, Activations::Q8K(a), 2) => k_rows::<2, 1>(w, a, r),
+                (IqKind::Iq3S, Activations::Q8K(a), _) => k_rows::<1, 1>(w, a, r),
+                (IqKind::Iq3Xxs, Activations::Q8K(a), 4) => k_rows::<4, 2>(w, a, r),
+                (IqKind::Iq3Xxs, Activations::Q8K(a), 3) => k_rows::<3, 2>(w, a, r),
+                (IqKind::Iq3Xxs, Activations::Q8K(a), 2) => k_rows::<2, 2>(w, a, r),
+                (IqKind::Iq3Xxs, Activations::Q8K(a), _) => k_rows::<1, 2>(w, a, r),
+                _ => panic!("{kind:?} products given activations rounded for another kind"),
             };
             out.extend_from_slice(&sums[..take]);
             r += take;
         }
     }
 
-    /// Σ over a group of level·y in eight i32 lanes of four (before any scale): `maddubs`
-    /// multiplies unsigned by signed bytes, so the levels give it their magnitudes and move
-    /// their signs onto the activations.
+    /// Σ over a group of weight·y in eight i32 lanes of four (before any scale): `maddubs`
+    /// multiplies unsigned by signed bytes, so the weights give it their magnitudes and move
+    /// their signs (`signs`: bytes of the weights' signs, none zero) onto the activations.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn products(magnitudes: __m256i, levels: __m256i, y: &[i8]) -> __m256i {
+    fn products(magnitudes: __m256i, signs: __m256i, y: &[i8]) -> __m256i {
         assert!(y.len() >= BLOCK);
         // SAFETY: 32 readable bytes (asserted).
         let y = unsafe { _mm256_loadu_si256(y.as_ptr() as *const __m256i) };
-        _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(y, levels))
+        _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(y, signs))
     }
 
     /// Each row's eight lanes summed as `super::lanes_sum` sums them.
@@ -210,7 +220,7 @@ mod avx2 {
         let groups = cols / BLOCK;
         assert_eq!(
             w.len(),
-            Iq4Kind::Nl.row_bytes(cols),
+            IqKind::Iq4Nl.row_bytes(cols),
             "a row of the activations' length"
         );
         let (q, d) = rows::<R>(xs.values(), xs.scales(), cols, groups, first);
@@ -234,32 +244,44 @@ mod avx2 {
         row_sums(acc)
     }
 
-    /// Rows first.. first + R of `xs` times an IQ4_XS weight row (Q8_K activations).
+    /// The kinds `k_rows` takes, by number (a const parameter cannot be an enum).
+    const KINDS: [IqKind; 3] = [IqKind::Iq4Xs, IqKind::Iq3S, IqKind::Iq3Xxs];
+
+    /// Rows first.. first + R of `xs` times a weight row of `KINDS[K]` (Q8_K activations).
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn xs_rows<const R: usize>(w: &[u8], xs: &Q8KRows, first: usize) -> [f32; ROWS_PER_LOAD] {
+    fn k_rows<const R: usize, const K: usize>(
+        w: &[u8],
+        xs: &Q8KRows,
+        first: usize,
+    ) -> [f32; ROWS_PER_LOAD] {
+        let kind = KINDS[K];
+        let (_, bytes) = kind.block_shape();
         let (cols, blocks) = (xs.cols(), xs.cols() / QK_K);
         assert_eq!(
             w.len(),
-            Iq4Kind::Xs.row_bytes(cols),
+            kind.row_bytes(cols),
             "a row of the activations' length"
         );
         let (q, d) = rows::<R>(xs.values(), xs.scales(), cols, blocks, first);
         let table = table();
         let mut acc = [_mm256_setzero_ps(); R];
-        for (b, block) in w.chunks_exact(136).enumerate() {
+        for (b, block) in w.chunks_exact(bytes).enumerate() {
             prefetch_ahead(block);
-            let ls = iq4_xs_sub_scales(block);
+            let subs = sub_scales(kind, block);
             let mut sumi = [_mm256_setzero_si256(); R];
-            for (ib, &ls) in ls.iter().enumerate() {
-                let levels = levels(table, &block[8 + 16 * ib..]);
-                let magnitudes = _mm256_sign_epi8(levels, levels);
-                let scale = _mm256_set1_epi16(ls as i16);
+            for (ib, &s) in subs.iter().enumerate() {
+                let (magnitudes, signs) = group_factors(kind, table, block, ib);
+                let scale = _mm256_set1_epi16(s as i16);
                 for r in 0..R {
-                    let p = products(magnitudes, levels, &q[r][b * QK_K + ib * BLOCK..]);
+                    let p = products(magnitudes, signs, &q[r][b * QK_K + ib * BLOCK..]);
                     sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, scale));
                 }
             }
-            let dw = f16_lanes(block, 0);
+            // d in eight lanes (`f16_lanes`), a quarter of it for IQ3_XXS (exact).
+            let mut dw = f16_lanes(block, 0);
+            if kind == IqKind::Iq3Xxs {
+                dw = _mm256_mul_ps(dw, _mm256_set1_ps(0.25));
+            }
             for r in 0..R {
                 let dd = _mm256_mul_ps(dw, _mm256_set1_ps(d[r][b]));
                 acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sumi[r]), acc[r]);

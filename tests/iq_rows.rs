@@ -1,24 +1,24 @@
-//! IQ4_NL / IQ4_XS matrices kept in their blocks (`model::iq4_rows`): their values against
+//! IQ4_NL / IQ4_XS / IQ3_S / IQ3_XXS matrices kept in their blocks (`model::iq_rows`): their values against
 //! gguf-py's decoding of the same blocks (llama.cpp's NumPy code; fixtures:
-//! scripts/make_iquant_fixtures.py), their decoding products (`model::iq4_dots`) against those
+//! scripts/make_iquant_fixtures.py), their decoding products (`model::iq_dots`) against those
 //! values times the activations rounded as ggml rounds them for each type (computed here, in
-//! f64: `quantize_row_q8_0_ref` for IQ4_NL, `quantize_row_q8_K_ref` for IQ4_XS),
+//! f64: `quantize_row_q8_0_ref` for IQ4_NL, `quantize_row_q8_K_ref` for the others),
 //! and the matrix's products through `Matrix` against the same matrix given as its f32 values.
 
 mod common;
 
 use candle_core::{DType, Device, Tensor};
 use half::f16;
-use hyoka::model::iq4_dots::{self, Activations};
-use hyoka::model::iq4_rows::{Iq4Kind, Iq4Matrix};
+use hyoka::model::iq_dots::{self, Activations};
+use hyoka::model::iq_rows::{IqKind, IqMatrix};
 use hyoka::model::iquants::IQuant;
 use hyoka::model::matrix::{Matrix, Products};
 use std::sync::Arc;
 
-const KINDS: [Iq4Kind; 2] = [Iq4Kind::Nl, Iq4Kind::Xs];
+const KINDS: [IqKind; 4] = [IqKind::Iq4Nl, IqKind::Iq4Xs, IqKind::Iq3S, IqKind::Iq3Xxs];
 
 /// (blocks' bytes, gguf-py's values) of one type: 64 blocks.
-fn blocks(kind: Iq4Kind) -> (Vec<u8>, Vec<f32>) {
+fn blocks(kind: IqKind) -> (Vec<u8>, Vec<f32>) {
     let path = common::fixtures().join("iquants/blocks.safetensors");
     let all = candle_core::safetensors::load(path, &Device::Cpu).unwrap();
     let name = kind.iquant().name();
@@ -30,10 +30,10 @@ fn blocks(kind: Iq4Kind) -> (Vec<u8>, Vec<f32>) {
 }
 
 /// The fixture's blocks as a matrix of `rows` rows.
-fn matrix(kind: Iq4Kind, rows: usize) -> (Iq4Matrix, Vec<f32>) {
+fn matrix(kind: IqKind, rows: usize) -> (IqMatrix, Vec<f32>) {
     let (bytes, values) = blocks(kind);
     let cols = values.len() / rows;
-    (Iq4Matrix::new(kind, rows, cols, bytes).unwrap(), values)
+    (IqMatrix::new(kind, rows, cols, bytes).unwrap(), values)
 }
 
 /// Activations of varied sizes: rows whose magnitudes differ by 10⁴ across blocks.
@@ -83,10 +83,10 @@ fn q8_k_values(x: &[f32]) -> Vec<f64> {
 }
 
 /// The activations as `kind`'s products take them, in f64.
-fn rounded_values(kind: Iq4Kind, x: &[f32]) -> Vec<f64> {
+fn rounded_values(kind: IqKind, x: &[f32]) -> Vec<f64> {
     match kind {
-        Iq4Kind::Nl => q8_0_values(x),
-        Iq4Kind::Xs => q8_k_values(x),
+        IqKind::Iq4Nl => q8_0_values(x),
+        IqKind::Iq4Xs | IqKind::Iq3S | IqKind::Iq3Xxs => q8_k_values(x),
     }
 }
 
@@ -122,12 +122,12 @@ fn products_are_the_values_times_rounded_activations() {
             let xs = activations(n, cols);
             let acts = Activations::quantize(kind, &xs, cols);
             let row_bytes = kind.row_bytes(cols);
-            let kernel = iq4_dots::dot_rows_kernel();
+            let kernel = iq_dots::dot_rows_kernel();
             for v in 0..rows {
                 let wrow = &m.data()[v * row_bytes..(v + 1) * row_bytes];
                 let (mut fast, mut portable) = (Vec::new(), Vec::new());
                 kernel(kind, wrow, &acts, &mut fast);
-                iq4_dots::dot_rows_portable(kind, wrow, &acts, &mut portable);
+                iq_dots::dot_rows_portable(kind, wrow, &acts, &mut portable);
                 assert_eq!(fast.len(), n);
                 let same = fast
                     .iter()
@@ -168,7 +168,7 @@ fn matrix_products_match_the_f32_matrix() {
     for kind in KINDS {
         let (m, w) = matrix(kind, 8);
         let (rows, cols) = m.dims();
-        let stored = Matrix::Iq4(Arc::new(m));
+        let stored = Matrix::Iq(Arc::new(m));
         let dense = Matrix::Dense(Tensor::from_vec(w.clone(), (rows, cols), &dev).unwrap());
         let x = Tensor::from_vec(activations(40, cols), (40, cols), &dev).unwrap();
         let many = |m: &Matrix| -> Vec<f32> {
@@ -225,8 +225,8 @@ fn matrix_products_match_the_f32_matrix() {
 /// Sizes that are not whole blocks are refused, not read past.
 #[test]
 fn partial_blocks_are_refused() {
-    let (bytes, _) = blocks(Iq4Kind::Xs);
-    assert!(Iq4Matrix::new(Iq4Kind::Xs, 4, 8192, bytes.clone()).is_err());
-    assert!(Iq4Matrix::new(Iq4Kind::Xs, 4, 100, bytes).is_err());
-    assert_eq!(Iq4Kind::of(IQuant::Iq3S), None);
+    let (bytes, _) = blocks(IqKind::Iq4Xs);
+    assert!(IqMatrix::new(IqKind::Iq4Xs, 4, 8192, bytes.clone()).is_err());
+    assert!(IqMatrix::new(IqKind::Iq4Xs, 4, 100, bytes).is_err());
+    assert_eq!(IqKind::of(IQuant::Iq2Xxs), None);
 }
