@@ -126,7 +126,7 @@ pub fn expand_row(kind: IqKind, row: &[u8], out: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
-/// A (rows, cols) IQ4_NL, IQ4_XS or IQ3_S matrix in its blocks, row after row, in host memory.
+/// A (rows, cols) matrix of an `IqKind` in its blocks, row after row, in host memory.
 pub struct IqMatrix {
     kind: IqKind,
     rows: usize,

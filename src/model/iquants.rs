@@ -120,8 +120,8 @@ impl IQuant {
         !matches!(self, IQuant::Iq2Xs | IQuant::Iq2S | IQuant::Iq1M)
     }
 
-    /// The block type its matrices are held in where hyoka has no kernels for its own blocks:
-    /// Q5_0 (5.5 bits a weight) where every 32 values are one scale times integers in −16..=15
+    /// The block type its matrices are held in where they are not kept in their own
+    /// (`iq_rows`: IQ4_NL, IQ4_XS, IQ3_S and IQ3_XXS are, on the CPU): Q5_0 (5.5 bits a weight) where every 32 values are one scale times integers in −16..=15
     /// (IQ3_S: odd magnitudes up to 15; IQ1_S: eight times a grid value ± 1, up to 9 in
     /// magnitude), which Q5_0 holds as exactly as Q8_0 does; Q8_0 (8.5 bits) for the others.
     pub fn held_as(self) -> GgmlDType {
