@@ -13,15 +13,16 @@
 //! - IQ4_XS, IQ3_S and IQ3_XXS: the groups' integer scales (ls − 32; 1 + 2s; 2s + 1) multiply
 //!   their products in integers too (one `madd`), the eight groups of a 256-value block sum in
 //!   i32 lanes, and one fused multiply-add of (d·dₓ; IQ3_XXS (d/4)·dₓ) per block does the float
-//!   work: llama.cpp's kernels operation for operation. Through Q8_0 activations each group needed its own float scale and
-//!   conversion; this way decoding takes about two thirds of the instructions.
+//!   work: llama.cpp's kernels operation for operation. Through Q8_0 activations each group
+//!   needed its own float scale and conversion; this way decoding takes about two thirds of the
+//!   instructions.
 //!
 //! The f32 lanes are summed in a fixed order at the end. The portable body does the very same
 //! lane operations, so every body gives the same bits, and a row's result never depends on the
 //! other rows.
 
 use super::block_dots::{BLOCK, Q8Rows};
-use super::iq_rows::{IqKind, block_scales, sub_scales, unit_scale};
+use super::iq_rows::{IqKind, sub_scales, unit_scale};
 use super::iquants::block_groups;
 use super::kquant_dots::{Q8KRows, QK_K};
 
@@ -79,9 +80,10 @@ pub fn dot_rows_portable(kind: IqKind, w: &[u8], xs: &Activations, out: &mut Vec
             let cols = a.values().len() / a.len().max(1);
             for (g, block) in w.chunks_exact(bytes).enumerate() {
                 let weights = &block_groups(kind.iquant(), block)[0].q;
+                let dw = unit_scale(kind, block);
                 for (r, acc) in acc.iter_mut().enumerate() {
                     let sum = group_lanes(weights, &a.values()[r * cols + g * BLOCK..]);
-                    let sd = block_scales(kind, block)[0] * a.scales()[r * cols / BLOCK + g];
+                    let sd = dw * a.scales()[r * cols / BLOCK + g];
                     for (acc, p) in acc.iter_mut().zip(sum) {
                         *acc = sd.mul_add(p as f32, *acc);
                     }
@@ -134,8 +136,8 @@ fn lanes_sum(a: [f32; 8]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{Activations, BLOCK, IqKind, Q8KRows, Q8Rows, QK_K, sub_scales};
-    use crate::model::block_dots::avx2::{PREFETCH_BYTES, f16_lanes};
-    use crate::model::iq_rows::avx2::{group_factors, levels, table};
+    use crate::model::block_dots::avx2::PREFETCH_BYTES;
+    use crate::model::iq_rows::avx2::{group_factors, table, unit_lanes};
     use crate::model::kquant_dots::avx2::prefetch_ahead;
     use std::arch::x86_64::*;
 
@@ -230,12 +232,10 @@ mod avx2 {
         for (g, block) in w.chunks_exact(18).enumerate() {
             // One line ahead per block: blocks are read one after another.
             _mm_prefetch::<_MM_HINT_T0>(block.as_ptr().wrapping_add(PREFETCH_BYTES) as *const i8);
-            // d in eight lanes (`f16_lanes`: a scalar read would wait for the accumulator).
-            let dw = f16_lanes(block, 0);
-            let levels = levels(table, &block[2..]);
-            let magnitudes = _mm256_sign_epi8(levels, levels);
+            let dw = unit_lanes(IqKind::Iq4Nl, block);
+            let (magnitudes, signs) = group_factors(IqKind::Iq4Nl, table, block, 0);
             for r in 0..R {
-                let p = products(magnitudes, levels, &q[r][g * BLOCK..]);
+                let p = products(magnitudes, signs, &q[r][g * BLOCK..]);
                 let p = _mm256_madd_epi16(p, ones);
                 let sd = _mm256_mul_ps(dw, _mm256_set1_ps(d[r][g]));
                 acc[r] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(p), acc[r]);
@@ -277,11 +277,7 @@ mod avx2 {
                     sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, scale));
                 }
             }
-            // d in eight lanes (`f16_lanes`), a quarter of it for IQ3_XXS (exact).
-            let mut dw = f16_lanes(block, 0);
-            if kind == IqKind::Iq3Xxs {
-                dw = _mm256_mul_ps(dw, _mm256_set1_ps(0.25));
-            }
+            let dw = unit_lanes(kind, block);
             for r in 0..R {
                 let dd = _mm256_mul_ps(dw, _mm256_set1_ps(d[r][b]));
                 acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sumi[r]), acc[r]);

@@ -214,6 +214,7 @@ impl IqMatrix {
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
     use super::{BLOCK, IqKind, block_scales};
+    use crate::model::block_dots::avx2::f16_lanes;
     use crate::model::iquant_grids::{IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS, KVALUES_IQ4NL};
     use std::arch::x86_64::*;
 
@@ -300,6 +301,20 @@ pub(super) mod avx2 {
                 let signs = set(0) | set(1) << 8 | set(2) << 16 | set(3) << 24;
                 (magnitudes, sign_bytes(signs))
             }
+        }
+    }
+
+    /// `unit_scale` in eight lanes: d read by `f16_lanes` (a scalar f16 read would compile to an
+    /// insert into whatever register is free — in the products, the accumulator's — and wait for
+    /// it), a quarter of it for IQ3_XXS (exact).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::model) fn unit_lanes(kind: IqKind, block: &[u8]) -> __m256 {
+        let d = f16_lanes(block, 0);
+        if kind == IqKind::Iq3Xxs {
+            _mm256_mul_ps(d, _mm256_set1_ps(0.25))
+        } else {
+            d
         }
     }
 

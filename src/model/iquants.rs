@@ -121,9 +121,10 @@ impl IQuant {
     }
 
     /// The block type its matrices are held in where they are not kept in their own
-    /// (`iq_rows`: IQ4_NL, IQ4_XS, IQ3_S and IQ3_XXS are, on the CPU): Q5_0 (5.5 bits a weight) where every 32 values are one scale times integers in −16..=15
-    /// (IQ3_S: odd magnitudes up to 15; IQ1_S: eight times a grid value ± 1, up to 9 in
-    /// magnitude), which Q5_0 holds as exactly as Q8_0 does; Q8_0 (8.5 bits) for the others.
+    /// (`iq_rows`: IQ4_NL, IQ4_XS, IQ3_S and IQ3_XXS are, on the CPU): Q5_0 (5.5 bits a weight)
+    /// where every 32 values are one scale times integers in −16..=15 (IQ3_S: odd magnitudes up
+    /// to 15; IQ1_S: eight times a grid value ± 1, up to 9 in magnitude), which Q5_0 holds as
+    /// exactly as Q8_0 does; Q8_0 (8.5 bits) for the others.
     pub fn held_as(self) -> GgmlDType {
         match self {
             IQuant::Iq3S | IQuant::Iq1S => GgmlDType::Q5_0,
@@ -225,10 +226,8 @@ fn convert_groups<B>(
     mut put: impl FnMut(&Group, B) -> Result<(), String>,
 ) -> Result<(), String> {
     let per_block = kind.block_values() / GROUP;
-    let mut groups = [Group::ZERO; 8];
     for (b, block) in bytes.chunks_exact(kind.block_bytes()).enumerate() {
-        decode(kind, block, &mut groups[..per_block]);
-        for (g, group) in groups[..per_block].iter().enumerate() {
+        for (g, group) in block_groups(kind, block)[..per_block].iter().enumerate() {
             let Some(out) = outs.next() else {
                 return Ok(());
             };
