@@ -34,9 +34,11 @@ f16 file by llama.cpp's quantizer (`llama_model_quantize` through llama-cpp-pyth
 the same sdist). As llama.cpp does for real models whose row length is no multiple of 256
 (Qwen2.5-0.5B's 896), q4_k_m keeps Q4_K/Q6_K for ffn_down (256 columns) and falls back to
 Q5_0/Q8_0 elsewhere; q5_k_m keeps Q5_K/Q6_K there and falls back to Q5_1/Q8_0; q3_k_s (llama.cpp's
-Q3_K_S mix) keeps Q3_K there and falls back to Q4_0. The i-quant mixes iq4_xs and iq3_s
-(llama.cpp's IQ4_XS and IQ3_S) keep their type there and fall back to IQ4_NL; the other i-quants
-need an importance matrix, which llama_model_quantize takes only as a C++ object. q2_k is quantized `pure` (llama-quantize's
+Q3_K_S mix) keeps Q3_K there and falls back to Q4_0. The i-quant mixes (llama.cpp's IQ4_XS,
+IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_M, IQ1_S and IQ1_M; made for llama3-rope and qwen2 only,
+but iq4_xs) keep their type there (IQ2_M: IQ2_S) and fall back to IQ4_NL, Q4_0 or Q8_0
+elsewhere; the last six need an importance matrix, given as all ones (no column preferred).
+q2_k is quantized `pure` (llama-quantize's
 --pure: every tensor Q2_K, no per-tensor mix): Q2_K in ffn_down, Q4_0 elsewhere — llama.cpp's Q2_K
 mix would give ffn_down Q3_K, and its Q2_K_S needs an importance matrix.
 
@@ -239,8 +241,33 @@ def convert(llama_cpp: Path, hf: Path, outtype: str, gguf: Path, pre: str | None
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
 
 
-TYPES = ("f16", "q8_0", "q4_k_m", "q5_k_m", "q3_k_s", "q2_k", "iq4_xs", "iq3_s")
+TYPES = ("f16", "q8_0", "q4_k_m", "q5_k_m", "q3_k_s", "q2_k", "iq4_xs", "iq3_s",
+         "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_m", "iq1_s", "iq1_m")
 QUANTIZED = TYPES[2:]
+# The mixes whose types llama.cpp quantizes only with an importance matrix.
+NEEDS_IMATRIX = TYPES[8:]
+# The types every model gets; the i-quant mixes after iq4_xs are made for these models only.
+EVERY_MODEL = TYPES[:7]
+ALL_TYPES_FOR = ("llama3-rope", "qwen2")
+
+
+def importance_matrix(source: Path):
+    """An importance matrix of ones for every matrix of `source` (one weight per column: no
+    column preferred), as llama_model_quantize takes it: a NULL-terminated array of
+    llama_model_imatrix_data, with the arrays it points into (to be kept alive)."""
+    import ctypes
+    import llama_cpp
+    import numpy as np
+    from gguf import GGUFReader
+    names = [t.name for t in GGUFReader(str(source)).tensors if len(t.shape) == 2]
+    cols = {t.name: int(t.shape[0]) for t in GGUFReader(str(source)).tensors}
+    keep = [(name.encode(), np.ones(cols[name], dtype=np.float32)) for name in names]
+    entries = (llama_cpp.llama_model_imatrix_data * (len(keep) + 1))()
+    for entry, (name, data) in zip(entries, keep):
+        entry.name = name
+        entry.data = data.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        entry.size = data.size
+    return entries, keep
 
 
 def quantize(source: Path, target: Path, outtype: str) -> None:
@@ -252,9 +279,18 @@ def quantize(source: Path, target: Path, outtype: str) -> None:
                     "q3_k_s": llama_cpp.LLAMA_FTYPE_MOSTLY_Q3_K_S,
                     "q2_k": llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K,
                     "iq4_xs": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ4_XS,
-                    "iq3_s": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ3_S}[outtype]
+                    "iq3_s": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ3_S,
+                    "iq3_xxs": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ3_XXS,
+                    "iq2_xxs": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ2_XXS,
+                    "iq2_xs": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ2_XS,
+                    "iq2_m": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ2_M,
+                    "iq1_s": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ1_S,
+                    "iq1_m": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ1_M}[outtype]
     params.pure = outtype == "q2_k"
     params.nthread = 1
+    if outtype in NEEDS_IMATRIX:
+        entries, _keep = importance_matrix(source)
+        params.imatrix = ctypes.cast(entries, ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
     if llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params)) != 0:
         raise RuntimeError(f"llama_model_quantize failed on {source}")
 
@@ -340,6 +376,7 @@ def main() -> None:
         if args.only and name not in args.only:
             continue
         out = OUT / name
+        types = [t for t in args.types if t in EVERY_MODEL or name in ALL_TYPES_FOR]
         if every_type:
             shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True, exist_ok=True)
@@ -358,7 +395,7 @@ def main() -> None:
             shutil.copy(f, hf / f.name)
         pre = None if kind == "spm" else kind
         f16 = out / "f16.gguf"
-        if "f16" in args.types:
+        if "f16" in types:
             convert(llama_cpp, hf, "f16", f16, pre, env)
         else:
             # The other types are made from the committed f16 file: it must be this model's.
@@ -366,12 +403,12 @@ def main() -> None:
             convert(llama_cpp, hf, "f16", again, pre, env)
             if not same_model(again, f16):
                 raise SystemExit(f"{f16}: not the model made again here; remake every type")
-        if "q8_0" in args.types:
+        if "q8_0" in types:
             convert(llama_cpp, hf, "q8_0", out / "q8_0.gguf", pre, env)
         for outtype in QUANTIZED:
-            if outtype in args.types:
+            if outtype in types:
                 quantize(f16, out / f"{outtype}.gguf", outtype)
-        for outtype in args.types:
+        for outtype in types:
             reference = dequantized_model(cls, config, out, f"{outtype}.gguf")
             expected = expected_logits(reference, vocab)
             if outtype != "f16":

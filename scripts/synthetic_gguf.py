@@ -19,7 +19,11 @@ in the first sixteenth); q2_k as Q2_K (Q2_K, with Q3_K for attn_output and ffn_d
 attn_v where 4+ query heads share a key head); iq4_xs as IQ4_XS without an importance matrix
 (IQ4_XS, with Q6_K for the output, Q5_K for attn_v where 4+ query heads share a key head and for
 ffn_down in the first eighth of the layers); iq3_m as IQ3_M (IQ3_S, with Q4_K for attn_v,
-attn_output and ffn_down in the first eighth of the layers, Q6_K output). llama.cpp's rules:
+attn_output and ffn_down in the first eighth of the layers, Q6_K output); iq2_m as IQ2_M (IQ2_S,
+with IQ3_S for token_embd, attn_output and ffn_down in the first eighth of the layers, Q4_K for
+attn_v where 4+ query heads share a key head, else IQ3_S, Q5_K output); iq1_m as IQ1_M (IQ1_M,
+with Q2_K for token_embd and ffn_down in the first eighth, IQ2_XXS for attn_output, Q4_K for
+attn_v where 4+ query heads share a key head, else Q2_K, Q5_K output). llama.cpp's rules:
 src/llama-quant.cpp.
 
 Usage: python scripts/synthetic_gguf.py --shape llama-8b --quant q4_k_m -o llama-8b.gguf
@@ -42,7 +46,13 @@ SHAPES = {
                      rope_base=1000000.0, eps=1e-6, ctx=32768, bias=True, tokenizer="qwen2"),
 }
 # Bytes per block of 256 values, and how to fill one block with finite random values.
-BLOCK_BYTES = {Q.Q2_K: 84, Q.Q3_K: 110, Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210, Q.IQ4_XS: 136, Q.IQ3_S: 110}
+BLOCK_BYTES = {Q.Q2_K: 84, Q.Q3_K: 110, Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210, Q.IQ4_XS: 136, Q.IQ3_S: 110,
+               Q.IQ2_XXS: 66, Q.IQ2_S: 82, Q.IQ1_M: 56}
+
+
+# Each --quant's llama_ftype (llama.h).
+FILE_TYPES = {"q4_k_m": 15, "q5_k_m": 17, "q4_k": 14, "q3_k_m": 12, "q2_k": 10, "iq4_xs": 30, "iq3_m": 27,
+              "iq2_m": 29, "iq1_m": 31}
 
 
 def random_blocks(rng, qtype: Q, rows: int, cols: int) -> np.ndarray:
@@ -58,6 +68,14 @@ def random_blocks(rng, qtype: Q, rows: int, cols: int) -> np.ndarray:
         raw[:, 0:2] = np.frombuffer(np.float16(5e-5).tobytes(), np.uint8)
     elif qtype == Q.IQ3_S:  # d (f16) first: d * (1 + 2 * scale) * grid value (odd, ≤ 15), |w| ≲ 0.19
         raw[:, 0:2] = np.frombuffer(np.float16(4e-4).tobytes(), np.uint8)
+    elif qtype in (Q.IQ2_XXS, Q.IQ2_S):  # d (f16) first: d * (0.5 + scale) / 4 * grid (≤ 43), |w| ≲ 0.17
+        raw[:, 0:2] = np.frombuffer(np.float16(1e-3).tobytes(), np.uint8)
+    elif qtype == Q.IQ1_M:  # d (f16) in the top nibbles of the last four u16: d * (2s + 1) * (grid ± 1/8), |w| ≲ 0.17
+        d = int(np.frombuffer(np.float16(1e-2).tobytes(), np.uint16)[0])
+        sc = raw[:, 48:56].copy().view(np.uint16)
+        for i in range(4):
+            sc[:, i] = (sc[:, i] & 0x0FFF) | (((d >> (4 * i)) & 0xF) << 12)
+        raw[:, 48:56] = sc.view(np.uint8)
     elif qtype == Q.Q2_K:  # d, dmin (f16) last: d * scale * q - dmin * m, |w| ≲ 0.09
         raw[:, 80:82] = np.frombuffer(np.float16(2e-3).tobytes(), np.uint8)
         raw[:, 82:84] = np.frombuffer(np.float16(2e-3).tobytes(), np.uint8)
@@ -75,7 +93,10 @@ def tensors(s: dict, quant: str):
     """(name, shape (rows, cols) or (n,), type) in llama.cpp's order."""
     h, f, hd, n = s["hidden"], s["ffn"], s["hidden"] // s["heads"], s["layers"]
     base = {"q5_k_m": Q.Q5_K, "q3_k_m": Q.Q3_K, "q2_k": Q.Q2_K, "iq4_xs": Q.IQ4_XS,
-            "iq3_m": Q.IQ3_S}.get(quant, Q.Q4_K)
+            "iq3_m": Q.IQ3_S, "iq2_m": Q.IQ2_S, "iq1_m": Q.IQ1_M}.get(quant, Q.Q4_K)
+    # IQ2_M and IQ1_M: the type of attn_v where few query heads share a key head, and of the
+    # first eighth's ffn_down.
+    low_bits_more = {"iq2_m": Q.IQ3_S, "iq1_m": Q.Q2_K}.get(quant)
 
     def attn_v(i: int) -> Q:
         if quant in ("q4_k_m", "q5_k_m"):
@@ -88,6 +109,8 @@ def tensors(s: dict, quant: str):
             return Q.Q5_K if s["heads"] // s["kv"] >= 4 else base
         if quant == "iq3_m":
             return Q.Q4_K
+        if low_bits_more:
+            return Q.Q4_K if s["heads"] // s["kv"] >= 4 else low_bits_more
         return base
 
     def ffn_down(i: int) -> Q:
@@ -99,10 +122,15 @@ def tensors(s: dict, quant: str):
             return Q.Q5_K if i < n // 8 else base
         if quant == "iq3_m":
             return Q.Q4_K if i < n // 8 else base
+        if low_bits_more:
+            return low_bits_more if i < n // 8 else base
         return Q.Q3_K if quant == "q2_k" else base
 
-    attn_output = {"q3_k_m": Q.Q4_K, "q2_k": Q.Q3_K, "iq3_m": Q.Q4_K}.get(quant, base)
-    out = [("token_embd.weight", (s["vocab"], h), base)]
+    attn_output = {"q3_k_m": Q.Q4_K, "q2_k": Q.Q3_K, "iq3_m": Q.Q4_K, "iq2_m": Q.IQ3_S,
+                   "iq1_m": Q.IQ2_XXS}.get(quant, base)
+    token_embd = {"iq2_m": Q.IQ3_S, "iq1_m": Q.Q2_K}.get(quant, base)
+    output = Q.Q5_K if quant in ("iq2_m", "iq1_m") else Q.Q6_K
+    out = [("token_embd.weight", (s["vocab"], h), token_embd)]
     for i in range(n):
         p = f"blk.{i}."
         out += [(p + "attn_norm.weight", (h,), None),
@@ -117,7 +145,7 @@ def tensors(s: dict, quant: str):
                 (p + "ffn_gate.weight", (f, h), base),
                 (p + "ffn_up.weight", (f, h), base),
                 (p + "ffn_down.weight", (h, f), ffn_down(i))]
-    out += [("output_norm.weight", (h,), None), ("output.weight", (s["vocab"], h), Q.Q6_K)]
+    out += [("output_norm.weight", (h,), None), ("output.weight", (s["vocab"], h), output)]
     return out
 
 
@@ -163,7 +191,7 @@ def copy_tokenizer(w: GGUFWriter, source: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--shape", choices=SHAPES, required=True)
-    ap.add_argument("--quant", choices=["q4_k_m", "q5_k_m", "q4_k", "q3_k_m", "q2_k", "iq4_xs", "iq3_m"], default="q4_k_m")
+    ap.add_argument("--quant", choices=list(FILE_TYPES), default="q4_k_m")
     ap.add_argument("-o", "--output", type=Path, required=True)
     ap.add_argument("--models", type=Path, default=Path(os.environ.get("HYOKA_TEST_MODELS", Path.home() / ".cache/hyoka/test-models")))
     ap.add_argument("--seed", type=int, default=0)
@@ -182,7 +210,7 @@ def main() -> None:
     w.add_head_count_kv(s["kv"])
     w.add_rope_freq_base(s["rope_base"])
     w.add_layer_norm_rms_eps(s["eps"])
-    w.add_file_type({"q4_k_m": 15, "q5_k_m": 17, "q4_k": 14, "q3_k_m": 12, "q2_k": 10, "iq4_xs": 30, "iq3_m": 27}[args.quant])  # llama_ftype
+    w.add_file_type(FILE_TYPES[args.quant])
     if s["tokenizer"] == "llama3":
         llama3_tokenizer(w, args.models / "llama-3-tokenizer", s["vocab"])
     else:

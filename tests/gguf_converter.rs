@@ -1,6 +1,7 @@
 //! GGUF files written by llama.cpp itself (convert_hf_to_gguf.py from the llama-cpp-python sdist
-//! for f16 and q8_0, its quantizer for q4_k_m, q5_k_m, q3_k_s, q2_k and the i-quant mixes iq4_xs and
-//! iq3_s; fixtures:
+//! for f16 and q8_0, its quantizer for q4_k_m, q5_k_m, q3_k_s, q2_k and the i-quant mixes iq4_xs,
+//! iq3_s, iq3_xxs, iq2_xxs, iq2_xs, iq2_m, iq1_s and iq1_m (the last six with an importance
+//! matrix); fixtures:
 //! scripts/make_converter_fixtures.py) of
 //! llama (llama3 rope), mistral, gemma2, gemma3, qwen2 and qwen3, against HF transformers on the
 //! weights it dequantizes from each file: every position's logits, in both weights modes.
@@ -19,24 +20,30 @@ use hyoka::model::{WeightsMode, load_gguf};
 fn tol() -> f32 {
     common::tol(1e-4, 0.25, 0.04) as f32
 }
-/// i-quants held as Q8_0 (stored: on the CPU all but IQ4_NL/IQ4_XS/IQ3_S, on a GPU all) have each 32
+/// i-quants held as Q8_0 or Q5_0 (stored, on a GPU) have each 32
 /// values' scale (the block's f16 times a 4–6 bit sub-scale) rounded to f16 (`model::iquants`):
 /// every weight moves by up to 2⁻¹¹ of itself, the same for a whole group. Measured in f32 over
 /// the seven models' iq4_xs files and llama3-rope's and qwen2's iq3_s when all were held so
 /// (session 42; logits spanning 4–7): worst |Δlogit| 1.58e-3 (qwen2 iq3_s; IQ4_NL alone, kept
 /// exactly, 7e-6); bound 3×. A level, grid or sign read wrong moves logits by whole units.
+/// (Session 46, the same conversion forced on the CPU: iq3_xxs, iq2_xxs, iq1_s 1.0–1.2e-3.)
 const IQUANT_SCALES: f32 = 3.0 * 1.6e-3;
+/// Where two scales share 32 values (IQ2_XS, IQ2_S, IQ1_M: the iq2_xs, iq2_m and iq1_m files),
+/// the Q8_0 block is quantized again from the values, half a step of 1/127 of its largest value
+/// at most. Measured in f32 with that conversion forced on the CPU (session 46; logits spanning
+/// 5–6): worst |Δlogit| 2.72e-2 (qwen2 iq2_m), 1.4–2.7e-2 over the six files; bound 3×.
+const IQUANT_REQUANTIZED: f32 = 3.0 * 2.8e-2;
 
 /// What a kind's logits may differ by from transformers' where no 8-bit activations enter. On
-/// the CPU, IQ4_XS/IQ4_NL/IQ3_S matrices are kept in their blocks (`model::iq_rows`) and read
-/// exactly (the expanded model too): those files (their mixes hold no other i-quant) are held
-/// to `tol()`.
+/// the CPU, i-quant matrices are kept in their blocks (`model::iq_rows`) and read exactly (the
+/// expanded model too): those files are held to `tol()`.
 fn tol_for(kind: &str) -> f32 {
-    let exact = ["iq4_xs", "iq3_s"].contains(&kind) && common::device().is_cpu();
-    if kind.starts_with("iq") && !exact {
-        tol() + IQUANT_SCALES
-    } else {
+    if !kind.starts_with("iq") || common::device().is_cpu() {
         tol()
+    } else if ["iq2_xs", "iq2_m", "iq1_m"].contains(&kind) {
+        tol() + IQUANT_REQUANTIZED
+    } else {
+        tol() + IQUANT_SCALES
     }
 }
 /// Stored quantized weights run quantized kernels for passes of at most 8 tokens, which round
@@ -203,9 +210,14 @@ fn check_file(name: &str, kind: &str, path: &std::path::Path) -> Vec<String> {
 /// Llama 3.1's rope scaling reaches hyoka from GGUF only as llama.cpp's `rope_freqs.weight`
 /// (the metadata says "no scaling"): positions past the original context (64 here) only match
 /// transformers with it.
+/// The i-quant mixes that only llama3-rope and qwen2 have: one file per i-quant type.
+const MORE_IQUANTS: [&str; 7] = [
+    "iq3_s", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_m", "iq1_s", "iq1_m",
+];
+
 #[test]
 fn llama_with_llama3_rope_scaling() {
-    check("llama3-rope", &["iq3_s"]);
+    check("llama3-rope", &MORE_IQUANTS);
 }
 
 #[test]
@@ -228,7 +240,7 @@ fn gemma3() {
 /// Qwen2 (Qwen2.5): q/k/v biases, untied head.
 #[test]
 fn qwen2() {
-    check("qwen2", &["iq3_s"]);
+    check("qwen2", &MORE_IQUANTS);
 }
 
 /// Qwen3: q/k norms, a head size apart from hidden / heads, tied head.
@@ -322,14 +334,19 @@ fn quantized_files_mix_k_quants_and_fallbacks() {
     for (kind, want) in [
         ("iq4_xs", &["IQ4_NL", "IQ4_XS"][..]),
         ("iq3_s", &["IQ3_S", "IQ4_NL"]),
+        ("iq3_xxs", &["IQ3_XXS", "IQ4_NL"]),
+        ("iq2_xxs", &["IQ2_XXS", "IQ4_NL"]),
+        ("iq2_xs", &["IQ2_XS", "IQ4_NL"]),
+        ("iq2_m", &["IQ2_S", "IQ4_NL"]),
+        ("iq1_s", &["IQ1_S", "IQ4_NL"]),
+        ("iq1_m", &["IQ1_M", "IQ4_NL"]),
     ] {
         let path = common::fixtures().join(format!("converter/qwen2/{kind}.gguf"));
         let files = hyoka::model::gguf_files::GgufFiles::open(&path).unwrap();
         let types: Vec<&str> = files.iquant_types().iter().map(|t| t.name()).collect();
         assert_eq!(types, want, "{kind}");
         // What the loaded model says it holds in other blocks (printed by the CLI): on the CPU
-        // every i-quant but IQ4_NL, IQ4_XS and IQ3_S, whose blocks are kept; nothing when
-        // expanded.
+        // nothing, every i-quant's blocks being kept; nothing when expanded.
         use hyoka::model::{gguf_files::GgufFiles, load_gguf_files};
         for mode in [WeightsMode::Stored, WeightsMode::Expanded] {
             let held: &[&str] = &[];

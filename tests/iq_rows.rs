@@ -1,5 +1,5 @@
-//! IQ4_NL / IQ4_XS / IQ3_S / IQ3_XXS matrices kept in their blocks (`model::iq_rows`): their values against
-//! gguf-py's decoding of the same blocks (llama.cpp's NumPy code; fixtures:
+//! I-quant matrices (all nine types) kept in their blocks (`model::iq_rows`): their values
+//! against gguf-py's decoding of the same blocks (llama.cpp's NumPy code; fixtures:
 //! scripts/make_iquant_fixtures.py), their decoding products (`model::iq_dots`) against those
 //! values times the activations rounded as ggml rounds them for each type (computed here, in
 //! f64: `quantize_row_q8_0_ref` for IQ4_NL, `quantize_row_q8_K_ref` for the others),
@@ -10,18 +10,18 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use half::f16;
 use hyoka::model::iq_dots::{self, Activations};
-use hyoka::model::iq_rows::{IqKind, IqMatrix};
+use hyoka::model::iq_rows::IqMatrix;
 use hyoka::model::iquants::IQuant;
 use hyoka::model::matrix::{Matrix, Products};
 use std::sync::Arc;
 
-const KINDS: [IqKind; 4] = [IqKind::Iq4Nl, IqKind::Iq4Xs, IqKind::Iq3S, IqKind::Iq3Xxs];
+const KINDS: [IQuant; 9] = IQuant::ALL;
 
 /// (blocks' bytes, gguf-py's values) of one type: 64 blocks.
-fn blocks(kind: IqKind) -> (Vec<u8>, Vec<f32>) {
+fn blocks(kind: IQuant) -> (Vec<u8>, Vec<f32>) {
     let path = common::fixtures().join("iquants/blocks.safetensors");
     let all = candle_core::safetensors::load(path, &Device::Cpu).unwrap();
-    let name = kind.iquant().name();
+    let name = kind.name();
     let get = |what: &str| all[&format!("{name}.{what}")].flatten_all().unwrap();
     (
         get("blocks").to_vec1().unwrap(),
@@ -30,7 +30,7 @@ fn blocks(kind: IqKind) -> (Vec<u8>, Vec<f32>) {
 }
 
 /// The fixture's blocks as a matrix of `rows` rows.
-fn matrix(kind: IqKind, rows: usize) -> (IqMatrix, Vec<f32>) {
+fn matrix(kind: IQuant, rows: usize) -> (IqMatrix, Vec<f32>) {
     let (bytes, values) = blocks(kind);
     let cols = values.len() / rows;
     (IqMatrix::new(kind, rows, cols, bytes).unwrap(), values)
@@ -83,10 +83,10 @@ fn q8_k_values(x: &[f32]) -> Vec<f64> {
 }
 
 /// The activations as `kind`'s products take them, in f64.
-fn rounded_values(kind: IqKind, x: &[f32]) -> Vec<f64> {
+fn rounded_values(kind: IQuant, x: &[f32]) -> Vec<f64> {
     match kind {
-        IqKind::Iq4Nl => q8_0_values(x),
-        IqKind::Iq4Xs | IqKind::Iq3S | IqKind::Iq3Xxs => q8_k_values(x),
+        IQuant::Iq4Nl => q8_0_values(x),
+        _ => q8_k_values(x),
     }
 }
 
@@ -225,8 +225,7 @@ fn matrix_products_match_the_f32_matrix() {
 /// Sizes that are not whole blocks are refused, not read past.
 #[test]
 fn partial_blocks_are_refused() {
-    let (bytes, _) = blocks(IqKind::Iq4Xs);
-    assert!(IqMatrix::new(IqKind::Iq4Xs, 4, 8192, bytes.clone()).is_err());
-    assert!(IqMatrix::new(IqKind::Iq4Xs, 4, 100, bytes).is_err());
-    assert_eq!(IqKind::of(IQuant::Iq2Xxs), None);
+    let (bytes, _) = blocks(IQuant::Iq4Xs);
+    assert!(IqMatrix::new(IQuant::Iq4Xs, 4, 8192, bytes.clone()).is_err());
+    assert!(IqMatrix::new(IQuant::Iq4Xs, 4, 100, bytes).is_err());
 }

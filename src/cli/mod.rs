@@ -182,8 +182,8 @@ impl RuntimeArgs {
                 .map(|(t, n)| format!("{n} {} tensors as {:?}", t.name(), t.held_as()))
                 .collect();
             eprintln!(
-                "{name}: {} blocks (values slightly rounded: README, i-quant GGUFs); hyoka keeps \
-                 only IQ4_XS, IQ4_NL, IQ3_S and IQ3_XXS in their own blocks, on the CPU; `--weights expanded` \
+                "{name}: {} blocks on the GPU (values slightly rounded: README, i-quant GGUFs); \
+                 hyoka keeps i-quants in their own blocks on the CPU only; `--weights expanded` \
                  reads their values exactly",
                 held.join(", ")
             );

@@ -9,7 +9,8 @@
 //! the tile, so a row's result does not depend on the other rows.
 
 use super::block_dots::{BLOCK, BlockKind};
-use super::iq_rows::{self, IqKind};
+use super::iq_rows;
+use super::iquants::IQuant;
 use super::kquant_dots::KQuantKind;
 use candle_core::quantized::k_quants::{self, GgmlType};
 use candle_core::{Result, bail};
@@ -19,7 +20,7 @@ use candle_core::{Result, bail};
 pub enum RowBlocks<'a> {
     Blocks(BlockKind, &'a [u8]),
     KQuants(KQuantKind, &'a [u8]),
-    Iq(IqKind, &'a [u8]),
+    Iq(IQuant, &'a [u8]),
 }
 
 /// One weight row's values in f32, exactly candle's `to_float` of its blocks.

@@ -1,8 +1,8 @@
 //! A decoding step's runs of several tokens (json's `",\n  "<key>": `) through 8-bit integer
 //! products with sixteen tokens in the lanes: Q4_0, Q5_0 and Q8_0 (most of Qwen2.5-0.5B's
 //! weights, whose 896 columns take no K-quant), Q4_1 and Q5_1 (Q5_K_M's fallback there), and
-//! Q2_K … Q6_K (Q2_K, Q3_K_M, Q4_K_M and Q5_K_M files of the 7–13B judges), IQ4_NL, IQ4_XS,
-//! IQ3_S and IQ3_XXS (their integers, `iq_rows`).
+//! Q2_K … Q6_K (Q2_K, Q3_K_M, Q4_K_M and Q5_K_M files of the 7–13B judges), and the i-quants
+//! (their integers, `iq_rows`).
 //!
 //! The f32 products on expanded weight rows (`expanded_dots`) multiply sixteen values per
 //! instruction; one VNNI instruction here multiplies four weights by four activations of each
@@ -26,7 +26,7 @@
 //! the tile.
 
 use super::block_dots::{self, BLOCK, BlockKind, Q8Rows};
-use super::iq_rows::IqKind;
+use super::iquants::IQuant;
 use super::kquant_dots::KQuantKind;
 use super::matrix::RowKernels;
 use super::row_tasks::{Columns, by_weight_columns};
@@ -50,9 +50,9 @@ enum Form {
     Q4K,
     Q5K,
     Q6K,
-    /// IQ4_NL / IQ4_XS / IQ3_S / IQ3_XXS: a group's integer (IQ4's level, IQ3's signed grid magnitude)
-    /// + 128, a scale per 32 (`iq_rows`).
-    Iq(IqKind),
+    /// An i-quant: a group's integers (IQ4's levels, IQ3's and IQ2's signed grid magnitudes,
+    /// IQ1's 8·grid ± 1) + 128, a scale per 32 (IQ2_XS, IQ2_S, IQ1_M: per 16) (`iq_rows`).
+    Iq(IQuant),
 }
 
 impl Form {
@@ -81,7 +81,11 @@ impl Form {
 
     /// Scales per 32 values: two where they change every 16.
     fn halves(self) -> bool {
-        matches!(self, Form::Q2K | Form::Q3K | Form::Q6K)
+        match self {
+            Form::Q2K | Form::Q3K | Form::Q6K => true,
+            Form::Iq(kind) => !kind.one_scale_per_group(),
+            Form::Blocks(_) | Form::Q4K | Form::Q5K => false,
+        }
     }
 
     fn has_min(self) -> bool {
@@ -112,7 +116,7 @@ impl Form {
             Form::Q4K => (256, KQuantKind::Q4K.block_bytes()),
             Form::Q5K => (256, KQuantKind::Q5K.block_bytes()),
             Form::Q6K => (256, KQuantKind::Q6K.block_bytes()),
-            Form::Iq(kind) => (kind.iquant().block_values(), kind.iquant().block_bytes()),
+            Form::Iq(kind) => (kind.block_values(), kind.block_bytes()),
         }
     }
 }
@@ -365,9 +369,11 @@ impl Unpacked {
                         super::iq_rows::avx2::biased_integers(
                             kind,
                             row,
-                            |g, group_scale, integers| {
+                            |g, group_scales, integers| {
                                 w.bytes[byte(g)..byte(g) + BLOCK].copy_from_slice(integers);
-                                w.scales[scale(g, 0)] = group_scale;
+                                for (u, s) in group_scales.into_iter().take(units).enumerate() {
+                                    w.scales[scale(g, u)] = s;
+                                }
                             },
                         )
                     };
@@ -813,14 +819,14 @@ mod tests {
 
     /// i-quant rows made of the blocks of tests/fixtures/iquants (scales zero, subnormal, large and
     /// ordinary), cycled to fill out × k, with gguf-py's values of them.
-    fn iq_weights(kind: IqKind, out: usize, k: usize) -> anyhow::Result<(Vec<u8>, Vec<f32>)> {
+    fn iq_weights(kind: IQuant, out: usize, k: usize) -> anyhow::Result<(Vec<u8>, Vec<f32>)> {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/iquants/blocks.safetensors");
         let all = candle_core::safetensors::load(path, &Device::Cpu)?;
-        let name = kind.iquant().name();
+        let name = kind.name();
         let bytes: Vec<u8> = all[&format!("{name}.blocks")].flatten_all()?.to_vec1()?;
         let values: Vec<f32> = all[&format!("{name}.values")].flatten_all()?.to_vec1()?;
-        let (bb, bv) = (kind.iquant().block_bytes(), kind.iquant().block_values());
+        let (bb, bv) = (kind.block_bytes(), kind.block_values());
         let have = bytes.len() / bb;
         let blocks = 0..out * k / bv;
         Ok((
@@ -844,7 +850,7 @@ mod tests {
             let (data, values) = weights(dtype, out, k)?;
             cases.push((form, data, values));
         }
-        for kind in [IqKind::Iq4Nl, IqKind::Iq4Xs, IqKind::Iq3S, IqKind::Iq3Xxs] {
+        for kind in IQuant::ALL {
             let (data, values) = iq_weights(kind, out, k)?;
             cases.push((Form::Iq(kind), data, values));
         }

@@ -1,47 +1,46 @@
-//! Decoding products of i-quant matrices kept in their blocks (`iq_rows`: IQ4_NL, IQ4_XS,
-//! IQ3_S, IQ3_XXS), with up to four activation rows per pass over the weights.
+//! Decoding products of i-quant matrices kept in their blocks (`iq_rows`: all nine i-quants),
+//! with up to four activation rows per pass over the weights.
 //!
 //! The activations are rounded to 8 bits as llama.cpp rounds them for each type (its
 //! `vec_dot_type`): per 32 values (Q8_0, `block_dots::Q8Rows`) for IQ4_NL, per 256 (Q8_K,
 //! `kquant_dots::Q8KRows`) for the others. A group's 32 weights are unpacked into magnitudes
 //! and signs — IQ4's levels looked up in one instruction from the 16-entry table, IQ3's eight
-//! grid entries of four magnitudes read by index with their 32 sign bits spread over the bytes
-//! — and multiplied in integers (`maddubs`, the signs moved onto the activations, as llama.cpp's
-//! `ggml_vec_dot_iq4_*` and `ggml_vec_dot_iq3_{s,xxs}_q8_K`).
+//! grid entries of four magnitudes (IQ2's four of eight) read by index with their 32 sign bits
+//! spread over the bytes, IQ1's integers 8·grid ± 1 — and multiplied in integers (`maddubs`, the
+//! signs moved onto the activations, as llama.cpp's `ggml_vec_dot_iq*_q8_*`).
 //! - IQ4_NL: a group's products summed in eight i32 lanes of four, then one fused multiply-add
 //!   of (d·dₓ) into eight f32 lanes per group.
-//! - IQ4_XS, IQ3_S and IQ3_XXS: the groups' integer scales (ls − 32; 1 + 2s; 2s + 1) multiply
-//!   their products in integers too (one `madd`), the eight groups of a 256-value block sum in
-//!   i32 lanes, and one fused multiply-add of (d·dₓ; IQ3_XXS (d/4)·dₓ) per block does the float
-//!   work: llama.cpp's kernels operation for operation. Through Q8_0 activations each group
-//!   needed its own float scale and conversion; this way decoding takes about two thirds of the
-//!   instructions.
+//! - The others: the groups' integer sub-scales (ls − 32; 1 + 2s; 2s + 1 — for IQ2_XS, IQ2_S
+//!   and IQ1_M one for each 16 values) multiply their products in integers too (one `madd`),
+//!   the eight groups of a 256-value block sum in i32 lanes, and one fused multiply-add of
+//!   (unit·dₓ: d, d/4 or d/8, `iq_rows::unit_scale`) per block does the float work: llama.cpp's
+//!   kernels operation for operation (but IQ1's ±1/8 shift, inside its integers here, not a
+//!   second sum). Through Q8_0 activations each group needed its own float scale and
+//!   conversion; this way decoding takes about two thirds of the instructions.
 //!
 //! The f32 lanes are summed in a fixed order at the end. The portable body does the very same
 //! lane operations, so every body gives the same bits, and a row's result never depends on the
 //! other rows.
 
 use super::block_dots::{BLOCK, Q8Rows};
-use super::iq_rows::{IqKind, sub_scales, unit_scale};
-use super::iquants::block_groups;
+use super::iq_rows::{sub_scales, unit_scale};
+use super::iquants::{IQuant, block_groups};
 use super::kquant_dots::{Q8KRows, QK_K};
 
 /// Activation rows rounded to 8 bits the way a kind's products take them.
 pub enum Activations {
     /// For IQ4_NL: per 32 values.
     Q8_0(Q8Rows),
-    /// For IQ4_XS, IQ3_S and IQ3_XXS: per 256 values.
+    /// For the others: per 256 values.
     Q8K(Q8KRows),
 }
 
 impl Activations {
     /// `xs`: rows of `cols` values, `cols` a whole number of the kind's blocks.
-    pub fn quantize(kind: IqKind, xs: &[f32], cols: usize) -> Self {
+    pub fn quantize(kind: IQuant, xs: &[f32], cols: usize) -> Self {
         match kind {
-            IqKind::Iq4Nl => Activations::Q8_0(Q8Rows::quantize(xs, cols, false)),
-            IqKind::Iq4Xs | IqKind::Iq3S | IqKind::Iq3Xxs => {
-                Activations::Q8K(Q8KRows::quantize(xs, cols))
-            }
+            IQuant::Iq4Nl => Activations::Q8_0(Q8Rows::quantize(xs, cols, false)),
+            _ => Activations::Q8K(Q8KRows::quantize(xs, cols)),
         }
     }
 
@@ -59,7 +58,7 @@ impl Activations {
 
 /// Appends w · x_r for every row of `xs` (in order) to `out`; `w` is one weight row's blocks and
 /// `xs` quantized for its kind (`Activations::quantize`).
-pub type DotRows = fn(IqKind, &[u8], &Activations, &mut Vec<f32>);
+pub type DotRows = fn(IQuant, &[u8], &Activations, &mut Vec<f32>);
 
 /// The kernel for this machine, chosen once per product.
 pub fn dot_rows_kernel() -> DotRows {
@@ -72,14 +71,14 @@ pub fn dot_rows_kernel() -> DotRows {
 }
 
 /// The kernel without SIMD: the AVX2 body's operations one lane at a time.
-pub fn dot_rows_portable(kind: IqKind, w: &[u8], xs: &Activations, out: &mut Vec<f32>) {
+pub fn dot_rows_portable(kind: IQuant, w: &[u8], xs: &Activations, out: &mut Vec<f32>) {
     let (_, bytes) = kind.block_shape();
     let mut acc = vec![[0f32; 8]; xs.len()];
     match (kind, xs) {
-        (IqKind::Iq4Nl, Activations::Q8_0(a)) => {
+        (IQuant::Iq4Nl, Activations::Q8_0(a)) => {
             let cols = a.values().len() / a.len().max(1);
             for (g, block) in w.chunks_exact(bytes).enumerate() {
-                let weights = &block_groups(kind.iquant(), block)[0].q;
+                let weights = &block_groups(kind, block)[0].q;
                 let dw = unit_scale(kind, block);
                 for (r, acc) in acc.iter_mut().enumerate() {
                     let sum = group_lanes(weights, &a.values()[r * cols + g * BLOCK..]);
@@ -90,10 +89,10 @@ pub fn dot_rows_portable(kind: IqKind, w: &[u8], xs: &Activations, out: &mut Vec
                 }
             }
         }
-        (IqKind::Iq4Xs | IqKind::Iq3S | IqKind::Iq3Xxs, Activations::Q8K(a)) => {
+        (_, Activations::Q8K(a)) if kind != IQuant::Iq4Nl => {
             let blocks = a.cols() / QK_K;
             for (b, block) in w.chunks_exact(bytes).enumerate() {
-                let groups = block_groups(kind.iquant(), block);
+                let groups = block_groups(kind, block);
                 let subs = sub_scales(kind, block);
                 let dw = unit_scale(kind, block);
                 for (r, acc) in acc.iter_mut().enumerate() {
@@ -102,8 +101,9 @@ pub fn dot_rows_portable(kind: IqKind, w: &[u8], xs: &Activations, out: &mut Vec
                     let mut sumi = [0i32; 8];
                     for (ib, (group, s)) in groups.iter().zip(subs).enumerate() {
                         let sum = group_lanes(&group.q, &q[ib * BLOCK..]);
-                        for (sumi, p) in sumi.iter_mut().zip(sum) {
-                            *sumi += s * p;
+                        // Lanes 0..4 hold values 0..16, lanes 4..8 values 16..32.
+                        for (l, (sumi, p)) in sumi.iter_mut().zip(sum).enumerate() {
+                            *sumi += s[l / 4] * p;
                         }
                     }
                     let d = dw * a.scales()[at];
@@ -135,7 +135,7 @@ fn lanes_sum(a: [f32; 8]) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Activations, BLOCK, IqKind, Q8KRows, Q8Rows, QK_K, sub_scales};
+    use super::{Activations, BLOCK, IQuant, Q8KRows, Q8Rows, QK_K, sub_scales};
     use crate::model::block_dots::avx2::PREFETCH_BYTES;
     use crate::model::iq_rows::avx2::{group_factors, table, unit_lanes};
     use crate::model::kquant_dots::avx2::prefetch_ahead;
@@ -144,28 +144,41 @@ mod avx2 {
     /// Activation rows that share one unpacking of a weight block.
     const ROWS_PER_LOAD: usize = 4;
 
+    /// `f::<take>` (`f::<take, K>`) of the arguments, `take` a number of rows up to four.
+    macro_rules! by_rows {
+        ($take:expr, $f:ident, ($($arg:expr),*)) => {
+            match $take {
+                4 => $f::<4>($($arg),*),
+                3 => $f::<3>($($arg),*),
+                2 => $f::<2>($($arg),*),
+                _ => $f::<1>($($arg),*),
+            }
+        };
+        ($take:expr, $f:ident, $k:literal, ($($arg:expr),*)) => {
+            match $take {
+                4 => $f::<4, $k>($($arg),*),
+                3 => $f::<3, $k>($($arg),*),
+                2 => $f::<2, $k>($($arg),*),
+                _ => $f::<1, $k>($($arg),*),
+            }
+        };
+    }
+
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub fn dot_rows(kind: IqKind, w: &[u8], xs: &Activations, out: &mut Vec<f32>) {
+    pub fn dot_rows(kind: IQuant, w: &[u8], xs: &Activations, out: &mut Vec<f32>) {
         let mut r = 0;
         while r < xs.len() {
             let take = (xs.len() - r).min(ROWS_PER_LOAD);
-            let sums = match (kind, xs, take) {
-                (IqKind::Iq4Nl, Activations::Q8_0(a), 4) => nl::<4>(w, a, r),
-                (IqKind::Iq4Nl, Activations::Q8_0(a), 3) => nl::<3>(w, a, r),
-                (IqKind::Iq4Nl, Activations::Q8_0(a), 2) => nl::<2>(w, a, r),
-                (IqKind::Iq4Nl, Activations::Q8_0(a), _) => nl::<1>(w, a, r),
-                (IqKind::Iq4Xs, Activations::Q8K(a), 4) => k_rows::<4, 0>(w, a, r),
-                (IqKind::Iq4Xs, Activations::Q8K(a), 3) => k_rows::<3, 0>(w, a, r),
-                (IqKind::Iq4Xs, Activations::Q8K(a), 2) => k_rows::<2, 0>(w, a, r),
-                (IqKind::Iq4Xs, Activations::Q8K(a), _) => k_rows::<1, 0>(w, a, r),
-                (IqKind::Iq3S, Activations::Q8K(a), 4) => k_rows::<4, 1>(w, a, r),
-                (IqKind::Iq3S, Activations::Q8K(a), 3) => k_rows::<3, 1>(w, a, r),
-                (IqKind::Iq3S, Activations::Q8K(a), 2) => k_rows::<2, 1>(w, a, r),
-                (IqKind::Iq3S, Activations::Q8K(a), _) => k_rows::<1, 1>(w, a, r),
-                (IqKind::Iq3Xxs, Activations::Q8K(a), 4) => k_rows::<4, 2>(w, a, r),
-                (IqKind::Iq3Xxs, Activations::Q8K(a), 3) => k_rows::<3, 2>(w, a, r),
-                (IqKind::Iq3Xxs, Activations::Q8K(a), 2) => k_rows::<2, 2>(w, a, r),
-                (IqKind::Iq3Xxs, Activations::Q8K(a), _) => k_rows::<1, 2>(w, a, r),
+            let sums = match (xs, kind) {
+                (Activations::Q8_0(a), IQuant::Iq4Nl) => by_rows!(take, nl, (w, a, r)),
+                (Activations::Q8K(a), IQuant::Iq4Xs) => by_rows!(take, k_rows, 0, (w, a, r)),
+                (Activations::Q8K(a), IQuant::Iq3S) => by_rows!(take, k_rows, 1, (w, a, r)),
+                (Activations::Q8K(a), IQuant::Iq3Xxs) => by_rows!(take, k_rows, 2, (w, a, r)),
+                (Activations::Q8K(a), IQuant::Iq2Xxs) => by_rows!(take, k_rows, 3, (w, a, r)),
+                (Activations::Q8K(a), IQuant::Iq2Xs) => by_rows!(take, k_rows, 4, (w, a, r)),
+                (Activations::Q8K(a), IQuant::Iq2S) => by_rows!(take, k_rows, 5, (w, a, r)),
+                (Activations::Q8K(a), IQuant::Iq1S) => by_rows!(take, k_rows, 6, (w, a, r)),
+                (Activations::Q8K(a), IQuant::Iq1M) => by_rows!(take, k_rows, 7, (w, a, r)),
                 _ => panic!("{kind:?} products given activations rounded for another kind"),
             };
             out.extend_from_slice(&sums[..take]);
@@ -222,7 +235,7 @@ mod avx2 {
         let groups = cols / BLOCK;
         assert_eq!(
             w.len(),
-            IqKind::Iq4Nl.row_bytes(cols),
+            IQuant::Iq4Nl.row_bytes(cols),
             "a row of the activations' length"
         );
         let (q, d) = rows::<R>(xs.values(), xs.scales(), cols, groups, first);
@@ -232,8 +245,8 @@ mod avx2 {
         for (g, block) in w.chunks_exact(18).enumerate() {
             // One line ahead per block: blocks are read one after another.
             _mm_prefetch::<_MM_HINT_T0>(block.as_ptr().wrapping_add(PREFETCH_BYTES) as *const i8);
-            let dw = unit_lanes(IqKind::Iq4Nl, block);
-            let (magnitudes, signs) = group_factors(IqKind::Iq4Nl, table, block, 0);
+            let dw = unit_lanes(IQuant::Iq4Nl, block);
+            let (magnitudes, signs) = group_factors(IQuant::Iq4Nl, table, block, 0);
             for r in 0..R {
                 let p = products(magnitudes, signs, &q[r][g * BLOCK..]);
                 let p = _mm256_madd_epi16(p, ones);
@@ -245,7 +258,16 @@ mod avx2 {
     }
 
     /// The kinds `k_rows` takes, by number (a const parameter cannot be an enum).
-    const KINDS: [IqKind; 3] = [IqKind::Iq4Xs, IqKind::Iq3S, IqKind::Iq3Xxs];
+    const KINDS: [IQuant; 8] = [
+        IQuant::Iq4Xs,
+        IQuant::Iq3S,
+        IQuant::Iq3Xxs,
+        IQuant::Iq2Xxs,
+        IQuant::Iq2Xs,
+        IQuant::Iq2S,
+        IQuant::Iq1S,
+        IQuant::Iq1M,
+    ];
 
     /// Rows first.. first + R of `xs` times a weight row of `KINDS[K]` (Q8_K activations).
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -269,9 +291,14 @@ mod avx2 {
             prefetch_ahead(block);
             let subs = sub_scales(kind, block);
             let mut sumi = [_mm256_setzero_si256(); R];
-            for (ib, &s) in subs.iter().enumerate() {
+            for (ib, &[s0, s1]) in subs.iter().enumerate() {
                 let (magnitudes, signs) = group_factors(kind, table, block, ib);
-                let scale = _mm256_set1_epi16(s as i16);
+                // i16 lanes 0..8 are the pair sums of values 0..16, lanes 8..16 of 16..32.
+                let scale = if kind.one_scale_per_group() {
+                    _mm256_set1_epi16(s0 as i16)
+                } else {
+                    _mm256_set_m128i(_mm_set1_epi16(s1 as i16), _mm_set1_epi16(s0 as i16))
+                };
                 for r in 0..R {
                     let p = products(magnitudes, signs, &q[r][b * QK_K + ib * BLOCK..]);
                     sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, scale));

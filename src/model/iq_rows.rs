@@ -1,108 +1,82 @@
-//! I-quant matrices kept in their blocks on the CPU — IQ4_NL, IQ4_XS, IQ3_S and IQ3_XXS — and
-//! their expansion.
+//! I-quant matrices kept in their blocks on the CPU — all nine of llama.cpp's i-quants, IQ1_S to
+//! IQ4_XS — and their expansion.
 //!
 //! Read into Q8_0 (`iquants`), an IQ4_XS matrix takes 8.5 bits a weight instead of 4.25: the
 //! synthetic IQ4_XS Llama-3.1-8B judged 10 items in 9.96 GB, 2.9 GB over the budget for
-//! its file; IQ3_S held as Q5_0 takes 5.5 bits instead of 3.44 (an IQ3_M 8B: 7.29 GB against a
-//! budget of 6.22). Here those matrices stay as the file stores them. Every 32 values of them
-//! are one f32 scale times signed 8-bit integers: a level of IQ4's non-linear table (scale d, or
-//! d·(ls − 32)), or a magnitude of IQ3_S's or IQ3_XXS's grid with its sign (scale d·(1 + 2s),
-//! d·(0.5 + s)·0.5). Prefill expands a matrix into those values, ggml's
-//! `dequantize_row_iq4_{nl,xs}` / `dequantize_row_iq3_{s,xxs}` to the bit: the expanded
-//! model's numbers. Decoding multiplies the integers (`iq_dots`).
+//! its file; an IQ2_S or IQ1_M one takes 8.5 bits instead of 2.56 or 1.75. Here those matrices
+//! stay as the file stores them. Every 16 values of them are one f32 scale times signed 8-bit
+//! integers: a level of IQ4's non-linear table, a magnitude of an IQ3 or IQ2 grid with its
+//! sign, or IQ1's eight times a grid value in −1..=1 plus or minus one (its ±1/8 shift). The
+//! scale is a per-block unit (d; d/4 for IQ3_XXS, d/8 for the IQ2s and IQ1s) times a small
+//! integer sub-scale — per 32 values, or per 16 for IQ2_XS, IQ2_S and IQ1_M — the very f32 ggml
+//! computes. Prefill expands a matrix into those values, ggml's `dequantize_row_iq*` to the bit:
+//! the expanded model's numbers. Decoding multiplies the integers (`iq_dots`).
 //!
-//! The other i-quants (IQ2_*, IQ1_*: two scales per 32, or files that need an importance matrix
-//! to be made) stay read into Q8_0 (IQ1_S Q5_0); all of them do on a GPU (IQ3_S Q5_0).
+//! On a GPU the i-quants stay read into Q8_0 (IQ3_S and IQ1_S Q5_0): `IQuant::held_as`.
 
 use super::block_dots::BLOCK;
-use super::iquants::{self, IQuant, iq3_s_sub_scales, iq3_xxs_sub_scales, iq4_xs_sub_scales};
+use super::iquants::{
+    self, IQuant, iq1_m_d, iq1_m_sub_scales, iq1_s_sub_scales, iq2_half_sub_scales,
+    iq2_xxs_sub_scales, iq3_s_sub_scales, iq3_xxs_sub_scales, iq4_xs_sub_scales,
+};
 use candle_core::{Result, bail};
 use half::f16;
 use rayon::prelude::*;
 
-/// The i-quants whose matrices are kept in their blocks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IqKind {
-    /// 18 bytes per 32 values: d (f16), 16 bytes of nibbles.
-    Iq4Nl,
-    /// 136 bytes per 256 values: d (f16), the high bits of eight 6-bit scales (u16), their low
-    /// nibbles (4 bytes), 128 bytes of nibbles; group i's scale is d·(lsᵢ − 32).
-    Iq4Xs,
-    /// 110 bytes per 256 values: d (f16), 64 low bytes of 9-bit grid indices, 8 bytes of their
-    /// high bits, 32 bytes of signs, 4 bytes of 4-bit scales; group i's scale is d·(1 + 2sᵢ).
-    Iq3S,
-    /// 98 bytes per 256 values: d (f16), 64 bytes of 8-bit grid indices, then per group a u32
-    /// of four 7-bit sign sets and a 4-bit scale s; group i's scale is d·(0.5 + sᵢ)·0.5.
-    Iq3Xxs,
-}
-
-impl IqKind {
-    pub fn of(kind: IQuant) -> Option<Self> {
-        match kind {
-            IQuant::Iq4Nl => Some(IqKind::Iq4Nl),
-            IQuant::Iq4Xs => Some(IqKind::Iq4Xs),
-            IQuant::Iq3S => Some(IqKind::Iq3S),
-            IQuant::Iq3Xxs => Some(IqKind::Iq3Xxs),
-            _ => None,
-        }
-    }
-
-    pub fn iquant(self) -> IQuant {
-        match self {
-            IqKind::Iq4Nl => IQuant::Iq4Nl,
-            IqKind::Iq4Xs => IQuant::Iq4Xs,
-            IqKind::Iq3S => IQuant::Iq3S,
-            IqKind::Iq3Xxs => IQuant::Iq3Xxs,
-        }
-    }
-
-    /// Groups of 32 values per block, and bytes per block.
-    pub(super) fn block_shape(self) -> (usize, usize) {
-        let kind = self.iquant();
-        (kind.block_values() / BLOCK, kind.block_bytes())
-    }
-
-    /// Bytes of a row of `cols` values (a whole number of blocks).
-    pub fn row_bytes(self, cols: usize) -> usize {
-        let kind = self.iquant();
-        cols / kind.block_values() * kind.block_bytes()
-    }
-}
-
-/// The integer sub-scales of a block's groups: IQ4_XS ls − 32, IQ3_S 1 + 2s, IQ3_XXS 2s + 1
-/// (eight groups), IQ4_NL 1 (its one group). A group's scale is the block's [`unit_scale`]
-/// times its own, in f32.
+/// The integer sub-scales of a block's groups, one for each 16 values (the same two where one
+/// covers 32): IQ4_XS ls − 32, IQ3_S 1 + 2s, the others 2s + 1 (eight groups), IQ4_NL 1 (its
+/// one group). A half-group's scale is the block's [`unit_scale`] times its own, in f32.
 #[inline]
-pub(super) fn sub_scales(kind: IqKind, block: &[u8]) -> [i32; 8] {
+pub(super) fn sub_scales(kind: IQuant, block: &[u8]) -> [[i32; 2]; 8] {
+    let both = |s: [i32; 8]| s.map(|s| [s; 2]);
     match kind {
-        IqKind::Iq4Nl => [1; 8],
-        IqKind::Iq4Xs => iq4_xs_sub_scales(block),
-        IqKind::Iq3S => iq3_s_sub_scales(block),
-        IqKind::Iq3Xxs => iq3_xxs_sub_scales(block),
+        IQuant::Iq4Nl => [[1; 2]; 8],
+        IQuant::Iq4Xs => both(iq4_xs_sub_scales(block)),
+        IQuant::Iq3S => both(iq3_s_sub_scales(block)),
+        IQuant::Iq3Xxs => both(iq3_xxs_sub_scales(block)),
+        IQuant::Iq2Xxs => both(iq2_xxs_sub_scales(block)),
+        IQuant::Iq2Xs => iq2_half_sub_scales(block, 66),
+        IQuant::Iq2S => iq2_half_sub_scales(block, 74),
+        IQuant::Iq1S => both(iq1_s_sub_scales(block)),
+        IQuant::Iq1M => iq1_m_sub_scales(block),
     }
 }
 
-/// What a block's sub-scales multiply: its f16 d, a quarter of it for IQ3_XXS (exact in f32).
+/// What a block's sub-scales multiply: its d (an f16; IQ1_M's spread over its scales' top
+/// nibbles) times 1, 1/4 (IQ3_XXS) or 1/8 (IQ2_*, IQ1_*): exact in f32, so that unit times
+/// sub-scale rounds once, as ggml's d·(0.5 + s)·0.25 or d·(2s + 1)/8 do.
 #[inline]
-pub(super) fn unit_scale(kind: IqKind, block: &[u8]) -> f32 {
-    let d = f16::from_le_bytes([block[0], block[1]]).to_f32();
-    if kind == IqKind::Iq3Xxs { d * 0.25 } else { d }
+pub(super) fn unit_scale(kind: IQuant, block: &[u8]) -> f32 {
+    if kind == IQuant::Iq1M {
+        return iq1_m_d(block) * 0.125;
+    }
+    f16::from_le_bytes([block[0], block[1]]).to_f32() * unit_factor(kind)
 }
 
-/// The scales of a block's groups in f32 as ggml computes them (IQ4_NL: d·1 = d).
+/// The power of two that makes d a block's unit (`unit_scale`).
 #[inline]
-pub(super) fn block_scales(kind: IqKind, block: &[u8]) -> [f32; 8] {
+pub(super) fn unit_factor(kind: IQuant) -> f32 {
+    match kind {
+        IQuant::Iq4Nl | IQuant::Iq4Xs | IQuant::Iq3S => 1.0,
+        IQuant::Iq3Xxs => 0.25,
+        IQuant::Iq2Xxs | IQuant::Iq2Xs | IQuant::Iq2S | IQuant::Iq1S | IQuant::Iq1M => 0.125,
+    }
+}
+
+/// The scales of a block's half-groups in f32 as ggml computes them (IQ4_NL: d·1 = d).
+#[inline]
+pub(super) fn block_scales(kind: IQuant, block: &[u8]) -> [[f32; 2]; 8] {
     let unit = unit_scale(kind, block);
-    sub_scales(kind, block).map(|s| unit * s as f32)
+    sub_scales(kind, block).map(|s| s.map(|s| unit * s as f32))
 }
 
 /// A row's values in f32 (`out`: the row's length), ggml's to the bit.
-pub fn expand_row(kind: IqKind, row: &[u8], out: &mut [f32]) -> Result<()> {
-    let block_values = kind.iquant().block_values();
+pub fn expand_row(kind: IQuant, row: &[u8], out: &mut [f32]) -> Result<()> {
+    let block_values = kind.block_values();
     if row.len() != kind.row_bytes(out.len()) || !out.len().is_multiple_of(block_values) {
         bail!(
             "an {} row of {} bytes for {} values",
-            kind.iquant().name(),
+            kind.name(),
             row.len(),
             out.len()
         );
@@ -118,7 +92,7 @@ pub fn expand_row(kind: IqKind, row: &[u8], out: &mut [f32]) -> Result<()> {
         .chunks_exact(bytes)
         .zip(out.chunks_exact_mut(block_values))
     {
-        let groups = iquants::block_groups(kind.iquant(), block);
+        let groups = iquants::block_groups(kind, block);
         for (group, y) in groups.iter().zip(y.chunks_exact_mut(BLOCK)) {
             y.copy_from_slice(&group.values());
         }
@@ -126,21 +100,21 @@ pub fn expand_row(kind: IqKind, row: &[u8], out: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
-/// A (rows, cols) matrix of an `IqKind` in its blocks, row after row, in host memory.
+/// A (rows, cols) matrix of an `IQuant` in its blocks, row after row, in host memory.
 pub struct IqMatrix {
-    kind: IqKind,
+    kind: IQuant,
     rows: usize,
     cols: usize,
     data: Vec<u8>,
 }
 
 impl IqMatrix {
-    pub fn new(kind: IqKind, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
-        let block = kind.iquant().block_values();
+    pub fn new(kind: IQuant, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
+        let block = kind.block_values();
         if !cols.is_multiple_of(block) || data.len() != rows * kind.row_bytes(cols) {
             bail!(
                 "{} matrix {rows}×{cols}: {} bytes are not its whole {block}-value blocks",
-                kind.iquant().name(),
+                kind.name(),
                 data.len()
             );
         }
@@ -152,7 +126,7 @@ impl IqMatrix {
         })
     }
 
-    pub fn kind(&self) -> IqKind {
+    pub fn kind(&self) -> IQuant {
         self.kind
     }
 
@@ -213,9 +187,13 @@ impl IqMatrix {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
-    use super::{BLOCK, IqKind, block_scales};
+    use super::{BLOCK, IQuant, block_scales, unit_factor, unit_scale};
     use crate::model::block_dots::avx2::f16_lanes;
-    use crate::model::iquant_grids::{IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS, KVALUES_IQ4NL};
+    use crate::model::iquant_grids::{
+        IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+        KVALUES_IQ4NL,
+    };
+    use crate::model::iquants::iq1_m_high;
     use std::arch::x86_64::*;
 
     /// The table in both 128-bit lanes, for `_mm256_shuffle_epi8`.
@@ -259,6 +237,14 @@ pub(super) mod avx2 {
         _mm256_or_si256(negative, _mm256_set1_epi8(1))
     }
 
+    /// Four 7-bit sign sets (bits 7l.. 7l + 7 of `aux`) made eight bits each by their parity
+    /// (`KSIGNS_IQ2XS`), as 32 sign bits.
+    #[inline]
+    fn parity_signs(set: impl Fn(usize) -> u32) -> u32 {
+        let full = |l| u32::from(KSIGNS_IQ2XS[set(l) as usize & 127]);
+        full(0) | full(1) << 8 | full(2) << 16 | full(3) << 24
+    }
+
     /// Eight grid entries of four magnitudes as 32 bytes, entry k in bytes 4k..4k + 4.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -267,91 +253,153 @@ pub(super) mod avx2 {
         _mm256_set_epi32(e(7), e(6), e(5), e(4), e(3), e(2), e(1), e(0))
     }
 
+    /// Four grid entries of eight bytes as 32 bytes, entry l in bytes 8l..8l + 8.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn wide_entries(entry: impl Fn(usize) -> u64) -> __m256i {
+        let e = |l| entry(l) as i64;
+        _mm256_set_epi64x(e(3), e(2), e(1), e(0))
+    }
+
+    /// IQ1's integers 8·g ± 1 from four grid entries of values g in −1..=1 (bytes) and each
+    /// entry's shift sign (`minus(l)`: −1, else +1).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn iq1_integers(entry: impl Fn(usize) -> u64, minus: impl Fn(usize) -> bool) -> __m256i {
+        let grid = wide_entries(entry);
+        let shift = wide_entries(|l| {
+            if minus(l) {
+                u64::MAX
+            } else {
+                0x0101_0101_0101_0101
+            }
+        });
+        _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), grid), shift)
+    }
+
     /// Group `ib` of `block` as what `maddubs` multiplies: its 32 magnitudes (unsigned bytes,
-    /// value j in byte j) and a byte of each one's sign (±1, or for IQ4 the signed level itself:
-    /// never zero), as llama.cpp's `ggml_vec_dot_iq*_q8_*` build them.
+    /// value j in byte j) and a byte of each one's sign (±1, or for IQ4 and IQ1 the signed
+    /// integer itself: never zero), as llama.cpp's `ggml_vec_dot_iq*_q8_*` build them (IQ1's
+    /// integers are this module's: llama.cpp sums the grid and the shift apart).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::model) fn group_factors(
-        kind: IqKind,
+        kind: IQuant,
         table: __m256i,
         block: &[u8],
         ib: usize,
     ) -> (__m256i, __m256i) {
-        let level_factors = |l: __m256i| (_mm256_sign_epi8(l, l), l);
+        let signed_factors = |l: __m256i| (_mm256_sign_epi8(l, l), l);
+        let u16_at = |at: usize| u16::from_le_bytes([block[at], block[at + 1]]);
         let u32_at = |at: usize| {
             u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]])
         };
         match kind {
-            IqKind::Iq4Nl => level_factors(levels(table, &block[2..])),
-            IqKind::Iq4Xs => level_factors(levels(table, &block[8 + 16 * ib..])),
-            IqKind::Iq3S => {
+            IQuant::Iq4Nl => signed_factors(levels(table, &block[2..])),
+            IQuant::Iq4Xs => signed_factors(levels(table, &block[8 + 16 * ib..])),
+            IQuant::Iq3S => {
                 let (qs, qh) = (&block[2 + 8 * ib..][..8], u32::from(block[66 + ib]));
                 // Entry k's index: byte k of qs, bit k of qh as its ninth bit.
                 let index = |k: usize| usize::from(qs[k]) | (((qh >> k) & 1) as usize) << 8;
                 let magnitudes = grid_entries(|k| IQ3S_GRID[index(k)]);
                 (magnitudes, sign_bytes(u32_at(74 + 4 * ib)))
             }
-            IqKind::Iq3Xxs => {
+            IQuant::Iq3Xxs => {
                 let qs = &block[2 + 8 * ib..][..8];
                 let magnitudes = grid_entries(|k| IQ3XXS_GRID[usize::from(qs[k])]);
-                // Four 7-bit sign sets, each made eight bits by its parity.
                 let aux = u32_at(66 + 4 * ib);
-                let set = |l: u32| u32::from(KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize]);
-                let signs = set(0) | set(1) << 8 | set(2) << 16 | set(3) << 24;
+                let signs = parity_signs(|l| aux >> (7 * l));
                 (magnitudes, sign_bytes(signs))
+            }
+            IQuant::Iq2Xxs => {
+                let at = 2 + 8 * ib;
+                let magnitudes = wide_entries(|l| IQ2XXS_GRID[usize::from(block[at + l])]);
+                let aux = u32_at(at + 4);
+                (magnitudes, sign_bytes(parity_signs(|l| aux >> (7 * l))))
+            }
+            IQuant::Iq2Xs => {
+                // Per eight values a u16: a 9-bit grid index, a 7-bit sign set.
+                let v = |l: usize| u16_at(2 + 2 * (4 * ib + l));
+                let magnitudes = wide_entries(|l| IQ2XS_GRID[usize::from(v(l) & 511)]);
+                let signs = parity_signs(|l| u32::from(v(l) >> 9));
+                (magnitudes, sign_bytes(signs))
+            }
+            IQuant::Iq2S => {
+                // Entry l's index: byte l, two high bits from bits 2l.. of qh.
+                let qh = usize::from(block[66 + ib]);
+                let index =
+                    |l: usize| usize::from(block[2 + 4 * ib + l]) | (qh >> (2 * l) & 3) << 8;
+                let magnitudes = wide_entries(|l| IQ2S_GRID[index(l)]);
+                (magnitudes, sign_bytes(u32_at(34 + 4 * ib)))
+            }
+            IQuant::Iq1S => {
+                // Three high bits of each index and the shift's sign in the group's u16.
+                let qh = usize::from(u16_at(34 + 2 * ib));
+                let index =
+                    |l: usize| usize::from(block[2 + 4 * ib + l]) | (qh >> (3 * l) & 7) << 8;
+                signed_factors(iq1_integers(|l| IQ1S_GRID[index(l)], |_| qh & 0x8000 != 0))
+            }
+            IQuant::Iq1M => {
+                let high = iq1_m_high(block, ib);
+                let entry = |l: usize| IQ1S_GRID[usize::from(block[4 * ib + l]) | high[l].0];
+                signed_factors(iq1_integers(entry, |l| high[l].1))
             }
         }
     }
 
     /// `unit_scale` in eight lanes: d read by `f16_lanes` (a scalar f16 read would compile to an
     /// insert into whatever register is free — in the products, the accumulator's — and wait for
-    /// it), a quarter of it for IQ3_XXS (exact).
+    /// it) times the kind's power of two (exact); IQ1_M's d, spread over its scales, broadcast.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in crate::model) fn unit_lanes(kind: IqKind, block: &[u8]) -> __m256 {
+    pub(in crate::model) fn unit_lanes(kind: IQuant, block: &[u8]) -> __m256 {
+        if kind == IQuant::Iq1M {
+            return _mm256_set1_ps(unit_scale(kind, block));
+        }
         let d = f16_lanes(block, 0);
-        if kind == IqKind::Iq3Xxs {
-            _mm256_mul_ps(d, _mm256_set1_ps(0.25))
-        } else {
+        let factor = unit_factor(kind);
+        if factor == 1.0 {
             d
+        } else {
+            _mm256_mul_ps(d, _mm256_set1_ps(factor))
         }
     }
 
-    /// A group's 32 values as signed bytes (before its scale).
+    /// A group's 32 values as signed bytes (before its scales).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn group_integers(kind: IqKind, table: __m256i, block: &[u8], ib: usize) -> __m256i {
+    fn group_integers(kind: IQuant, table: __m256i, block: &[u8], ib: usize) -> __m256i {
         let (magnitudes, signs) = group_factors(kind, table, block, ib);
         _mm256_sign_epi8(magnitudes, signs)
     }
 
-    /// Calls `put(g, scale, integers)` for each group g of a row, in order.
+    /// Calls `put(g, scales, integers)` for each group g of a row, in order (`scales`: of its
+    /// values 0..16 and 16..32).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn for_integer_groups(kind: IqKind, row: &[u8], mut put: impl FnMut(usize, f32, __m256i)) {
+    fn for_integer_groups(kind: IQuant, row: &[u8], mut put: impl FnMut(usize, [f32; 2], __m256i)) {
         let table = table();
         let (per_block, bytes) = kind.block_shape();
         for (b, block) in row.chunks_exact(bytes).enumerate() {
             let scales = block_scales(kind, block);
-            for (ib, &scale) in scales.iter().enumerate().take(per_block) {
+            for (ib, &scales) in scales.iter().enumerate().take(per_block) {
                 put(
                     b * per_block + ib,
-                    scale,
+                    scales,
                     group_integers(kind, table, block, ib),
                 );
             }
         }
     }
 
-    /// A row's values: the groups' integers widened and multiplied by their scale.
+    /// A row's values: the groups' integers widened and multiplied by their scales.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub fn expand(kind: IqKind, row: &[u8], out: &mut [f32]) {
-        for_integer_groups(kind, row, |g, scale, q| {
-            let s = _mm256_set1_ps(scale);
+    pub fn expand(kind: IQuant, row: &[u8], out: &mut [f32]) {
+        for_integer_groups(kind, row, |g, scales, q| {
             let y = &mut out[g * BLOCK..(g + 1) * BLOCK];
             let halves = [_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q)];
             for (h, half) in halves.into_iter().enumerate() {
+                let s = _mm256_set1_ps(scales[h]);
                 for (e, bytes) in [half, _mm_srli_si128::<8>(half)].into_iter().enumerate() {
                     let v = _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)));
                     // SAFETY: h·16 + e·8 + 8 ≤ 32, the length of y.
@@ -361,20 +409,20 @@ pub(super) mod avx2 {
         });
     }
 
-    /// `put(g, scale, bytes)` for each group g of a row: its integers + 128 (`int8_runs`'
-    /// unsigned form) and its scale.
+    /// `put(g, scales, bytes)` for each group g of a row: its integers + 128 (`int8_runs`'
+    /// unsigned form) and the scales of its values 0..16 and 16..32.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::model) fn biased_integers(
-        kind: IqKind,
+        kind: IQuant,
         row: &[u8],
-        mut put: impl FnMut(usize, f32, &[u8; 32]),
+        mut put: impl FnMut(usize, [f32; 2], &[u8; 32]),
     ) {
         let mut out = [0u8; 32];
-        for_integer_groups(kind, row, |g, scale, q| {
+        for_integer_groups(kind, row, |g, scales, q| {
             let biased = _mm256_xor_si256(q, _mm256_set1_epi8(i8::MIN));
             // SAFETY: 32 bytes into an array of 32.
             unsafe { _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, biased) };
-            put(g, scale, &out);
+            put(g, scales, &out);
         });
     }
 }

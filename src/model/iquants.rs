@@ -1,13 +1,13 @@
-//! llama.cpp's i-quants (IQ1_S … IQ4_XS) decoded, and read into Q8_0 blocks at load.
+//! llama.cpp's i-quants (IQ1_S … IQ4_XS) decoded; on a GPU read into Q8_0 or Q5_0 blocks.
 //!
 //! Japanese judges are published in these types too (an IQ4_XS 8B is 4.4 GB against a Q4_K_M's
 //! 4.9), but candle has neither their blocks nor their kernels. Each block is decoded here
 //! exactly as ggml's `dequantize_row_iq*` decodes it (ggml-quants.c, tables from ggml-common.h in
-//! `iquant_grids`): the values of `--weights expanded`, and of IQ4_NL / IQ4_XS matrices on the
-//! CPU, which stay in their blocks (`iq_rows`). Every other i-quant matrix, and every one on a
-//! GPU, is held as Q8_0, the block type every path of hyoka takes (CPU f32 and int8 products,
-//! CUDA): 8.5 bits a weight in memory instead of the file's 1.6–4.5 — or, where its integers fit
-//! in 5 bits (IQ3_S, IQ1_S: `IQuant::held_as`), as Q5_0, 5.5 bits, the same values.
+//! `iquant_grids`): the values of `--weights expanded`, and of i-quant matrices on the CPU,
+//! which stay in their blocks (`iq_rows`). On a GPU every i-quant matrix is held as Q8_0, the
+//! block type every CUDA path of hyoka takes: 8.5 bits a weight in memory instead of the file's
+//! 1.6–4.5 — or, where its integers fit in 5 bits (IQ3_S, IQ1_S: `IQuant::held_as`), as Q5_0,
+//! 5.5 bits, the same values.
 //!
 //! Every i-quant value is a scale times a small integer: a level of IQ4's non-linear table, a
 //! signed grid magnitude, or (IQ1) eight times a grid value plus or minus one. Where one scale
@@ -110,6 +110,16 @@ impl IQuant {
         }
     }
 
+    /// Groups of 32 values per block, and bytes per block.
+    pub(super) fn block_shape(self) -> (usize, usize) {
+        (self.block_values() / GROUP, self.block_bytes())
+    }
+
+    /// Bytes of a row of `cols` values (a whole number of blocks).
+    pub fn row_bytes(self, cols: usize) -> usize {
+        cols / self.block_values() * self.block_bytes()
+    }
+
     /// Whether its values are kept as read (an f16 scale per 32), not quantized again.
     pub fn exact(self) -> bool {
         self == IQuant::Iq4Nl
@@ -120,8 +130,8 @@ impl IQuant {
         !matches!(self, IQuant::Iq2Xs | IQuant::Iq2S | IQuant::Iq1M)
     }
 
-    /// The block type its matrices are held in where they are not kept in their own
-    /// (`iq_rows`: IQ4_NL, IQ4_XS, IQ3_S and IQ3_XXS are, on the CPU): Q5_0 (5.5 bits a weight)
+    /// The block type its matrices are held in where they are not kept in their own (`iq_rows`
+    /// keeps them on the CPU; this is for a GPU): Q5_0 (5.5 bits a weight)
     /// where every 32 values are one scale times integers in −16..=15 (IQ3_S: odd magnitudes up
     /// to 15; IQ1_S: eight times a grid value ± 1, up to 9 in magnitude), which Q5_0 holds as
     /// exactly as Q8_0 does; Q8_0 (8.5 bits) for the others.
@@ -415,12 +425,27 @@ fn iq2_xxs(b: &[u8], groups: &mut [Group]) {
     }
 }
 
+/// An IQ2_XXS block's eight group scales without d/8: 2s + 1, s the top 4 bits of the group's
+/// second u32 (at 6 + 8g). ggml's d·(0.5 + s)·0.25 is (d·0.125)·(2s + 1) to the bit.
+pub(super) fn iq2_xxs_sub_scales(b: &[u8]) -> [i32; 8] {
+    std::array::from_fn(|ib| 2 * (u32_at(b, 6 + 8 * ib) >> 28) as i32 + 1)
+}
+
 /// Two 4-bit scales per group, d·(0.5 + s)·0.25, one for each 16 values.
 fn two_scales(d: f32, s: u8) -> [f32; 2] {
     [
         d * (0.5 + f32::from(s & 0xf)) * 0.25,
         d * (0.5 + f32::from(s >> 4)) * 0.25,
     ]
+}
+
+/// The sub-scales of IQ2_XS (bytes from 66) and IQ2_S (from 74) without d/8: per group a byte
+/// of two 4-bit scales s, 2s + 1 for values 0..16 (low nibble) and 16..32 (high).
+pub(super) fn iq2_half_sub_scales(b: &[u8], at: usize) -> [[i32; 2]; 8] {
+    std::array::from_fn(|ib| {
+        let s = b[at + ib];
+        [2 * i32::from(s & 0xf) + 1, 2 * i32::from(s >> 4) + 1]
+    })
 }
 
 /// d (f16), 32 u16 (a 9-bit grid index and a 7-bit sign set), 8 bytes of two 4-bit scales.
@@ -458,6 +483,13 @@ fn put8_iq1(q: &mut [i8], entry: u64, minus: bool) {
     }
 }
 
+/// An IQ1_S block's eight group scales without d/8: 2s + 1, s bits 12..15 of the group's u16
+/// at 34 + 2g. ggml's values dl·(grid ± 1/8), dl = d·(2s + 1) (exact in f32: 11 bits times
+/// 4), are (d/8)·(2s + 1) times the integers 8·grid ± 1 to the bit.
+pub(super) fn iq1_s_sub_scales(b: &[u8]) -> [i32; 8] {
+    std::array::from_fn(|ib| 2 * i32::from((u16_at(b, 34 + 2 * ib) >> 12) & 7) + 1)
+}
+
 /// d (f16), 32 low bytes of 11-bit grid indices, 8 u16: their high bits (3 per index), a 3-bit
 /// scale and the sign of the shift. dl = d·(2s + 1).
 fn iq1_s(b: &[u8], groups: &mut [Group]) {
@@ -473,28 +505,41 @@ fn iq1_s(b: &[u8], groups: &mut [Group]) {
     }
 }
 
+/// An IQ1_M block's d: the top nibbles of its four u16 scales (at 48), an f16.
+pub(super) fn iq1_m_d(b: &[u8]) -> f32 {
+    let sc: [u16; 4] = std::array::from_fn(|i| u16_at(b, 48 + 2 * i));
+    let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
+    f16::from_bits(bits).to_f32()
+}
+
+/// An IQ1_M block's sub-scales without d/8: per group two 3-bit scales s (values 0..16 and
+/// 16..32; six bits of the u16 at 48 + 2·(g/2), from bit 6·(g % 2)), 2s + 1.
+pub(super) fn iq1_m_sub_scales(b: &[u8]) -> [[i32; 2]; 8] {
+    std::array::from_fn(|ib| {
+        let s = u16_at(b, 48 + 2 * (ib / 2)) >> (6 * (ib % 2));
+        [2 * i32::from(s & 7) + 1, 2 * i32::from((s >> 3) & 7) + 1]
+    })
+}
+
+/// The high bits and the shift's sign of an IQ1_M group's four sets of eight values (its two
+/// bytes at 32 + 2g: a nibble per set, 3 high bits of the grid index and the sign).
+pub(super) fn iq1_m_high(b: &[u8], ib: usize) -> [(usize, bool); 4] {
+    std::array::from_fn(|l| {
+        let h = usize::from(b[32 + 2 * ib + l / 2]) >> (4 * (l % 2));
+        ((h & 7) << 8, h & 8 != 0)
+    })
+}
+
 /// 32 low bytes of 11-bit grid indices, 16 bytes (per 8 values: 3 high bits, a shift sign), 8
 /// bytes of 3-bit scales (two per group) whose top nibbles make up d (f16).
 fn iq1_m(b: &[u8], groups: &mut [Group]) {
-    let sc: [u16; 4] = std::array::from_fn(|i| u16_at(b, 48 + 2 * i));
-    let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
-    let d = f16::from_bits(bits).to_f32();
-    for (ib, g) in groups.iter_mut().enumerate() {
-        let s = sc[ib / 2] >> (6 * (ib % 2));
-        let dl = |shift: u16| d * (2 * ((s >> shift) & 7) + 1) as f32;
-        g.scales = [dl(0) / 8.0, dl(3) / 8.0];
-        let (qs, qh) = (&b[4 * ib..], &b[32 + 2 * ib..]);
-        for l in 0..4 {
-            let h = u16::from(qh[l / 2]);
-            // Even l: the byte's low nibble; odd l: its high one.
-            let (high, minus) = if l % 2 == 0 {
-                ((h << 8) & 0x700, h & 0x08 != 0)
-            } else {
-                ((h << 4) & 0x700, h & 0x80 != 0)
-            };
+    let d = iq1_m_d(b);
+    for ((ib, g), subs) in groups.iter_mut().enumerate().zip(iq1_m_sub_scales(b)) {
+        g.scales = subs.map(|s| d * s as f32 / 8.0);
+        for (l, (high, minus)) in iq1_m_high(b, ib).into_iter().enumerate() {
             put8_iq1(
                 &mut g.q[8 * l..],
-                IQ1S_GRID[usize::from(u16::from(qs[l]) | high)],
+                IQ1S_GRID[usize::from(b[4 * ib + l]) | high],
                 minus,
             );
         }

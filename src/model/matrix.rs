@@ -17,7 +17,8 @@
 use super::block_dots::{BlockKind, Q8Rows, dot_rows_kernel};
 use super::expanded_dots::{self, RowBlocks};
 use super::iq_dots;
-use super::iq_rows::{IqKind, IqMatrix};
+use super::iq_rows::IqMatrix;
+use super::iquants::IQuant;
 use super::kquant_dots::{self, KQuantKind, Q8KRows};
 use super::row_tasks::by_weight_rows;
 use super::{prefill_gemm, runs, stage_times};
@@ -100,8 +101,7 @@ pub enum Matrix {
     Dense(Tensor),
     /// GGUF blocks (Q4_0 … Q6_K, Q8_0).
     Quantized(Arc<QTensor>),
-    /// IQ4_NL / IQ4_XS / IQ3_S / IQ3_XXS blocks on the CPU, which candle's `QTensor` cannot hold
-    /// (`iq_rows`).
+    /// I-quant blocks on the CPU, which candle's `QTensor` cannot hold (`iq_rows`).
     Iq(Arc<IqMatrix>),
 }
 
@@ -245,11 +245,10 @@ impl Matrix {
     /// x (n, in) · Wᵀ for decoding, each row's result the same whatever the other rows, and
     /// each weight block read once for all of them. On the CPU, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and
     /// (with AVX2) Q2_K … Q6_K in integers on 8-bit activations (`block_dots`, `kquant_dots`:
-    /// llama.cpp's and candle's quantized products, a row's result candle's to the bit), IQ4_NL,
-    /// IQ4_XS, IQ3_S and IQ3_XXS likewise (`iq_dots`; all but IQ4_NL on activations rounded per
-    /// 256 as llama.cpp); other
-    /// matrices expanded to f32 [`DOT_BLOCK_ROWS`] rows at a time, each output one f32 dot
-    /// product summed in a fixed order. For decoding several sequences, where candle would
+    /// llama.cpp's and candle's quantized products, a row's result candle's to the bit), the
+    /// i-quants likewise (`iq_dots`; all but IQ4_NL on activations rounded per 256 as
+    /// llama.cpp); other matrices expanded to f32 [`DOT_BLOCK_ROWS`] rows at a time, each
+    /// output one f32 dot product summed in a fixed order. For decoding several sequences, where candle would
     /// multiply one row at a time ([`integer_products`]).
     pub fn dots_t(&self, x: &Tensor) -> Result<Tensor> {
         let (out, k) = self.dims()?;
@@ -474,7 +473,7 @@ fn integer_products(q: &QTensor) -> bool {
 pub(super) enum RowKernels<'a> {
     Blocks(BlockKind, std::borrow::Cow<'a, [u8]>),
     KQuants(KQuantKind, std::borrow::Cow<'a, [u8]>),
-    Iq(IqKind, std::borrow::Cow<'a, [u8]>),
+    Iq(IQuant, std::borrow::Cow<'a, [u8]>),
 }
 
 impl Matrix {

@@ -31,8 +31,7 @@ pub enum PrefillGemm {
     Bf16,
     /// Activations rounded to 8 bits per 32 values (llama.cpp's Q8_0) and multiplied with the
     /// weights' own integers on AVX512-VNNI (`int8_runs`), for GGUF matrices in Q4_0, Q4_1,
-    /// Q5_0, Q5_1, Q8_0, Q2_K … Q6_K, IQ4_NL, IQ4_XS, IQ3_S or IQ3_XXS (and the other i-quants, held as Q8_0 or Q5_0);
-    /// every other matrix in f32.
+    /// Q5_0, Q5_1, Q8_0, Q2_K … Q6_K or an i-quant; every other matrix in f32.
     Int8,
 }
 

@@ -10,7 +10,7 @@
 
 use super::config::Arch;
 use super::gguf_files::GgufFiles;
-use super::iq_rows::{IqKind, IqMatrix};
+use super::iq_rows::IqMatrix;
 use super::iquants::IQuant;
 use super::matrix::{Matrix, WeightsMode};
 use super::safetensors_reads::SafetensorsReads;
@@ -200,17 +200,13 @@ impl Weights {
         Ok((gname, rope_heads))
     }
 
-    /// An IQ4_NL / IQ4_XS / IQ3_S / IQ3_XXS tensor kept in its blocks, when the model is on the CPU (`iq_rows`);
-    /// None for any other tensor or device (there i-quants are read into Q8_0 blocks).
+    /// An i-quant tensor kept in its blocks, when the model is on the CPU (`iq_rows`); None for
+    /// any other tensor or device (on a GPU i-quants are read into Q8_0 or Q5_0 blocks).
     fn iq_matrix(&self, gname: &str) -> Result<Option<Matrix>> {
         let Source::Gguf { files, .. } = &self.source else {
             return Ok(None);
         };
-        let Some(kind) = files
-            .iquant_of(gname)
-            .filter(|&t| self.keeps_own_blocks(t))
-            .and_then(IqKind::of)
-        else {
+        let Some(kind) = files.iquant_of(gname).filter(|_| self.keeps_own_blocks()) else {
             return Ok(None);
         };
         let blocks = files.iquant_blocks(gname)?;
@@ -223,26 +219,21 @@ impl Weights {
     }
 
     /// The i-quant types (with their tensor counts) that `matrix` holds in other blocks
-    /// (`IQuant::held_as`: Q8_0 or Q5_0): on the CPU every i-quant but IQ4_NL, IQ4_XS, IQ3_S and IQ3_XXS (kept
-    /// in their own), on a GPU all; none when expanded (their values read exactly).
+    /// (`IQuant::held_as`: Q8_0 or Q5_0): on a GPU all; none on the CPU (kept in their own) or
+    /// when expanded (their values read exactly).
     pub fn iquants_converted(&self) -> Vec<(IQuant, usize)> {
         let Source::Gguf { files, .. } = &self.source else {
             return Vec::new();
         };
-        if self.mode == WeightsMode::Expanded {
+        if self.mode == WeightsMode::Expanded || self.keeps_own_blocks() {
             return Vec::new();
         }
-        files
-            .iquant_counts()
-            .into_iter()
-            .filter(|&(t, _)| !self.keeps_own_blocks(t))
-            .collect()
+        files.iquant_counts()
     }
 
-    /// Whether `matrix` keeps an i-quant type's matrices in their own blocks (`iq_matrix`):
-    /// IQ4_NL, IQ4_XS, IQ3_S and IQ3_XXS, on the CPU.
-    fn keeps_own_blocks(&self, t: IQuant) -> bool {
-        self.device.is_cpu() && IqKind::of(t).is_some()
+    /// Whether `matrix` keeps i-quant matrices in their own blocks (`iq_matrix`): on the CPU.
+    fn keeps_own_blocks(&self) -> bool {
+        self.device.is_cpu()
     }
 
     /// A GGUF tensor as stored, read onto `device` — except an unquantized one (F32, F16,
