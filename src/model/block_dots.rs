@@ -278,8 +278,9 @@ pub(crate) mod avx2 {
     }
 
     /// 32 bytes: 0xFF where bit i of `bits` is set (llama.cpp's `bytes_from_bits_32`).
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn bytes_from_bits(bits: u32) -> __m256i {
+    pub(in crate::model) fn bytes_from_bits(bits: u32) -> __m256i {
         let shuffle = _mm256_set_epi64x(
             0x0303030303030303,
             0x0202020202020202,

@@ -13,7 +13,7 @@
 //! - The others: the groups' integer sub-scales (ls − 32; 1 + 2s; 2s + 1 — for IQ2_XS, IQ2_S
 //!   and IQ1_M one for each 16 values) multiply their products in integers too (one `madd`),
 //!   the eight groups of a 256-value block sum in i32 lanes, and one fused multiply-add of
-//!   (unit·dₓ: d, d/4 or d/8, `iq_rows::unit_scale`) per block does the float work: llama.cpp's
+//!   (unit·dₓ: d, d/4 or d/8, `iquants::unit_scale`) per block does the float work: llama.cpp's
 //!   kernels operation for operation (but IQ1's ±1/8 shift, inside its integers here, not a
 //!   second sum). Through Q8_0 activations each group needed its own float scale and
 //!   conversion; this way decoding takes about two thirds of the instructions.
@@ -23,8 +23,8 @@
 //! other rows.
 
 use super::block_dots::{BLOCK, Q8Rows};
-use super::iq_rows::{sub_scales, unit_scale};
-use super::iquants::{IQuant, block_groups};
+use super::iq_rows::sub_scales;
+use super::iquants::{IQuant, block_groups, unit_scale};
 use super::kquant_dots::{Q8KRows, QK_K};
 
 /// Activation rows rounded to 8 bits the way a kind's products take them.

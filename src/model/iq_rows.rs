@@ -16,16 +16,15 @@
 
 use super::block_dots::BLOCK;
 use super::iquants::{
-    self, IQuant, iq1_m_d, iq1_m_sub_scales, iq1_s_sub_scales, iq2_half_sub_scales,
-    iq2_xxs_sub_scales, iq3_s_sub_scales, iq3_xxs_sub_scales, iq4_xs_sub_scales,
+    self, IQuant, iq1_m_sub_scales, iq1_s_sub_scales, iq2_half_sub_scales, iq2_xxs_sub_scales,
+    iq3_s_sub_scales, iq3_xxs_sub_scales, iq4_xs_sub_scales, unit_scale,
 };
 use candle_core::{Result, bail};
-use half::f16;
 use rayon::prelude::*;
 
 /// The integer sub-scales of a block's groups, one for each 16 values (the same two where one
 /// covers 32): IQ4_XS ls − 32, IQ3_S 1 + 2s, the others 2s + 1 (eight groups), IQ4_NL 1 (its
-/// one group). A half-group's scale is the block's [`unit_scale`] times its own, in f32.
+/// one group). A half-group's scale is the block's `iquants::unit_scale` times its own, in f32.
 #[inline]
 pub(super) fn sub_scales(kind: IQuant, block: &[u8]) -> [[i32; 2]; 8] {
     let both = |s: [i32; 8]| s.map(|s| [s; 2]);
@@ -39,27 +38,6 @@ pub(super) fn sub_scales(kind: IQuant, block: &[u8]) -> [[i32; 2]; 8] {
         IQuant::Iq2S => iq2_half_sub_scales(block, 74),
         IQuant::Iq1S => both(iq1_s_sub_scales(block)),
         IQuant::Iq1M => iq1_m_sub_scales(block),
-    }
-}
-
-/// What a block's sub-scales multiply: its d (an f16; IQ1_M's spread over its scales' top
-/// nibbles) times 1, 1/4 (IQ3_XXS) or 1/8 (IQ2_*, IQ1_*): exact in f32, so that unit times
-/// sub-scale rounds once, as ggml's d·(0.5 + s)·0.25 or d·(2s + 1)/8 do.
-#[inline]
-pub(super) fn unit_scale(kind: IQuant, block: &[u8]) -> f32 {
-    if kind == IQuant::Iq1M {
-        return iq1_m_d(block) * 0.125;
-    }
-    f16::from_le_bytes([block[0], block[1]]).to_f32() * unit_factor(kind)
-}
-
-/// The power of two that makes d a block's unit (`unit_scale`).
-#[inline]
-pub(super) fn unit_factor(kind: IQuant) -> f32 {
-    match kind {
-        IQuant::Iq4Nl | IQuant::Iq4Xs | IQuant::Iq3S => 1.0,
-        IQuant::Iq3Xxs => 0.25,
-        IQuant::Iq2Xxs | IQuant::Iq2Xs | IQuant::Iq2S | IQuant::Iq1S | IQuant::Iq1M => 0.125,
     }
 }
 
@@ -187,13 +165,14 @@ impl IqMatrix {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
-    use super::{BLOCK, IQuant, block_scales, unit_factor, unit_scale};
-    use crate::model::block_dots::avx2::f16_lanes;
+    use super::{BLOCK, IQuant, block_scales, unit_scale};
+    use crate::model::block_dots::avx2::{bytes_from_bits, f16_lanes};
     use crate::model::iquant_grids::{
         IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
         KVALUES_IQ4NL,
     };
     use crate::model::iquants::iq1_m_high;
+    use crate::model::iquants::unit_factor;
     use std::arch::x86_64::*;
 
     /// The table in both 128-bit lanes, for `_mm256_shuffle_epi8`.
@@ -221,20 +200,11 @@ pub(super) mod avx2 {
     }
 
     /// Bytes of ±1 from 32 sign bits (byte j −1 where bit j is set), as llama.cpp's i-quant
-    /// products spread them: byte j takes sign byte j / 8 and keeps its bit j % 8.
+    /// products spread them.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     fn sign_bytes(signs: u32) -> __m256i {
-        let which = _mm256_set_epi64x(
-            0x0303_0303_0303_0303,
-            0x0202_0202_0202_0202,
-            0x0101_0101_0101_0101,
-            0,
-        );
-        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-        let spread = _mm256_shuffle_epi8(_mm256_set1_epi32(signs as i32), which);
-        let negative = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-        _mm256_or_si256(negative, _mm256_set1_epi8(1))
+        _mm256_or_si256(bytes_from_bits(signs), _mm256_set1_epi8(1))
     }
 
     /// Four 7-bit sign sets (bits 7l.. 7l + 7 of `aux`) made eight bits each by their parity

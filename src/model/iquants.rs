@@ -373,13 +373,34 @@ pub(super) fn iq3_xxs_sub_scales(b: &[u8]) -> [i32; 8] {
     std::array::from_fn(|ib| 2 * (u32_at(b, 66 + 4 * ib) >> 28) as i32 + 1)
 }
 
+/// What a block's sub-scales multiply: its d (an f16; IQ1_M's spread over its scales' top
+/// nibbles) times 1, 1/4 (IQ3_XXS) or 1/8 (IQ2_*, IQ1_*): exact in f32, so that unit times
+/// sub-scale rounds once, as ggml's d·(0.5 + s)·0.25 or d·(2s + 1)/8 do.
+#[inline]
+pub(super) fn unit_scale(kind: IQuant, block: &[u8]) -> f32 {
+    if kind == IQuant::Iq1M {
+        return iq1_m_d(block) * 0.125;
+    }
+    f16::from_le_bytes([block[0], block[1]]).to_f32() * unit_factor(kind)
+}
+
+/// The power of two that makes d a block's unit (`unit_scale`).
+#[inline]
+pub(super) fn unit_factor(kind: IQuant) -> f32 {
+    match kind {
+        IQuant::Iq4Nl | IQuant::Iq4Xs | IQuant::Iq3S => 1.0,
+        IQuant::Iq3Xxs => 0.25,
+        IQuant::Iq2Xxs | IQuant::Iq2Xs | IQuant::Iq2S | IQuant::Iq1S | IQuant::Iq1M => 0.125,
+    }
+}
+
 /// d (f16), 64 grid indices (bytes), then per group a u32: four 7-bit sign sets and a 4-bit
 /// scale; scale d·(0.5 + s)·0.5.
 fn iq3_xxs(b: &[u8], groups: &mut [Group]) {
-    let d = half_at(b, 0);
-    for (ib, g) in groups.iter_mut().enumerate() {
+    let unit = unit_scale(IQuant::Iq3Xxs, b);
+    for ((ib, g), s) in groups.iter_mut().enumerate().zip(iq3_xxs_sub_scales(b)) {
         let aux = u32_at(b, 66 + 4 * ib);
-        *g = Group::one_scale(d * (0.5 + (aux >> 28) as f32) * 0.5);
+        *g = Group::one_scale(unit * s as f32);
         let qs = &b[2 + 8 * ib..];
         for l in 0..4 {
             let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
@@ -409,11 +430,11 @@ fn iq3_s(b: &[u8], groups: &mut [Group]) {
 /// d (f16), then per group two u32: four grid indices (bytes); four 7-bit sign sets and a
 /// 4-bit scale. Scale d·(0.5 + s)·0.25.
 fn iq2_xxs(b: &[u8], groups: &mut [Group]) {
-    let d = half_at(b, 0);
-    for (ib, g) in groups.iter_mut().enumerate() {
+    let unit = unit_scale(IQuant::Iq2Xxs, b);
+    for ((ib, g), s) in groups.iter_mut().enumerate().zip(iq2_xxs_sub_scales(b)) {
         let at = 2 + 8 * ib;
         let aux = u32_at(b, at + 4);
-        *g = Group::one_scale(d * (0.5 + (aux >> 28) as f32) * 0.25);
+        *g = Group::one_scale(unit * s as f32);
         for l in 0..4 {
             let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
             put8(
@@ -431,16 +452,9 @@ pub(super) fn iq2_xxs_sub_scales(b: &[u8]) -> [i32; 8] {
     std::array::from_fn(|ib| 2 * (u32_at(b, 6 + 8 * ib) >> 28) as i32 + 1)
 }
 
-/// Two 4-bit scales per group, d·(0.5 + s)·0.25, one for each 16 values.
-fn two_scales(d: f32, s: u8) -> [f32; 2] {
-    [
-        d * (0.5 + f32::from(s & 0xf)) * 0.25,
-        d * (0.5 + f32::from(s >> 4)) * 0.25,
-    ]
-}
-
 /// The sub-scales of IQ2_XS (bytes from 66) and IQ2_S (from 74) without d/8: per group a byte
-/// of two 4-bit scales s, 2s + 1 for values 0..16 (low nibble) and 16..32 (high).
+/// of two 4-bit scales s, 2s + 1 for values 0..16 (low nibble) and 16..32 (high). ggml's
+/// d·(0.5 + s)·0.25 is (d·0.125)·(2s + 1) to the bit.
 pub(super) fn iq2_half_sub_scales(b: &[u8], at: usize) -> [[i32; 2]; 8] {
     std::array::from_fn(|ib| {
         let s = b[at + ib];
@@ -450,9 +464,10 @@ pub(super) fn iq2_half_sub_scales(b: &[u8], at: usize) -> [[i32; 2]; 8] {
 
 /// d (f16), 32 u16 (a 9-bit grid index and a 7-bit sign set), 8 bytes of two 4-bit scales.
 fn iq2_xs(b: &[u8], groups: &mut [Group]) {
-    let d = half_at(b, 0);
+    let unit = unit_scale(IQuant::Iq2Xs, b);
+    let subs = iq2_half_sub_scales(b, 66);
     for (ib, g) in groups.iter_mut().enumerate() {
-        g.scales = two_scales(d, b[66 + ib]);
+        g.scales = subs[ib].map(|s| unit * s as f32);
         for l in 0..4 {
             let v = u16_at(b, 2 + 2 * (4 * ib + l));
             let signs = KSIGNS_IQ2XS[usize::from(v >> 9)];
@@ -464,9 +479,10 @@ fn iq2_xs(b: &[u8], groups: &mut [Group]) {
 /// d (f16), 32 low bytes of 10-bit grid indices, 32 bytes of signs, 8 bytes of their high
 /// bits, 8 bytes of two 4-bit scales.
 fn iq2_s(b: &[u8], groups: &mut [Group]) {
-    let d = half_at(b, 0);
+    let unit = unit_scale(IQuant::Iq2S, b);
+    let subs = iq2_half_sub_scales(b, 74);
     for (ib, g) in groups.iter_mut().enumerate() {
-        g.scales = two_scales(d, b[74 + ib]);
+        g.scales = subs[ib].map(|s| unit * s as f32);
         let qh = u32::from(b[66 + ib]);
         for l in 0..4 {
             let i = u32::from(b[2 + 4 * ib + l]) | ((qh << (8 - 2 * l)) & 0x300);
@@ -493,11 +509,10 @@ pub(super) fn iq1_s_sub_scales(b: &[u8]) -> [i32; 8] {
 /// d (f16), 32 low bytes of 11-bit grid indices, 8 u16: their high bits (3 per index), a 3-bit
 /// scale and the sign of the shift. dl = d·(2s + 1).
 fn iq1_s(b: &[u8], groups: &mut [Group]) {
-    let d = half_at(b, 0);
-    for (ib, g) in groups.iter_mut().enumerate() {
+    let unit = unit_scale(IQuant::Iq1S, b);
+    for ((ib, g), s) in groups.iter_mut().enumerate().zip(iq1_s_sub_scales(b)) {
         let qh = u16_at(b, 34 + 2 * ib);
-        let dl = d * (2 * ((qh >> 12) & 7) + 1) as f32;
-        *g = Group::one_scale(dl / 8.0);
+        *g = Group::one_scale(unit * s as f32);
         for l in 0..4 {
             let i = usize::from(b[2 + 4 * ib + l]) | usize::from((qh >> (3 * l)) & 7) << 8;
             put8_iq1(&mut g.q[8 * l..], IQ1S_GRID[i], qh & 0x8000 != 0);
@@ -506,7 +521,7 @@ fn iq1_s(b: &[u8], groups: &mut [Group]) {
 }
 
 /// An IQ1_M block's d: the top nibbles of its four u16 scales (at 48), an f16.
-pub(super) fn iq1_m_d(b: &[u8]) -> f32 {
+fn iq1_m_d(b: &[u8]) -> f32 {
     let sc: [u16; 4] = std::array::from_fn(|i| u16_at(b, 48 + 2 * i));
     let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
     f16::from_bits(bits).to_f32()
@@ -533,9 +548,9 @@ pub(super) fn iq1_m_high(b: &[u8], ib: usize) -> [(usize, bool); 4] {
 /// 32 low bytes of 11-bit grid indices, 16 bytes (per 8 values: 3 high bits, a shift sign), 8
 /// bytes of 3-bit scales (two per group) whose top nibbles make up d (f16).
 fn iq1_m(b: &[u8], groups: &mut [Group]) {
-    let d = iq1_m_d(b);
+    let unit = unit_scale(IQuant::Iq1M, b);
     for ((ib, g), subs) in groups.iter_mut().enumerate().zip(iq1_m_sub_scales(b)) {
-        g.scales = subs.map(|s| d * s as f32 / 8.0);
+        g.scales = subs.map(|s| unit * s as f32);
         for (l, (high, minus)) in iq1_m_high(b, ib).into_iter().enumerate() {
             put8_iq1(
                 &mut g.q[8 * l..],
