@@ -171,7 +171,6 @@ pub(super) mod avx2 {
         IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
         KVALUES_IQ4NL,
     };
-    use crate::model::iquants::iq1_m_high;
     use crate::model::iquants::unit_factor;
     use std::arch::x86_64::*;
 
@@ -207,12 +206,32 @@ pub(super) mod avx2 {
         _mm256_or_si256(bytes_from_bits(signs), _mm256_set1_epi8(1))
     }
 
-    /// Four 7-bit sign sets (bits 7l.. 7l + 7 of `aux`) made eight bits each by their parity
-    /// (`KSIGNS_IQ2XS`), as 32 sign bits.
+    /// Each 7-bit sign set made eight bits by its parity (`KSIGNS_IQ2XS`), as eight bytes of ±1
+    /// (byte j −1 where bit j is set): llama.cpp's `keven_signs_q2xs`, one read a set.
+    static EVEN_SIGNS: [u64; 128] = even_signs();
+
+    const fn even_signs() -> [u64; 128] {
+        let mut table = [0u64; 128];
+        let mut set = 0;
+        while set < 128 {
+            let bits = KSIGNS_IQ2XS[set];
+            let mut j = 0;
+            while j < 8 {
+                let byte: u64 = if bits >> j & 1 == 1 { 0xFF } else { 0x01 };
+                table[set] |= byte << (8 * j);
+                j += 1;
+            }
+            set += 1;
+        }
+        table
+    }
+
+    /// Sign bytes of 32 values from four 7-bit sign sets (`set(l)`: bits 0..7 the set of values
+    /// 8l..8l + 8; higher bits ignored), each completed by its parity.
     #[inline]
-    fn parity_signs(set: impl Fn(usize) -> u32) -> u32 {
-        let full = |l| u32::from(KSIGNS_IQ2XS[set(l) as usize & 127]);
-        full(0) | full(1) << 8 | full(2) << 16 | full(3) << 24
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn parity_signs(set: impl Fn(usize) -> u32) -> __m256i {
+        wide_entries(|l| EVEN_SIGNS[set(l) as usize & 127])
     }
 
     /// Eight grid entries of four magnitudes as 32 bytes, entry k in bytes 4k..4k + 4.
@@ -231,20 +250,101 @@ pub(super) mod avx2 {
         _mm256_set_epi64x(e(3), e(2), e(1), e(0))
     }
 
-    /// IQ1's integers 8·g ± 1 from four grid entries of values g in −1..=1 (bytes) and each
-    /// entry's shift sign (`minus(l)`: −1, else +1).
+    /// IQ1's integers 8·g ± 1 from four grid entries of values g in −1..=1 (bytes) and bytes of
+    /// each value's shift (±1).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn iq1_integers(entry: impl Fn(usize) -> u64, minus: impl Fn(usize) -> bool) -> __m256i {
+    fn iq1_integers(entry: impl Fn(usize) -> u64, shifts: __m256i) -> __m256i {
         let grid = wide_entries(entry);
-        let shift = wide_entries(|l| {
-            if minus(l) {
-                u64::MAX
-            } else {
-                0x0101_0101_0101_0101
+        _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), grid), shifts)
+    }
+
+    /// What an IQ1_M block's groups share, worked out once a block in whole registers: its 32
+    /// grid indices (entry e: byte e of qs and the low three bits of nibble e of qh) and shift
+    /// signs (bit e: entry e's shift is −1, the nibble's fourth bit). Entry by entry in scalars
+    /// (`iquants::iq1_m_high`) this took some twenty instructions a group more. Empty for the
+    /// other kinds: theirs are read where they lie.
+    pub(in crate::model) struct BlockIndex {
+        index: [u16; 32],
+        shifts: u32,
+    }
+
+    impl BlockIndex {
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(in crate::model) fn of(kind: IQuant, block: &[u8]) -> Self {
+            assert_eq!(block.len(), kind.block_shape().1, "a whole block");
+            let mut index = [0u16; 32];
+            let mut shifts = 0;
+            if kind == IQuant::Iq1M {
+                // SAFETY (the loads and stores): 16 bytes of the block (32 + 16 ≤ 56), its first
+                // 32, and 16 u16 of `index` twice.
+                let qh = unsafe { _mm_loadu_si128(block[32..48].as_ptr() as *const __m128i) };
+                let low = _mm_and_si128(qh, _mm_set1_epi8(0x0F));
+                let high = _mm_and_si128(_mm_srli_epi16::<4>(qh), _mm_set1_epi8(0x0F));
+                // Nibble e in byte e.
+                let nibbles =
+                    _mm256_set_m128i(_mm_unpackhi_epi8(low, high), _mm_unpacklo_epi8(low, high));
+                shifts = _mm256_movemask_epi8(_mm256_slli_epi16::<4>(nibbles)) as u32;
+                let bits = _mm256_and_si256(nibbles, _mm256_set1_epi8(7));
+                let qs = unsafe { _mm256_loadu_si256(block[..32].as_ptr() as *const __m256i) };
+                // Per 128-bit lane: entries 0..8 (16..24) in one, 8..16 (24..32) in the other.
+                let a = _mm256_unpacklo_epi8(qs, bits);
+                let b = _mm256_unpackhi_epi8(qs, bits);
+                let out = index.as_mut_ptr() as *mut __m256i;
+                unsafe {
+                    _mm256_storeu_si256(out, _mm256_permute2x128_si256::<0x20>(a, b));
+                    _mm256_storeu_si256(out.add(1), _mm256_permute2x128_si256::<0x31>(a, b));
+                }
             }
-        });
-        _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), grid), shift)
+            BlockIndex { index, shifts }
+        }
+
+        /// Entry `e`'s grid index, below `limit` (a power of two: the mask costs one instruction
+        /// and spares a bounds check).
+        #[inline]
+        fn at(&self, e: usize, limit: usize) -> usize {
+            let v = self.index[e];
+            usize::from(v) & (limit - 1)
+        }
+
+        /// Group `ib`'s four shifts as ±1 bytes (IQ1_M; eight per entry).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn iq1_shifts(&self, ib: usize) -> __m256i {
+            shift_bytes_of(((self.shifts >> (4 * ib)) & 15) as usize)
+        }
+    }
+
+    /// Four runs of eight bytes, run l −1 where bit l of `bits` (below 16) is set, else +1:
+    /// one read of a table.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn shift_bytes_of(bits: usize) -> __m256i {
+        let bytes = &SHIFT_BYTES[bits & 15];
+        // SAFETY: 32 bytes.
+        unsafe { _mm256_loadu_si256(bytes.as_ptr() as *const __m256i) }
+    }
+
+    /// For each four sign bits, four runs of eight bytes: −1 where the bit is set, else +1.
+    static SHIFT_BYTES: [[u64; 4]; 16] = shift_bytes();
+
+    const fn shift_bytes() -> [[u64; 4]; 16] {
+        let mut table = [[0u64; 4]; 16];
+        let mut bits = 0;
+        while bits < 16 {
+            let mut l = 0;
+            while l < 4 {
+                table[bits][l] = if bits >> l & 1 == 1 {
+                    u64::MAX
+                } else {
+                    0x0101_0101_0101_0101
+                };
+                l += 1;
+            }
+            bits += 1;
+        }
+        table
     }
 
     /// Group `ib` of `block` as what `maddubs` multiplies: its 32 magnitudes (unsigned bytes,
@@ -257,6 +357,7 @@ pub(super) mod avx2 {
         kind: IQuant,
         table: __m256i,
         block: &[u8],
+        prepared: &BlockIndex,
         ib: usize,
     ) -> (__m256i, __m256i) {
         let signed_factors = |l: __m256i| (_mm256_sign_epi8(l, l), l);
@@ -279,20 +380,19 @@ pub(super) mod avx2 {
                 let magnitudes = grid_entries(|k| IQ3XXS_GRID[usize::from(qs[k])]);
                 let aux = u32_at(66 + 4 * ib);
                 let signs = parity_signs(|l| aux >> (7 * l));
-                (magnitudes, sign_bytes(signs))
+                (magnitudes, signs)
             }
             IQuant::Iq2Xxs => {
                 let at = 2 + 8 * ib;
                 let magnitudes = wide_entries(|l| IQ2XXS_GRID[usize::from(block[at + l])]);
                 let aux = u32_at(at + 4);
-                (magnitudes, sign_bytes(parity_signs(|l| aux >> (7 * l))))
+                (magnitudes, parity_signs(|l| aux >> (7 * l)))
             }
             IQuant::Iq2Xs => {
                 // Per eight values a u16: a 9-bit grid index, a 7-bit sign set.
                 let v = |l: usize| u16_at(2 + 2 * (4 * ib + l));
                 let magnitudes = wide_entries(|l| IQ2XS_GRID[usize::from(v(l) & 511)]);
-                let signs = parity_signs(|l| u32::from(v(l) >> 9));
-                (magnitudes, sign_bytes(signs))
+                (magnitudes, parity_signs(|l| u32::from(v(l) >> 9)))
             }
             IQuant::Iq2S => {
                 // Entry l's index: byte l, two high bits from bits 2l.. of qh.
@@ -307,12 +407,12 @@ pub(super) mod avx2 {
                 let qh = usize::from(u16_at(34 + 2 * ib));
                 let index =
                     |l: usize| usize::from(block[2 + 4 * ib + l]) | (qh >> (3 * l) & 7) << 8;
-                signed_factors(iq1_integers(|l| IQ1S_GRID[index(l)], |_| qh & 0x8000 != 0))
+                let shifts = shift_bytes_of(15 * (qh >> 15));
+                signed_factors(iq1_integers(|l| IQ1S_GRID[index(l)], shifts))
             }
             IQuant::Iq1M => {
-                let high = iq1_m_high(block, ib);
-                let entry = |l: usize| IQ1S_GRID[usize::from(block[4 * ib + l]) | high[l].0];
-                signed_factors(iq1_integers(entry, |l| high[l].1))
+                let entry = |l: usize| IQ1S_GRID[prepared.at(4 * ib + l, 2048)];
+                signed_factors(iq1_integers(entry, prepared.iq1_shifts(ib)))
             }
         }
     }
@@ -338,8 +438,14 @@ pub(super) mod avx2 {
     /// A group's 32 values as signed bytes (before its scales).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn group_integers(kind: IQuant, table: __m256i, block: &[u8], ib: usize) -> __m256i {
-        let (magnitudes, signs) = group_factors(kind, table, block, ib);
+    fn group_integers(
+        kind: IQuant,
+        table: __m256i,
+        block: &[u8],
+        prepared: &BlockIndex,
+        ib: usize,
+    ) -> __m256i {
+        let (magnitudes, signs) = group_factors(kind, table, block, prepared, ib);
         _mm256_sign_epi8(magnitudes, signs)
     }
 
@@ -352,12 +458,10 @@ pub(super) mod avx2 {
         let (per_block, bytes) = kind.block_shape();
         for (b, block) in row.chunks_exact(bytes).enumerate() {
             let scales = block_scales(kind, block);
+            let prepared = BlockIndex::of(kind, block);
             for (ib, &scales) in scales.iter().enumerate().take(per_block) {
-                put(
-                    b * per_block + ib,
-                    scales,
-                    group_integers(kind, table, block, ib),
-                );
+                let integers = group_integers(kind, table, block, &prepared, ib);
+                put(b * per_block + ib, scales, integers);
             }
         }
     }

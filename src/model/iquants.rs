@@ -352,6 +352,7 @@ fn iq4_xs(b: &[u8], groups: &mut [Group]) {
 
 /// An IQ4_XS block's eight group scales without d: ls − 32, ls the 6-bit scale (low nibble
 /// from bytes 4..8, high 2 bits from the u16 at 2). A group's scale is d·(ls − 32) in f32.
+#[inline]
 pub(super) fn iq4_xs_sub_scales(b: &[u8]) -> [i32; 8] {
     let (high, low) = (u16_at(b, 2), u32_at(b, 4));
     std::array::from_fn(|ib| {
@@ -362,6 +363,7 @@ pub(super) fn iq4_xs_sub_scales(b: &[u8]) -> [i32; 8] {
 
 /// An IQ3_S block's eight group scales without d: 1 + 2s, s the group's 4-bit scale (low
 /// nibble of byte 106 + g/2 for even g, high for odd). A group's scale is d·(1 + 2s) in f32.
+#[inline]
 pub(super) fn iq3_s_sub_scales(b: &[u8]) -> [i32; 8] {
     std::array::from_fn(|ib| 1 + 2 * i32::from((b[106 + ib / 2] >> (4 * (ib % 2))) & 0xf))
 }
@@ -369,6 +371,7 @@ pub(super) fn iq3_s_sub_scales(b: &[u8]) -> [i32; 8] {
 /// An IQ3_XXS block's eight group scales without d/4: 2s + 1, s the top 4 bits of the group's
 /// u32 at 66 + 4g. ggml's scale d·(0.5 + s)·0.5 is (d·0.25)·(2s + 1) to the bit: both round
 /// the same product once, the factors of 2 being exact in f32.
+#[inline]
 pub(super) fn iq3_xxs_sub_scales(b: &[u8]) -> [i32; 8] {
     std::array::from_fn(|ib| 2 * (u32_at(b, 66 + 4 * ib) >> 28) as i32 + 1)
 }
@@ -448,6 +451,7 @@ fn iq2_xxs(b: &[u8], groups: &mut [Group]) {
 
 /// An IQ2_XXS block's eight group scales without d/8: 2s + 1, s the top 4 bits of the group's
 /// second u32 (at 6 + 8g). ggml's d·(0.5 + s)·0.25 is (d·0.125)·(2s + 1) to the bit.
+#[inline]
 pub(super) fn iq2_xxs_sub_scales(b: &[u8]) -> [i32; 8] {
     std::array::from_fn(|ib| 2 * (u32_at(b, 6 + 8 * ib) >> 28) as i32 + 1)
 }
@@ -455,6 +459,7 @@ pub(super) fn iq2_xxs_sub_scales(b: &[u8]) -> [i32; 8] {
 /// The sub-scales of IQ2_XS (bytes from 66) and IQ2_S (from 74) without d/8: per group a byte
 /// of two 4-bit scales s, 2s + 1 for values 0..16 (low nibble) and 16..32 (high). ggml's
 /// d·(0.5 + s)·0.25 is (d·0.125)·(2s + 1) to the bit.
+#[inline]
 pub(super) fn iq2_half_sub_scales(b: &[u8], at: usize) -> [[i32; 2]; 8] {
     std::array::from_fn(|ib| {
         let s = b[at + ib];
@@ -502,6 +507,7 @@ fn put8_iq1(q: &mut [i8], entry: u64, minus: bool) {
 /// An IQ1_S block's eight group scales without d/8: 2s + 1, s bits 12..15 of the group's u16
 /// at 34 + 2g. ggml's values dl·(grid ± 1/8), dl = d·(2s + 1) (exact in f32: 11 bits times
 /// 4), are (d/8)·(2s + 1) times the integers 8·grid ± 1 to the bit.
+#[inline]
 pub(super) fn iq1_s_sub_scales(b: &[u8]) -> [i32; 8] {
     std::array::from_fn(|ib| 2 * i32::from((u16_at(b, 34 + 2 * ib) >> 12) & 7) + 1)
 }
@@ -521,6 +527,7 @@ fn iq1_s(b: &[u8], groups: &mut [Group]) {
 }
 
 /// An IQ1_M block's d: the top nibbles of its four u16 scales (at 48), an f16.
+#[inline]
 fn iq1_m_d(b: &[u8]) -> f32 {
     let sc: [u16; 4] = std::array::from_fn(|i| u16_at(b, 48 + 2 * i));
     let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
@@ -529,6 +536,7 @@ fn iq1_m_d(b: &[u8]) -> f32 {
 
 /// An IQ1_M block's sub-scales without d/8: per group two 3-bit scales s (values 0..16 and
 /// 16..32; six bits of the u16 at 48 + 2·(g/2), from bit 6·(g % 2)), 2s + 1.
+#[inline]
 pub(super) fn iq1_m_sub_scales(b: &[u8]) -> [[i32; 2]; 8] {
     std::array::from_fn(|ib| {
         let s = u16_at(b, 48 + 2 * (ib / 2)) >> (6 * (ib % 2));
