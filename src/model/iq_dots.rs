@@ -255,8 +255,8 @@ mod avx2 {
             // One line ahead per block: blocks are read one after another.
             _mm_prefetch::<_MM_HINT_T0>(block.as_ptr().wrapping_add(PREFETCH_BYTES) as *const i8);
             let dw = unit_lanes(IQuant::Iq4Nl, block);
-            let none = BlockIndex::of(IQuant::Iq4Nl, block);
-            let (magnitudes, signs) = group_factors(IQuant::Iq4Nl, table, block, &none, 0);
+            let none = &BlockIndex::NONE;
+            let (magnitudes, signs) = group_factors(IQuant::Iq4Nl, table, block, none, 0);
             for r in 0..R {
                 let p = products(magnitudes, signs, &q[r][g * BLOCK..]);
                 let p = _mm256_madd_epi16(p, ones);

@@ -272,14 +272,19 @@ pub(super) mod avx2 {
     }
 
     impl BlockIndex {
+        /// For kinds that read their indices in place (IQ4_NL's products take it once a row).
+        pub(in crate::model) const NONE: BlockIndex = BlockIndex {
+            index: [0; 32],
+            shifts: 0,
+        };
+
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(in crate::model) fn of(kind: IQuant, block: &[u8]) -> Self {
-            assert_eq!(block.len(), kind.block_shape().1, "a whole block");
             let mut index = [0u16; 32];
             let mut shifts = 0;
             if kind == IQuant::Iq1M {
-                // SAFETY: 16 bytes of the block (its length asserted).
+                // SAFETY: 16 bytes (a bounds-checked slice).
                 let qh = unsafe { _mm_loadu_si128(block[32..48].as_ptr() as *const __m128i) };
                 let low = _mm_and_si128(qh, _mm_set1_epi8(0x0F));
                 let high = _mm_and_si128(_mm_srli_epi16::<4>(qh), _mm_set1_epi8(0x0F));

@@ -546,7 +546,7 @@ pub(super) fn iq1_m_sub_scales(b: &[u8]) -> [[i32; 2]; 8] {
 
 /// The high bits and the shift's sign of an IQ1_M group's four sets of eight values (its two
 /// bytes at 32 + 2g: a nibble per set, 3 high bits of the grid index and the sign).
-pub(super) fn iq1_m_high(b: &[u8], ib: usize) -> [(usize, bool); 4] {
+fn iq1_m_high(b: &[u8], ib: usize) -> [(usize, bool); 4] {
     std::array::from_fn(|l| {
         let h = usize::from(b[32 + 2 * ib + l / 2]) >> (4 * (l % 2));
         ((h & 7) << 8, h & 8 != 0)
