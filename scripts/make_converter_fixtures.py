@@ -378,7 +378,11 @@ def main() -> None:
         out = OUT / name
         types = [t for t in args.types if t in EVERY_MODEL or name in ALL_TYPES_FOR]
         if every_type:
-            shutil.rmtree(out, ignore_errors=True)
+            # Only this script's own files: make_split_gguf_fixtures.py keeps its own beside
+            # them (qwen2's split/ shards and tq2_0.gguf, made from f16.gguf: run it after).
+            for t in TYPES:
+                (out / f"{t}.gguf").unlink(missing_ok=True)
+                (out / f"expected.{t}.safetensors").unlink(missing_ok=True)
         out.mkdir(parents=True, exist_ok=True)
         hf = Path(tempfile.mkdtemp(prefix="hyoka-hf-"))
         vocab = len(tokenizers[kind])

@@ -18,14 +18,14 @@
 //!   second sum). Through Q8_0 activations each group needed its own float scale and
 //!   conversion; this way decoding takes about two thirds of the instructions.
 //!
-//! What the groups of a block share is read once a block: their sub-scales as one vector of
-//! sixteen i16 from which a `vpshufb` takes each group's pair (five shuffles a group before),
-//! IQ1_M's indices and shift signs (`iq_rows::avx2::BlockIndex`); the parity-completed sign sets
-//! of IQ3_XXS, IQ2_XXS and IQ2_XS come whole from a table of 128 (llama.cpp's
-//! `keven_signs_q2xs`), and the groups are taken two at a time. One thread, one activation row,
-//! against llama.cpp's own kernels in the same run (`scripts/bench_iq_kernels.sh`): IQ4_XS
-//! 1.21×, IQ3_S 1.07×, IQ2_S 0.87×, IQ3_XXS 0.80×, IQ2_XS 0.79×, IQ1_S 0.78×, IQ2_XXS 0.74×,
-//! IQ1_M 0.53× its speed (session 47; 1.2–1.5× faster than session 46's).
+//! What the groups of a block share is read once a block: their sub-scales, unpacked in vector
+//! lanes into one vector of sixteen i16 from which a `vpshufb` takes each group's pair
+//! (`iq_rows::avx2::sub_scale_halves`), IQ1_M's indices and shift signs
+//! (`iq_rows::avx2::BlockIndex`) and d; the parity-completed sign sets of IQ3_XXS, IQ2_XXS and
+//! IQ2_XS come whole from a table of 128 (llama.cpp's `keven_signs_q2xs`), and the groups are
+//! taken two at a time. One thread, one activation row, against llama.cpp's own kernels in the
+//! same run (`scripts/bench_iq_kernels.sh`, README "Faster i-quant decoding"): 0.82–1.29× its
+//! speed, IQ1_S and IQ1_M the slowest (session 48; 0.53–1.21× in session 47).
 //!
 //! The f32 lanes are summed in a fixed order at the end. The portable body does the very same
 //! lane operations, so every body gives the same bits, and a row's result never depends on the
@@ -144,9 +144,11 @@ fn lanes_sum(a: [f32; 8]) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Activations, BLOCK, IQuant, Q8KRows, Q8Rows, QK_K, sub_scales};
+    use super::{Activations, BLOCK, IQuant, Q8KRows, Q8Rows, QK_K};
     use crate::model::block_dots::avx2::PREFETCH_BYTES;
-    use crate::model::iq_rows::avx2::{BlockIndex, group_factors, table, unit_lanes};
+    use crate::model::iq_rows::avx2::{
+        BlockIndex, group_factors, sub_scale_halves, table, unit_lanes,
+    };
     use crate::model::kquant_dots::avx2::prefetch_ahead;
     use std::arch::x86_64::*;
 
@@ -301,12 +303,7 @@ mod avx2 {
         let mut acc = [_mm256_setzero_ps(); R];
         for (b, block) in w.chunks_exact(bytes).enumerate() {
             prefetch_ahead(block);
-            let subs = sub_scales(kind, block);
-            // i16 lanes 0..8: the sub-scales of values 0..16 of groups 0..8; lanes 8..16 of
-            // values 16..32 — one `vpshufb` gives a group's two in the halves its pair sums take.
-            let halves: [i16; 16] = std::array::from_fn(|i| subs[i % 8][i / 8] as i16);
-            // SAFETY: 32 bytes.
-            let halves = unsafe { _mm256_loadu_si256(halves.as_ptr() as *const __m256i) };
+            let halves = sub_scale_halves(kind, block);
             let y: [&[i8; QK_K]; R] = std::array::from_fn(|r| {
                 q[r][b * QK_K..][..QK_K]
                     .try_into()

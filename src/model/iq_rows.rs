@@ -165,13 +165,13 @@ impl IqMatrix {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
-    use super::{BLOCK, IQuant, block_scales, unit_scale};
+    use super::{BLOCK, IQuant, block_scales};
     use crate::model::block_dots::avx2::{bytes_from_bits, f16_lanes};
     use crate::model::iquant_grids::{
         IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
         KVALUES_IQ4NL,
     };
-    use crate::model::iquants::unit_factor;
+    use crate::model::iquants::{iq1_m_d_bits, unit_factor};
     use std::arch::x86_64::*;
 
     /// The table in both 128-bit lanes, for `_mm256_shuffle_epi8`.
@@ -369,10 +369,9 @@ pub(super) mod avx2 {
         ib: usize,
     ) -> (__m256i, __m256i) {
         let signed_factors = |l: __m256i| (_mm256_sign_epi8(l, l), l);
-        let u16_at = |at: usize| u16::from_le_bytes([block[at], block[at + 1]]);
-        let u32_at = |at: usize| {
-            u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]])
-        };
+        // One load each (byte by byte, LLVM left four loads, shifts and ors in the groups' loop).
+        let u16_at = |at: usize| u16::from_le_bytes(block[at..at + 2].try_into().expect("2 bytes"));
+        let u32_at = |at: usize| u32::from_le_bytes(block[at..at + 4].try_into().expect("4 bytes"));
         match kind {
             IQuant::Iq4Nl => signed_factors(levels(table, &block[2..])),
             IQuant::Iq4Xs => signed_factors(levels(table, &block[8 + 16 * ib..])),
@@ -425,16 +424,113 @@ pub(super) mod avx2 {
         }
     }
 
+    /// A block's integer sub-scales (`sub_scales`) as sixteen i16: lane g the scale of values
+    /// 0..16 of group g, lane 8 + g of its values 16..32 — one `vpshufb` then gives a group's
+    /// two in the halves its pair sums take. Unpacked in vector lanes, as llama.cpp's IQ1_M
+    /// kernel unpacks its scales: built from `sub_scales`' sixteen scalars, LLVM inserted them
+    /// one by one (sixteen `vpinsrw`, one chain), about a tenth of IQ1_M's instructions a block.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::model) fn sub_scale_halves(kind: IQuant, block: &[u8]) -> __m256i {
+        // 2s + 1 of s in i32 lanes, s below 16.
+        let odd = |s: __m256i| _mm256_add_epi32(_mm256_add_epi32(s, s), _mm256_set1_epi32(1));
+        // One scale a group for both halves, in i32 lanes (within i16).
+        let both = |s: __m256i| {
+            // Per 128-bit lane [s0..s4, s0..s4 | s4..s8, s4..s8] as i16, then 64-bit quarters 0, 2.
+            _mm256_permute4x64_epi64::<0x88>(_mm256_packs_epi32(s, s))
+        };
+        let load = |at: usize| {
+            let bytes = &block[at..at + 32];
+            // SAFETY: 32 bytes (a bounds-checked slice).
+            unsafe { _mm256_loadu_si256(bytes.as_ptr() as *const __m256i) }
+        };
+        match kind {
+            // The u32 at 66 + 4g: its top four bits.
+            IQuant::Iq3Xxs => both(odd(_mm256_srli_epi32::<28>(load(66)))),
+            IQuant::Iq2Xxs => {
+                // The second u32 of each group's eight bytes (from 2): its top four bits.
+                let (a, b) = (_mm256_castsi256_ps(load(2)), _mm256_castsi256_ps(load(34)));
+                // [g0 g1 g4 g5 | g2 g3 g6 g7], then the 64-bit quarters in order.
+                let words = _mm256_castps_si256(_mm256_shuffle_ps::<0xDD>(a, b));
+                let words = _mm256_permute4x64_epi64::<0xD8>(words);
+                both(odd(_mm256_srli_epi32::<28>(words)))
+            }
+            IQuant::Iq1S => {
+                // Bits 12..15 of the u16 at 34 + 2g.
+                let bytes = &block[34..50];
+                // SAFETY: 16 bytes (a bounds-checked slice).
+                let qh = unsafe { _mm_loadu_si128(bytes.as_ptr() as *const __m128i) };
+                let s = _mm256_srli_epi32::<12>(_mm256_cvtepu16_epi32(qh));
+                both(odd(_mm256_and_si256(s, _mm256_set1_epi32(7))))
+            }
+            IQuant::Iq2Xs | IQuant::Iq2S => {
+                // A byte a group (from 66, IQ2_S 74): low nibble values 0..16, high 16..32.
+                let at = if kind == IQuant::Iq2Xs { 66 } else { 74 };
+                let bytes = &block[at..at + 8];
+                // SAFETY: 8 bytes (a bounds-checked slice).
+                let s = unsafe { _mm_loadl_epi64(bytes.as_ptr() as *const __m128i) };
+                let nibble = _mm_set1_epi8(0x0F);
+                let (low, high) = (
+                    _mm_and_si128(s, nibble),
+                    _mm_and_si128(_mm_srli_epi16(s, 4), nibble),
+                );
+                let s = _mm256_set_m128i(_mm_cvtepu8_epi16(high), _mm_cvtepu8_epi16(low));
+                _mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1))
+            }
+            IQuant::Iq1M => {
+                // Three bits each in the u16 at 48 + 2·(g/2), from bit 6·(g % 2) (values 0..16)
+                // and 6·(g % 2) + 3 (16..32). Shifted by 0, 6, 3 and 9 in the four 64-bit
+                // quarters, i16 j of a quarter holds group 2j (or 2j + 1)'s scale in its low bits.
+                let bytes = &block[48..56];
+                let word = u64::from_le_bytes(bytes.try_into().expect("eight bytes"));
+                let v = _mm256_srlv_epi64(
+                    _mm256_set1_epi64x(word as i64),
+                    _mm256_set_epi64x(9, 3, 6, 0),
+                );
+                // Per 128-bit lane the two quarters' i16 interleaved: groups 0..8 in order.
+                let order = _mm256_set_epi8(
+                    15, 14, 7, 6, 13, 12, 5, 4, 11, 10, 3, 2, 9, 8, 1, 0, 15, 14, 7, 6, 13, 12, 5,
+                    4, 11, 10, 3, 2, 9, 8, 1, 0,
+                );
+                let s = _mm256_and_si256(_mm256_shuffle_epi8(v, order), _mm256_set1_epi16(7));
+                _mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1))
+            }
+            IQuant::Iq4Nl => _mm256_set1_epi16(1),
+            // Nibble g of the u32 at 4 (IQ4_XS, its low four bits) or 106 (IQ3_S).
+            IQuant::Iq4Xs | IQuant::Iq3S => {
+                let at = if kind == IQuant::Iq4Xs { 4 } else { 106 };
+                let word = u32::from_le_bytes(block[at..at + 4].try_into().expect("4 bytes"));
+                let by_nibble = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+                let low = _mm256_srlv_epi32(_mm256_set1_epi32(word as i32), by_nibble);
+                let low = _mm256_and_si256(low, _mm256_set1_epi32(0x0F));
+                if kind == IQuant::Iq3S {
+                    return both(odd(low));
+                }
+                // Bits 2g, 2g + 1 of the u16 at 2 are ls' top two; ls − 32.
+                let high = u16::from_le_bytes(block[2..4].try_into().expect("2 bytes"));
+                let by_pair = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+                let high = _mm256_srlv_epi32(_mm256_set1_epi32(i32::from(high)), by_pair);
+                let high = _mm256_slli_epi32::<4>(_mm256_and_si256(high, _mm256_set1_epi32(3)));
+                both(_mm256_sub_epi32(
+                    _mm256_or_si256(low, high),
+                    _mm256_set1_epi32(32),
+                ))
+            }
+        }
+    }
+
     /// `unit_scale` in eight lanes: d read by `f16_lanes` (a scalar f16 read would compile to an
     /// insert into whatever register is free — in the products, the accumulator's — and wait for
-    /// it) times the kind's power of two (exact); IQ1_M's d, spread over its scales, broadcast.
+    /// it) times the kind's power of two (exact); IQ1_M's d, spread over its scales' top
+    /// nibbles, put together here (a call to `unit_scale` spilled the products' registers).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::model) fn unit_lanes(kind: IQuant, block: &[u8]) -> __m256 {
-        if kind == IQuant::Iq1M {
-            return _mm256_set1_ps(unit_scale(kind, block));
-        }
-        let d = f16_lanes(block, 0);
+        let d = if kind == IQuant::Iq1M {
+            _mm256_cvtph_ps(_mm_set1_epi16(iq1_m_d_bits(block) as i16))
+        } else {
+            f16_lanes(block, 0)
+        };
         let factor = unit_factor(kind);
         if factor == 1.0 {
             d
@@ -506,5 +602,39 @@ pub(super) mod avx2 {
             unsafe { _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, biased) };
             put(g, scales, &out);
         });
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// The vector unpacking of every kind's sub-scales gives `sub_scales`' integers, lane g
+    /// values 0..16 of group g and lane 8 + g values 16..32, for random blocks (every bit
+    /// pattern of the scale fields).
+    #[test]
+    fn sub_scale_lanes_are_the_scalar_sub_scales() {
+        if !crate::model::block_dots::has_avx2_fma_f16c() {
+            return;
+        }
+        let mut rng = crate::rng::SplitMix64(11);
+        for kind in IQuant::ALL {
+            for _ in 0..2000 {
+                let block: Vec<u8> = (0..kind.block_bytes())
+                    .map(|_| (rng.next_u64() & 0xff) as u8)
+                    .collect();
+                let want = sub_scales(kind, &block);
+                let mut got = [0i16; 16];
+                // SAFETY: AVX2, FMA and F16C detected above; 32 bytes into an array of 32.
+                unsafe {
+                    let lanes = avx2::sub_scale_halves(kind, &block);
+                    std::arch::x86_64::_mm256_storeu_si256(got.as_mut_ptr() as *mut _, lanes);
+                }
+                for g in 0..8 {
+                    let pair = [i32::from(got[g]), i32::from(got[8 + g])];
+                    assert_eq!(pair, want[g], "{kind:?} group {g} of {block:?}");
+                }
+            }
+        }
     }
 }

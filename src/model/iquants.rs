@@ -529,9 +529,14 @@ fn iq1_s(b: &[u8], groups: &mut [Group]) {
 /// An IQ1_M block's d: the top nibbles of its four u16 scales (at 48), an f16.
 #[inline]
 fn iq1_m_d(b: &[u8]) -> f32 {
+    f16::from_bits(iq1_m_d_bits(b)).to_f32()
+}
+
+/// IQ1_M's d as f16 bits: the top nibbles of its four scale u16 (at 48), lowest first.
+#[inline]
+pub(super) fn iq1_m_d_bits(b: &[u8]) -> u16 {
     let sc: [u16; 4] = std::array::from_fn(|i| u16_at(b, 48 + 2 * i));
-    let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
-    f16::from_bits(bits).to_f32()
+    (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000)
 }
 
 /// An IQ1_M block's sub-scales without d/8: per group two 3-bit scales s (values 0..16 and
