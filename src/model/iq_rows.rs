@@ -171,7 +171,7 @@ pub(super) mod avx2 {
         IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
         KVALUES_IQ4NL,
     };
-    use crate::model::iquants::{iq1_m_d_bits, unit_factor};
+    use crate::model::iquants::{iq1_m_d_bits, u16_at, u32_at, unit_factor};
     use std::arch::x86_64::*;
 
     /// The table in both 128-bit lanes, for `_mm256_shuffle_epi8`.
@@ -369,9 +369,8 @@ pub(super) mod avx2 {
         ib: usize,
     ) -> (__m256i, __m256i) {
         let signed_factors = |l: __m256i| (_mm256_sign_epi8(l, l), l);
-        // One load each (byte by byte, LLVM left four loads, shifts and ors in the groups' loop).
-        let u16_at = |at: usize| u16::from_le_bytes(block[at..at + 2].try_into().expect("2 bytes"));
-        let u32_at = |at: usize| u32::from_le_bytes(block[at..at + 4].try_into().expect("4 bytes"));
+        let u16_at = |at: usize| u16_at(block, at);
+        let u32_at = |at: usize| u32_at(block, at);
         match kind {
             IQuant::Iq4Nl => signed_factors(levels(table, &block[2..])),
             IQuant::Iq4Xs => signed_factors(levels(table, &block[8 + 16 * ib..])),
@@ -499,7 +498,7 @@ pub(super) mod avx2 {
             // Nibble g of the u32 at 4 (IQ4_XS, its low four bits) or 106 (IQ3_S).
             IQuant::Iq4Xs | IQuant::Iq3S => {
                 let at = if kind == IQuant::Iq4Xs { 4 } else { 106 };
-                let word = u32::from_le_bytes(block[at..at + 4].try_into().expect("4 bytes"));
+                let word = u32_at(block, at);
                 let by_nibble = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
                 let low = _mm256_srlv_epi32(_mm256_set1_epi32(word as i32), by_nibble);
                 let low = _mm256_and_si256(low, _mm256_set1_epi32(0x0F));
@@ -507,7 +506,7 @@ pub(super) mod avx2 {
                     return both(odd(low));
                 }
                 // Bits 2g, 2g + 1 of the u16 at 2 are ls' top two; ls − 32.
-                let high = u16::from_le_bytes(block[2..4].try_into().expect("2 bytes"));
+                let high = u16_at(block, 2);
                 let by_pair = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
                 let high = _mm256_srlv_epi32(_mm256_set1_epi32(i32::from(high)), by_pair);
                 let high = _mm256_slli_epi32::<4>(_mm256_and_si256(high, _mm256_set1_epi32(3)));
