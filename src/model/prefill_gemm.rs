@@ -30,8 +30,9 @@ pub enum PrefillGemm {
     /// Both operands rounded to bf16, products summed in f32, on AVX512-BF16 (`bf16_gemm`).
     Bf16,
     /// Activations rounded to 8 bits per 32 values (llama.cpp's Q8_0) and multiplied with the
-    /// weights' own integers on AVX512-VNNI (`int8_runs`), for GGUF matrices in Q4_0, Q4_1,
-    /// Q5_0, Q5_1, Q8_0, Q2_K … Q6_K or an i-quant; every other matrix in f32.
+    /// weights' own integers on AVX-512 VNNI or AVX2 (`int8_runs`, the same bits on either),
+    /// for GGUF matrices in Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K … Q6_K or an i-quant; every
+    /// other matrix in f32.
     Int8,
 }
 
@@ -44,7 +45,7 @@ impl PrefillGemm {
         }
     }
 
-    /// Whether this CPU has the instructions it needs (AVX512-BF16; AVX512-VNNI).
+    /// Whether this CPU has the instructions it needs (AVX512-BF16; AVX2, FMA and F16C).
     pub fn available(self) -> bool {
         match self {
             PrefillGemm::F32 => true,
@@ -62,8 +63,9 @@ static GEMM: AtomicU8 = AtomicU8::new(0);
 
 /// `--prefill-gemm`: bf16 and int8 are refused where they do not apply — a device other than
 /// the CPU, a compute dtype other than f32 (a GPU's bf16 is `--dtype bf16`), a CPU without the
-/// instructions (AVX512-BF16; AVX512-VNNI) — and int8 with weights expanded at load (it
-/// multiplies the integers of GGUF blocks kept as stored).
+/// instructions (AVX512-BF16; AVX2, FMA and F16C) — and int8 with weights expanded at load (it
+/// multiplies the integers of GGUF blocks kept as stored). A `HYOKA_INT8_BODY` this CPU does
+/// not run is refused too, whatever the flag (json mode's runs take the 8-bit products).
 pub fn set_prefill_gemm(
     gemm: PrefillGemm,
     device: &Device,
@@ -89,8 +91,14 @@ pub fn set_prefill_gemm(
     }
     if gemm == PrefillGemm::Int8 && !gemm.available() {
         return Err(refuse(
-            "needs AVX-512 with VNNI (AMD Zen 4 and later, Intel Ice Lake and later), which this CPU lacks",
+            "needs AVX2, FMA and F16C (x86-64 CPUs since Intel Haswell and AMD Zen), which this CPU lacks",
         ));
+    }
+    if device.is_cpu() {
+        int8_runs::requested_body().map_err(|message| ModelError::Device {
+            spec: super::device::device_name(device),
+            message,
+        })?;
     }
     let index = PrefillGemm::ALL
         .iter()
@@ -98,6 +106,12 @@ pub fn set_prefill_gemm(
         .unwrap_or(0);
     GEMM.store(index as u8, Ordering::Relaxed);
     Ok(())
+}
+
+/// The instructions of the CPU's 8-bit products (`--prefill-gemm int8`, json mode's runs):
+/// `vnni` or `avx2` (the same numbers), None where this CPU has neither. For benchmarks.
+pub fn int8_body() -> Option<&'static str> {
+    int8_runs::body().map(|body| body.name())
 }
 
 /// The products' precision in use (`set_prefill_gemm`), for the provenance.

@@ -1,8 +1,9 @@
 //! A decoding step's products by run: a token fed alone goes through the integer kernels, a
 //! run of several tokens of one sequence (a trunk or branch fed at once) through 8-bit
-//! products with sixteen tokens in the lanes where the CPU has AVX-512 VNNI and the weights
-//! are Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 or Q2_K … Q6_K (`int8_runs`), else through f32 products on
-//! weight rows expanded a few at a time (`expanded_dots`).
+//! products with sixteen tokens in the lanes where the CPU has AVX2 (or AVX-512 VNNI: the same
+//! numbers) and the weights are Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q2_K … Q6_K or an i-quant
+//! (`int8_runs`), else through f32 products on weight rows expanded a few at a time
+//! (`expanded_dots`).
 //!
 //! json mode feeds, after each score, the fixed text up to the next one (`",\n  "<key>": `,
 //! about ten tokens per row) and reads the next score. Through the integer kernels each of

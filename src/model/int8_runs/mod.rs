@@ -1,0 +1,838 @@
+//! A decoding step's runs of several tokens (json's `",\n  "<key>": `) through 8-bit integer
+//! products with sixteen tokens in the lanes: Q4_0, Q5_0 and Q8_0 (most of Qwen2.5-0.5B's
+//! weights, whose 896 columns take no K-quant), Q4_1 and Q5_1 (Q5_K_M's fallback there), and
+//! Q2_K … Q6_K (Q2_K, Q3_K_M, Q4_K_M and Q5_K_M files of the 7–13B judges), and the i-quants
+//! (their integers, `iq_rows`).
+//!
+//! The f32 products on expanded weight rows (`expanded_dots`) multiply sixteen values per
+//! instruction; one VNNI instruction here multiplies four weights by four activations of each
+//! of sixteen tokens (64 products), and the weight's four bytes are read once for all sixteen
+//! (`vnni`). CPUs without VNNI take the AVX2 body (`avx2`: 32 products an instruction, the
+//! same bits). Measured on 16 items of roleplay8-ja with Qwen2.5-0.5B: see the README.
+//! Prompts' products take them too under `--prefill-gemm int8` (`prefill_gemm`): llama.cpp's
+//! arithmetic, with VNNI's four times the FMA's multiply-adds an instruction.
+//!
+//! The weights of a task's rows are unpacked to bytes once (`Unpacked`, `unpack`), the
+//! activations interleaved for the lanes once per product (`Lanes`); the bodies read both
+//! through `operands`.
+//!
+//! The numbers are those of the integer kernels for single tokens up to the order of the f32
+//! sums: activations rounded to 8 bits per 32 values (`Q8Rows`, llama.cpp's Q8_0; finer than
+//! the Q8_K, per 256 values, of the single-token K-quant kernels: on a real Q4_K_M judge
+//! Q8_K's rounding moved expected scores about 1.5× as far from f32's, README); weights as
+//! unsigned bytes (their integer plus an offset) with an f32 scale per 32 values (per 16 for
+//! Q2_K, Q3_K and Q6_K) and for Q4_1, Q5_1, Q4_K and Q5_K a min per 32 values (Q2_K: per 16);
+//! each unit's integer dot exact (the offset's part taken off with the activations' sums), and
+//! per (token, weight row) one f32 chain over the blocks in order: acc = fma(scale·d_x, dot,
+//! acc) (and acc −= min·(d_x·Σx) per min, d_x·Σx rounded once per token and unit of the min —
+//! for Q4_1/Q5_1 the f16 s of llama.cpp's Q8_1, as their single-token kernels take it, with
+//! min = −m; with two units of 16, acc = fma(scale₀·dot₀ + scale₁·dot₁, d_x, acc)). A
+//! token's result depends on its own activations only, not on the other tokens of its group or
+//! the tile.
+
+use super::block_dots::{self, BLOCK, BlockKind, Q8Rows};
+use super::iquants::IQuant;
+use super::kquant_dots::KQuantKind;
+use super::matrix::RowKernels;
+use super::row_tasks::{Columns, by_weight_columns};
+use candle_core::{Result, bail};
+use rayon::prelude::*;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod operands;
+#[cfg(target_arch = "x86_64")]
+mod unpack;
+#[cfg(target_arch = "x86_64")]
+mod vnni;
+
+/// Tokens per lane group: one AVX-512 register of i32 (two AVX2 registers, `avx2`).
+const TOKENS: usize = 16;
+
+/// Weight rows per task: unpacked to bytes once, then multiplied with every token group.
+const TASK_ROWS: usize = 32;
+
+/// How a weight type's values read as bytes: value = scale·(byte − offset) − min, one scale
+/// per `unit` values (32, or 16 for Q2_K, Q3_K and Q6_K), one min per unit (Q4_1, Q5_1, Q2_K,
+/// Q4_K, Q5_K).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Form {
+    Blocks(BlockKind),
+    Q2K,
+    Q3K,
+    Q4K,
+    Q5K,
+    Q6K,
+    /// An i-quant: a group's integers (IQ4's levels, IQ3's and IQ2's signed grid magnitudes,
+    /// IQ1's 8·grid ± 1) + 128, a scale per 32 (IQ2_XS, IQ2_S, IQ1_M: per 16) (`iq_rows`).
+    Iq(IQuant),
+}
+
+impl Form {
+    /// Every type with row kernels has a form: a type added there must be given one here.
+    fn of(kernels: &RowKernels) -> Self {
+        match kernels {
+            RowKernels::Blocks(kind, _) => Form::Blocks(*kind),
+            RowKernels::KQuants(KQuantKind::Q2K, _) => Form::Q2K,
+            RowKernels::KQuants(KQuantKind::Q3K, _) => Form::Q3K,
+            RowKernels::KQuants(KQuantKind::Q4K, _) => Form::Q4K,
+            RowKernels::KQuants(KQuantKind::Q5K, _) => Form::Q5K,
+            RowKernels::KQuants(KQuantKind::Q6K, _) => Form::Q6K,
+            RowKernels::Iq(kind, _) => Form::Iq(*kind),
+        }
+    }
+
+    fn offset(self) -> i32 {
+        match self {
+            Form::Blocks(kind) if !kind.has_min() => 128,
+            Form::Iq(_) => 128,
+            Form::Blocks(_) | Form::Q2K | Form::Q4K | Form::Q5K => 0,
+            Form::Q3K => 4,
+            Form::Q6K => 32,
+        }
+    }
+
+    /// Scales per 32 values: two where they change every 16.
+    fn halves(self) -> bool {
+        match self {
+            Form::Q2K | Form::Q3K | Form::Q6K => true,
+            Form::Iq(kind) => !kind.one_scale_per_group(),
+            Form::Blocks(_) | Form::Q4K | Form::Q5K => false,
+        }
+    }
+
+    fn has_min(self) -> bool {
+        match self {
+            Form::Blocks(kind) => kind.has_min(),
+            Form::Q2K | Form::Q4K | Form::Q5K => true,
+            Form::Q3K | Form::Q6K | Form::Iq(_) => false,
+        }
+    }
+
+    /// Whether a min multiplies llama.cpp's Q8_1 block sum s = f16(f16(Σx)·d_x), as the
+    /// single-token kernels of these blocks take it, rather than d_x·Σx in f32.
+    fn takes_q8_1_sums(self) -> bool {
+        matches!(self, Form::Blocks(kind) if kind.has_min())
+    }
+
+    /// Units (scales) per 32 values.
+    fn units(self) -> usize {
+        if self.halves() { 2 } else { 1 }
+    }
+
+    /// The largest magnitude a weight's integer takes in the AVX2 body's multiply: the byte
+    /// for forms with a smaller offset than 128, |integer| for the others (Q8_0's −128: 128).
+    fn largest_integer(self) -> usize {
+        match self {
+            Form::Blocks(BlockKind::Q4_0) => 8,
+            Form::Blocks(BlockKind::Q4_1) => 15,
+            Form::Blocks(BlockKind::Q5_0) => 16,
+            Form::Blocks(BlockKind::Q5_1) => 31,
+            Form::Blocks(BlockKind::Q8_0) => 128,
+            Form::Q2K => 3,
+            Form::Q3K => 7,
+            Form::Q4K => 15,
+            Form::Q5K => 31,
+            Form::Q6K => 63,
+            Form::Iq(kind) => kind.largest_integer(),
+        }
+    }
+
+    /// Steps of four values whose pair sums (`vpmaddubsw`, at most 2 · 127 · `largest_integer`
+    /// each) the AVX2 body adds in i16 before widening them: the most, a power of two within a
+    /// unit, that cannot pass 32767.
+    fn i16_run(self) -> usize {
+        let (steps, per_step) = (8 / self.units(), 2 * 127 * self.largest_integer());
+        [8, 4, 2, 1]
+            .into_iter()
+            .find(|&run| run <= steps && run * per_step <= i16::MAX as usize)
+            .unwrap_or(1)
+    }
+
+    /// Values and bytes per block.
+    fn block(self) -> (usize, usize) {
+        match self {
+            Form::Blocks(kind) => (BLOCK, kind.block_bytes()),
+            Form::Q2K => (256, KQuantKind::Q2K.block_bytes()),
+            Form::Q3K => (256, KQuantKind::Q3K.block_bytes()),
+            Form::Q4K => (256, KQuantKind::Q4K.block_bytes()),
+            Form::Q5K => (256, KQuantKind::Q5K.block_bytes()),
+            Form::Q6K => (256, KQuantKind::Q6K.block_bytes()),
+            Form::Iq(kind) => (kind.block_values(), kind.block_bytes()),
+        }
+    }
+}
+
+/// The instructions the products run on. Both give the same bits: each unit's dot is an exact
+/// integer either way, and the float work is the same operations in the same order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    /// AVX-512 VNNI (`vnni`): one `vpdpbusd`, 64 products, for sixteen tokens.
+    Vnni,
+    /// AVX2 (`avx2`): `vpmaddubsw` then `vpmaddwd`, 32 products, for eight tokens.
+    Avx2,
+}
+
+impl Body {
+    pub fn name(self) -> &'static str {
+        match self {
+            Body::Vnni => "vnni",
+            Body::Avx2 => "avx2",
+        }
+    }
+
+    /// The bodies this CPU runs, fastest first (each needs AVX2, FMA and F16C too: the
+    /// weights' unpacking).
+    pub fn here() -> &'static [Body] {
+        static HERE: std::sync::OnceLock<Vec<Body>> = std::sync::OnceLock::new();
+        HERE.get_or_init(|| {
+            let mut here = Vec::new();
+            #[cfg(target_arch = "x86_64")]
+            if block_dots::has_avx2_fma_f16c() {
+                if std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512vnni")
+                {
+                    here.push(Body::Vnni);
+                }
+                here.push(Body::Avx2);
+            }
+            here
+        })
+    }
+
+    /// Whether a form's bytes are kept as its signed integers rather than + 128 (`avx2`).
+    fn signed_bytes(self, form: Form) -> bool {
+        self == Body::Avx2 && form.offset() == 128
+    }
+}
+
+/// `HYOKA_INT8_BODY`: `avx2` or `vnni` picks the body of the 8-bit products (to measure what a
+/// CPU without VNNI gets); unset or empty, the fastest this CPU has. Read once; the numbers do
+/// not depend on it.
+pub const INT8_BODY: &str = "HYOKA_INT8_BODY";
+
+/// The body `HYOKA_INT8_BODY` asks for, where it names one this CPU has (`Ok(None)`: unset); an
+/// error saying why not.
+pub fn requested_body() -> std::result::Result<Option<Body>, String> {
+    let asked = std::env::var(INT8_BODY).unwrap_or_default();
+    if asked.is_empty() {
+        return Ok(None);
+    }
+    let here = Body::here();
+    match here.iter().find(|b| b.name() == asked) {
+        Some(body) => Ok(Some(*body)),
+        None => Err(format!(
+            "{INT8_BODY}={asked}: this CPU runs {} (values: vnni, avx2)",
+            if here.is_empty() {
+                "neither".to_string()
+            } else {
+                here.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+            }
+        )),
+    }
+}
+
+/// The body in use: `HYOKA_INT8_BODY`'s (refused up front where it is not understood,
+/// `prefill_gemm::set_prefill_gemm`), else the fastest this CPU has; None without AVX2.
+pub fn body() -> Option<Body> {
+    static BODY: std::sync::OnceLock<Option<Body>> = std::sync::OnceLock::new();
+    *BODY.get_or_init(|| match requested_body() {
+        Ok(Some(body)) => Some(body),
+        _ => Body::here().first().copied(),
+    })
+}
+
+/// Whether this CPU has the instructions (AVX2, FMA and F16C; AVX-512 VNNI is faster): then
+/// `products` takes every type with row kernels (all of `BlockKind`, `KQuantKind` and
+/// `IQuant`).
+pub fn available() -> bool {
+    body().is_some()
+}
+
+/// xs (n, k) · Wᵀ for the `out` rows of the weights: y (n, out); an error where not
+/// `available`.
+pub fn products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> Result<Vec<f32>> {
+    let Some(body) = body() else {
+        bail!("8-bit run products need AVX2, FMA and F16C");
+    };
+    products_on(body, kernels, out, k, xs)
+}
+
+/// `products` on a given body, which this CPU must have (`Body::here`).
+fn products_on(
+    body: Body,
+    kernels: &RowKernels,
+    out: usize,
+    k: usize,
+    xs: &[f32],
+) -> Result<Vec<f32>> {
+    if !Body::here().contains(&body) {
+        bail!(
+            "8-bit run products: this CPU lacks the {} body's instructions",
+            body.name()
+        );
+    }
+    let form = Form::of(kernels);
+    let (RowKernels::Blocks(_, data) | RowKernels::KQuants(_, data) | RowKernels::Iq(_, data)) =
+        kernels;
+    let n = xs.len() / k.max(1);
+    let (values, bytes) = form.block();
+    let row_bytes = k / values * bytes;
+    if !k.is_multiple_of(values) || xs.len() != n * k || data.len() != out * row_bytes {
+        bail!(
+            "8-bit run products: {out}×{k} {form:?} weights for {} values",
+            xs.len()
+        );
+    }
+    let acts = Q8Rows::quantize(xs, k, form.takes_q8_1_sums());
+    let lanes = Lanes::new(&acts, n, k, form);
+    by_weight_columns(out, n, TASK_ROWS, |columns| {
+        let rows = columns.rows();
+        let data = &data[rows.start * row_bytes..rows.end * row_bytes];
+        let weights = Unpacked::new(form, data, k, body.signed_bytes(form));
+        weights.times(body, &lanes, columns);
+        Ok(())
+    })
+}
+
+/// Activations of n tokens in groups of 16, interleaved for the lanes: per group and block of
+/// 32, bytes 4g..4g + 4 of token t at `[(g·16 + t)·4..]`; each token's block scale d; minus
+/// the weights' offset times the token's sum over each unit (what a unit's dot starts from, so
+/// that the offset the bytes carry cancels); with a min, d times the unit's sum (what a min
+/// multiplies: one product per token and unit, not per row; Q8_1's s for Q4_1/Q5_1). Zeros
+/// for tokens past n.
+struct Lanes {
+    blocks: usize,
+    qs: Vec<i8>,
+    d: Vec<f32>,
+    starts: Vec<i32>,
+    d_sums: Vec<f32>,
+}
+
+impl Lanes {
+    fn new(acts: &Q8Rows, n: usize, k: usize, form: Form) -> Self {
+        let blocks = k / BLOCK;
+        let groups = n.div_ceil(TOKENS);
+        let units = form.units();
+        let min = form.has_min();
+        let mut lanes = Lanes {
+            blocks,
+            qs: vec![0; groups * blocks * BLOCK * TOKENS],
+            d: vec![0.0; groups * blocks * TOKENS],
+            starts: vec![0; groups * blocks * units * TOKENS],
+            // Kept for every form (a value per token and unit), filled only with a min.
+            d_sums: vec![0.0; groups * blocks * units * TOKENS],
+        };
+        let (values, scales, q8_1_sums) = (acts.values(), acts.scales(), acts.sums());
+        let blocks_with_sums = if form.takes_q8_1_sums() {
+            scales.len()
+        } else {
+            0
+        };
+        assert_eq!(q8_1_sums.len(), blocks_with_sums, "activations' Q8_1 sums");
+        let sum = |x: &[i8]| x.iter().map(|&q| q as i32).sum::<i32>();
+        // Group by group on the threads: a prompt's products interleave thousands of tokens.
+        // (max(1): chunks must not be empty; with k = 0 every vector is.)
+        let per_group = (blocks * TOKENS).max(1);
+        lanes
+            .qs
+            .par_chunks_mut(per_group * BLOCK)
+            .zip(lanes.d.par_chunks_mut(per_group))
+            .zip(lanes.starts.par_chunks_mut(per_group * units))
+            .zip(lanes.d_sums.par_chunks_mut(per_group * units))
+            .enumerate()
+            .for_each(|(group, (((qs, d), starts), d_sums))| {
+                for t in 0..TOKENS.min(n - group * TOKENS) {
+                    let token = group * TOKENS + t;
+                    for b in 0..blocks {
+                        let x = &values[token * k + b * BLOCK..token * k + (b + 1) * BLOCK];
+                        let base = b * BLOCK * TOKENS;
+                        for (g, four) in x.chunks_exact(4).enumerate() {
+                            let to = base + (g * TOKENS + t) * 4;
+                            let four: [i8; 4] = [four[0], four[1], four[2], four[3]];
+                            let dst: &mut [i8; 4] = (&mut qs[to..to + 4]).try_into().unwrap();
+                            *dst = four;
+                        }
+                        let dx = scales[token * blocks + b];
+                        d[b * TOKENS + t] = dx;
+                        for (u, unit) in x.chunks_exact(BLOCK / units).enumerate() {
+                            let at = (b * units + u) * TOKENS + t;
+                            let sum = sum(unit);
+                            starts[at] = -form.offset() * sum;
+                            if min {
+                                d_sums[at] = if form.takes_q8_1_sums() {
+                                    q8_1_sums[token * blocks + b]
+                                } else {
+                                    dx * sum as f32
+                                };
+                            }
+                        }
+                    }
+                }
+            });
+        lanes
+    }
+
+    fn groups(&self) -> usize {
+        self.d.len() / (self.blocks * TOKENS).max(1)
+    }
+}
+
+/// Weight rows as bytes (integer + offset, unsigned as the instruction takes them), a scale
+/// per unit and, for Q4_1, Q5_1, Q2_K, Q4_K and Q5_K, a min per unit: value = scale·(byte −
+/// offset) − min, the scale and min as candle's `to_float` computes them (Q4_1/Q5_1's d·q + m
+/// with min = −m: the same rounding). Laid out for the kernel's tiles of
+/// `TILE` rows: per tile and block of 32 values, the tile's rows' 32 bytes one after the other
+/// (128 bytes), then its scales and mins likewise, so that a tile reads one sequential stream
+/// (four rows apart in memory, 4 and 14 KiB, the streams from L2 ran the kernel at ~40% of the
+/// instruction's rate, session 35). Rows past the last of the last tile are zeros.
+struct Unpacked {
+    form: Form,
+    k: usize,
+    rows: usize,
+    /// The bytes are the integers themselves, not + 128 (`Body::signed_bytes`).
+    signed: bool,
+    bytes: Vec<u8>,
+    scales: Vec<f32>,
+    mins: Vec<f32>,
+}
+
+/// Weight rows per tile of the kernel (`avx512::tile`).
+const TILE: usize = 4;
+
+impl Unpacked {
+    fn new(form: Form, data: &[u8], k: usize, signed: bool) -> Self {
+        let (values, block_bytes) = form.block();
+        let row_bytes = k / values * block_bytes;
+        let rows = data.len() / row_bytes.max(1);
+        let (blocks, units) = (k / BLOCK, form.units());
+        let padded = rows.next_multiple_of(TILE);
+        assert!(!signed || form.offset() == 128, "signed bytes of {form:?}");
+        let mut w = Unpacked {
+            form,
+            k,
+            rows,
+            signed,
+            bytes: vec![0; padded * k],
+            scales: vec![0.0; padded * blocks * units],
+            mins: vec![
+                0.0;
+                if form.has_min() {
+                    padded * blocks * units
+                } else {
+                    0
+                }
+            ],
+        };
+        for (r, row) in data.chunks_exact(row_bytes.max(1)).enumerate() {
+            // Where block b of row r lies: its bytes at `byte(b)`, 128 bytes on to block b + 1.
+            let (tile, i) = (r / TILE, r % TILE);
+            let byte = |b: usize| ((tile * blocks + b) * TILE + i) * BLOCK;
+            let scale = |b: usize, u: usize| ((tile * blocks + b) * units + u) * TILE + i;
+            match form {
+                Form::Blocks(kind) => {
+                    for (b, block) in row.chunks_exact(block_bytes).enumerate() {
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: callers detected AVX2, FMA and F16C (`products` checks
+                        // `available`; the tests `has_avx2_fma_f16c`).
+                        unsafe {
+                            unpack::unpack_block(
+                                kind,
+                                block,
+                                &mut w.bytes[byte(b)..byte(b) + BLOCK],
+                            )
+                        };
+                        w.scales[scale(b, 0)] = block_dots::read_f16(block, 0);
+                        if kind.has_min() {
+                            w.mins[scale(b, 0)] = -block_dots::read_f16(block, 2);
+                        }
+                    }
+                }
+                Form::Q2K => {
+                    for (sb, block) in row.chunks_exact(block_bytes).enumerate() {
+                        let (d, dmin) = (
+                            block_dots::read_f16(block, 80),
+                            block_dots::read_f16(block, 82),
+                        );
+                        // Scale byte s: values 16s..16s + 16, unit s % 2 of block s / 2.
+                        for (s, &sc) in block[..16].iter().enumerate() {
+                            let at = scale(sb * 8 + s / 2, s % 2);
+                            w.scales[at] = d * (sc & 0xF) as f32;
+                            w.mins[at] = dmin * (sc >> 4) as f32;
+                        }
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: as above.
+                        unsafe {
+                            unpack::unpack_q2k(block, &mut w.bytes[byte(sb * 8)..])
+                        };
+                    }
+                }
+                Form::Q3K => {
+                    for (sb, block) in row.chunks_exact(block_bytes).enumerate() {
+                        let d = block_dots::read_f16(block, 108);
+                        let scales = super::kquant_expand::q3k_scales(&block[96..108]);
+                        for (s, &sc) in scales.iter().enumerate() {
+                            w.scales[scale(sb * 8 + s / 2, s % 2)] = d * sc as f32;
+                        }
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: as above.
+                        unsafe {
+                            unpack::unpack_q3k(block, &mut w.bytes[byte(sb * 8)..])
+                        };
+                    }
+                }
+                Form::Q4K | Form::Q5K => {
+                    for (sb, block) in row.chunks_exact(block_bytes).enumerate() {
+                        let (d, dmin) = (
+                            block_dots::read_f16(block, 0),
+                            block_dots::read_f16(block, 2),
+                        );
+                        for j in 0..8 {
+                            let (sc, m) = super::kquant_expand::scale_min(j, &block[4..16]);
+                            w.scales[scale(sb * 8 + j, 0)] = d * sc as f32;
+                            w.mins[scale(sb * 8 + j, 0)] = dmin * m as f32;
+                        }
+                        let out = &mut w.bytes[byte(sb * 8)..];
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: as above.
+                        unsafe {
+                            unpack::unpack_k(block, form == Form::Q5K, out)
+                        };
+                    }
+                }
+                Form::Iq(kind) => {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: as above.
+                    unsafe {
+                        super::iq_rows::avx2::biased_integers(
+                            kind,
+                            row,
+                            |g, group_scales, integers| {
+                                w.bytes[byte(g)..byte(g) + BLOCK].copy_from_slice(integers);
+                                for (u, s) in group_scales.into_iter().take(units).enumerate() {
+                                    w.scales[scale(g, u)] = s;
+                                }
+                            },
+                        )
+                    };
+                }
+                Form::Q6K => {
+                    for (sb, block) in row.chunks_exact(block_bytes).enumerate() {
+                        let d = block_dots::read_f16(block, 208);
+                        for (j, &sc) in block[192..208].iter().enumerate() {
+                            w.scales[scale(sb * 8 + j / 2, j % 2)] = d * sc as i8 as f32;
+                        }
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: as above.
+                        unsafe {
+                            unpack::unpack_q6k(&block[..192], &mut w.bytes[byte(sb * 8)..])
+                        };
+                    }
+                }
+            }
+        }
+        if signed {
+            // Every form unpacks to integer + 128; the AVX2 body multiplies the integers.
+            w.bytes.iter_mut().for_each(|b| *b ^= 0x80);
+        }
+        w
+    }
+
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// y[token][first + r] = weight row r · token, for each of these rows (the task's columns
+    /// from `first`) and each token, on `body`, which this CPU has (`products_on` checked).
+    fn times(&self, body: Body, lanes: &Lanes, columns: &Columns) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `products_on` checked that this CPU has the body's instructions.
+        match body {
+            Body::Vnni => unsafe { vnni::times(self, lanes, columns) },
+            Body::Avx2 => unsafe { avx2::times(self, lanes, columns) },
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("no body off x86_64 ({body:?})")
+    }
+
+    /// Where value j of row r lies in `bytes`.
+    #[cfg(test)]
+    fn byte_at(&self, r: usize, j: usize) -> usize {
+        ((r / TILE * (self.k / BLOCK) + j / BLOCK) * TILE + r % TILE) * BLOCK + j % BLOCK
+    }
+
+    /// The integer value j of row r's byte stands for: byte − offset, or the byte as signed.
+    #[cfg(test)]
+    fn integer(&self, r: usize, j: usize) -> i32 {
+        let byte = self.bytes[self.byte_at(r, j)];
+        if self.signed {
+            byte as i8 as i32
+        } else {
+            byte as i32 - self.form.offset()
+        }
+    }
+
+    /// The scale of value j of row r.
+    #[cfg(test)]
+    fn scale_of(&self, r: usize, j: usize) -> f32 {
+        let (blocks, units) = (self.k / BLOCK, self.form.units());
+        let u = j % BLOCK / (BLOCK / units);
+        self.scales[((r / TILE * blocks + j / BLOCK) * units + u) * TILE + r % TILE]
+    }
+
+    /// The min of value j of row r (forms with a min).
+    #[cfg(test)]
+    fn min_of(&self, r: usize, j: usize) -> f32 {
+        let (blocks, units) = (self.k / BLOCK, self.form.units());
+        let u = j % BLOCK / (BLOCK / units);
+        self.mins[((r / TILE * blocks + j / BLOCK) * units + u) * TILE + r % TILE]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+
+    fn random(rows: usize, cols: usize, seed: u64) -> Vec<f32> {
+        crate::rng::SplitMix64(seed).symmetric_f32s(rows * cols)
+    }
+
+    const FORMS: [(GgmlDType, Form); 10] = [
+        (GgmlDType::Q4_0, Form::Blocks(BlockKind::Q4_0)),
+        (GgmlDType::Q4_1, Form::Blocks(BlockKind::Q4_1)),
+        (GgmlDType::Q5_0, Form::Blocks(BlockKind::Q5_0)),
+        (GgmlDType::Q5_1, Form::Blocks(BlockKind::Q5_1)),
+        (GgmlDType::Q8_0, Form::Blocks(BlockKind::Q8_0)),
+        (GgmlDType::Q2K, Form::Q2K),
+        (GgmlDType::Q3K, Form::Q3K),
+        (GgmlDType::Q4K, Form::Q4K),
+        (GgmlDType::Q5K, Form::Q5K),
+        (GgmlDType::Q6K, Form::Q6K),
+    ];
+
+    /// `out` random rows of k values (offset by 0.3, so that K-quants' mins matter), quantized by
+    /// candle: its bytes and its dequantized values.
+    fn weights(dtype: GgmlDType, out: usize, k: usize) -> anyhow::Result<(Vec<u8>, Vec<f32>)> {
+        let w: Vec<f32> = random(out, k, 1).iter().map(|v| v + 0.3).collect();
+        let q = QTensor::quantize(&Tensor::from_vec(w, (out, k), &Device::Cpu)?, dtype)?;
+        let values = q.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1()?;
+        Ok((q.data()?.to_vec(), values))
+    }
+
+    /// i-quant rows made of the blocks of tests/fixtures/iquants (scales zero, subnormal, large and
+    /// ordinary), cycled to fill out × k, with gguf-py's values of them.
+    fn iq_weights(kind: IQuant, out: usize, k: usize) -> anyhow::Result<(Vec<u8>, Vec<f32>)> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/iquants/blocks.safetensors");
+        let all = candle_core::safetensors::load(path, &Device::Cpu)?;
+        let name = kind.name();
+        let bytes: Vec<u8> = all[&format!("{name}.blocks")].flatten_all()?.to_vec1()?;
+        let values: Vec<f32> = all[&format!("{name}.values")].flatten_all()?.to_vec1()?;
+        let (bb, bv) = (kind.block_bytes(), kind.block_values());
+        let have = bytes.len() / bb;
+        let blocks = 0..out * k / bv;
+        Ok((
+            blocks
+                .clone()
+                .flat_map(|b| bytes[b % have * bb..][..bb].to_vec())
+                .collect(),
+            blocks
+                .flat_map(|b| values[b % have * bv..][..bv].to_vec())
+                .collect(),
+        ))
+    }
+
+    /// A form, its weights' bytes and their values.
+    type Case = (Form, Vec<u8>, Vec<f32>);
+
+    /// Every form with its weights: candle's quantization of random rows, and the i-quant blocks.
+    fn cases(out: usize, k: usize) -> anyhow::Result<Vec<Case>> {
+        let mut cases = Vec::new();
+        for (dtype, form) in FORMS {
+            let (data, values) = weights(dtype, out, k)?;
+            cases.push((form, data, values));
+        }
+        for kind in IQuant::ALL {
+            let (data, values) = iq_weights(kind, out, k)?;
+            cases.push((Form::Iq(kind), data, values));
+        }
+        Ok(cases)
+    }
+
+    fn unit(form: Form) -> usize {
+        BLOCK / form.units()
+    }
+
+    /// Each weight read back from its byte, scale and min is candle's value to the bit (i-quants:
+    /// gguf-py's).
+    #[test]
+    fn the_bytes_are_candles_values() -> anyhow::Result<()> {
+        if !block_dots::has_avx2_fma_f16c() {
+            return Ok(());
+        }
+        let (out, k) = (7, 512);
+        for (form, data, values) in cases(out, k)? {
+            // The AVX2 body's signed bytes too (`Body::signed_bytes`).
+            for signed in [false, true] {
+                if signed && form.offset() != 128 {
+                    continue;
+                }
+                let w = Unpacked::new(form, &data, k, signed);
+                for (at, &want) in values.iter().enumerate() {
+                    let (r, j) = (at / k, at % k);
+                    let scale = w.scale_of(r, j);
+                    let mut got = scale * w.integer(r, j) as f32;
+                    if form.has_min() {
+                        got -= w.min_of(r, j);
+                    }
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{form:?} (signed {signed}) row {r} value {j}: {got} for {want}"
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The product of row r of `w` and token t of `acts` as the kernels are to compute it: the
+    /// chain over the blocks of fma(scale·d_x, Σ integer·x, ·) from zero (for two units of 16
+    /// fma(scale₀·dot₀ + scale₁·dot₁, d_x, ·); with a min then − min·(d_x·Σx) per unit,
+    /// Q4_1/Q5_1's min·s), each dot exact.
+    fn chain(w: &Unpacked, acts: &Q8Rows, t: usize, r: usize) -> f32 {
+        let (form, k) = (w.form, w.k);
+        let size = unit(form);
+        let x = &acts.values()[t * k..(t + 1) * k];
+        let mut acc = 0f32;
+        for b in 0..k / BLOCK {
+            let dx = acts.scales()[t * (k / BLOCK) + b];
+            let dot = |u: usize| -> f32 {
+                let dot: i32 = (u..u + size).map(|j| w.integer(r, j) * x[j] as i32).sum();
+                dot as f32
+            };
+            let (first, second) = (b * BLOCK, b * BLOCK + size);
+            if form.halves() {
+                let part = dot(first) * w.scale_of(r, first);
+                let part = dot(second).mul_add(w.scale_of(r, second), part);
+                acc = part.mul_add(dx, acc);
+            } else {
+                acc = (w.scale_of(r, first) * dx).mul_add(dot(first), acc);
+            }
+            let with_min = if form.has_min() { form.units() } else { 0 };
+            for start in [first, second].into_iter().take(with_min) {
+                let sum: i32 = x[start..start + size].iter().map(|&q| q as i32).sum();
+                let d_sum = if form.takes_q8_1_sums() {
+                    acts.sums()[t * (k / BLOCK) + b]
+                } else {
+                    dx * sum as f32
+                };
+                acc = (-w.min_of(r, start)).mul_add(d_sum, acc);
+            }
+        }
+        acc
+    }
+
+    /// Every product of `got` (tokens × rows of `w`) is `chain`'s, to the bit.
+    fn assert_chains(got: &[f32], w: &Unpacked, acts: &Q8Rows, case: &str) {
+        let n = acts.values().len() / w.k;
+        assert_eq!(got.len(), n * w.rows, "{case}");
+        for t in 0..n {
+            for r in 0..w.rows {
+                let want = chain(w, acts, t, r);
+                let got = got[t * w.rows + r];
+                assert_eq!(got.to_bits(), want.to_bits(), "{case} {:?} {t} {r}", w.form);
+            }
+        }
+    }
+
+    fn kernels(form: Form, data: &[u8]) -> RowKernels<'_> {
+        let data = std::borrow::Cow::from(data);
+        match form {
+            Form::Blocks(kind) => RowKernels::Blocks(kind, data),
+            Form::Q2K => RowKernels::KQuants(KQuantKind::Q2K, data),
+            Form::Q3K => RowKernels::KQuants(KQuantKind::Q3K, data),
+            Form::Q4K => RowKernels::KQuants(KQuantKind::Q4K, data),
+            Form::Q5K => RowKernels::KQuants(KQuantKind::Q5K, data),
+            Form::Q6K => RowKernels::KQuants(KQuantKind::Q6K, data),
+            Form::Iq(kind) => RowKernels::Iq(kind, data),
+        }
+    }
+
+    /// Each product is `chain`, with the activations rounded as for single tokens, whatever the
+    /// token's lane and the row's tile, on each body this CPU has (so the VNNI and AVX2 bodies
+    /// give the same bits): 37 tokens (a pair of groups and a partial one), 45 rows (partial
+    /// tiles and tasks), 768 values (a whole span of blocks and a part).
+    #[test]
+    fn each_product_is_one_chain_over_the_units() -> anyhow::Result<()> {
+        let (out, k, n) = (45, 768, 37);
+        if Body::here().is_empty() {
+            return Ok(());
+        }
+        for (form, data, _) in cases(out, k)? {
+            let xs = random(n, k, 2);
+            let w = Unpacked::new(form, &data, k, false);
+            let acts = Q8Rows::quantize(&xs, k, form.takes_q8_1_sums());
+            for &body in Body::here() {
+                let got = products_on(body, &kernels(form, &data), out, k, &xs)?;
+                assert_chains(&got, &w, &acts, &format!("{body:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Weights whose every integer is the form's largest in magnitude (`largest_integer`: the
+    /// AVX2 body's i16 sums at their bound), unit scales, zero mins, times activations all
+    /// −127 or all +127 (x = ∓1 rounded): every body's products are `chain`'s. A run one step
+    /// longer than `i16_run` fails it for most forms (the sums saturate or wrap).
+    #[test]
+    fn the_largest_integers_stay_exact() -> anyhow::Result<()> {
+        let (out, k, n) = (9, 512, 20);
+        if Body::here().is_empty() {
+            return Ok(());
+        }
+        for (form, data, _) in cases(out, k)? {
+            for &body in Body::here() {
+                let signed = body.signed_bytes(form);
+                let largest = form.largest_integer() as i32;
+                // Signed forms: −largest (Q8_0's −128); the others: their largest byte.
+                let byte = if signed {
+                    (-largest) as i8 as u8
+                } else if form.offset() == 128 {
+                    (128 - largest) as u8
+                } else {
+                    largest as u8
+                };
+                for x in [-1f32, 1.0] {
+                    let xs = vec![x; n * k];
+                    let acts = Q8Rows::quantize(&xs, k, form.takes_q8_1_sums());
+                    let lanes = Lanes::new(&acts, n, k, form);
+                    let extreme = |rows: std::ops::Range<usize>| {
+                        let mut w =
+                            Unpacked::new(form, &data[..rows.len() * data.len() / out], k, signed);
+                        w.bytes.iter_mut().for_each(|b| *b = byte);
+                        w.scales.iter_mut().for_each(|s| *s = 1.0);
+                        w.mins.iter_mut().for_each(|m| *m = 0.0);
+                        w
+                    };
+                    let got = by_weight_columns(out, n, TASK_ROWS, |columns| {
+                        assert!(Body::here().contains(&body));
+                        extreme(columns.rows()).times(body, &lanes, columns);
+                        Ok(())
+                    })?;
+                    let w = extreme(0..out);
+                    let multiplied = if form.offset() == 128 {
+                        w.integer(0, 0).unsigned_abs() as usize
+                    } else {
+                        w.bytes[0] as usize
+                    };
+                    assert_eq!(multiplied, form.largest_integer(), "{form:?}");
+                    assert_chains(&got, &w, &acts, &format!("{body:?}, x {x}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
