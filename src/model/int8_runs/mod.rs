@@ -40,6 +40,7 @@ use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod operands;
 #[cfg(target_arch = "x86_64")]
 mod unpack;
