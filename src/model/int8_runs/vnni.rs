@@ -11,17 +11,17 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 /// Weight rows per tile: their block chains in flight together.
-pub const ROWS: usize = super::TILE;
+const ROWS: usize = super::TILE;
 
 /// Token groups per tile: each broadcast weight word feeds this many instructions, each
 /// group's activation vector this many rows' (4 × 2 × 2 halves: sixteen integer chains).
-pub const GROUPS: usize = 2;
+const GROUPS: usize = 2;
 
 /// Blocks of 32 values per pass over a tile: two groups' activations for a span are 16 KiB.
-pub const SPAN: usize = 16;
+const SPAN: usize = 16;
 
 /// A tile's f32 chains, one register per (row, group): carried from span to span.
-pub type Sums = [[__m512; GROUPS]; ROWS];
+type Sums = [[__m512; GROUPS]; ROWS];
 
 /// y[token][first + r] = weight row r · token, for each of the task's rows `w` (its columns
 /// from `first`) and each token.
@@ -93,7 +93,7 @@ fn times_as<const HALVES: bool, const MIN: bool>(w: &Unpacked, lanes: &Lanes, co
 /// memory and the activations spilled (perf).
 #[inline(never)]
 #[target_feature(enable = "avx512f,avx512vnni")]
-pub fn tile<const HALVES: bool, const MIN: bool, const G: usize>(
+fn tile<const HALVES: bool, const MIN: bool, const G: usize>(
     w: &Rows,
     x: &Groups<G>,
     blocks: Range<usize>,
