@@ -435,6 +435,9 @@ pub(crate) mod avx2 {
                     _mm_prefetch::<_MM_HINT_T0>(
                         block.as_ptr().wrapping_add(PREFETCH_BYTES) as *const i8
                     );
+                    _mm_prefetch::<_MM_HINT_T1>(
+                        block.as_ptr().wrapping_add(PREFETCH_BYTES + L2_PREFETCH_BYTES) as *const i8,
+                    );
                     let q = unpack(kind, block);
                     // maddubs multiplies unsigned by signed bytes: signed weights give it their
                     // magnitudes and move their signs onto the activations.
@@ -512,6 +515,16 @@ pub(crate) mod avx2 {
     /// 4.03 / 3.55 tok/s on the synthetic Llama-3.1-8B Q4_K_M; Qwen2.5-0.5B's Q5_0/Q8_0
     /// matrices 18.1 at 1,024, 20.0 at 2,048, 20.3 at 4,096.
     pub(crate) const PREFETCH_BYTES: usize = 2048;
+
+    /// How far beyond `PREFETCH_BYTES` the kernels here and in `kquant_dots` also ask for the
+    /// weights' lines into L2 only (`_MM_HINT_T1`): a core keeps more requests to memory in
+    /// flight for L2 than for L1, and with L1's alone two threads of decoding products read
+    /// 21–25 GB/s of the 35 a plain read reaches on a Zen 4. Measured there, 2 threads,
+    /// `examples/bench_decode_products.rs`, runs alternating (session 50): Q4_K 20.6–25.0 →
+    /// 26.0–28.6 GB/s, Q6_K 20.5–26.2 → 24.4–35.1, Q8_0 23.4–26.4 → 26.7–31.4, Q4_0 unchanged
+    /// (about 22); 4,096 and 16,384 were no better than 8,192; L2 alone (no L1 request) was
+    /// worse, 15 GB/s.
+    pub(crate) const L2_PREFETCH_BYTES: usize = 8192;
 
     #[target_feature(enable = "avx2,fma,f16c")]
     fn hsum_float_8(x: __m256) -> f32 {

@@ -1,0 +1,76 @@
+//! hyoka's decoding products (`model::kquant_dots`, `model::block_dots`) timed as a batch-1
+//! decoding step runs them: one activation row against eight 4096 × 14336 matrices (an 8B's MLP
+//! shape) of random Q4_K, Q6_K, Q4_0 and Q8_0 blocks — eight, 264 MB of Q4_K, so that the
+//! weights come from memory, not from the cache a previous pass left — rows split over rayon's
+//! threads in tasks of 32 as the judge splits them. Prints the best of PASSES passes (default 8)
+//! as GB/s of weights read. Run with RAYON_NUM_THREADS as the judge runs. A benchmark, not a
+//! test: `cargo run --release --example bench_decode_products`.
+
+use hyoka::model::block_dots::{self, BlockKind, Q8Rows};
+use hyoka::model::kquant_dots::{self, KQuantKind, Q8KRows};
+use rayon::prelude::*;
+use std::time::Instant;
+
+/// Appends one weight row's product with the activation row.
+type RowProduct<'a> = &'a (dyn Fn(&[u8], &mut Vec<f32>) + Sync);
+
+fn main() {
+    if !KQuantKind::available() {
+        eprintln!("the K-quant kernels need AVX2, FMA and F16C");
+        return;
+    }
+    let (rows, cols, matrices) = (4096usize, 14336usize, 8usize);
+    let passes: usize = std::env::var("PASSES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    let mut rng = hyoka::rng::SplitMix64(3);
+    let x: Vec<f32> = rng.symmetric_f32s(cols);
+    let xs = Q8KRows::quantize(&x, cols);
+    let x8 = Q8Rows::quantize(&x, cols, false);
+    let block_kernel = block_dots::dot_rows_kernel();
+    let kinds: [(&str, usize, RowProduct); 4] = [
+        ("Q4_K", KQuantKind::Q4K.row_bytes(cols), &|w, out| {
+            kquant_dots::dot_rows(KQuantKind::Q4K, w, &xs, out)
+        }),
+        ("Q6_K", KQuantKind::Q6K.row_bytes(cols), &|w, out| {
+            kquant_dots::dot_rows(KQuantKind::Q6K, w, &xs, out)
+        }),
+        ("Q4_0", BlockKind::Q4_0.row_bytes(cols), &|w, out| {
+            block_kernel(BlockKind::Q4_0, w, &x8, out)
+        }),
+        ("Q8_0", BlockKind::Q8_0.row_bytes(cols), &|w, out| {
+            block_kernel(BlockKind::Q8_0, w, &x8, out)
+        }),
+    ];
+    for (kind, row_bytes, dot) in kinds {
+        // Random bytes below 64: finite f16 block scales wherever they lie in a block.
+        let weights: Vec<Vec<u8>> = (0..matrices)
+            .map(|_| {
+                (0..rows * row_bytes)
+                    .map(|_| (rng.next_u64() & 0x3f) as u8)
+                    .collect()
+            })
+            .collect();
+        let mut best = f64::MAX;
+        for _ in 0..passes {
+            let t = Instant::now();
+            for w in &weights {
+                let out: Vec<f32> = w
+                    .par_chunks(row_bytes * 32)
+                    .flat_map_iter(|task| {
+                        let mut out = Vec::with_capacity(32);
+                        for row in task.chunks_exact(row_bytes) {
+                            dot(row, &mut out);
+                        }
+                        out
+                    })
+                    .collect();
+                assert_eq!(out.len(), rows);
+            }
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let bytes = (matrices * rows * row_bytes) as f64;
+        println!("{kind}: {:.1} GB/s of weights", bytes / best / 1e9);
+    }
+}
