@@ -1,12 +1,15 @@
 //! hyoka's decoding products (`model::kquant_dots`, `model::block_dots`) timed as a batch-1
 //! decoding step runs them: one activation row against eight 4096 × 14336 matrices (an 8B's MLP
-//! shape) of random Q4_K, Q6_K, Q4_0 and Q8_0 blocks — eight, 264 MB of Q4_K, so that the
+//! shape) of random Q4_K, Q6_K, Q4_0, Q8_0, IQ4_XS
+//! and IQ2_XXS blocks — eight, 264 MB of Q4_K, so that the
 //! weights come from memory, not from the cache a previous pass left — rows split over rayon's
 //! threads in tasks of 32 as the judge splits them. Prints the best of PASSES passes (default 8)
 //! as GB/s of weights read. Run with RAYON_NUM_THREADS as the judge runs. A benchmark, not a
 //! test: `cargo run --release --example bench_decode_products`.
 
 use hyoka::model::block_dots::{self, BlockKind, Q8Rows};
+use hyoka::model::iq_dots::{self, Activations};
+use hyoka::model::iquants::IQuant;
 use hyoka::model::kquant_dots::{self, KQuantKind, Q8KRows};
 use rayon::prelude::*;
 use std::time::Instant;
@@ -29,7 +32,12 @@ fn main() {
     let xs = Q8KRows::quantize(&x, cols);
     let x8 = Q8Rows::quantize(&x, cols, false);
     let block_kernel = block_dots::dot_rows_kernel();
-    let kinds: [(&str, usize, RowProduct); 4] = [
+    let iq_kernel = iq_dots::dot_rows_kernel();
+    let (iq4, iq2) = (
+        Activations::quantize(IQuant::Iq4Xs, &x, cols),
+        Activations::quantize(IQuant::Iq2Xxs, &x, cols),
+    );
+    let kinds: [(&str, usize, RowProduct); 6] = [
         ("Q4_K", KQuantKind::Q4K.row_bytes(cols), &|w, out| {
             kquant_dots::dot_rows(KQuantKind::Q4K, w, &xs, out)
         }),
@@ -41,6 +49,12 @@ fn main() {
         }),
         ("Q8_0", BlockKind::Q8_0.row_bytes(cols), &|w, out| {
             block_kernel(BlockKind::Q8_0, w, &x8, out)
+        }),
+        ("IQ4_XS", IQuant::Iq4Xs.row_bytes(cols), &|w, out| {
+            iq_kernel(IQuant::Iq4Xs, w, &iq4, out)
+        }),
+        ("IQ2_XXS", IQuant::Iq2Xxs.row_bytes(cols), &|w, out| {
+            iq_kernel(IQuant::Iq2Xxs, w, &iq2, out)
         }),
     ];
     for (kind, row_bytes, dot) in kinds {
