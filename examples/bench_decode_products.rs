@@ -1,11 +1,12 @@
 //! hyoka's decoding products (`model::kquant_dots`, `model::block_dots`) timed as a batch-1
 //! decoding step runs them: one activation row against eight 4096 × 14336 matrices (an 8B's MLP
-//! shape) of random Q4_K, Q6_K, Q4_0, Q8_0, IQ4_XS
-//! and IQ2_XXS blocks — eight, 264 MB of Q4_K, so that the
-//! weights come from memory, not from the cache a previous pass left — rows split over rayon's
-//! threads in tasks of 32 as the judge splits them. Prints the best of PASSES passes (default 8)
-//! as GB/s of weights read. Run with RAYON_NUM_THREADS as the judge runs. A benchmark, not a
-//! test: `cargo run --release --example bench_decode_products`.
+//! shape) of random Q4_K, Q6_K, Q4_0, Q8_0, IQ4_XS and IQ2_XXS blocks — eight, 264 MB of Q4_K,
+//! so that the weights come from memory, not from the cache a previous pass left — rows split
+//! over rayon's threads in tasks of 32 as the judge splits them (Q4_0 and Q8_0 take a task's
+//! rows in one call, as the judge calls them). Prints the best of PASSES passes (default 8) as
+//! GB/s of weights read; ROWS and MATRICES replace the 4096 rows and the eight matrices
+//! (ROWS=1024 MATRICES=1: 8 MB of Q4_K, from L3). Run with RAYON_NUM_THREADS as the judge runs.
+//! A benchmark, not a test: `cargo run --release --example bench_decode_products`.
 
 use hyoka::model::block_dots::{self, BlockKind, Q8Rows};
 use hyoka::model::iq_dots::{self, Activations};
@@ -14,19 +15,28 @@ use hyoka::model::kquant_dots::{self, KQuantKind, Q8KRows};
 use rayon::prelude::*;
 use std::time::Instant;
 
-/// Appends one weight row's product with the activation row.
-type RowProduct<'a> = &'a (dyn Fn(&[u8], &mut Vec<f32>) + Sync);
+/// Appends the products of a task's weight rows (whole rows, one after another) with the
+/// activation row.
+type TaskProduct<'a> = &'a (dyn Fn(&[u8], &mut Vec<f32>) + Sync);
+
+/// A kernel that takes one weight row at a time, over a task's rows.
+fn each_row(task: &[u8], row_bytes: usize, mut dot: impl FnMut(&[u8])) {
+    task.chunks_exact(row_bytes).for_each(&mut dot);
+}
 
 fn main() {
     if !KQuantKind::available() {
         eprintln!("the K-quant kernels need AVX2, FMA and F16C");
         return;
     }
-    let (rows, cols, matrices) = (4096usize, 14336usize, 8usize);
-    let passes: usize = std::env::var("PASSES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8);
+    let setting = |name: &str, default: usize| -> usize {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let (rows, cols, matrices) = (setting("ROWS", 4096), 14336usize, setting("MATRICES", 8));
+    let passes = setting("PASSES", 8);
     let mut rng = hyoka::rng::SplitMix64(3);
     let x: Vec<f32> = rng.symmetric_f32s(cols);
     let xs = Q8KRows::quantize(&x, cols);
@@ -37,12 +47,24 @@ fn main() {
         Activations::quantize(IQuant::Iq4Xs, &x, cols),
         Activations::quantize(IQuant::Iq2Xxs, &x, cols),
     );
-    let kinds: [(&str, usize, RowProduct); 6] = [
-        ("Q4_K", KQuantKind::Q4K.row_bytes(cols), &|w, out| {
-            kquant_dots::dot_rows(KQuantKind::Q4K, w, &xs, out)
+    let (q4k, q6k) = (
+        KQuantKind::Q4K.row_bytes(cols),
+        KQuantKind::Q6K.row_bytes(cols),
+    );
+    let (iq4_bytes, iq2_bytes) = (
+        IQuant::Iq4Xs.row_bytes(cols),
+        IQuant::Iq2Xxs.row_bytes(cols),
+    );
+    let kinds: [(&str, usize, TaskProduct); 6] = [
+        ("Q4_K", q4k, &|w, out| {
+            each_row(w, q4k, |row| {
+                kquant_dots::dot_rows(KQuantKind::Q4K, row, &xs, out)
+            })
         }),
-        ("Q6_K", KQuantKind::Q6K.row_bytes(cols), &|w, out| {
-            kquant_dots::dot_rows(KQuantKind::Q6K, w, &xs, out)
+        ("Q6_K", q6k, &|w, out| {
+            each_row(w, q6k, |row| {
+                kquant_dots::dot_rows(KQuantKind::Q6K, row, &xs, out)
+            })
         }),
         ("Q4_0", BlockKind::Q4_0.row_bytes(cols), &|w, out| {
             block_kernel(BlockKind::Q4_0, w, &x8, out)
@@ -50,11 +72,13 @@ fn main() {
         ("Q8_0", BlockKind::Q8_0.row_bytes(cols), &|w, out| {
             block_kernel(BlockKind::Q8_0, w, &x8, out)
         }),
-        ("IQ4_XS", IQuant::Iq4Xs.row_bytes(cols), &|w, out| {
-            iq_kernel(IQuant::Iq4Xs, w, &iq4, out)
+        ("IQ4_XS", iq4_bytes, &|w, out| {
+            each_row(w, iq4_bytes, |row| iq_kernel(IQuant::Iq4Xs, row, &iq4, out))
         }),
-        ("IQ2_XXS", IQuant::Iq2Xxs.row_bytes(cols), &|w, out| {
-            iq_kernel(IQuant::Iq2Xxs, w, &iq2, out)
+        ("IQ2_XXS", iq2_bytes, &|w, out| {
+            each_row(w, iq2_bytes, |row| {
+                iq_kernel(IQuant::Iq2Xxs, row, &iq2, out)
+            })
         }),
     ];
     for (kind, row_bytes, dot) in kinds {
@@ -74,9 +98,7 @@ fn main() {
                     .par_chunks(row_bytes * 32)
                     .flat_map_iter(|task| {
                         let mut out = Vec::with_capacity(32);
-                        for row in task.chunks_exact(row_bytes) {
-                            dot(row, &mut out);
-                        }
+                        dot(task, &mut out);
                         out
                     })
                     .collect();

@@ -23,7 +23,8 @@ attn_output and ffn_down in the first eighth of the layers, Q6_K output); iq2_m 
 with IQ3_S for token_embd, attn_output and ffn_down in the first eighth of the layers, Q4_K for
 attn_v where 4+ query heads share a key head, else IQ3_S, Q5_K output); iq1_m as IQ1_M (IQ1_M,
 with Q2_K for token_embd and ffn_down in the first eighth, IQ2_XXS for attn_output, Q4_K for
-attn_v where 4+ query heads share a key head, else Q2_K, Q5_K output). llama.cpp's rules:
+attn_v where 4+ query heads share a key head, else Q2_K, Q5_K output); q4_0 as Q4_0 (Q4_0, Q6_K
+output). llama.cpp's rules:
 src/llama-quant.cpp.
 
 Usage: python scripts/synthetic_gguf.py --shape llama-8b --quant q4_k_m -o llama-8b.gguf
@@ -46,19 +47,22 @@ SHAPES = {
                      rope_base=1000000.0, eps=1e-6, ctx=32768, bias=True, tokenizer="qwen2"),
 }
 # Bytes per block of 256 values, and how to fill one block with finite random values.
-BLOCK_BYTES = {Q.Q2_K: 84, Q.Q3_K: 110, Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210, Q.IQ4_XS: 136, Q.IQ3_S: 110,
+BLOCK_BYTES = {Q.Q4_0: 8 * 18, Q.Q2_K: 84, Q.Q3_K: 110, Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210, Q.IQ4_XS: 136, Q.IQ3_S: 110,
                Q.IQ2_XXS: 66, Q.IQ2_S: 82, Q.IQ1_M: 56}
 
 
 # Each --quant's llama_ftype (llama.h).
-FILE_TYPES = {"q4_k_m": 15, "q5_k_m": 17, "q4_k": 14, "q3_k_m": 12, "q2_k": 10, "iq4_xs": 30, "iq3_m": 27,
+FILE_TYPES = {"q4_0": 2, "q4_k_m": 15, "q5_k_m": 17, "q4_k": 14, "q3_k_m": 12, "q2_k": 10, "iq4_xs": 30, "iq3_m": 27,
               "iq2_m": 29, "iq1_m": 31}
 
 
 def random_blocks(rng, qtype: Q, rows: int, cols: int) -> np.ndarray:
     n = rows * cols // 256
     raw = rng.integers(0, 256, size=(n, BLOCK_BYTES[qtype]), dtype=np.uint8)
-    if qtype in (Q.Q4_K, Q.Q5_K):  # d, dmin (f16) first: (q * scale) * d - m * dmin, |w| ≲ 0.2
+    if qtype == Q.Q4_0:  # eight blocks of 32, each d (f16) first: d * (q - 8), |w| ≲ 0.16
+        for b in range(8):
+            raw[:, 18 * b:18 * b + 2] = np.frombuffer(np.float16(0.02).tobytes(), np.uint8)
+    elif qtype in (Q.Q4_K, Q.Q5_K):  # d, dmin (f16) first: (q * scale) * d - m * dmin, |w| ≲ 0.2
         d = 2e-4 if qtype == Q.Q4_K else 1e-4
         raw[:, 0:2] = np.frombuffer(np.float16(d).tobytes(), np.uint8)
         raw[:, 2:4] = np.frombuffer(np.float16(1e-4).tobytes(), np.uint8)
@@ -92,7 +96,7 @@ def more_bits(i: int, n: int) -> bool:
 def tensors(s: dict, quant: str):
     """(name, shape (rows, cols) or (n,), type) in llama.cpp's order."""
     h, f, hd, n = s["hidden"], s["ffn"], s["hidden"] // s["heads"], s["layers"]
-    base = {"q5_k_m": Q.Q5_K, "q3_k_m": Q.Q3_K, "q2_k": Q.Q2_K, "iq4_xs": Q.IQ4_XS,
+    base = {"q4_0": Q.Q4_0, "q5_k_m": Q.Q5_K, "q3_k_m": Q.Q3_K, "q2_k": Q.Q2_K, "iq4_xs": Q.IQ4_XS,
             "iq3_m": Q.IQ3_S, "iq2_m": Q.IQ2_S, "iq1_m": Q.IQ1_M}.get(quant, Q.Q4_K)
     # IQ2_M and IQ1_M: the type of attn_v where few query heads share a key head, and of the
     # first eighth's ffn_down.

@@ -273,28 +273,29 @@ pub(super) mod avx2 {
     }
 
     /// A Q4_K / Q5_K block's 6-bit mins (8 × i16) and scales (16 × i16: the 8 scales twice),
-    /// from its 12 bytes at offset 4.
+    /// from its 12 bytes at offset 4: candle's `utmp` words, formed in the four lanes of one
+    /// register (as scalars they were some twenty instructions and four inserts a block, most
+    /// of a batch-1 step's work on a block besides its products).
     #[target_feature(enable = "avx2,fma,f16c")]
     fn mins_and_scales(block: &[u8]) -> (__m128i, __m256i) {
-        const KMASK1: u32 = 0x3f3f3f3f;
-        const KMASK2: u32 = 0x0f0f0f0f;
-        const KMASK3: u32 = 0x03030303;
-        let s = &block[4..16];
-        let mut utmp = [0u32; 4];
-        for (i, u) in utmp.iter_mut().take(3).enumerate() {
-            *u = u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
-        }
-        utmp[3] = ((utmp[2] >> 4) & KMASK2) | (((utmp[1] >> 6) & KMASK3) << 4);
-        let uaux = utmp[1] & KMASK1;
-        utmp[1] = (utmp[2] & KMASK2) | (((utmp[0] >> 6) & KMASK3) << 4);
-        utmp[2] = uaux;
-        utmp[0] &= KMASK1;
-        let mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32(
-            utmp[3] as i32,
-            utmp[2] as i32,
-            utmp[1] as i32,
-            utmp[0] as i32,
-        ));
+        assert!(block.len() >= 16);
+        // SAFETY: 16 readable bytes (asserted): d, dmin, then the words w0, w1, w2.
+        let v = unsafe { _mm_loadu_si128(block.as_ptr() as *const __m128i) };
+        // utmp = [w0 & 3f, (w2 & 0f) | ((w0 >> 6) & 03) << 4, w1 & 3f,
+        //         ((w2 >> 4) & 0f) | ((w1 >> 6) & 03) << 4], the masks bytewise.
+        let low = _mm_and_si128(
+            _mm_srlv_epi32(
+                _mm_shuffle_epi32::<0b11_10_11_01>(v),
+                _mm_setr_epi32(0, 0, 0, 4),
+            ),
+            _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f),
+        );
+        let high = _mm_and_si128(
+            _mm_srli_epi32::<6>(_mm_shuffle_epi32::<0b10_10_01_01>(v)),
+            _mm_setr_epi32(0, 0x03030303, 0, 0x03030303),
+        );
+        let utmp = _mm_or_si128(low, _mm_slli_epi32::<4>(high));
+        let mins_and_scales = _mm256_cvtepu8_epi16(utmp);
         let sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
         (
             _mm256_extracti128_si256(mins_and_scales, 1),

@@ -260,9 +260,17 @@ impl Matrix {
         let y = match self.row_kernels()? {
             Some(RowKernels::Blocks(kind, data)) => {
                 let acts = Q8Rows::quantize(&xs, k, kind.has_min());
-                let dot = dot_rows_kernel();
-                by_row_bytes(out, n, &data, kind.row_bytes(k), |w, part| {
-                    dot(kind, w, &acts, part)
+                let (dot, row_bytes) = (dot_rows_kernel(), kind.row_bytes(k));
+                // A task's rows at once: with one activation row, eight weight rows are
+                // multiplied together.
+                by_weight_rows(out, n, INT_DOT_ROWS, |rows, part| {
+                    dot(
+                        kind,
+                        &data[rows.start * row_bytes..rows.end * row_bytes],
+                        &acts,
+                        part,
+                    );
+                    Ok(())
                 })?
             }
             Some(RowKernels::Iq(kind, data)) => {
@@ -709,13 +717,12 @@ mod tests {
         for dtype in BLOCK_TYPES.into_iter().chain(K_QUANTS) {
             let q = Arc::new(QTensor::quantize(&w, dtype).unwrap());
             let want = Tensor::new(candle_product_by_row(&q, &x), &dev).unwrap();
-            // K-quants: candle's kernels operation for operation; the others sum a block's
-            // products in lanes (llama.cpp's order), candle's reference loop does not.
-            let tol = if KQuantKind::of(dtype).is_some() {
-                0.0
-            } else {
-                1e-4
-            };
+            // K-quants: candle's kernels operation for operation; Q4_1/Q5_0/Q5_1: candle's
+            // reference loop, which `block_dots` reproduces; Q4_0 and Q8_0: candle's AVX2
+            // products, which sum a block's products in lanes (llama.cpp's order).
+            let exact = KQuantKind::of(dtype).is_some()
+                || matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1);
+            let tol = if exact { 0.0 } else { 1e-4 };
             let m = Matrix::Quantized(q);
             cases.push((format!("{dtype:?}"), m, &x, want, tol));
         }

@@ -5,12 +5,14 @@
 //! weights to f32 costs a conversion per value and four bytes of cache traffic per product;
 //! llama.cpp instead rounds each activation row to 8-bit blocks (`Q8_0`, or `Q8_1` with the
 //! block sums for the types with a minimum) and multiplies 32 integer pairs per instruction.
-//! These are those kernels, with two differences from candle's: they have AVX2 bodies for
-//! every type (candle's Q4_1/Q5_0/Q5_1 products are scalar loops, and an AVX-512 VNNI body
-//! where the CPU has one), and each weight block is unpacked once for up to four activation rows
-//! (eight with VNNI). A row's arithmetic is the same whatever the other rows: with AVX2, llama.cpp's (each block's products in eight integer
-//! lanes, scaled into eight float lanes); without, candle's reference loop (`vec_dot_unopt`),
-//! whose results it reproduces to the bit.
+//! These are those kernels, with AVX2 bodies for every type (candle's Q4_1/Q5_0/Q5_1 products
+//! are scalar loops) and an AVX-512 VNNI body where the CPU has one (`avx2`). One activation row
+//! (a batch-1 step) is multiplied by eight weight rows at once, one per lane, each activation
+//! block loaded once for the eight — llama.cpp gets there by repacking eight rows' blocks
+//! together; here they stay as stored; several activation rows by one weight row at a time,
+//! each weight block unpacked once for up to eight of them. Whatever the body and the other
+//! rows, every pair of rows gets candle's reference loop (`vec_dot_unopt`) to the bit: per
+//! block the exact integer sum, then sum += sumi·d·dₓ (+ m·sₓ).
 
 use super::act_rounding::Rounding;
 use candle_core::quantized::GgmlDType;
@@ -91,6 +93,8 @@ pub struct Q8Rows {
     d: Vec<f32>,
     /// Per block: s as f32 (an f16 value); empty for Q8_0.
     s: Vec<f32>,
+    /// Per block: Σq, exact.
+    sum: Vec<i32>,
 }
 
 impl Q8Rows {
@@ -107,6 +111,7 @@ impl Q8Rows {
             qs: vec![0; xs.len()],
             d: Vec::with_capacity(blocks),
             s: Vec::with_capacity(if with_sums { blocks } else { 0 }),
+            sum: Vec::with_capacity(blocks),
         };
         for (x, q) in xs.chunks_exact(BLOCK).zip(rows.qs.chunks_exact_mut(BLOCK)) {
             let amax = (rounding.max_abs)(x);
@@ -115,6 +120,7 @@ impl Q8Rows {
             let d16 = f16::from_f32(d);
             let sum = (rounding.round)(x, id, q);
             rows.d.push(d16.to_f32());
+            rows.sum.push(sum);
             if with_sums {
                 rows.s.push((f16::from_f32(sum as f32) * d16).to_f32());
             }
@@ -152,6 +158,7 @@ impl Q8Rows {
             qs: &self.qs[r * self.cols..(r + 1) * self.cols],
             d: &self.d[at..at + blocks],
             s: self.s.get(at..at + blocks).unwrap_or(&[]),
+            sum: &self.sum[at..at + blocks],
         }
     }
 }
@@ -161,9 +168,11 @@ struct Q8Row<'a> {
     qs: &'a [i8],
     d: &'a [f32],
     s: &'a [f32],
+    sum: &'a [i32],
 }
 
-/// Appends w · x_r for every row of `xs` (in order) to `out`; `w` is one weight row's blocks.
+/// Appends w_v · x_r for every weight row v of `w` (whole rows of `xs`' columns, one after
+/// another) and every row r of `xs`, in (v, r) order, to `out`.
 pub type DotRows = fn(BlockKind, &[u8], &Q8Rows, &mut Vec<f32>);
 
 /// The kernel for this machine, chosen once per product.
@@ -203,6 +212,19 @@ pub fn has_avx2_fma_f16c() -> bool {
 
 /// The kernel without SIMD (any CPU).
 pub fn dot_rows_portable(kind: BlockKind, w: &[u8], xs: &Q8Rows, out: &mut Vec<f32>) {
+    let row_bytes = kind.row_bytes(xs.cols);
+    assert!(
+        row_bytes > 0 && w.len().is_multiple_of(row_bytes),
+        "whole weight rows of {} values",
+        xs.cols
+    );
+    for row in w.chunks_exact(row_bytes) {
+        row_portable(kind, row, xs, out);
+    }
+}
+
+/// One weight row times every row of `xs`: candle's reference loop.
+fn row_portable(kind: BlockKind, w: &[u8], xs: &Q8Rows, out: &mut Vec<f32>) {
     let (min_at, high_at, qs_at) = kind.layout();
     let mut sums = vec![0f32; xs.len()];
     for (b, block) in w.chunks_exact(kind.block_bytes()).enumerate() {
@@ -253,288 +275,7 @@ fn read_u32(b: &[u8], at: usize) -> u32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) mod avx2 {
-    use super::{BLOCK, BlockKind, Q8Row, Q8Rows, read_u32};
-    use std::arch::x86_64::*;
-
-    /// The f16 at byte `at` of `b` as f32, in the caller's registers (a call to the `half`
-    /// crate's converter spills every vector register around it).
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub fn read_f16(b: &[u8], at: usize) -> f32 {
-        let bits = u16::from_le_bytes([b[at], b[at + 1]]);
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
-    }
-
-    /// The f16 at `at` in all eight lanes. A scalar conversion, whatever the intrinsics
-    /// (`read_f16`), compiles to `vpinsrw` into a register left as it was, often the kernel's
-    /// accumulator: each block's scale then waited for the previous block's sum (perf, batch
-    /// 1). Eight lanes asked for make LLVM load the value whole.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in crate::model) fn f16_lanes(b: &[u8], at: usize) -> __m256 {
-        let bits = u16::from_le_bytes([b[at], b[at + 1]]);
-        _mm256_cvtph_ps(_mm_set1_epi16(bits as i16))
-    }
-
-    /// 32 bytes: 0xFF where bit i of `bits` is set (llama.cpp's `bytes_from_bits_32`).
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in crate::model) fn bytes_from_bits(bits: u32) -> __m256i {
-        let shuffle = _mm256_set_epi64x(
-            0x0303030303030303,
-            0x0202020202020202,
-            0x0101010101010101,
-            0x0000000000000000,
-        );
-        let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuffle);
-        let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-        _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
-    }
-
-    /// The block's 32 values as bytes: signed for Q4_0, Q5_0 and Q8_0, unsigned for Q4_1 and
-    /// Q5_1.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn unpack(kind: BlockKind, block: &[u8]) -> __m256i {
-        let (_, high_at, qs_at) = kind.layout();
-        assert!(block.len() >= qs_at + 16);
-        if kind == BlockKind::Q8_0 {
-            assert!(block.len() >= qs_at + 32);
-            // SAFETY: 32 bytes from qs_at lie in the block (asserted).
-            return unsafe { _mm256_loadu_si256(block.as_ptr().add(qs_at) as *const __m256i) };
-        }
-        // SAFETY: 16 bytes from qs_at lie in the block (asserted).
-        let qs = unsafe { _mm_loadu_si128(block.as_ptr().add(qs_at) as *const __m128i) };
-        let nibbles = _mm256_and_si256(
-            _mm256_set_m128i(_mm_srli_epi16(qs, 4), qs),
-            _mm256_set1_epi8(0x0F),
-        );
-        match (kind, high_at) {
-            // q − 16: the fifth bit clear means the value is negative.
-            (BlockKind::Q5_0, Some(at)) => {
-                let high = bytes_from_bits(read_u32(block, at));
-                _mm256_or_si256(nibbles, _mm256_andnot_si256(high, _mm256_set1_epi8(-16)))
-            }
-            (_, Some(at)) => {
-                let high = bytes_from_bits(read_u32(block, at));
-                _mm256_or_si256(nibbles, _mm256_and_si256(high, _mm256_set1_epi8(0x10)))
-            }
-            (BlockKind::Q4_0, _) => _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8)),
-            _ => nibbles,
-        }
-    }
-
-    /// A row's blocks as f32, each value candle's `to_float` gives: q·d (+ m), the integer
-    /// converted exactly and then one multiply (and one add: never fused).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub fn expand(kind: BlockKind, row: &[u8], out: &mut [f32]) {
-        let (min_at, _, _) = kind.layout();
-        let signed = !kind.has_min();
-        assert!(out.len() >= row.len() / kind.block_bytes() * BLOCK);
-        for (block, y) in row
-            .chunks_exact(kind.block_bytes())
-            .zip(out.chunks_exact_mut(BLOCK))
-        {
-            let q = unpack(kind, block);
-            let d = f16_lanes(block, 0);
-            let m = min_at.map(|at| f16_lanes(block, at));
-            let halves = [_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q)];
-            for (h, half) in halves.into_iter().enumerate() {
-                for (e, bytes) in [half, _mm_srli_si128::<8>(half)].into_iter().enumerate() {
-                    let ints = if signed {
-                        _mm256_cvtepi8_epi32(bytes)
-                    } else {
-                        _mm256_cvtepu8_epi32(bytes)
-                    };
-                    let mut v = _mm256_mul_ps(_mm256_cvtepi32_ps(ints), d);
-                    if let Some(m) = m {
-                        v = _mm256_add_ps(v, m);
-                    }
-                    // SAFETY: h·16 + e·8 + 8 ≤ 32, the length of y.
-                    unsafe { _mm256_storeu_ps(y.as_mut_ptr().add(h * 16 + e * 8), v) };
-                }
-            }
-        }
-    }
-
-    /// The kinds by index, so that each kernel is compiled for one kind.
-    const KINDS: [BlockKind; 5] = [
-        BlockKind::Q4_0,
-        BlockKind::Q4_1,
-        BlockKind::Q5_0,
-        BlockKind::Q5_1,
-        BlockKind::Q8_0,
-    ];
-
-    /// The products for one instruction set: `$pair_sums` gives, for 32 unsigned × 32 signed
-    /// bytes, the eight lanes of four adjacent products summed (exact in every body: no pair
-    /// reaches i16's limit, 2 × 128 × 127 < 2^15), so every body gives every bit the same.
-    macro_rules! products {
-        (
-            $features:literal, $pair_sums:ident, [$($r:literal)+],
-            $dot_rows:ident, $by_rows:ident, $dots:ident
-        ) => {
-            #[target_feature(enable = $features)]
-            pub fn $dot_rows(kind: BlockKind, w: &[u8], xs: &Q8Rows, out: &mut Vec<f32>) {
-                // The rows of a load, most first.
-                const MOST: usize = [$($r),+][0];
-                let n = xs.len();
-                let mut r = 0;
-                while r < n {
-                    let take = (n - r).min(MOST);
-                    match kind {
-                        BlockKind::Q4_0 => $by_rows::<0>(take, w, xs, r, out),
-                        BlockKind::Q4_1 => $by_rows::<1>(take, w, xs, r, out),
-                        BlockKind::Q5_0 => $by_rows::<2>(take, w, xs, r, out),
-                        BlockKind::Q5_1 => $by_rows::<3>(take, w, xs, r, out),
-                        BlockKind::Q8_0 => $by_rows::<4>(take, w, xs, r, out),
-                    }
-                    r += take;
-                }
-            }
-
-            /// Rows first.. first + take of xs (take at most the list's first), each load's rows
-            /// gathered for exactly its size.
-            #[target_feature(enable = $features)]
-            fn $by_rows<const K: usize>(
-                take: usize,
-                w: &[u8],
-                xs: &Q8Rows,
-                first: usize,
-                out: &mut Vec<f32>,
-            ) {
-                match take {
-                    $($r => {
-                        let rows: [Q8Row; $r] = std::array::from_fn(|i| xs.row(first + i));
-                        out.extend_from_slice(&$dots::<K, $r>(w, &rows));
-                    })+
-                    _ => out.extend_from_slice(&$dots::<K, 1>(w, &[xs.row(first)])),
-                }
-            }
-
-            /// w · x for the first R of `rows`: each weight block unpacked once; per row, per block,
-            /// the 32 products summed in eight i32 lanes and added, scaled, to eight f32 lanes
-            /// (llama.cpp's order), summed across lanes at the end — the same operations whatever R.
-            #[target_feature(enable = $features)]
-            fn $dots<const K: usize, const R: usize>(w: &[u8], rows: &[Q8Row; R]) -> [f32; R] {
-                let kind = KINDS[K];
-                let (min_at, _, _) = kind.layout();
-                let signed = !kind.has_min();
-                let bytes = kind.block_bytes();
-                let blocks = w.len() / bytes;
-                for x in rows {
-                    assert!(x.qs.len() >= blocks * BLOCK && x.d.len() >= blocks);
-                    assert!(!kind.has_min() || x.s.len() >= blocks);
-                }
-                let mut acc = [_mm256_setzero_ps(); R];
-                // The minimum's part, m·s summed block by block (every lane the same).
-                let mut offsets = [_mm256_setzero_ps(); R];
-                for (b, block) in w.chunks_exact(bytes).enumerate() {
-                    // A block is at most 34 bytes: one line asked for per block covers every line.
-                    // (A prefetch never faults, whatever the address; the pointer is not read.)
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        block.as_ptr().wrapping_add(PREFETCH_BYTES) as *const i8
-                    );
-                    _mm_prefetch::<_MM_HINT_T1>(
-                        block.as_ptr().wrapping_add(PREFETCH_BYTES + L2_PREFETCH_BYTES) as *const i8,
-                    );
-                    let q = unpack(kind, block);
-                    // maddubs multiplies unsigned by signed bytes: signed weights give it their
-                    // magnitudes and move their signs onto the activations.
-                    let magnitudes = if signed { _mm256_sign_epi8(q, q) } else { q };
-                    let d = f16_lanes(block, 0);
-                    let m = min_at.map_or(_mm256_setzero_ps(), |at| f16_lanes(block, at));
-                    for r in 0..R {
-                        let x = &rows[r];
-                        // SAFETY: b < blocks, and every row holds `blocks` blocks (asserted above).
-                        let (y, dx) = unsafe {
-                            let y =
-                                _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i);
-                            (y, *x.d.get_unchecked(b))
-                        };
-                        let y = if signed { _mm256_sign_epi8(y, q) } else { y };
-                        let p = _mm256_cvtepi32_ps($pair_sums(magnitudes, y));
-                        // d·dx in every lane: the scalar product, rounded the same.
-                        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), p, acc[r]);
-                        if kind.has_min() {
-                            // SAFETY: as above; the rows carry their block sums (asserted).
-                            let s = unsafe { *x.s.get_unchecked(b) };
-                            offsets[r] =
-                                _mm256_add_ps(offsets[r], _mm256_mul_ps(m, _mm256_set1_ps(s)));
-                        }
-                    }
-                }
-                let mut sums = [0f32; R];
-                for r in 0..R {
-                    sums[r] = hsum_float_8(acc[r]) + _mm256_cvtss_f32(offsets[r]);
-                }
-                sums
-            }
-        };
-    }
-
-    // AVX2 has 16 vector registers: four rows' accumulators and offsets leave room for the
-    // block's values. AVX-512 has 32: eight rows unpack each block once for twice the rows.
-    products!(
-        "avx2,fma,f16c",
-        pair_sums,
-        [4 3 2],
-        dot_rows,
-        by_rows,
-        dots
-    );
-    products!(
-        "avx2,fma,f16c,avx512vnni,avx512vl",
-        pair_sums_vnni,
-        [8 7 6 5 4 3 2],
-        dot_rows_vnni,
-        by_rows_vnni,
-        dots_vnni
-    );
-
-    /// maddubs (pairs into i16) then madd with ones (pairs of those into i32): llama.cpp's AVX2.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn pair_sums(magnitudes: __m256i, y: __m256i) -> __m256i {
-        _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, y), _mm256_set1_epi16(1))
-    }
-
-    /// The same sums in one instruction (AVX-512 VNNI on 256 bits, as llama.cpp's
-    /// `mul_sum_us8_pairs_float` where the CPU has it).
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    fn pair_sums_vnni(magnitudes: __m256i, y: __m256i) -> __m256i {
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitudes, y)
-    }
-
-    /// How far ahead of the block being multiplied the kernels here and in `kquant_dots` ask
-    /// for the weights' cache lines. Decoding streams every weight once per step, and with the
-    /// hardware prefetcher alone the kernels waited on each block's first line (perf: most
-    /// samples on the loads of a block's scales). Measured on an AVX-512 Xeon, 2 threads,
-    /// batch-1 decoding: none / 512 / 1,024 / 2,048 / 8,192 bytes gave 2.15 / 3.55 / 3.89 /
-    /// 4.03 / 3.55 tok/s on the synthetic Llama-3.1-8B Q4_K_M; Qwen2.5-0.5B's Q5_0/Q8_0
-    /// matrices 18.1 at 1,024, 20.0 at 2,048, 20.3 at 4,096.
-    pub(crate) const PREFETCH_BYTES: usize = 2048;
-
-    /// How far beyond `PREFETCH_BYTES` the kernels here and in `kquant_dots` also ask for the
-    /// weights' lines into L2 only (`_MM_HINT_T1`): a core keeps more requests to memory in
-    /// flight for L2 than for L1, and with L1's alone two threads of decoding products read
-    /// 21–25 GB/s of the 35 a plain read reaches on a Zen 4. Measured there, 2 threads,
-    /// `examples/bench_decode_products.rs`, runs alternating (session 50): Q4_K 20.6–25.0 →
-    /// 26.0–28.6 GB/s, Q6_K 20.5–26.2 → 24.4–35.1, Q8_0 23.4–26.4 → 26.7–31.4, Q4_0 and the
-    /// i-quants (through `prefetch_ahead`) unchanged; 4,096 and 16,384 were no better than
-    /// 8,192; L2 alone (no L1 request) was worse, 15 GB/s.
-    pub(crate) const L2_PREFETCH_BYTES: usize = 8192;
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn hsum_float_8(x: __m256) -> f32 {
-        let res = _mm256_extractf128_ps(x, 1);
-        let res = _mm_add_ps(res, _mm256_castps256_ps128(x));
-        let res = _mm_add_ps(res, _mm_movehl_ps(res, res));
-        let res = _mm_add_ss(res, _mm_movehdup_ps(res));
-        _mm_cvtss_f32(res)
-    }
-}
+pub(crate) mod avx2;
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -554,6 +295,13 @@ pub(crate) mod tests {
     /// not change by a bit with the other rows.
     #[test]
     fn products_are_candles_row_by_row() {
+        for cols in [128, 192] {
+            products_match_candle(cols, &bodies());
+        }
+    }
+
+    /// Every body this CPU runs, not only the one it picks.
+    fn bodies() -> Vec<(&'static str, DotRows)> {
         let mut kernels = vec![
             ("machine", dot_rows_kernel()),
             ("portable", dot_rows_portable as DotRows),
@@ -572,9 +320,78 @@ pub(crate) mod tests {
                 avx2::dot_rows_vnni(kind, w, xs, out)
             }));
         }
-        for cols in [128, 192] {
-            products_match_candle(cols, &kernels);
+        kernels
+    }
+
+    /// Every body, for a task's weight rows at once (two groups of eight and three more) and 1
+    /// to 9 activation rows, gives for each pair of rows exactly what candle's reference loop
+    /// (`GgmlType::vec_dot_unopt`, called here on candle's own blocks) gives: one activation
+    /// row takes the kernel across eight weight rows, several the kernel across activation
+    /// rows, and neither may change a bit. Weights of 2·randn + 0.4 put values at both ends of
+    /// every type's range; the activations include `awkward_rows`' ±127 and zero blocks.
+    #[test]
+    fn every_body_is_candles_reference_loop_to_the_bit() {
+        use candle_core::quantized::k_quants::{
+            BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, GgmlType,
+        };
+        fn check<T: GgmlType>(kind: BlockKind, kernels: &[(&str, DotRows)]) {
+            let (cols, out) = (256, 19);
+            let w: Vec<f32> = Tensor::randn(0.2f32, 2.0, out * cols, &Device::Cpu)
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            let xs = awkward_rows(cols, 9);
+            let blocks = cols / BLOCK;
+            let mut w_blocks = vec![T::zeros(); out * blocks];
+            for (row, b) in w.chunks_exact(cols).zip(w_blocks.chunks_exact_mut(blocks)) {
+                T::from_float(row, b);
+            }
+            assert_eq!(std::mem::size_of::<T>(), kind.block_bytes());
+            // SAFETY: candle's blocks are plain bytes (repr(C), sizes asserted by candle and
+            // above); read as u8, whose alignment any address has.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(
+                    w_blocks.as_ptr() as *const u8,
+                    w_blocks.len() * kind.block_bytes(),
+                )
+            };
+            let want: Vec<Vec<f32>> = xs
+                .chunks_exact(cols)
+                .map(|x| {
+                    let mut ys = vec![T::VecDotType::zeros(); blocks];
+                    T::VecDotType::from_float(x, &mut ys);
+                    w_blocks
+                        .chunks_exact(blocks)
+                        .map(|wb| T::vec_dot_unopt(cols, wb, &ys))
+                        .collect()
+                })
+                .collect();
+            for n in 1..=9 {
+                let first = 9 - n;
+                let rows = Q8Rows::quantize(&xs[first * cols..], cols, kind.has_min());
+                for &(name, kernel) in kernels {
+                    let mut got = Vec::new();
+                    kernel(kind, bytes, &rows, &mut got);
+                    assert_eq!(got.len(), out * n, "{kind:?} {name}");
+                    for v in 0..out {
+                        for r in 0..n {
+                            let (g, e) = (got[v * n + r], want[first + r][v]);
+                            assert_eq!(
+                                g.to_bits(),
+                                e.to_bits(),
+                                "{kind:?} {name}, {n} rows: weight row {v}, row {r}: {g} for {e}"
+                            );
+                        }
+                    }
+                }
+            }
         }
+        let kernels = bodies();
+        check::<BlockQ4_0>(BlockKind::Q4_0, &kernels);
+        check::<BlockQ4_1>(BlockKind::Q4_1, &kernels);
+        check::<BlockQ5_0>(BlockKind::Q5_0, &kernels);
+        check::<BlockQ5_1>(BlockKind::Q5_1, &kernels);
+        check::<BlockQ8_0>(BlockKind::Q8_0, &kernels);
     }
 
     /// The VNNI body gives the AVX2 body's bits (the same integer lanes, the same float
@@ -737,11 +554,10 @@ pub(crate) mod tests {
                         );
                         for (r, &g) in got.iter().enumerate() {
                             let e = want[r][v];
-                            let exact = name == "portable"
-                                && matches!(
-                                    kind,
-                                    BlockKind::Q4_1 | BlockKind::Q5_0 | BlockKind::Q5_1
-                                );
+                            // Every body is candle's reference loop, which candle runs
+                            // for these (it has AVX2 products for Q4_0 and Q8_0).
+                            let exact =
+                                matches!(kind, BlockKind::Q4_1 | BlockKind::Q5_0 | BlockKind::Q5_1);
                             let tol = if exact { 0.0 } else { 1e-4 + 1e-5 * e.abs() };
                             assert!(
                                 (g - e).abs() <= tol,
