@@ -17,9 +17,12 @@ use serde_json::Value;
 
 /// Logits through the quantized kernels vs expanded f32, as a fraction of the vocabulary's
 /// logit range (max − min) at that position. Measured: Qwen2.5 Q4_K_M 0.006, SmolLM2 Q4_1
-/// 0.009 (the head alone), Gemma 3 Q4_K_M 0.023 (a 4-token prompt, every layer quantized:
-/// Gemma's activations reach 1e4, and the kernels round them to 8 bits per block).
-const DECODE_LOGIT_TOL: f32 = 0.03;
+/// 0.009 (the head alone), Gemma 3 Q4_K_M 0.028 with the 32-value kernels' lane order until
+/// session 50 and 0.030 with candle's reference loop since session 51 (its 640-column matrices
+/// are Q5_0/Q8_0; every layer quantized: Gemma's activations reach 1e4, and the kernels round
+/// them to 8 bits per block at every layer, so a last-bit change in one product moves other
+/// roundings downstream: the two orders are two draws of the same rounding noise).
+const DECODE_LOGIT_TOL: f32 = 0.035;
 
 fn check(name: &str) {
     let fx: Value = serde_json::from_str(
