@@ -146,10 +146,10 @@ fn lanes_sum(a: [f32; 8]) -> f32 {
 mod avx2 {
     use super::{Activations, BLOCK, IQuant, Q8KRows, Q8Rows, QK_K};
     use crate::model::block_dots::avx2::PREFETCH_BYTES;
+    use crate::model::block_dots::avx2::prefetch_ahead;
     use crate::model::iq_rows::avx2::{
         BlockIndex, group_factors, sub_scale_halves, table, unit_lanes,
     };
-    use crate::model::kquant_dots::avx2::prefetch_ahead;
     use std::arch::x86_64::*;
 
     /// Activation rows that share one unpacking of a weight block.

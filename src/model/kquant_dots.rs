@@ -165,7 +165,7 @@ pub fn dot_rows(kind: KQuantKind, w: &[u8], xs: &Q8KRows, out: &mut Vec<f32>) {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
-    use super::super::block_dots::avx2::{L2_PREFETCH_BYTES, PREFETCH_BYTES, read_f16};
+    use super::super::block_dots::avx2::{prefetch_ahead, read_f16};
     use super::{KQuantKind, Q8KRows, QK_K, ROWS_PER_LOAD};
     use std::arch::x86_64::*;
 
@@ -216,20 +216,6 @@ pub(super) mod avx2 {
         assert!(bytes.len() >= 32);
         // SAFETY: 32 readable bytes (asserted).
         unsafe { _mm256_loadu_si256(bytes.as_ptr() as *const __m256i) }
-    }
-
-    /// Asks for the lines `PREFETCH_BYTES` after the block `at` (into L1) and
-    /// `PREFETCH_BYTES + L2_PREFETCH_BYTES` after it (into L2), one per 64 of its bytes: with
-    /// blocks read one after another, that reaches every line of the stream.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in crate::model) fn prefetch_ahead(at: &[u8]) {
-        let p = at.as_ptr().wrapping_add(PREFETCH_BYTES);
-        for line in (0..at.len()).step_by(64) {
-            // (A prefetch never faults, whatever the address; the pointer is not read.)
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line) as *const i8);
-            _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(line + L2_PREFETCH_BYTES) as *const i8);
-        }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]

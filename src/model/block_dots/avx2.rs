@@ -123,7 +123,8 @@ const KINDS: [BlockKind; 5] = [
     BlockKind::Q8_0,
 ];
 
-/// Weight rows multiplied together by one activation row: one per lane of the result.
+/// Rows per vector of results, one per lane: eight weight rows against one activation row
+/// (`$across`), or up to eight activation rows against one weight row (`$dots`).
 const ACROSS: usize = 8;
 
 /// The products for one instruction set: `$pair_sums` gives, for 32 unsigned × 32 signed
@@ -209,7 +210,7 @@ macro_rules! products {
             }
             let mut acc = _mm256_setzero_ps();
             for (b, block) in w.chunks_exact(bytes).enumerate() {
-                prefetch(block);
+                prefetch_ahead(block);
                 let q = unpack(kind, block);
                 // maddubs multiplies unsigned by signed bytes: signed weights give it their
                 // magnitudes and move their signs onto the activations.
@@ -332,19 +333,19 @@ products!(
     across_vnni
 );
 
-/// Asks for the block's line `PREFETCH_BYTES` ahead into L1 and `L2_PREFETCH_BYTES` beyond
-/// that into L2: a block is at most 34 bytes, so one line per block covers every line of a
-/// row read block after block. (A prefetch never faults, whatever the address; the pointer
-/// is not read.)
+/// Asks for the lines `PREFETCH_BYTES` after the block `at` (into L1) and
+/// `PREFETCH_BYTES + L2_PREFETCH_BYTES` after it (into L2), one per 64 of its bytes: with
+/// blocks read one after another, that reaches every line of the stream (a 32-value block, at
+/// most 34 bytes, asks for one line of each). Here and in the K-quant and i-quant kernels.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prefetch(block: &[u8]) {
-    _mm_prefetch::<_MM_HINT_T0>(block.as_ptr().wrapping_add(PREFETCH_BYTES) as *const i8);
-    _mm_prefetch::<_MM_HINT_T1>(
-        block
-            .as_ptr()
-            .wrapping_add(PREFETCH_BYTES + L2_PREFETCH_BYTES) as *const i8,
-    );
+pub(in crate::model) fn prefetch_ahead(at: &[u8]) {
+    let p = at.as_ptr().wrapping_add(PREFETCH_BYTES);
+    for line in (0..at.len()).step_by(64) {
+        // (A prefetch never faults, whatever the address; the pointer is not read.)
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line) as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(line + L2_PREFETCH_BYTES) as *const i8);
+    }
 }
 
 /// Lane i: the sum of the eight i32 lanes of `p[i]` (exact: integers).
