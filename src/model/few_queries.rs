@@ -3,10 +3,11 @@
 //! Through candle, a step's attention is two matmuls per key head (7 queries × 1,600 cached keys
 //! for Qwen2.5-0.5B), each packing its operands for the general GEMM: 27% of batch-1 decoding
 //! (perf). Here every score is one dot product with a key where it lies in the cache (no copy,
-//! no packing) and every output an accumulation of value rows, one task per (row, key head).
-//! A task reads each cached key and value once for all the queries of the heads sharing it
-//! (7 heads × the step's tokens for Qwen2.5-0.5B), not once per query: a cache of 2,000 keys is
-//! 1 MB per key head in f32, the size of the L2 it was re-read from. With AVX-512, tiles of
+//! no packing) and every output an accumulation of value rows, one task per key head (and run
+//! of rows). A task reads each cached key and value once for all the queries of the heads
+//! sharing it (7 heads × the step's tokens for Qwen2.5-0.5B), not once per query: a cache of
+//! 2,000 keys is 1 MB per key head in f32, the size of the L2 it was re-read from; and the
+//! header's once for all the rows of a step (`attend_sequences`). With AVX-512, tiles of
 //! queries × keys, and of queries × value dimensions, stay in registers (`attention_products`):
 //! a json step's runs of 9 to 14 tokens come here too (through the general path, each copied
 //! the header's keys and values and packed them for the GEMM: 24% of such a step).
@@ -32,7 +33,7 @@ pub fn runs(q: &Tensor, n: usize) -> bool {
 /// keys, d), read over their first `keys − h` (views of a cache are read in place), after the
 /// `h` keys and values of `shared` ((1, kv_heads, h, d), read in place by every row: a header
 /// that all rows continue); mask (b, 1, n, keys), added to the scores. The heads sharing a key
-/// head are consecutive. Returns (b, heads, n, d).
+/// head are consecutive. Returns (b, heads, n, d). The rows are `attend_sequences`' sequences.
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     q: &Tensor,
@@ -44,55 +45,222 @@ pub fn attend(
     scale: f64,
     softcap: Option<f64>,
 ) -> Result<Tensor> {
-    let (b, heads, n, d) = q.dims4()?;
-    let kv_heads = k.dim(1)?;
-    let group = heads / kv_heads;
-    // Scaled before the product, as the general path does.
-    let qs: Vec<f32> = (q * scale)?.flatten_all()?.to_vec1()?;
-    let mask: Vec<f32> = mask.flatten_all()?.to_vec1()?;
-    if mask.len() != b * n * keys {
-        bail!(
-            "few-query attention: a mask of {} values for {b}×{n}×{keys}",
-            mask.len()
-        );
+    let b = q.dim(0)?;
+    let row = |t: &Tensor, r: usize| t.narrow(0, r, 1);
+    let rows = (0..b)
+        .map(|r| Ok((row(q, r)?, row(k, r)?, row(v, r)?, row(mask, r)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let sequences: Vec<Sequence> = rows
+        .iter()
+        .map(|(q, k, v, mask)| Sequence {
+            q,
+            k,
+            v,
+            mask,
+            keys,
+        })
+        .collect();
+    let outs = attend_sequences(shared, &sequences, scale, softcap)?;
+    match outs.len() {
+        1 => Ok(outs.into_iter().next().expect("one row")),
+        _ => Tensor::cat(&outs, 0),
     }
+}
+
+/// One sequence's few queries over its keys: q (1, heads, n, d); k and v (1, kv_heads, ≥ keys
+/// − h, d), read over their first `keys − h` after the header's h; mask (1, 1, n, keys).
+pub struct Sequence<'a> {
+    pub q: &'a Tensor,
+    pub k: &'a Tensor,
+    pub v: &'a Tensor,
+    pub mask: &'a Tensor,
+    pub keys: usize,
+}
+
+/// `attend` of several sequences that continue one header (`shared`), each with its own
+/// queries, keys, values and mask: a decoding step's rows. Each task takes one key head and a
+/// run of sequences, and reads the header's keys and values once for all their queries (the
+/// scores of a key with all of them, then every query's mix of a value): a json step of 16 rows
+/// over a judge prompt read the header 16 times, 423 MB each time for an 8B (f32, 1,615 keys),
+/// more than the step's weights. A sequence's numbers are those it gets alone: every score is
+/// one product of a query and a key, whatever the tile; each query's softmax runs over its
+/// header's scores then its own, as one row; each output is one chain of multiply-adds over the
+/// values in key order (the mix over the header's values is continued over the sequence's own).
+/// Returns each sequence's (1, heads, n, d).
+pub fn attend_sequences(
+    shared: Option<&LayerKv>,
+    sequences: &[Sequence],
+    scale: f64,
+    softcap: Option<f64>,
+) -> Result<Vec<Tensor>> {
+    let Some(first) = sequences.first() else {
+        return Ok(Vec::new());
+    };
+    let (_, heads, _, d) = first.q.dims4()?;
+    let kv_heads = first.k.dim(1)?;
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        bail!("few-query attention: {heads} query heads for {kv_heads} key heads");
+    }
+    let group = heads / kv_heads;
+    let h = match shared {
+        Some((sk, _)) => sk.dim(2)?,
+        None => 0,
+    };
+    // Per sequence: its queries scaled before the product (as the general path does), its
+    // mask, its query count.
+    let inputs = sequences
+        .iter()
+        .map(|s| {
+            let (one, sh, n, sd) = s.q.dims4()?;
+            if one != 1 || sh != heads || sd != d || s.k.dim(1)? != kv_heads || s.keys < h + n {
+                bail!(
+                    "few-query attention: q {:?} with {kv_heads} key heads, {} keys, {h} shared",
+                    s.q.dims(),
+                    s.keys
+                );
+            }
+            let qs: Vec<f32> = (s.q * scale)?.flatten_all()?.to_vec1()?;
+            let mask: Vec<f32> = s.mask.flatten_all()?.to_vec1()?;
+            if mask.len() != n * s.keys {
+                bail!(
+                    "few-query attention: a mask of {} values for {n}×{}",
+                    mask.len(),
+                    s.keys
+                );
+            }
+            Ok((qs, mask, n))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let kernels = Kernels::for_this_cpu();
-    let parts: Vec<Vec<f32>> = with_rows(shared, k, v, keys, d, |keys_of, values_of| {
-        (0..b * kv_heads)
+    // Runs of sequences per key head: enough tasks for the threads, each run reading the
+    // header once.
+    let runs = rayon::current_num_threads()
+        .div_ceil(kv_heads)
+        .clamp(1, sequences.len());
+    let spans: Vec<std::ops::Range<usize>> = (0..runs)
+        .map(|i| i * sequences.len() / runs..(i + 1) * sequences.len() / runs)
+        .collect();
+    let own: Vec<(&Tensor, &Tensor, usize)> =
+        sequences.iter().map(|s| (s.k, s.v, s.keys - h)).collect();
+    let parts: Vec<Vec<f32>> = with_sequences(shared, &own, d, |keys_of, values_of| {
+        let tasks: Vec<(usize, std::ops::Range<usize>)> = (0..kv_heads)
+            .flat_map(|kh| spans.iter().map(move |span| (kh, span.clone())))
+            .collect();
+        tasks
             .into_par_iter()
-            .map(|task| {
-                let (r, kh) = (task / kv_heads, task % kv_heads);
-                // The group's queries, in (head, query) order: the rows of this task's output.
-                let at = (r * heads + kh * group) * n * d;
-                let queries: Vec<&[f32]> = qs[at..at + group * n * d].chunks_exact(d).collect();
-                let mask_of = |i: usize| &mask[(r * n + i) * keys..(r * n + i + 1) * keys];
-                let mut scores = vec![0f32; group * n * keys];
-                // Each key is read once for a tile of the group's queries (it stays in L1 between
-                // them); every score is one product of a query and a key, whatever the tile.
-                let key_rows: Vec<&[f32]> = keys_of.of(r, kh, keys).collect();
-                (kernels.scores)(&queries, &key_rows, &mut scores);
-                for (qi, row) in scores.chunks_exact_mut(keys).enumerate() {
-                    if let Some(cap) = softcap {
-                        let cap = cap as f32;
-                        row.iter_mut().for_each(|s| *s = (*s / cap).tanh() * cap);
-                    }
-                    row.iter_mut()
-                        .zip(mask_of(qi % n))
-                        .for_each(|(s, m)| *s += m);
-                    softmax(row);
-                }
-                // Values likewise: each output accumulates its values in key order, as alone.
-                let mut out = vec![0f32; group * n * d];
-                let value_rows: Vec<&[f32]> = values_of.of(r, kh, keys).collect();
-                (kernels.mix)(&scores, &value_rows, &mut out);
-                out
+            .map(|(kh, span)| {
+                let task = HeadTask {
+                    kernels: &kernels,
+                    inputs: &inputs[span.clone()],
+                    keys_of: &keys_of[span.clone()],
+                    values_of: &values_of[span],
+                    kh,
+                    group,
+                    d,
+                    h,
+                    softcap,
+                };
+                task.run()
             })
             .collect()
     })?;
-    // parts[r·kv + h] holds heads h·group.. of row r, in (head, query, d) order: concatenated
-    // in task order they are (b, heads, n, d).
-    let flat: Vec<f32> = parts.into_iter().flatten().collect();
-    Tensor::from_vec(flat, (b, heads, n, d), q.device())
+    // parts[kh·runs + i] holds, sequence after sequence of span i, heads kh·group.. in (head,
+    // query, d) order: taken per key head in order they are each sequence's (heads, n, d).
+    let mut outs: Vec<Vec<f32>> = inputs
+        .iter()
+        .map(|(_, _, n)| Vec::with_capacity(heads * n * d))
+        .collect();
+    for (t, part) in parts.iter().enumerate() {
+        let span = spans[t % runs].clone();
+        let mut at = 0;
+        for s in span {
+            let len = group * inputs[s].2 * d;
+            outs[s].extend_from_slice(&part[at..at + len]);
+            at += len;
+        }
+    }
+    outs.into_iter()
+        .zip(&inputs)
+        .map(|(out, (_, _, n))| Tensor::from_vec(out, (1, heads, *n, d), first.q.device()))
+        .collect()
+}
+
+/// One key head's attention for a run of sequences: their queries (the heads of the group,
+/// each sequence's in (head, query) order, one sequence after another).
+struct HeadTask<'t, 'a> {
+    kernels: &'t Kernels,
+    /// Per sequence: scaled queries (heads, n, d), mask (n, keys), n.
+    inputs: &'t [(Vec<f32>, Vec<f32>, usize)],
+    keys_of: &'t [Rows<'a>],
+    values_of: &'t [Rows<'a>],
+    kh: usize,
+    group: usize,
+    d: usize,
+    h: usize,
+    softcap: Option<f64>,
+}
+
+impl HeadTask<'_, '_> {
+    fn run(&self) -> Vec<f32> {
+        let (d, h) = (self.d, self.h);
+        let queries: Vec<&[f32]> = (self.inputs.iter())
+            .flat_map(|(qs, _, n)| {
+                let at = self.kh * self.group * n * d;
+                qs[at..at + self.group * n * d].chunks_exact(d)
+            })
+            .collect();
+        // The header's keys are read once for all the queries (they stay in L1 between those
+        // of a tile).
+        let mut header = vec![0f32; queries.len() * h];
+        if let Some(rows) = self.keys_of.first().filter(|_| h > 0) {
+            let keys: Vec<&[f32]> = rows.header(self.kh).collect();
+            (self.kernels.scores)(&queries, &keys, &mut header);
+        }
+        let mut own_probs = Vec::with_capacity(self.inputs.len());
+        let mut row = Vec::new();
+        let mut first = 0;
+        for (s, (_, mask, n)) in self.inputs.iter().enumerate() {
+            let count = self.group * n;
+            let own_keys = mask.len() / n - h;
+            let keys: Vec<&[f32]> = self.keys_of[s].own(0, self.kh, own_keys).collect();
+            let mut own = vec![0f32; count * own_keys];
+            (self.kernels.scores)(&queries[first..first + count], &keys, &mut own);
+            for qi in 0..count {
+                let header_row = &mut header[(first + qi) * h..(first + qi + 1) * h];
+                let own_row = &mut own[qi * own_keys..(qi + 1) * own_keys];
+                row.clear();
+                row.extend_from_slice(header_row);
+                row.extend_from_slice(own_row);
+                if let Some(cap) = self.softcap {
+                    let cap = cap as f32;
+                    row.iter_mut().for_each(|s| *s = (*s / cap).tanh() * cap);
+                }
+                let mask_row = &mask[(qi % n) * (h + own_keys)..(qi % n + 1) * (h + own_keys)];
+                row.iter_mut().zip(mask_row).for_each(|(s, m)| *s += m);
+                softmax(&mut row);
+                header_row.copy_from_slice(&row[..h]);
+                own_row.copy_from_slice(&row[h..]);
+            }
+            own_probs.push(own);
+            first += count;
+        }
+        // Values likewise: the header's once for all the queries, then each sequence's own,
+        // each output continuing its chain over the keys in order.
+        let mut out = vec![0f32; queries.len() * d];
+        if let Some(rows) = self.values_of.first().filter(|_| h > 0) {
+            let values: Vec<&[f32]> = rows.header(self.kh).collect();
+            (self.kernels.mix)(&header, &values, &mut out);
+        }
+        let mut first = 0;
+        for (s, ((_, mask, n), probs)) in self.inputs.iter().zip(&own_probs).enumerate() {
+            let count = self.group * n;
+            let own_keys = mask.len() / n - h;
+            let values: Vec<&[f32]> = self.values_of[s].own(0, self.kh, own_keys).collect();
+            (self.kernels.mix)(probs, &values, &mut out[first * d..(first + count) * d]);
+            first += count;
+        }
+        out
+    }
 }
 
 /// `f` with the first `keys` keys and values of every row (the `h` of `shared` first, then
@@ -112,8 +280,21 @@ pub(super) fn with_rows<T>(
     if keys < h {
         bail!("attention: {keys} keys, fewer than the {h} shared ones");
     }
-    let (ks, kl) = k.storage_and_layout();
-    let (vs, vl) = v.storage_and_layout();
+    with_sequences(shared, &[(k, v, keys - h)], d, |ks, vs| f(&ks[0], &vs[0]))
+}
+
+/// `f` with the keys and values of sequences (k, v, own): the header's of `shared`, then the
+/// first `own` of k's and v's, per sequence, read where they lie.
+fn with_sequences<T>(
+    shared: Option<&LayerKv>,
+    sequences: &[(&Tensor, &Tensor, usize)],
+    d: usize,
+    f: impl FnOnce(&[Rows], &[Rows]) -> T,
+) -> Result<T> {
+    let h = match shared {
+        Some((sk, _)) => sk.dim(2)?,
+        None => 0,
+    };
     let shared_guards = shared.map(|(sk, sv)| (sk.storage_and_layout(), sv.storage_and_layout()));
     let (shared_k, shared_v) = match &shared_guards {
         Some(((sks, skl), (svs, svl))) => (
@@ -122,12 +303,21 @@ pub(super) fn with_rows<T>(
         ),
         None => (None, None),
     };
-    let keys_of = Rows::new(shared_k, InPlace::new(&ks, kl, keys - h)?, h, d);
-    let values_of = Rows::new(shared_v, InPlace::new(&vs, vl, keys - h)?, h, d);
+    let guards: Vec<_> = sequences
+        .iter()
+        .map(|(k, v, _)| (k.storage_and_layout(), v.storage_and_layout()))
+        .collect();
+    let mut keys_of = Vec::with_capacity(sequences.len());
+    let mut values_of = Vec::with_capacity(sequences.len());
+    for (((ks, kl), (vs, vl)), &(_, _, own)) in guards.iter().zip(sequences) {
+        keys_of.push(Rows::new(shared_k, InPlace::new(ks, kl, own)?, h, d));
+        values_of.push(Rows::new(shared_v, InPlace::new(vs, vl, own)?, h, d));
+    }
     Ok(f(&keys_of, &values_of))
 }
 
 /// A (rows, heads, ≥ keys, d) f32 tensor on the CPU, read where it lies.
+#[derive(Clone, Copy)]
 struct InPlace<'a> {
     data: &'a [f32],
     strides: [usize; 3],
@@ -177,12 +367,19 @@ impl<'a> Rows<'a> {
         kh: usize,
         keys: usize,
     ) -> impl Iterator<Item = &'a [f32]> + '_ {
-        let shared = self
-            .shared
+        self.header(kh).chain(self.own(r, kh, keys - self.h))
+    }
+
+    /// The header's h rows of key head kh (none without a header).
+    fn header(&self, kh: usize) -> impl Iterator<Item = &'a [f32]> + '_ {
+        self.shared
             .iter()
-            .flat_map(move |s| (0..self.h).map(move |j| s.row(0, kh, j, self.d)));
-        let own = (0..keys - self.h).map(move |j| self.own.row(r, kh, j, self.d));
-        shared.chain(own)
+            .flat_map(move |s| (0..self.h).map(move |j| s.row(0, kh, j, self.d)))
+    }
+
+    /// The first `count` of row r's own rows, key head kh.
+    fn own(&self, r: usize, kh: usize, count: usize) -> impl Iterator<Item = &'a [f32]> + '_ {
+        (0..count).map(move |j| self.own.row(r, kh, j, self.d))
     }
 }
 
@@ -285,6 +482,80 @@ pub(crate) mod tests {
                     .zip(&want)
                     .all(|(a, b)| a.to_bits() == b.to_bits())
             );
+        }
+    }
+
+    /// Sequences attended together — one header read once for all, each with its own count of
+    /// queries, own keys (views of a larger cache), mask and a soft cap — get the bits each gets
+    /// attended alone, and candle's ops on the header's keys followed by its own. Key heads of
+    /// one (runs of sequences split over the threads) and of two, head dimensions of the AVX-512
+    /// products (64) and of the AVX2 ones (24).
+    #[test]
+    fn sequences_attended_together_get_their_bits_alone() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for (d, kv, group) in [(64, 1, 3), (64, 2, 2), (24, 2, 3)] {
+            pool.install(|| sequences_together(d, kv, group));
+        }
+    }
+
+    fn sequences_together(d: usize, kv: usize, group: usize) {
+        let dev = Device::Cpu;
+        let (h, heads) = (13, kv * group);
+        let hk = Tensor::randn(0f32, 1.0, (1, kv, h, d), &dev).unwrap();
+        let hv = Tensor::randn(0f32, 1.0, (1, kv, h, d), &dev).unwrap();
+        let header = (hk.clone(), hv.clone());
+        // (queries, own keys) of five sequences.
+        let shapes = [(1, 1), (3, 9), (1, 20), (FEW_QUERIES, 17), (2, 2)];
+        let mut inputs = Vec::new();
+        for (i, &(n, own)) in shapes.iter().enumerate() {
+            let q = Tensor::randn(0f32, 1.0, (1, heads, n, d), &dev).unwrap();
+            let cache = || Tensor::randn(0f32, 1.0, (1, kv, own + 4, d), &dev).unwrap();
+            let (k, v) = (cache(), cache());
+            let keys = h + own;
+            // Causal over the sequence's own queries; sequence 1 also masks two header keys.
+            let mut m = vec![0f32; n * keys];
+            for qi in 0..n {
+                for j in keys - (n - 1 - qi)..keys {
+                    m[qi * keys + j] = MASKED;
+                }
+                if i == 1 {
+                    m[qi * keys + 2] = MASKED;
+                    m[qi * keys + 7] = MASKED;
+                }
+            }
+            let mask = Tensor::from_vec(m, (1, 1, n, keys), &dev).unwrap();
+            inputs.push((q, k, v, mask, keys));
+        }
+        let sequences: Vec<Sequence> = (inputs.iter())
+            .map(|(q, k, v, mask, keys)| Sequence {
+                q,
+                k,
+                v,
+                mask,
+                keys: *keys,
+            })
+            .collect();
+        let bits = |t: &Tensor| -> Vec<u32> {
+            let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+            v.iter().map(|x| x.to_bits()).collect()
+        };
+        for softcap in [None, Some(5.0)] {
+            let together = attend_sequences(Some(&header), &sequences, 0.3, softcap).unwrap();
+            for (s, (got, (q, k, v, mask, keys))) in together.iter().zip(&inputs).enumerate() {
+                let alone =
+                    attend_sequences(Some(&header), &sequences[s..s + 1], 0.3, softcap).unwrap();
+                assert_eq!(bits(got), bits(&alone[0]), "d={d} kv={kv}: sequence {s}");
+                let own = keys - h;
+                let all = |head: &Tensor, t: &Tensor| {
+                    Tensor::cat(&[head, &t.narrow(2, 0, own).unwrap()], 2).unwrap()
+                };
+                let want = candle_attention(q, &all(&hk, k), &all(&hv, v), mask, 0.3, softcap);
+                let diff = max_abs_diff(got, &want);
+                assert!(diff < 1e-5, "d={d} kv={kv}: sequence {s}: {diff}");
+            }
         }
     }
 

@@ -8,7 +8,7 @@
 
 use super::batch::Batch;
 use super::config::TransformerConfig;
-use super::decode::Segments;
+use super::decode::{Segment, Segments};
 use super::decode_attention::{self, AppendKeys, DECODE_QUERIES, DecodeAttention};
 use super::few_queries;
 use super::fused_attention;
@@ -365,10 +365,6 @@ impl Transformer {
         window: Option<usize>,
     ) -> Result<Tensor> {
         let (b, heads, len, d) = q.dims4()?;
-        let h = match header {
-            Some((hk, _)) => hk.dim(2)?,
-            None => 0,
-        };
         // Trunks first: a longer branch below, and the launch's own branches, read them.
         if let Some((one, trunks)) =
             (segments.one_launch.as_ref()).and_then(|one| one.trunks.as_ref().map(|t| (one, t)))
@@ -382,28 +378,16 @@ impl Transformer {
         let alone: Vec<_> = (segments.list.iter())
             .filter_map(|s| s.batch.as_ref().map(|batch| (s, batch)))
             .collect();
+        let attended = self.attend_alone(q, k, v, (ck, cv), header, &alone, window)?;
         let mut parts: Vec<Vec<Tensor>> = vec![Vec::new(); b];
         let mut filled = vec![0; b];
-        for &(s, batch) in &alone {
-            let take = |t: &Tensor| {
-                t.narrow(0, s.row, 1)?
-                    .narrow(2, s.start, s.len)?
-                    .contiguous()
-            };
-            // The header's keys are not in the row: its slots start after them.
-            let slot = s.slot - h;
-            let (row_k, row_v) = (ck.narrow(0, s.row, 1)?, cv.narrow(0, s.row, 1)?);
-            row_k.slice_set(&take(k)?, 2, slot)?;
-            row_v.slice_set(&take(v)?, 2, slot)?;
-            let keys = slot + s.len;
-            let (row_k, row_v) = (row_k.narrow(2, 0, keys)?, row_v.narrow(2, 0, keys)?);
+        for (&(s, _), out) in alone.iter().zip(attended) {
             if filled[s.row] < s.start {
                 // A segment of the launch before it: zeros here.
                 let pad = (1, heads, s.start - filled[s.row], d);
                 parts[s.row].push(Tensor::zeros(pad, q.dtype(), q.device())?);
             }
-            let q = take(q)?;
-            parts[s.row].push(self.attend(&q, header, &row_k, &row_v, batch, window)?);
+            parts[s.row].push(out);
             filled[s.row] = s.start + s.len;
         }
         let launched = match &segments.one_launch {
@@ -441,6 +425,87 @@ impl Transformer {
             Some(l) => out + l,
             None => Ok(out),
         }
+    }
+
+    /// The attention of the segments attended on their own (`alone`, in the step's order),
+    /// each having written its keys and values into its row's slots first. Segments come in
+    /// waves — every row's first, then every row's second… — since a row's branches write the
+    /// same slots one after another; within a wave, those of a few queries on the CPU attend
+    /// together (`few_queries::attend_sequences`: the header read once for all of them).
+    #[allow(clippy::too_many_arguments)]
+    fn attend_alone(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        (ck, cv): (&Tensor, &Tensor),
+        header: Option<&LayerKv>,
+        alone: &[(&Segment, &Batch)],
+        window: Option<usize>,
+    ) -> Result<Vec<Tensor>> {
+        let h = match header {
+            Some((hk, _)) => hk.dim(2)?,
+            None => 0,
+        };
+        let mut seen = vec![0usize; q.dim(0)?];
+        let waves: Vec<usize> = (alone.iter())
+            .map(|(s, _)| {
+                seen[s.row] += 1;
+                seen[s.row] - 1
+            })
+            .collect();
+        let mut outs: Vec<Option<Tensor>> = vec![None; alone.len()];
+        for wave in 0..seen.iter().copied().max().unwrap_or(0) {
+            // (index in alone, q, keys, values, mask, keys read).
+            let mut few = Vec::new();
+            for (i, &(s, batch)) in alone.iter().enumerate() {
+                if waves[i] != wave {
+                    continue;
+                }
+                let take = |t: &Tensor| {
+                    t.narrow(0, s.row, 1)?
+                        .narrow(2, s.start, s.len)?
+                        .contiguous()
+                };
+                // The header's keys are not in the row: its slots start after them.
+                let slot = s.slot - h;
+                let (row_k, row_v) = (ck.narrow(0, s.row, 1)?, cv.narrow(0, s.row, 1)?);
+                row_k.slice_set(&take(k)?, 2, slot)?;
+                row_v.slice_set(&take(v)?, 2, slot)?;
+                let keys = slot + s.len;
+                let (row_k, row_v) = (row_k.narrow(2, 0, keys)?, row_v.narrow(2, 0, keys)?);
+                let q = take(q)?;
+                if self.attends_few(&q)? {
+                    let all = batch.prefix_len + s.len;
+                    let mask = batch.mask(window, 0..1, 0..s.len, all)?;
+                    few.push((i, q, row_k, row_v, mask, all));
+                } else {
+                    outs[i] = Some(self.attend(&q, header, &row_k, &row_v, batch, window)?);
+                }
+            }
+            let sequences: Vec<few_queries::Sequence> = (few.iter())
+                .map(|(_, q, k, v, mask, keys)| few_queries::Sequence {
+                    q,
+                    k,
+                    v,
+                    mask,
+                    keys: *keys,
+                })
+                .collect();
+            let (scale, cap) = (self.cfg.attn_scale, self.cfg.attn_softcap);
+            let attended = few_queries::attend_sequences(header, &sequences, scale, cap)?;
+            for ((i, ..), out) in few.iter().zip(attended) {
+                outs[*i] = Some(out);
+            }
+        }
+        outs.into_iter()
+            .map(|o| o.ok_or_else(|| candle_core::Error::Msg("a segment left unattended".into())))
+            .collect()
+    }
+
+    /// Whether attention of q (a few queries a row on the CPU, not fused) runs in `few_queries`.
+    fn attends_few(&self, q: &Tensor) -> Result<bool> {
+        Ok(!self.fuses(q)? && few_queries::runs(q, q.dim(2)?))
     }
 
     /// Whether attention of q goes through `fused_attention`: enough queries a row, and its
@@ -517,7 +582,7 @@ impl Transformer {
             }
             .apply(q, k, v);
         }
-        if few_queries::runs(q, len) {
+        if self.attends_few(q)? {
             let mask = batch.mask(window, 0..b, 0..len, prefix + len)?;
             let (scale, cap) = (cfg.attn_scale, cfg.attn_softcap);
             return few_queries::attend(q, shared, k, v, &mask, prefix + len, scale, cap);
