@@ -60,9 +60,10 @@ pub fn attend(
             keys,
         })
         .collect();
-    let outs = attend_sequences(shared, &sequences, scale, softcap)?;
+    let mut outs = attend_sequences(shared, &sequences, scale, softcap)?;
     match outs.len() {
-        1 => Ok(outs.into_iter().next().expect("one row")),
+        0 => Tensor::zeros(q.shape(), DType::F32, q.device()),
+        1 => Ok(outs.remove(0)),
         _ => Tensor::cat(&outs, 0),
     }
 }

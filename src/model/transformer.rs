@@ -470,8 +470,10 @@ impl Transformer {
                 // The header's keys are not in the row: its slots start after them.
                 let slot = s.slot - h;
                 let (row_k, row_v) = (ck.narrow(0, s.row, 1)?, cv.narrow(0, s.row, 1)?);
-                row_k.slice_set(&take(k)?, 2, slot)?;
-                row_v.slice_set(&take(v)?, 2, slot)?;
+                stage_times::time(&self.device, "attention: cache writes", || {
+                    row_k.slice_set(&take(k)?, 2, slot)?;
+                    row_v.slice_set(&take(v)?, 2, slot)
+                })?;
                 let keys = slot + s.len;
                 let (row_k, row_v) = (row_k.narrow(2, 0, keys)?, row_v.narrow(2, 0, keys)?);
                 let q = take(q)?;
@@ -493,7 +495,9 @@ impl Transformer {
                 })
                 .collect();
             let (scale, cap) = (self.cfg.attn_scale, self.cfg.attn_softcap);
-            let attended = few_queries::attend_sequences(header, &sequences, scale, cap)?;
+            let attended = stage_times::time(&self.device, "attention: few queries", || {
+                few_queries::attend_sequences(header, &sequences, scale, cap)
+            })?;
             for ((i, ..), out) in few.iter().zip(attended) {
                 outs[*i] = Some(out);
             }
