@@ -108,6 +108,16 @@ fn items(n: usize) -> Vec<Item> {
 
 /// Run the roleplay judge and check every line's object against the schema.
 fn check_schema(model_dir: &Path, decoding: Decoding, n: usize) -> Vec<Value> {
+    check_schema_within(model_dir, decoding, n, hyoka::judge::JSON_CACHE_BYTES)
+}
+
+/// `check_schema` with `cache_bytes` for the keys and values of the items decoded together.
+fn check_schema_within(
+    model_dir: &Path,
+    decoding: Decoding,
+    n: usize,
+    cache_bytes: usize,
+) -> Vec<Value> {
     let model = LoadedModel::load(
         model_dir.to_str().unwrap(),
         None,
@@ -134,6 +144,7 @@ fn check_schema(model_dir: &Path, decoding: Decoding, n: usize) -> Vec<Value> {
         overwrite: false,
         greedy_baseline: None,
         decoding,
+        json_cache_bytes: cache_bytes,
     };
     let (summary, _) = judge.run(&items(n), &path, &opts, &mut |_, _| {}).unwrap();
     assert_eq!(summary.scored, n);
@@ -263,6 +274,27 @@ fn the_seed_decides_the_draws_and_nothing_else_does() {
     let a = answers(1);
     assert_eq!(a, answers(1), "same seed, same answers");
     assert_ne!(a, answers(2), "another seed, other answers");
+}
+
+/// The memory given to the decoding cache (`--json-cache-gib`) decides how many items decode
+/// together, not what they write: all six in one batch, or one at a time (a budget below one
+/// row's), sampled, give the same objects and score distributions.
+#[test]
+fn the_cache_budget_decides_how_many_rows_not_the_objects() {
+    let Some(dir) = smollm_vocabulary_model(9) else {
+        return;
+    };
+    let sampled = Decoding {
+        temperature: 1.0,
+        seed: 3,
+    };
+    let all = check_schema_within(dir.path(), sampled, 6, hyoka::judge::JSON_CACHE_BYTES);
+    let alone = check_schema_within(dir.path(), sampled, 6, 1);
+    for (a, b) in all.iter().zip(&alone) {
+        assert_eq!(a["id"], b["id"]);
+        assert_eq!(a["answer"], b["answer"], "{}", a["id"]);
+        assert_eq!(a["scores"], b["scores"], "{}", a["id"]);
+    }
 }
 
 /// Batched json decoding (every item of a batch fed in one forward pass per step, on one

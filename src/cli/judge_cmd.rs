@@ -80,6 +80,20 @@ pub struct BatchArgs {
     /// model's context length).
     #[arg(long)]
     pub max_prompt_tokens: Option<usize>,
+    /// json rubrics: memory for the keys and values of the items decoded together, in GiB.
+    /// Each item's row holds its prompt after the rubric's shared header and its answer: per
+    /// token 0.25 MB for an 8B with 8 key heads in f32 (a CPU), half in bf16 (a GPU), 1.6 MB for
+    /// llm-jp-3-13b in f32 (40 key heads) — so by default (2 GiB) a 13B decodes one item at a
+    /// time and reads all its weights for every token of every item. More rows per step read
+    /// the weights once for all of them (up to the items of a batch, `--batch-tokens`); the
+    /// objects written are the same whatever fits.
+    #[arg(
+        long,
+        value_name = "GIB",
+        default_value_t = hyoka::judge::JSON_CACHE_BYTES as f64 / (1u64 << 30) as f64,
+        value_parser = gibibytes
+    )]
+    pub json_cache_gib: f64,
 }
 
 impl BatchArgs {
@@ -95,6 +109,7 @@ impl BatchArgs {
             overwrite,
             greedy_baseline,
             decoding,
+            json_cache_bytes: (self.json_cache_gib * (1u64 << 30) as f64) as usize,
         }
     }
 }
@@ -153,6 +168,14 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// A finite temperature ≥ 0, checked before any model is loaded.
+/// A memory size in GiB: finite, above zero, at most 2^20 (a PiB).
+fn gibibytes(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(g) if g > 0.0 && g <= (1u64 << 20) as f64 => Ok(g),
+        _ => Err(format!("must be a number of GiB above 0, got {s:?}")),
+    }
+}
+
 fn temperature(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(t) if t >= 0.0 && t.is_finite() => Ok(t),

@@ -99,10 +99,10 @@ impl AspectScore {
     }
 }
 
-/// Memory the keys and values of one json decoding batch may take: every row holds its own
-/// item's and answer's, beside the header's kept once (an 8B model in f32: 0.25 MB per token, so
-/// rows of 500 tokens after the header take 128 MB each), so a larger chunk of items is decoded
-/// a few rows at a time.
+/// Memory the keys and values of one json decoding batch may take unless told otherwise
+/// (`hyoka judge --json-cache-gib`): every row holds its own item's and answer's, beside the
+/// header's kept once (an 8B model in f32: 0.25 MB per token, so rows of 500 tokens after the
+/// header take 128 MB each), so a larger chunk of items is decoded a few rows at a time.
 pub const JSON_CACHE_BYTES: usize = 2 << 30;
 
 /// Scores batches of laid-out items with one model, reusing the rubric header's keys/values.
@@ -182,13 +182,15 @@ impl<'m> Scorer<'m> {
 impl Scorer<'_> {
     /// json mode: the objects this judge writes for several items (see `json`); `seeds` one
     /// per item. The items are decoded together (`JsonFormat::decode_batch`), as many at once
-    /// as fit [`JSON_CACHE_BYTES`]; each object is the one decoding that item alone writes.
+    /// as their keys and values fit in `cache_bytes` (at least one); each object is the one
+    /// decoding that item alone writes, whatever that number.
     pub fn write_json(
         &self,
         format: &json::JsonFormat,
         layouts: &[&ItemLayout],
         decoding: json::Decoding,
         seeds: &[u64],
+        cache_bytes: usize,
     ) -> Result<Vec<json::JsonJudgment>, JudgeError> {
         // The header's keys and values are kept once, not per row (`KvCache`).
         let longest = layouts
@@ -197,7 +199,7 @@ impl Scorer<'_> {
             .max()
             .unwrap_or(0);
         let row_bytes = self.model.kv_bytes_per_slot() * (longest + format.reserve());
-        let rows = (JSON_CACHE_BYTES / row_bytes.max(1)).max(1);
+        let rows = (cache_bytes / row_bytes.max(1)).max(1);
         let mut out = Vec::with_capacity(layouts.len());
         for (chunk, seeds) in layouts.chunks(rows).zip(seeds.chunks(rows)) {
             let prompts: Vec<&[u32]> = chunk.iter().map(|l| &l.trunk[self.header..]).collect();

@@ -25,6 +25,9 @@ pub struct RunOptions {
     pub greedy_baseline: Option<usize>,
     /// json mode: greedy or seeded sampling of the reason (and of the integers).
     pub decoding: Decoding,
+    /// json mode: memory for a decoding batch's keys and values (`JSON_CACHE_BYTES` by
+    /// default); it decides how many items decode at once, never what they write.
+    pub json_cache_bytes: usize,
 }
 
 /// One judge's result for one item: per-aspect scores, and in json mode the reason and the
@@ -258,7 +261,13 @@ impl ScoreTask for JudgeTask<'_, '_> {
                         .map(|(j, _)| item_seed(opts.decoding.seed, m, &items[chunk[*j]].id))
                         .collect();
                     scorer
-                        .write_json(format, &layouts, opts.decoding, &seeds)?
+                        .write_json(
+                            format,
+                            &layouts,
+                            opts.decoding,
+                            &seeds,
+                            opts.json_cache_bytes,
+                        )?
                         .into_iter()
                         .map(Judgment::from)
                         .collect()

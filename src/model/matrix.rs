@@ -15,6 +15,7 @@
 //! several tokens, multiplied in f32 (`runs`).
 
 use super::block_dots::{BlockKind, Q8Rows, dot_rows_kernel};
+use super::dense_rows;
 use super::expanded_dots::{self, RowBlocks};
 use super::iq_dots;
 use super::iq_rows::IqMatrix;
@@ -230,6 +231,16 @@ impl Matrix {
             (Matrix::Quantized(q), Products::RowWise) => quantized_product(q, x),
             (Matrix::Quantized(q), Products::ByRowCount) if rows <= DECODE_ROWS => {
                 quantized_product(q, x)
+            }
+            // Dense weights on the CPU, decoding: each row on its own (gemm's few-row
+            // products round a row by the rows beside it).
+            (Matrix::Dense(w), Products::RowWise) if dense_rows::applies(w, x) => {
+                dense_rows::product(w, x)
+            }
+            (Matrix::Dense(w), Products::ByRowCount)
+                if rows <= DECODE_ROWS && dense_rows::applies(w, x) =>
+            {
+                dense_rows::product(w, x)
             }
             _ if prefill_gemm::applies(self, x) => prefill_gemm::product(self, x, plan.runs),
             _ => x.matmul(&self.expand(x.dtype())?.t()?),

@@ -10,6 +10,7 @@ pub mod config;
 pub mod cuda_expand;
 pub mod decode;
 pub mod decode_attention;
+mod dense_rows;
 pub mod device;
 pub mod encoder;
 mod expanded_dots;
