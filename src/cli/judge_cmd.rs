@@ -85,8 +85,9 @@ pub struct BatchArgs {
     /// token 0.25 MB for an 8B with 8 key heads in f32 (a CPU), half in bf16 (a GPU), 1.6 MB for
     /// llm-jp-3-13b in f32 (40 key heads) — so by default (2 GiB) a 13B decodes one item at a
     /// time and reads all its weights for every token of every item. More rows per step read
-    /// the weights once for all of them (up to the items of a batch, `--batch-tokens`); the
-    /// objects written are the same whatever fits.
+    /// the weights once for all of them (up to the items of a batch, `--batch-tokens`). On a
+    /// CPU the objects are the same bits whatever fits; on CUDA their scores' last bits can
+    /// move with the rows decoded together (README, json mode).
     #[arg(
         long,
         value_name = "GIB",
