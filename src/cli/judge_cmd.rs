@@ -168,8 +168,7 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
     Ok(super::finish(&summary.failed, read.skipped.len()))
 }
 
-/// A finite temperature ≥ 0, checked before any model is loaded.
-/// A memory size in GiB: finite, above zero, at most 2^20 (a PiB).
+/// A memory size in GiB: above zero, at most 2^20 (a PiB; NaN and infinities refused).
 fn gibibytes(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(g) if g > 0.0 && g <= (1u64 << 20) as f64 => Ok(g),
@@ -177,6 +176,7 @@ fn gibibytes(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A finite temperature ≥ 0, checked before any model is loaded.
 fn temperature(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(t) if t >= 0.0 && t.is_finite() => Ok(t),
