@@ -422,7 +422,8 @@ fn outputs_are_checked_before_models_load() {
 }
 
 /// A --dtype or --device this build cannot use is a bad flag value (exit 2, named as itself),
-/// and a json rubric's reason bound is checked (2^64 − 1 used to wrap the context arithmetic).
+/// and a json rubric's reason bound is checked (2^64 − 1 used to wrap the context arithmetic);
+/// `--json-cache-gib` takes a size above zero.
 #[test]
 fn bad_flag_values_exit_2_and_reason_bounds_are_checked() {
     let dir = tempfile::tempdir().unwrap();
@@ -447,6 +448,28 @@ fn bad_flag_values_exit_2_and_reason_bounds_are_checked() {
         assert!(
             err.contains(&format!("{flag} {value}:")),
             "named as itself: {err}"
+        );
+    }
+    // The json cache's budget: a number of GiB above zero, refused by the argument parser.
+    for value in ["0", "-1", "nan", "inf"] {
+        let flag = format!("--json-cache-gib={value}");
+        let o = hyoka(&[
+            "judge",
+            "--rubric",
+            "roleplay8-ja",
+            "--model",
+            "/nonexistent.gguf",
+            "-i",
+            items.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            &flag,
+        ]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "--json-cache-gib {value}: {err}");
+        assert!(
+            err.contains("--json-cache-gib") && err.contains("GiB above 0"),
+            "{value}: {err}"
         );
     }
     let toml = text(&hyoka(&["rubrics", "show", "roleplay8-ja", "--toml"]).stdout);
