@@ -10,6 +10,10 @@ file is never in memory, and no f32 copy is ever made:
             Llama-3's tokenizer (byte-level BPE, pre-tokenizer `llama-bpe`, as llama.cpp writes it)
   qwen-14b  Qwen2.5-14B: 48 layers, hidden 5120, ffn 13824, 40/8 heads, q/k/v biases,
             vocab 152064, Qwen2.5's tokenizer (`qwen2`)
+  llm-jp-13b  llm-jp-3-13b's layers: 40 layers, hidden 5120, ffn 13824, 40/40 heads (no
+            grouped-query attention: its keys and values are 5× an 8B's per token), rope base
+            10000; Llama-3's tokenizer and vocab 128256 (llm-jp-3's own SentencePiece vocab of
+            99,487 is not in a registry package: the embeddings and output are 0.3 GB larger)
 
 --quant q4_k_m lays the types out as llama.cpp's Q4_K_M does (Q4_K, with Q6_K for the output,
 and for attn_v / ffn_down in the first and last eighth of the layers and every third between);
@@ -45,6 +49,8 @@ SHAPES = {
                      rope_base=500000.0, eps=1e-5, ctx=131072, bias=False, tokenizer="llama3"),
     "qwen-14b": dict(arch="qwen2", layers=48, hidden=5120, ffn=13824, heads=40, kv=8, vocab=152064,
                      rope_base=1000000.0, eps=1e-6, ctx=32768, bias=True, tokenizer="qwen2"),
+    "llm-jp-13b": dict(arch="llama", layers=40, hidden=5120, ffn=13824, heads=40, kv=40, vocab=128256,
+                       rope_base=10000.0, eps=1e-5, ctx=4096, bias=False, tokenizer="llama3"),
 }
 # Bytes per block of 256 values, and how to fill one block with finite random values.
 BLOCK_BYTES = {Q.Q4_0: 8 * 18, Q.Q2_K: 84, Q.Q3_K: 110, Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210, Q.IQ4_XS: 136, Q.IQ3_S: 110,
