@@ -107,8 +107,7 @@ pub fn attend_sequences(
         Some((sk, _)) => sk.dim(2)?,
         None => 0,
     };
-    // Per sequence: its queries scaled before the product (as the general path does), its
-    // mask, its query count.
+    // Queries scaled before the product, as the general path does.
     let inputs = sequences
         .iter()
         .map(|s| {
@@ -129,7 +128,12 @@ pub fn attend_sequences(
                     s.keys
                 );
             }
-            Ok((qs, mask, n))
+            Ok(Prepared {
+                qs,
+                mask,
+                n,
+                own: s.keys - h,
+            })
         })
         .collect::<Result<Vec<_>>>()?;
     let kernels = Kernels::for_this_cpu();
@@ -141,8 +145,9 @@ pub fn attend_sequences(
     let spans: Vec<std::ops::Range<usize>> = (0..runs)
         .map(|i| i * sequences.len() / runs..(i + 1) * sequences.len() / runs)
         .collect();
-    let own: Vec<(&Tensor, &Tensor, usize)> =
-        sequences.iter().map(|s| (s.k, s.v, s.keys - h)).collect();
+    let own: Vec<(&Tensor, &Tensor, usize)> = (sequences.iter().zip(&inputs))
+        .map(|(s, p)| (s.k, s.v, p.own))
+        .collect();
     let parts: Vec<Vec<f32>> = with_sequences(shared, &own, d, |keys_of, values_of| {
         let tasks: Vec<(usize, std::ops::Range<usize>)> = (0..kv_heads)
             .flat_map(|kh| spans.iter().map(move |span| (kh, span.clone())))
@@ -169,29 +174,36 @@ pub fn attend_sequences(
     // query, d) order: taken per key head in order they are each sequence's (heads, n, d).
     let mut outs: Vec<Vec<f32>> = inputs
         .iter()
-        .map(|(_, _, n)| Vec::with_capacity(heads * n * d))
+        .map(|p| Vec::with_capacity(heads * p.n * d))
         .collect();
     for (t, part) in parts.iter().enumerate() {
         let span = spans[t % runs].clone();
         let mut at = 0;
         for s in span {
-            let len = group * inputs[s].2 * d;
+            let len = group * inputs[s].n * d;
             outs[s].extend_from_slice(&part[at..at + len]);
             at += len;
         }
     }
     outs.into_iter()
         .zip(&inputs)
-        .map(|(out, (_, _, n))| Tensor::from_vec(out, (1, heads, *n, d), first.q.device()))
+        .map(|(out, p)| Tensor::from_vec(out, (1, heads, p.n, d), first.q.device()))
         .collect()
+}
+
+/// A sequence's queries scaled, (heads, n, d); its mask, (n, h + own); its own keys' count.
+struct Prepared {
+    qs: Vec<f32>,
+    mask: Vec<f32>,
+    n: usize,
+    own: usize,
 }
 
 /// One key head's attention for a run of sequences: their queries (the heads of the group,
 /// each sequence's in (head, query) order, one sequence after another).
 struct HeadTask<'t, 'a> {
     kernels: &'t Kernels,
-    /// Per sequence: scaled queries (heads, n, d), mask (n, keys), n.
-    inputs: &'t [(Vec<f32>, Vec<f32>, usize)],
+    inputs: &'t [Prepared],
     keys_of: &'t [Rows<'a>],
     values_of: &'t [Rows<'a>],
     kh: usize,
@@ -205,9 +217,9 @@ impl HeadTask<'_, '_> {
     fn run(&self) -> Vec<f32> {
         let (d, h) = (self.d, self.h);
         let queries: Vec<&[f32]> = (self.inputs.iter())
-            .flat_map(|(qs, _, n)| {
-                let at = self.kh * self.group * n * d;
-                qs[at..at + self.group * n * d].chunks_exact(d)
+            .flat_map(|p| {
+                let at = self.kh * self.group * p.n * d;
+                p.qs[at..at + self.group * p.n * d].chunks_exact(d)
             })
             .collect();
         // The header's keys are read once for all the queries (they stay in L1 between those
@@ -220,9 +232,17 @@ impl HeadTask<'_, '_> {
         let mut own_probs = Vec::with_capacity(self.inputs.len());
         let mut row = Vec::new();
         let mut first = 0;
-        for (s, (_, mask, n)) in self.inputs.iter().enumerate() {
+        for (
+            s,
+            &Prepared {
+                ref mask,
+                n,
+                own: own_keys,
+                ..
+            },
+        ) in self.inputs.iter().enumerate()
+        {
             let count = self.group * n;
-            let own_keys = mask.len() / n - h;
             let keys: Vec<&[f32]> = self.keys_of[s].own(0, self.kh, own_keys).collect();
             let mut own = vec![0f32; count * own_keys];
             (self.kernels.scores)(&queries[first..first + count], &keys, &mut own);
@@ -253,10 +273,9 @@ impl HeadTask<'_, '_> {
             (self.kernels.mix)(&header, &values, &mut out);
         }
         let mut first = 0;
-        for (s, ((_, mask, n), probs)) in self.inputs.iter().zip(&own_probs).enumerate() {
-            let count = self.group * n;
-            let own_keys = mask.len() / n - h;
-            let values: Vec<&[f32]> = self.values_of[s].own(0, self.kh, own_keys).collect();
+        for (s, (p, probs)) in self.inputs.iter().zip(&own_probs).enumerate() {
+            let count = self.group * p.n;
+            let values: Vec<&[f32]> = self.values_of[s].own(0, self.kh, p.own).collect();
             (self.kernels.mix)(probs, &values, &mut out[first * d..(first + count) * d]);
             first += count;
         }
