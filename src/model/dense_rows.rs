@@ -34,6 +34,9 @@ pub fn product(w: &Tensor, x: &Tensor) -> Result<Tensor> {
     if xk != k {
         bail!("dense decoding product: x has {xk} columns, W {k}");
     }
+    if k == 0 {
+        return Tensor::zeros((n, out), DType::F32, &Device::Cpu);
+    }
     let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
     // The SIMD kernels take inner dimensions in multiples of 16; the portable one any.
     let dots = match k.is_multiple_of(16) {
@@ -43,33 +46,21 @@ pub fn product(w: &Tensor, x: &Tensor) -> Result<Tensor> {
     let w = w.contiguous()?;
     let (storage, layout) = w.storage_and_layout();
     let at = layout.start_offset();
-    let rows_of = |rows: &std::ops::Range<usize>| at + rows.start * k..at + rows.end * k;
     let y = match &*storage {
-        Storage::Cpu(CpuStorage::F32(v)) => by_weight_rows(out, n, WEIGHT_ROWS, |rows, part| {
-            part.resize(rows.len() * n, 0.0);
-            dots(&xs, &v[rows_of(&rows)], k, part);
-            Ok(())
-        })?,
-        Storage::Cpu(CpuStorage::BF16(v)) => by_weight_rows(out, n, WEIGHT_ROWS, |rows, part| {
-            widened(
-                &v[rows_of(&rows)],
-                |b| b.to_f32(),
-                |ws| {
-                    part.resize(rows.len() * n, 0.0);
-                    dots(&xs, ws, k, part)
-                },
-            )
-        })?,
-        Storage::Cpu(CpuStorage::F16(v)) => by_weight_rows(out, n, WEIGHT_ROWS, |rows, part| {
-            widened(
-                &v[rows_of(&rows)],
-                |h| h.to_f32(),
-                |ws| {
-                    part.resize(rows.len() * n, 0.0);
-                    dots(&xs, ws, k, part)
-                },
-            )
-        })?,
+        Storage::Cpu(CpuStorage::F32(v)) => {
+            let v = &v[at..at + out * k];
+            by_weight_rows(out, n, WEIGHT_ROWS, |rows, part| {
+                part.resize(rows.len() * n, 0.0);
+                dots(&xs, &v[rows.start * k..rows.end * k], k, part);
+                Ok(())
+            })?
+        }
+        Storage::Cpu(CpuStorage::BF16(v)) => {
+            widened(&v[at..at + out * k], |b| b.to_f32(), k, &xs, dots)?
+        }
+        Storage::Cpu(CpuStorage::F16(v)) => {
+            widened(&v[at..at + out * k], |h| h.to_f32(), k, &xs, dots)?
+        }
         _ => bail!(
             "dense decoding product: a {:?} matrix on the CPU",
             w.dtype()
@@ -78,12 +69,26 @@ pub fn product(w: &Tensor, x: &Tensor) -> Result<Tensor> {
     Tensor::from_vec(y, (n, out), &Device::Cpu)
 }
 
-/// `f` on `values` widened to f32 in this thread's kept buffer.
-fn widened<T: Copy>(values: &[T], widen: impl Fn(T) -> f32, f: impl FnOnce(&[f32])) -> Result<()> {
-    with_expanded(values.len(), |buf| {
-        buf.iter_mut().zip(values).for_each(|(b, &v)| *b = widen(v));
-        f(buf);
-        Ok(())
+/// `product` of 16-bit weights `w` (rows of k values) and the rows of k values in xs, each
+/// task's weight rows widened to f32 (exactly) in this thread's kept buffer. (Not
+/// `prefill_gemm`'s widening, which splits a whole matrix over the threads: here each task
+/// already runs on its own thread.)
+fn widened<T: Copy + Sync>(
+    w: &[T],
+    widen: impl Fn(T) -> f32 + Sync,
+    k: usize,
+    xs: &[f32],
+    dots: expanded_dots::Dots,
+) -> Result<Vec<f32>> {
+    let n = xs.len() / k;
+    by_weight_rows(w.len() / k, n, WEIGHT_ROWS, |rows, part| {
+        with_expanded(rows.len() * k, |buf| {
+            let from = &w[rows.start * k..rows.end * k];
+            buf.iter_mut().zip(from).for_each(|(b, &v)| *b = widen(v));
+            part.resize(rows.len() * n, 0.0);
+            dots(xs, buf, k, part);
+            Ok(())
+        })
     })
 }
 
