@@ -429,8 +429,9 @@ fn bad_flag_values_exit_2_and_reason_bounds_are_checked() {
     let dir = tempfile::tempdir().unwrap();
     let items = common::fixtures().join("meta/items.jsonl");
     let out = dir.path().join("o.jsonl");
-    for (flag, value) in [("--dtype", "f64"), ("--device", "nonsense")] {
-        let o = hyoka(&[
+    // `hyoka judge` on a model that is never loaded: the flag is refused first.
+    let judge = |extra: &[&str]| {
+        let mut args = vec![
             "judge",
             "--rubric",
             "dialogue6-ja",
@@ -440,9 +441,12 @@ fn bad_flag_values_exit_2_and_reason_bounds_are_checked() {
             items.to_str().unwrap(),
             "-o",
             out.to_str().unwrap(),
-            flag,
-            value,
-        ]);
+        ];
+        args.extend_from_slice(extra);
+        hyoka(&args)
+    };
+    for (flag, value) in [("--dtype", "f64"), ("--device", "nonsense")] {
+        let o = judge(&[flag, value]);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{flag} {value}: {err}");
         assert!(
@@ -452,19 +456,7 @@ fn bad_flag_values_exit_2_and_reason_bounds_are_checked() {
     }
     // The json cache's budget: a number of GiB above zero, refused by the argument parser.
     for value in ["0", "-1", "nan", "inf"] {
-        let flag = format!("--json-cache-gib={value}");
-        let o = hyoka(&[
-            "judge",
-            "--rubric",
-            "roleplay8-ja",
-            "--model",
-            "/nonexistent.gguf",
-            "-i",
-            items.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            &flag,
-        ]);
+        let o = judge(&[&format!("--json-cache-gib={value}")]);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "--json-cache-gib {value}: {err}");
         assert!(

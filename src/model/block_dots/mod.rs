@@ -541,17 +541,27 @@ pub(crate) mod tests {
             let row_bytes = kind.row_bytes(cols);
             assert_eq!(data.len(), out * row_bytes);
             let want = candle_product_by_row(&q, &x);
+            // Each activation row rounded alone, once.
+            let alone: Vec<Q8Rows> = (0..9)
+                .map(|r| Q8Rows::quantize(&xs[r * cols..(r + 1) * cols], cols, kind.has_min()))
+                .collect();
             for n in 1..=9 {
                 let rows = Q8Rows::quantize(&xs[..n * cols], cols, kind.has_min());
                 for &(name, kernel) in kernels {
-                    for v in 0..out {
+                    let product = |v: usize, rows: &Q8Rows| {
                         let mut got = Vec::new();
                         kernel(
                             kind,
                             &data[v * row_bytes..(v + 1) * row_bytes],
-                            &rows,
+                            rows,
                             &mut got,
                         );
+                        got
+                    };
+                    // v indexes the weight rows and the reference's columns alike.
+                    #[allow(clippy::needless_range_loop)]
+                    for v in 0..out {
+                        let got = product(v, &rows);
                         for (r, &g) in got.iter().enumerate() {
                             let e = want[r][v];
                             // Every body is candle's reference loop, which candle runs
@@ -564,18 +574,7 @@ pub(crate) mod tests {
                                 "{dtype:?} {name} cols={cols} n={n} row {r} out {v}: {g} vs {e}"
                             );
                             // A row gets exactly what it gets alone (batching changes no bit).
-                            let alone = Q8Rows::quantize(
-                                &xs[r * cols..(r + 1) * cols],
-                                cols,
-                                kind.has_min(),
-                            );
-                            let mut one = Vec::new();
-                            kernel(
-                                kind,
-                                &data[v * row_bytes..(v + 1) * row_bytes],
-                                &alone,
-                                &mut one,
-                            );
+                            let one = product(v, &alone[r]);
                             assert_eq!(g.to_bits(), one[0].to_bits(), "{dtype:?} {name} n={n}");
                         }
                     }
