@@ -102,7 +102,7 @@ fn a_batch_past_2_31_scores_runs_split_and_matches_its_rows_alone() {
     assert!(plan.rows * HEADS * plan.queries * LEN <= ATTENTION_ELEMENTS && plan.rows < ROWS);
 
     let batch = Batch::new(&rows, 0, &device).unwrap();
-    let (hidden, _) = model.forward(&batch, None).unwrap();
+    let hidden = model.forward(&batch, None).unwrap();
     let last: Vec<(usize, usize)> = rows
         .iter()
         .enumerate()
@@ -127,7 +127,7 @@ fn a_batch_past_2_31_scores_runs_split_and_matches_its_rows_alone() {
     let mut worst = 0f32;
     for r in [0, ROWS / 2, ROWS - 1] {
         let alone = Batch::new(&rows[r..r + 1], 0, &device).unwrap();
-        let (h, _) = model.forward(&alone, None).unwrap();
+        let h = model.forward(&alone, None).unwrap();
         let got: Vec<Vec<f32>> = model
             .logits_at(&h, &[(0, rows[r].len() - 1)], None)
             .unwrap()

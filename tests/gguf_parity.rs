@@ -82,7 +82,7 @@ fn check(name: &str, eos: &[u32]) {
         );
 
         let b = Batch::new(std::slice::from_ref(&expect_ids), 0, model.device()).unwrap();
-        let (h, _) = model.forward(&b, None).unwrap();
+        let h = model.forward(&b, None).unwrap();
         let logits = model
             .logits_at(&h, &[(0, expect_ids.len() - 1)], None)
             .unwrap()

@@ -36,7 +36,7 @@ fn tokens(n: usize, seed: u32) -> Vec<u32> {
 }
 
 fn hidden_at(model: &Transformer, batch: &Batch, at: &[(usize, usize)]) -> Vec<u32> {
-    let (hidden, _) = model.forward(batch, None).unwrap();
+    let hidden = model.forward(batch, None).unwrap();
     bits(&model.logits_at(&hidden, at, None).unwrap())
 }
 
@@ -85,7 +85,7 @@ fn a_run_after_a_prefix_and_the_prefix_itself_keep_their_bits() {
         // over it computing every row.
         let prefix = model.prefix(&header).unwrap();
         let (_, full) = model
-            .forward(
+            .forward_with_kv(
                 &Batch::new(std::slice::from_ref(&header), 0, &dev).unwrap(),
                 None,
             )
@@ -102,7 +102,7 @@ fn a_run_after_a_prefix_and_the_prefix_itself_keep_their_bits() {
             let batch = Batch::new(std::slice::from_ref(&run), header.len(), &dev)
                 .unwrap()
                 .with_products(products);
-            let (hidden, _) = model.forward(&batch, Some(&prefix)).unwrap();
+            let hidden = model.forward(&batch, Some(&prefix)).unwrap();
             let want = model.decode_logits(&hidden, &[(0, run.len() - 1)]).unwrap();
             assert_eq!(bits(&logits), bits(&want), "{name}: {products:?}");
         }

@@ -17,7 +17,7 @@ fn last_logits(dir: &Path) -> Vec<f32> {
     let m = load_safetensors_dir(dir, DType::F32, &Device::Cpu, Default::default()).unwrap();
     let ids = vec![5u32, 9, 17, 3];
     let b = Batch::new(std::slice::from_ref(&ids), 0, m.device()).unwrap();
-    let (h, _) = m.forward(&b, None).unwrap();
+    let h = m.forward(&b, None).unwrap();
     m.logits_at(&h, &[(0, 3)], None)
         .unwrap()
         .to_vec2::<f32>()

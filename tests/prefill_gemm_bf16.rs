@@ -18,7 +18,7 @@ const BF16_TOL: f32 = 0.05;
 fn logits(model: &Transformer, ids: &[u32], gemm: PrefillGemm) -> Vec<Vec<f32>> {
     set_prefill_gemm(gemm, &Device::Cpu, DType::F32, WeightsMode::Stored).unwrap();
     let batch = Batch::new(&[ids.to_vec()], 0, &Device::Cpu).unwrap();
-    let (hidden, _) = model.forward(&batch, None).unwrap();
+    let hidden = model.forward(&batch, None).unwrap();
     let at: Vec<(usize, usize)> = (0..ids.len()).map(|i| (0, i)).collect();
     let out = model.logits_at(&hidden, &at, None).unwrap();
     out.to_vec2::<f32>().unwrap()

@@ -169,7 +169,7 @@ fn int8_prompt_does_not_depend_on_its_batch() {
     let alone = logits(&model, short, PrefillGemm::Int8);
     let rows = [long.clone(), short.clone()];
     let batch = Batch::new(&rows, 0, &Device::Cpu).unwrap();
-    let (hidden, _) = model.forward(&batch, None).unwrap();
+    let hidden = model.forward(&batch, None).unwrap();
     let at: Vec<(usize, usize)> = (0..short.len()).map(|i| (1, i)).collect();
     let beside = model.logits_at(&hidden, &at, None).unwrap();
     assert!(

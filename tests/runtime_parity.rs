@@ -69,7 +69,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 fn run(model: &Transformer, rows: &[Vec<u32>], prefix: Option<&[u32]>) -> Vec<Vec<Vec<f32>>> {
     let p = prefix.map(|ids| model.prefix(ids).unwrap());
     let batch = Batch::new(rows, p.as_ref().map_or(0, |p| p.len), model.device()).unwrap();
-    let (hidden, _) = model.forward(&batch, p.as_ref()).unwrap();
+    let hidden = model.forward(&batch, p.as_ref()).unwrap();
     rows.iter()
         .enumerate()
         .map(|(r, row)| {
@@ -138,7 +138,7 @@ fn shared_prefix(fused: bool) {
 fn restricted_lm_head_equals_full_rows() {
     let (model, cases) = load("qwen2");
     let batch = Batch::new(&[cases[0].ids.clone()], 0, model.device()).unwrap();
-    let (hidden, _) = model.forward(&batch, None).unwrap();
+    let hidden = model.forward(&batch, None).unwrap();
     let last = cases[0].ids.len() - 1;
     let rows = Tensor::new(&[5u32, 17, 3], model.device()).unwrap();
     let some = model
@@ -198,7 +198,7 @@ fn branches(fused: bool) {
                 model.device(),
             )
             .unwrap();
-            let (hidden, _) = model.forward(&batch, prefix.as_ref()).unwrap();
+            let hidden = model.forward(&batch, prefix.as_ref()).unwrap();
             for (k, branch) in row.branches.iter().enumerate() {
                 let start = row.branch_start(k);
                 let at: Vec<(usize, usize)> = (0..branch.len()).map(|i| (0, start + i)).collect();

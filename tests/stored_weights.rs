@@ -62,7 +62,7 @@ fn check(name: &str) {
             .collect();
         let run = |m: &Transformer| {
             let b = Batch::new(std::slice::from_ref(&ids), 0, m.device()).unwrap();
-            let (h, _) = m.forward(&b, None).unwrap();
+            let h = m.forward(&b, None).unwrap();
             let top: Vec<u32> = case["top_ids"]
                 .as_array()
                 .unwrap()

@@ -98,7 +98,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     // Warm-up (allocations, kernel caches), the output head included: its first use (a quantized
     // head's row expansion, new GEMM shapes) stays out of the batch-1 figure.
     let b = Batch::new(&prompts[..1], 0, t.device())?;
-    let (h, _) = t.forward(&b, None)?;
+    let h = t.forward(&b, None)?;
     t.logits_at(&h, &[(0, prompts[0].len() - 1)], None)?;
     sync()?;
     stage_times::take();
@@ -118,7 +118,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     for p in &prompts {
         let b = Batch::new(std::slice::from_ref(p), 0, t.device())?;
-        let (h, _) = t.forward(&b, None)?;
+        let h = t.forward(&b, None)?;
         t.logits_at(&h, &[(0, p.len() - 1)], None)?;
     }
     sync()?;
@@ -131,7 +131,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     for batch in &plan {
         let rows: Vec<Vec<u32>> = batch.iter().map(|&i| prompts[i].clone()).collect();
         let b = Batch::new(&rows, 0, t.device())?;
-        let (h, _) = t.forward(&b, None)?;
+        let h = t.forward(&b, None)?;
         let at: Vec<(usize, usize)> = rows
             .iter()
             .enumerate()

@@ -145,7 +145,7 @@ impl<'m> Scorer<'m> {
             }
         }
         let batch = Batch::from_rows(&rows, self.header, self.model.device())?.reading(&at)?;
-        let (hidden, _) = self.model.forward(&batch, self.header_kv.as_ref())?;
+        let hidden = self.model.forward(&batch, self.header_kv.as_ref())?;
         let logits = self.model.logits_at(&hidden, &at, None)?;
         // Normalised over the vocabulary on the device; only the columns the scores read come
         // back (a few per aspect, not queries × vocabulary).

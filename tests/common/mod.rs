@@ -141,7 +141,7 @@ pub fn encoder_padded() -> bool {
 pub fn every_position_logits(model: &hyoka::model::Transformer, ids: &[u32]) -> Vec<Vec<f32>> {
     let rows = [ids.to_vec()];
     let batch = hyoka::model::Batch::new(&rows, 0, model.device()).unwrap();
-    let (hidden, _) = model.forward(&batch, None).unwrap();
+    let hidden = model.forward(&batch, None).unwrap();
     let at: Vec<(usize, usize)> = (0..ids.len()).map(|i| (0, i)).collect();
     model
         .logits_at(&hidden, &at, None)
