@@ -9,8 +9,8 @@
 //!
 //! One task takes a (row, key head) and a few queries of every head that shares that key
 //! head (40 to 64 query rows): their scores against the keys up to the last one those queries
-//! can see, from key panels laid out once per (row, key head) so that one register holds one
-//! dimension of 16 keys (no sums across lanes); then mask, softmax (Cephes' expf, within two
+//! can see, from key panels laid out once per (row, key head) — the shared header's once per key
+//! head — so that one register holds one dimension of 16 keys (no sums across lanes); then mask, softmax (Cephes' expf, within two
 //! ulps of libm's) and the mix of the values, while the scores are in L2; the mix is
 //! normalised at the end (d divisions per query, not one per key). Keys and values are read
 //! where they lie (a header shared by every row, a decoding cache).
@@ -84,12 +84,19 @@ pub fn attend(
     let qs: Vec<f32> = (q * scale)?.flatten_all()?.to_vec1()?;
     let keys = prefix + len;
     let mut out = vec![0f32; b * heads * len * d];
+    // The header's whole panels are the same for every row: laid out once per key head (a
+    // batch of ten 13B rows after a 1,500-key header held ten copies, 0.3 GB a layer).
+    let header = shared.map_or(0, |_| prefix / LANES * LANES);
     with_rows(shared, k, v, keys, d, |keys_of, values_of| -> Result<()> {
-        let panels: Vec<Vec<f32>> = (0..b * kv_heads)
+        let header_panels: Vec<Vec<f32>> = (0..kv_heads)
+            .into_par_iter()
+            .map(|kh| panels(keys_of.of(0, kh, keys).take(header), header, d))
+            .collect();
+        let own_panels: Vec<Vec<f32>> = (0..b * kv_heads)
             .into_par_iter()
             .map(|task| {
                 let (r, kh) = (task / kv_heads, task % kv_heads);
-                panels(keys_of.of(r, kh, keys), keys, d)
+                panels(keys_of.of(r, kh, keys).skip(header), keys - header, d)
             })
             .collect();
         for rows in plan.row_chunks() {
@@ -121,7 +128,11 @@ pub fn attend(
                     .par_iter()
                     .map(|&(r, kh, s0)| {
                         let s = s0..(s0 + sub).min(block.queries.end);
-                        let panel = &panels[r * kv_heads + kh];
+                        let panel = Panels {
+                            header: header_panels.get(kh).map_or(&[], |p| p.as_slice()),
+                            own: &own_panels[r * kv_heads + kh],
+                            d,
+                        };
                         shape.task(&qs, panel, values_of, &block, (r, kh), s, softcap)
                     })
                     .collect();
@@ -170,7 +181,7 @@ impl Shape {
     fn task(
         &self,
         qs: &[f32],
-        panel: &[f32],
+        panel: Panels,
         values_of: &Rows,
         block: &Block,
         (r, kh): (usize, usize),
@@ -195,7 +206,7 @@ impl Shape {
         let nq = block.queries.len();
         // SAFETY (every call below): `runs` detected the features before `attend` was called.
         unsafe {
-            avx512::scores(panel, d, &queries, &mut scores, stride);
+            avx512::scores(panel, &queries, &mut scores, stride);
             for (i, row) in scores.chunks_exact_mut(stride).enumerate() {
                 let qi = s.start + i % s.len();
                 let at = ((r - block.rows.start) * nq + qi - block.queries.start) * block.keys;
@@ -219,6 +230,32 @@ impl Shape {
     }
 }
 
+/// A (row, key head)'s key panels: the header's whole panels (shared by every row), then the
+/// row's from there on, the first of which may begin with the header's last keys.
+#[derive(Clone, Copy)]
+struct Panels<'a> {
+    header: &'a [f32],
+    own: &'a [f32],
+    d: usize,
+}
+
+impl<'a> Panels<'a> {
+    fn count(&self) -> usize {
+        (self.header.len() + self.own.len()) / (self.d * LANES)
+    }
+
+    /// Panel c: 16 keys' d dimensions.
+    fn panel(&self, c: usize) -> &'a [f32] {
+        let size = self.d * LANES;
+        let in_header = self.header.len() / size;
+        let (from, c) = match c.checked_sub(in_header) {
+            None => (self.header, c),
+            Some(c) => (self.own, c),
+        };
+        &from[c * size..(c + 1) * size]
+    }
+}
+
 /// The first `count` keys in panels of 16: dimension t of key 16c + l at `[(c·d + t)·16 + l]`,
 /// zeros after the last key.
 fn panels<'a>(keys: impl Iterator<Item = &'a [f32]>, count: usize, d: usize) -> Vec<f32> {
@@ -237,7 +274,7 @@ fn panels<'a>(keys: impl Iterator<Item = &'a [f32]>, count: usize, d: usize) -> 
 // Register tiles are indexed by query and by panel together; iterators would hide that.
 #[allow(clippy::needless_range_loop)]
 mod avx512 {
-    use super::LANES;
+    use super::{LANES, Panels};
     use std::arch::x86_64::*;
 
     /// Query rows × panels per tile: 24 accumulators, 8 broadcasts and 3 loads for every 24
@@ -249,10 +286,10 @@ mod avx512 {
     /// panels: each score one chain of fused multiply-adds over the dimensions in order, from
     /// zero, whatever its tile.
     #[target_feature(enable = "avx512f")]
-    pub fn scores(panels: &[f32], d: usize, queries: &[&[f32]], scores: &mut [f32], stride: usize) {
-        let (m, chunks) = (queries.len(), stride / LANES);
+    pub fn scores(panels: Panels, queries: &[&[f32]], scores: &mut [f32], stride: usize) {
+        let (m, chunks, d) = (queries.len(), stride / LANES, panels.d);
         assert!(stride.is_multiple_of(LANES) && scores.len() >= m * stride);
-        assert!(panels.len() >= chunks * d * LANES && queries.iter().all(|q| q.len() == d));
+        assert!(panels.count() >= chunks && queries.iter().all(|q| q.len() == d));
         if m == 0 {
             return;
         }
@@ -260,7 +297,7 @@ mod avx512 {
             let cs = (chunks - c0).min(PC);
             // A tile past the last panel or query repeats the last one; its sums are dropped.
             let p: [*const f32; PC] =
-                std::array::from_fn(|x| panels[(c0 + x.min(cs - 1)) * d * LANES..].as_ptr());
+                std::array::from_fn(|x| panels.panel(c0 + x.min(cs - 1)).as_ptr());
             for q0 in (0..m).step_by(QR) {
                 let qn = (m - q0).min(QR);
                 let q: [*const f32; QR] =
@@ -458,14 +495,40 @@ mod tests {
         if !avx512_available() {
             return;
         }
-        for (m, keys, d) in [(1, 1, 16), (13, 70, 64), (56, 48, 128), (9, 200, 32)] {
+        for (m, keys, d) in [
+            (1, 1, 16),
+            (13, 70, 64),
+            (56, 48, 128),
+            (9, 200, 32),
+            (4, 100, 64),
+        ] {
             let qs = SplitMix64(m as u64).symmetric_f32s(m * d);
             let ks = SplitMix64(keys as u64 + 7).symmetric_f32s(keys * d);
             let queries: Vec<&[f32]> = qs.chunks_exact(d).collect();
-            let panel = panels(ks.chunks_exact(d), keys, d);
+            // The panels whole, or split after the first whole ones (a header's).
+            let split = keys / 2 / LANES * LANES;
+            let whole = panels(ks.chunks_exact(d), keys, d);
+            let (before, after) = whole.split_at(split * d);
             let stride = keys.next_multiple_of(LANES);
             let mut got = vec![f32::NAN; m * stride];
-            unsafe { avx512::scores(&panel, d, &queries, &mut got, stride) };
+            let mut split_got = got.clone();
+            let whole = Panels {
+                header: &[],
+                own: &whole,
+                d,
+            };
+            let split = Panels {
+                header: before,
+                own: after,
+                d,
+            };
+            unsafe { avx512::scores(whole, &queries, &mut got, stride) };
+            unsafe { avx512::scores(split, &queries, &mut split_got, stride) };
+            assert!(
+                got.iter()
+                    .zip(&split_got)
+                    .all(|(a, b)| a.to_bits() == b.to_bits())
+            );
             for (i, q) in queries.iter().enumerate() {
                 for (j, k) in ks.chunks_exact(d).enumerate() {
                     let want = q.iter().zip(k).fold(0f32, |a, (x, y)| x.mul_add(*y, a));
