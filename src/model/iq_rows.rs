@@ -123,8 +123,19 @@ impl IqMatrix {
 
     /// The whole matrix in f32 into `out` (rows × cols), rows spread over the threads.
     pub fn expand_into(&self, out: &mut [f32]) -> Result<()> {
-        if out.len() != self.rows * self.cols {
-            bail!("{}×{} values into {}", self.rows, self.cols, out.len());
+        self.expand_rows_into(0..self.rows, out)
+    }
+
+    /// Rows `range` in f32 into `out` (their count × cols), rows spread over the threads.
+    pub fn expand_rows_into(&self, range: std::ops::Range<usize>, out: &mut [f32]) -> Result<()> {
+        if range.start > range.end || range.end > self.rows || out.len() != range.len() * self.cols
+        {
+            bail!(
+                "rows {range:?} of {}×{} into {} values",
+                self.rows,
+                self.cols,
+                out.len()
+            );
         }
         // About 256 KB of f32 per task.
         let task_rows = (65_536 / self.cols.max(1)).max(1);
@@ -132,7 +143,7 @@ impl IqMatrix {
             .enumerate()
             .try_for_each(|(t, y)| {
                 for (i, y) in y.chunks_exact_mut(self.cols).enumerate() {
-                    expand_row(self.kind, self.row(t * task_rows + i), y)?;
+                    expand_row(self.kind, self.row(range.start + t * task_rows + i), y)?;
                 }
                 Ok(())
             })

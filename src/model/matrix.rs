@@ -26,6 +26,7 @@ use super::{prefill_gemm, runs, stage_times};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
 use rayon::prelude::*;
+use std::ops::Range;
 use std::sync::Arc;
 
 /// How weights are held in memory (`--weights`).
@@ -407,14 +408,24 @@ pub(super) fn expands_on_cpu(q: &QTensor) -> bool {
 /// The (rows, cols) matrix `q` in f32 into `out` (rows × cols values) by candle's own block
 /// conversion, rows spread over the threads (see `expand_on_threads`).
 pub(super) fn expand_into(q: &QTensor, out: &mut [f32]) -> Result<()> {
+    let (rows, _) = q.shape().dims2()?;
+    expand_rows_into(q, 0..rows, out)
+}
+
+/// Rows `range` of the matrix `q` in f32 into `out` (their count × cols values), as
+/// `expand_into` expands them.
+pub(super) fn expand_rows_into(q: &QTensor, range: Range<usize>, out: &mut [f32]) -> Result<()> {
     let (rows, cols) = q.shape().dims2()?;
-    if out.len() != rows * cols {
-        candle_core::bail!("{rows}×{cols} values into {}", out.len());
+    if range.start > range.end || range.end > rows || out.len() != range.len() * cols {
+        candle_core::bail!("rows {range:?} of {rows}×{cols} into {} values", out.len());
     }
     let Some(expand) = block_expansion(q.dtype()) else {
         candle_core::bail!("no CPU expansion for {:?}", q.dtype());
     };
-    expand(&q.data()?, rows, cols, out)
+    let row_bytes = cols / q.dtype().block_size() * q.dtype().type_size();
+    let data = q.data()?;
+    let bytes = &data[range.start * row_bytes..range.end * row_bytes];
+    expand(bytes, range.len(), cols, out)
 }
 
 /// Expands a (rows, cols) matrix's blocks into f32 values.

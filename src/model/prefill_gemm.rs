@@ -1,5 +1,6 @@
 //! Prefill's products on the CPU: the weight matrix expanded to f32 into a buffer the calling
-//! thread keeps from one product to the next, then one GEMM writing an output it never zeroes.
+//! thread keeps from one product to the next, then one GEMM writing an output it never zeroes
+//! (a matrix of over 64 MiB in f32: a block of its rows at a time, `EXPANDED_VALUES`).
 //!
 //! Through candle (expand into a fresh tensor, `matmul`), every product zeroed a new f32 copy of
 //! its matrix (235 MB for an 8B FFN matrix) and a new output, and the kernel cleared both page
@@ -14,7 +15,7 @@
 //! (its k blocking follows k and the caches only), so a real row keeps its bits.
 
 use super::fused::cpu::Data;
-use super::matrix::{Matrix, WeightsMode, expand_into, expands_on_cpu};
+use super::matrix::{Matrix, WeightsMode, expand_rows_into, expands_on_cpu};
 use super::{ModelError, bf16_gemm, int8_runs};
 use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor, bail};
 use rayon::prelude::*;
@@ -183,12 +184,20 @@ pub fn product(w: &Matrix, x: &Tensor, runs: Option<&[u32]>) -> Result<Tensor> {
         (_, Some(kernels)) => int8_runs::products(kernels, out, k, lhs)?,
         (Matrix::Dense(t), None) if t.dtype() == DType::F32 => {
             let t = t.contiguous()?;
-            multiply(lhs, rows, k, Data::of(&t, OP)?.slice(), out, m)
+            multiply(
+                lhs,
+                rows,
+                k,
+                Data::of(&t, OP)?.slice(),
+                out,
+                m,
+                prefill_gemm(),
+            )
         }
-        (_, None) => with_expanded(out * k, |buf| {
-            expand(w, buf)?;
-            Ok(multiply(lhs, rows, k, buf, out, m))
-        })?,
+        (_, None) => {
+            let gemm = prefill_gemm();
+            expanded_product(w, lhs, (rows, k, out, m), gemm, EXPANDED_VALUES)?
+        }
     };
     if let Some(real) = &real {
         spread(&mut y, out, real, m);
@@ -239,16 +248,71 @@ pub(super) fn with_expanded<R>(len: usize, f: impl FnOnce(&mut [f32]) -> Result<
     })
 }
 
-/// W in f32 into `buf` (out × in values): candle's block conversion, or bf16/f16 widened as
-/// candle's `to_dtype` widens them (exactly).
-fn expand(w: &Matrix, buf: &mut [f32]) -> Result<()> {
+/// The most values of a matrix expanded to f32 at once (64 MiB). A larger matrix is expanded
+/// and multiplied a block of its rows at a time, into the output's columns: the buffer kept
+/// for the largest matrix was 283 MB for a 13B's FFN, and gemm's sums over k do not depend on
+/// how many columns it computes (its k blocking follows k and the caches; every block here has
+/// more than 64 columns, where gemm's small-size path would block k otherwise: tested).
+const EXPANDED_VALUES: usize = 1 << 24;
+
+/// x (rows, k) · Wᵀ (W: out × k, expanded to f32 `limit` values at most at a time) → (rows,
+/// out) in a vector with room for `room` rows, multiplied as `gemm` says.
+fn expanded_product(
+    w: &Matrix,
+    x: &[f32],
+    (rows, k, out, room): (usize, usize, usize, usize),
+    gemm: PrefillGemm,
+    limit: usize,
+) -> Result<Vec<f32>> {
+    // Blocks of equal size but one row, none of fewer than BLOCK_ROWS_MIN rows.
+    let blocks = (out * k)
+        .div_ceil(limit.max(1))
+        .min(out / BLOCK_ROWS_MIN)
+        .max(1);
+    if blocks == 1 {
+        return with_expanded(out * k, |buf| {
+            expand(w, 0..out, buf)?;
+            Ok(multiply(x, rows, k, buf, out, room, gemm))
+        });
+    }
+    let mut y = Vec::with_capacity(room.max(rows) * out);
+    y.resize(rows * out, 0f32);
+    let mut start = 0;
+    for b in 0..blocks {
+        let n = out / blocks + usize::from(b < out % blocks);
+        let part = with_expanded(n * k, |buf| {
+            expand(w, start..start + n, buf)?;
+            Ok(multiply(x, rows, k, buf, n, rows, gemm))
+        })?;
+        for (to, from) in y.chunks_exact_mut(out).zip(part.chunks_exact(n)) {
+            to[start..start + n].copy_from_slice(from);
+        }
+        start += n;
+    }
+    Ok(y)
+}
+
+/// The fewest weight rows a block of `expanded_product` multiplies (see `EXPANDED_VALUES`).
+const BLOCK_ROWS_MIN: usize = 256;
+
+/// Rows `range` of W in f32 into `buf` (their count × in values): candle's block conversion,
+/// or bf16/f16 widened as candle's `to_dtype` widens them (exactly).
+fn expand(w: &Matrix, range: std::ops::Range<usize>, buf: &mut [f32]) -> Result<()> {
     match w {
-        Matrix::Quantized(q) => expand_into(q, buf),
-        Matrix::Iq(m) => m.expand_into(buf),
+        Matrix::Quantized(q) => expand_rows_into(q, range, buf),
+        Matrix::Iq(m) => m.expand_rows_into(range, buf),
         Matrix::Dense(t) => {
             let t = t.contiguous()?;
             let (ts, tl) = t.storage_and_layout();
-            let at = tl.start_offset();
+            let cols = t.dim(1)?;
+            let at = tl.start_offset() + range.start * cols;
+            if buf.len() != range.len() * cols || range.end > t.dim(0)? {
+                bail!(
+                    "{OP}: rows {range:?} of a {:?} matrix into {}",
+                    t.dims(),
+                    buf.len()
+                );
+            }
             match &*ts {
                 Storage::Cpu(CpuStorage::BF16(v)) => {
                     widen(&v[at..at + buf.len()], buf, |x| x.to_f32())
@@ -269,10 +333,18 @@ fn widen<T: Copy + Sync>(from: &[T], to: &mut [f32], f: impl Fn(T) -> f32 + Sync
         .for_each(|(to, from)| to.iter_mut().zip(from).for_each(|(t, &x)| *t = f(x)));
 }
 
-/// x (m, k) · wᵀ on f32 weights as `prefill_gemm` says: `gemm_t`, or `bf16_gemm` (whose
+/// x (m, k) · wᵀ on f32 weights as `gemm` says: `gemm_t`, or `bf16_gemm` (whose
 /// availability `set_prefill_gemm` checked).
-fn multiply(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, room: usize) -> Vec<f32> {
-    match prefill_gemm() {
+fn multiply(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[f32],
+    n: usize,
+    room: usize,
+    gemm: PrefillGemm,
+) -> Vec<f32> {
+    match gemm {
         PrefillGemm::Bf16 => {
             bf16_gemm::gemm_t(x, m, k, w, n, room).unwrap_or_else(|| gemm_t(x, m, k, w, n, room))
         }
@@ -325,6 +397,7 @@ fn gemm_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, room: usize) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::SplitMix64;
     use candle_core::quantized::{GgmlDType, QTensor};
     use std::sync::Arc;
 
@@ -372,6 +445,46 @@ mod tests {
                         .all(|(a, b)| a.to_bits() == b.to_bits()),
                     "{name}, {rows} rows"
                 );
+            }
+        }
+    }
+
+    /// A matrix expanded and multiplied a block of rows at a time gives the bits of the whole
+    /// product, for every kind of matrix, few rows and many, in f32 and in bf16.
+    #[test]
+    fn products_by_blocks_of_weight_rows_are_the_whole_products() {
+        let dev = Device::Cpu;
+        let (out, k) = (900, 1024);
+        let w = Tensor::randn(0f32, 1.0, (out, k), &dev).unwrap();
+        let mut cases = vec![
+            ("bf16", Matrix::Dense(w.to_dtype(DType::BF16).unwrap())),
+            ("f16", Matrix::Dense(w.to_dtype(DType::F16).unwrap())),
+        ];
+        for (name, dtype) in [("Q4_0", GgmlDType::Q4_0), ("Q6K", GgmlDType::Q6K)] {
+            let q = QTensor::quantize(&w, dtype).unwrap();
+            cases.push((name, Matrix::Quantized(Arc::new(q))));
+        }
+        let mut gemms = vec![PrefillGemm::F32];
+        if bf16_gemm::available() {
+            gemms.push(PrefillGemm::Bf16);
+        }
+        for gemm in gemms {
+            for rows in [9, 37, 80] {
+                let x = SplitMix64(rows as u64).symmetric_f32s(rows * k);
+                for (name, m) in &cases {
+                    let shape = (rows, k, out, rows);
+                    let whole = expanded_product(m, &x, shape, gemm, usize::MAX).unwrap();
+                    // Three blocks of 300 rows; two of 450.
+                    for limit in [300 * k, 450 * k] {
+                        let got = expanded_product(m, &x, shape, gemm, limit).unwrap();
+                        assert!(
+                            got.iter()
+                                .zip(&whole)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{gemm:?}, {name}, {rows} rows, {limit}"
+                        );
+                    }
+                }
             }
         }
     }
