@@ -6,6 +6,7 @@
 
 pub mod bertscore;
 pub mod data;
+pub mod heap;
 pub mod judge;
 pub mod meta;
 pub mod model;

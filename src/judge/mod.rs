@@ -118,7 +118,10 @@ impl<'m> Scorer<'m> {
         let header_kv = if header_tokens.is_empty() {
             None
         } else {
-            Some(model.prefix(header_tokens)?)
+            let kv = model.prefix(header_tokens)?;
+            // The header's prefill temporaries, kept in the heap, fit the items' batches badly.
+            crate::heap::release_freed_memory();
+            Some(kv)
         };
         Ok(Scorer {
             model,
