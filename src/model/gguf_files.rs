@@ -335,8 +335,8 @@ pub struct IQuantBlocks {
 
 /// A tensor on the CPU as stored, read from the file straight into the blocks it is held in.
 /// candle's reader reads the bytes, then copies them into blocks: for a moment every tensor is
-/// held twice, and the freed copies stay in the heap (`main::keep_freed_memory`), so a 13B
-/// judge ended its load 1.6 GiB above its weights.
+/// held twice, and the freed copies stay in the heap (`heap::keep_freed_memory`), so a 13B
+/// judge ended its load 1.35 GiB higher.
 fn read_in_place(
     file: &mut std::fs::File,
     tensor_data_offset: u64,
@@ -352,14 +352,7 @@ fn read_in_place(
         )));
     }
     let size = elems / dtype.block_size() * dtype.type_size();
-    let start = tensor_data_offset.saturating_add(info.offset);
-    let file_size = file.seek(SeekFrom::End(0))?;
-    if start.saturating_add(size as u64) > file_size {
-        return Err(Error::Msg(format!(
-            "needs {size} bytes at offset {start}, the file has {file_size}"
-        )));
-    }
-    file.seek(SeekFrom::Start(start))?;
+    seek_tensor(file, tensor_data_offset, info, size)?;
     let blocks = match dtype {
         GgmlDType::F32 => read_blocks::<f32>(file, size)?,
         GgmlDType::F16 => read_blocks::<half::f16>(file, size)?,
@@ -423,6 +416,19 @@ fn read_iquant_bytes(
         )));
     }
     let size = info.shape.elem_count() / kind.block_values() * kind.block_bytes();
+    seek_tensor(file, tensor_data_offset, info, size)?;
+    let mut bytes = vec![0u8; size];
+    file.read_exact(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The file set at a tensor's first byte, once its `size` bytes are known to be in it.
+fn seek_tensor(
+    file: &mut std::fs::File,
+    tensor_data_offset: u64,
+    info: &gguf_file::TensorInfo,
+    size: usize,
+) -> Result<()> {
     let start = tensor_data_offset.saturating_add(info.offset);
     let file_size = file.seek(SeekFrom::End(0))?;
     if start.saturating_add(size as u64) > file_size {
@@ -430,10 +436,8 @@ fn read_iquant_bytes(
             "needs {size} bytes at offset {start}, the file has {file_size}"
         )));
     }
-    let mut bytes = vec![0u8; size];
     file.seek(SeekFrom::Start(start))?;
-    file.read_exact(&mut bytes)?;
-    Ok(bytes)
+    Ok(())
 }
 
 /// An i-quant tensor's blocks as the blocks it is held in (`IQuant::held_as`: Q8_0 or Q5_0),

@@ -10,10 +10,11 @@
 //! One task takes a (row, key head) and a few queries of every head that shares that key
 //! head (40 to 64 query rows): their scores against the keys up to the last one those queries
 //! can see, from key panels laid out once per (row, key head) — the shared header's once per key
-//! head — so that one register holds one dimension of 16 keys (no sums across lanes); then mask, softmax (Cephes' expf, within two
-//! ulps of libm's) and the mix of the values, while the scores are in L2; the mix is
-//! normalised at the end (d divisions per query, not one per key). Keys and values are read
-//! where they lie (a header shared by every row, a decoding cache).
+//! head — so that one register holds one dimension of 16 keys (no sums across lanes); then
+//! mask, softmax (Cephes' expf, within two ulps of libm's) and the mix of the values, while the
+//! scores are in L2; the mix is normalised at the end (d divisions per query, not one per
+//! key). Keys and values are read where they lie (a header shared by every row, a decoding
+//! cache).
 //!
 //! A row's numbers depend on its own queries, keys, values and mask only, and not on how far
 //! a block reaches: every score is one chain over the head dimension; a masked key adds an

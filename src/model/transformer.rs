@@ -295,7 +295,7 @@ impl Transformer {
                 past,
                 plan,
             )?;
-            if let Some(kv) = kv.filter(|_| keep) {
+            if keep {
                 kvs.push(kv);
             }
             let h = match &block.post_attn_norm {
@@ -327,7 +327,7 @@ impl Transformer {
         window: Option<usize>,
         past: LayerPast,
         out_plan: Plan,
-    ) -> Result<(Tensor, Option<LayerKv>)> {
+    ) -> Result<(Tensor, LayerKv)> {
         let cfg = &self.cfg;
         let (b, len, _) = x.dims3()?;
         let heads = |t: Tensor, n: usize| {
@@ -360,8 +360,7 @@ impl Transformer {
             out.transpose(1, 2)?
                 .reshape((b, len, cfg.num_heads * cfg.head_dim))
         })?;
-        let kv = (!matches!(past, LayerPast::Cached(..))).then_some((k, v));
-        Ok((a.o.forward(&out, out_plan)?, kv))
+        Ok((a.o.forward(&out, out_plan)?, (k, v)))
     }
 
     /// Attention of a decoding step on a cache: each segment (a row's trunk, or one of its
