@@ -2,6 +2,7 @@
 //! rotary position tables.
 
 use super::config::Activation;
+use super::gated_mlp;
 use super::matrix::{Matrix, Plan};
 use super::rope::Rope;
 use super::stage_times;
@@ -102,7 +103,30 @@ impl Mlp {
             .sum()
     }
 
-    pub fn forward(&self, x: &Tensor, plan: Plan<'_>) -> Result<Tensor> {
+    /// x moved in: on the CPU's prompt path it is freed once its real rows are gathered.
+    pub fn forward(&self, x: Tensor, plan: Plan<'_>) -> Result<Tensor> {
+        let weights = gated_mlp::GatedWeights {
+            gate: &self.gate.weight,
+            up: &self.up.weight,
+            down: &self.down.weight,
+        };
+        let no_bias = [&self.gate, &self.up, &self.down]
+            .iter()
+            .all(|l| l.bias.is_none());
+        if no_bias && weights.applies(&x, plan) {
+            // A prompt's rows on the CPU: the middle a block of its columns at a time.
+            let mut dims = x.dims().to_vec();
+            let inner = dims[dims.len() - 1];
+            let rows = x.reshape((x.elem_count() / inner.max(1), inner))?;
+            drop(x);
+            let device = rows.device().clone();
+            let y = stage_times::time(&device, "weights: products (GEMM, kernels)", || {
+                weights.forward(rows, plan.runs, self.act)
+            })?;
+            *dims.last_mut().expect("at least one dimension") = y.dim(1)?;
+            return y.reshape(dims);
+        }
+        let x = &x;
         let gate = self.gate.forward(x, plan)?;
         let up = self.up.forward(x, plan)?;
         let mid = stage_times::time(x.device(), "MLP activation", || match self.act {

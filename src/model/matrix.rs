@@ -324,6 +324,13 @@ impl Matrix {
         {
             return x.matmul(&w.t()?);
         }
+        if prefill_gemm::applies(self, x) {
+            // On the CPU: f32 products (whatever `--prefill-gemm` says), expanded a block of
+            // 64 MiB at a time into the thread's kept buffer, each block's products written
+            // into the output's columns (a 13B's 16k-row chunk was 335 MB expanded, and the
+            // chunks' outputs were then copied into a second whole output).
+            return prefill_gemm::product_with(self, x, None, prefill_gemm::PrefillGemm::F32);
+        }
         let mut parts = Vec::with_capacity(out.div_ceil(chunk));
         for start in (0..out).step_by(chunk.max(1)) {
             let end = (start + chunk).min(out);

@@ -18,6 +18,7 @@ mod expf_lanes;
 pub mod few_queries;
 pub mod fused;
 pub mod fused_attention;
+mod gated_mlp;
 pub mod gguf_files;
 mod gguf_types;
 mod int8_runs;

@@ -15,11 +15,13 @@
 //! (its k blocking follows k and the caches only), so a real row keeps its bits.
 
 use super::fused::cpu::Data;
-use super::matrix::{Matrix, WeightsMode, expand_rows_into, expands_on_cpu};
+use super::matrix::{Matrix, RowKernels, WeightsMode, expand_rows_into, expands_on_cpu};
 use super::{ModelError, bf16_gemm, int8_runs};
 use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor, bail};
 use rayon::prelude::*;
 use std::cell::RefCell;
+use std::ops::Range;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// How prompts' products are computed on the CPU (`--prefill-gemm`).
@@ -55,7 +57,8 @@ impl PrefillGemm {
         }
     }
 
-    const ALL: [PrefillGemm; 3] = [PrefillGemm::F32, PrefillGemm::Bf16, PrefillGemm::Int8];
+    pub(crate) const ALL: [PrefillGemm; 3] =
+        [PrefillGemm::F32, PrefillGemm::Bf16, PrefillGemm::Int8];
 }
 
 /// Process-wide, as candle's TF32 switch is (`device::set_tf32`): set once by the command line
@@ -154,55 +157,152 @@ pub fn applies(w: &Matrix, x: &Tensor) -> bool {
 /// x (rows, in) · Wᵀ → (rows, out), f32 on the CPU (see `applies`). With `runs` (one per row
 /// of x, `Plan::runs`), the rows whose run is 0 are padding: their products are 0, not computed.
 pub fn product(w: &Matrix, x: &Tensor, runs: Option<&[u32]>) -> Result<Tensor> {
+    product_with(w, x, runs, prefill_gemm())
+}
+
+/// `product` with the products `gemm` says (an output head's are f32 whatever `--prefill-gemm`).
+pub fn product_with(
+    w: &Matrix,
+    x: &Tensor,
+    runs: Option<&[u32]>,
+    gemm: PrefillGemm,
+) -> Result<Tensor> {
     let (out, k) = w.dims()?;
+    on_real_rows(x.clone(), k, out, runs, |lhs, _, room| {
+        packed_product(w, lhs, room, gemm)
+    })
+}
+
+/// lhs (rows × k, no padding) · Wᵀ → (rows, out) in a vector with room for `room` rows, as
+/// `gemm` says (a matrix of over `EXPANDED_VALUES` in f32 a block of its rows at a time).
+pub(super) fn packed_product(
+    w: &Matrix,
+    lhs: &[f32],
+    room: usize,
+    gemm: PrefillGemm,
+) -> Result<Vec<f32>> {
+    let (out, k) = w.dims()?;
+    let rows = lhs.len() / k.max(1);
+    let w = Operand::new(w, lhs, k, gemm, None)?;
+    match (w.w, &w.int8) {
+        (_, Some(_)) => w.rows_product(0..out, room),
+        (Matrix::Dense(t), None) if t.dtype() == DType::F32 => w.rows_product(0..out, room),
+        (_, None) => expanded_product(w.w, lhs, (rows, k, out, room), gemm, EXPANDED_VALUES),
+    }
+}
+
+/// The rows of x a product reads (its padding, run 0, left out), and what `f(lhs, rows, room)`
+/// computes from them — (rows, n) values in a vector with room for all of x's `room` rows —
+/// as an (x's rows, n) tensor whose padding rows are zeros.
+pub(super) fn on_real_rows(
+    x: Tensor,
+    k: usize,
+    n: usize,
+    runs: Option<&[u32]>,
+    f: impl FnOnce(&[f32], usize, usize) -> Result<Vec<f32>>,
+) -> Result<Tensor> {
     let x = x.contiguous()?;
     let (m, xk) = x.dims2()?;
     if xk != k {
         bail!("{OP}: x has {xk} columns, W {k}");
     }
-    let xs = Data::of(&x, OP)?;
     let real: Option<Vec<usize>> = runs
         .filter(|r| r.len() == m && r.contains(&0))
         .map(|r| (0..m).filter(|&i| r[i] > 0).collect());
-    if real.as_ref().is_some_and(|r| r.is_empty()) {
+    let mut y = match &real {
         // No row is read (the last layer of a header): nothing to expand or multiply.
-        return Tensor::zeros((m, out), DType::F32, &Device::Cpu);
-    }
-    let packed: Vec<f32>;
-    let (rows, lhs) = match &real {
+        Some(real) if real.is_empty() => return Tensor::zeros((m, n), DType::F32, &Device::Cpu),
         Some(real) => {
-            packed = gather(xs.slice(), k, real);
-            (real.len(), packed.as_slice())
+            let packed = gather(Data::of(&x, OP)?.slice(), k, real);
+            // Freed here where the caller moved its only handle in (a gated MLP's input).
+            drop(x);
+            f(&packed, real.len(), m)?
         }
-        None => (m, xs.slice()),
+        None => f(Data::of(&x, OP)?.slice(), m, m)?,
     };
-    let integer = match prefill_gemm() {
-        PrefillGemm::Int8 => w.row_kernels()?.filter(|_| int8_runs::available()),
-        _ => None,
-    };
-    let mut y = match (w, &integer) {
-        (_, Some(kernels)) => int8_runs::products(kernels, out, k, lhs)?,
-        (Matrix::Dense(t), None) if t.dtype() == DType::F32 => {
-            let t = t.contiguous()?;
-            multiply(
-                lhs,
-                rows,
-                k,
-                Data::of(&t, OP)?.slice(),
-                out,
-                m,
-                prefill_gemm(),
-            )
-        }
-        (_, None) => {
-            let gemm = prefill_gemm();
-            expanded_product(w, lhs, (rows, k, out, m), gemm, EXPANDED_VALUES)?
-        }
-    };
-    if let Some(real) = &real {
-        spread(&mut y, out, real, m);
+    let rows = real.as_ref().map_or(m, Vec::len);
+    if y.len() != rows * n {
+        bail!("{OP}: {} values for {rows} rows of {n}", y.len());
     }
-    Tensor::from_vec(y, (m, out), &Device::Cpu)
+    if let Some(real) = &real {
+        spread(&mut y, n, real, m);
+    }
+    Tensor::from_vec(y, (m, n), &Device::Cpu)
+}
+
+/// A weight matrix about to multiply rows `lhs` (rows × k) a block of its rows at a time
+/// (`rows_product`): through the 8-bit products under `--prefill-gemm int8` where its blocks
+/// have them (the rows' activations then rounded and laid out once for every block), else in
+/// f32 (or bf16) GEMMs on the block expanded.
+pub(super) struct Operand<'a> {
+    w: &'a Matrix,
+    lhs: &'a [f32],
+    k: usize,
+    gemm: PrefillGemm,
+    int8: Option<(RowKernels<'a>, Arc<int8_runs::Activations>)>,
+}
+
+impl<'a> Operand<'a> {
+    /// `like`: another operand of the same rows, whose 8-bit activations are taken where they
+    /// fit w's blocks (a gated MLP's gate and up matrices are usually of one type).
+    pub fn new(
+        w: &'a Matrix,
+        lhs: &'a [f32],
+        k: usize,
+        gemm: PrefillGemm,
+        like: Option<&Operand>,
+    ) -> Result<Self> {
+        let kernels = match gemm {
+            PrefillGemm::Int8 => w.row_kernels()?.filter(|_| int8_runs::available()),
+            _ => None,
+        };
+        let int8 = match kernels {
+            Some(kernels) => {
+                let shared = like
+                    .and_then(|o| o.int8.as_ref())
+                    .filter(|(_, acts)| acts.fit(&kernels))
+                    .map(|(_, acts)| acts.clone());
+                let acts = match shared {
+                    Some(acts) => acts,
+                    None => Arc::new(int8_runs::Activations::new(&kernels, k, lhs)?),
+                };
+                Some((kernels, acts))
+            }
+            None => None,
+        };
+        Ok(Operand {
+            w,
+            lhs,
+            k,
+            gemm,
+            int8,
+        })
+    }
+
+    /// lhs · Wᵀ for weight rows `range`: (rows, range.len()) in a vector with room for `room`
+    /// rows. Each value is what the whole matrix's product gives it, for blocks of at least
+    /// `BLOCK_ROWS_MIN` rows (tested).
+    pub fn rows_product(&self, range: Range<usize>, room: usize) -> Result<Vec<f32>> {
+        let (k, n) = (self.k, range.len());
+        let rows = self.lhs.len() / k.max(1);
+        if let Some((kernels, acts)) = &self.int8 {
+            return int8_runs::rows_products(kernels, range, acts);
+        }
+        if let Matrix::Dense(t) = self.w
+            && t.dtype() == DType::F32
+        {
+            let t = t.contiguous()?;
+            let ws = Data::of(&t, OP)?;
+            let Some(ws) = ws.slice().get(range.start * k..range.end * k) else {
+                bail!("{OP}: rows {range:?} of a {:?} matrix", t.dims());
+            };
+            return Ok(multiply(self.lhs, rows, k, ws, n, room, self.gemm));
+        }
+        with_expanded(n * k, |buf| {
+            expand(self.w, range, buf)?;
+            Ok(multiply(self.lhs, rows, k, buf, n, room, self.gemm))
+        })
+    }
 }
 
 /// Rows `rows` of x (row length k), one after the other.
@@ -253,7 +353,7 @@ pub(super) fn with_expanded<R>(len: usize, f: impl FnOnce(&mut [f32]) -> Result<
 /// for the largest matrix was 283 MB for a 13B's FFN, and gemm's sums over k do not depend on
 /// how many columns it computes (its k blocking follows k and the caches; every block here has
 /// more than 64 columns, where gemm's small-size path would block k otherwise: tested).
-const EXPANDED_VALUES: usize = 1 << 24;
+pub(super) const EXPANDED_VALUES: usize = 1 << 24;
 
 /// x (rows, k) · Wᵀ (W: out × k, expanded to f32 `limit` values at most at a time) → (rows,
 /// out) in a vector with room for `room` rows, multiplied as `gemm` says.
@@ -269,35 +369,44 @@ fn expanded_product(
         .div_ceil(limit.max(1))
         .min(out / BLOCK_ROWS_MIN)
         .max(1);
+    let w = Operand {
+        w,
+        lhs: x,
+        k,
+        gemm,
+        int8: None,
+    };
     if blocks == 1 {
-        return with_expanded(out * k, |buf| {
-            expand(w, 0..out, buf)?;
-            Ok(multiply(x, rows, k, buf, out, room, gemm))
-        });
+        return w.rows_product(0..out, room);
     }
     let mut y = Vec::with_capacity(room.max(rows) * out);
     y.resize(rows * out, 0f32);
-    let mut start = 0;
-    for b in 0..blocks {
-        let n = out / blocks + usize::from(b < out % blocks);
-        let part = with_expanded(n * k, |buf| {
-            expand(w, start..start + n, buf)?;
-            Ok(multiply(x, rows, k, buf, n, rows, gemm))
-        })?;
-        for (to, from) in y.chunks_exact_mut(out).zip(part.chunks_exact(n)) {
-            to[start..start + n].copy_from_slice(from);
+    for range in equal_blocks(out, blocks) {
+        let part = w.rows_product(range.clone(), rows)?;
+        for (to, from) in y.chunks_exact_mut(out).zip(part.chunks_exact(range.len())) {
+            to[range.clone()].copy_from_slice(from);
         }
-        start += n;
     }
     Ok(y)
 }
 
+/// 0..n in `blocks` ranges of equal length but one (the first n % blocks one longer).
+pub(super) fn equal_blocks(n: usize, blocks: usize) -> impl Iterator<Item = Range<usize>> {
+    let blocks = blocks.max(1);
+    (0..blocks).scan(0, move |start, b| {
+        let len = n / blocks + usize::from(b < n % blocks);
+        let range = *start..*start + len;
+        *start += len;
+        Some(range)
+    })
+}
+
 /// The fewest weight rows a block of `expanded_product` multiplies (see `EXPANDED_VALUES`).
-const BLOCK_ROWS_MIN: usize = 256;
+pub(super) const BLOCK_ROWS_MIN: usize = 256;
 
 /// Rows `range` of W in f32 into `buf` (their count × in values): candle's block conversion,
 /// or bf16/f16 widened as candle's `to_dtype` widens them (exactly).
-fn expand(w: &Matrix, range: std::ops::Range<usize>, buf: &mut [f32]) -> Result<()> {
+fn expand(w: &Matrix, range: Range<usize>, buf: &mut [f32]) -> Result<()> {
     match w {
         Matrix::Quantized(q) => expand_rows_into(q, range, buf),
         Matrix::Iq(m) => m.expand_rows_into(range, buf),
@@ -426,7 +535,7 @@ mod tests {
             let q = Matrix::Quantized(Arc::new(QTensor::quantize(&w, dtype).unwrap()));
             cases.push((format!("{dtype:?}"), q));
         }
-        for rows in [37, 9] {
+        for rows in [37, 9, 3, 1] {
             let x = x.narrow(0, 0, rows).unwrap();
             for (name, m) in &cases {
                 assert!(applies(m, &x), "{name}");
@@ -469,7 +578,7 @@ mod tests {
             gemms.push(PrefillGemm::Bf16);
         }
         for gemm in gemms {
-            for rows in [9, 37, 80] {
+            for rows in [1, 3, 9, 37, 80] {
                 let x = SplitMix64(rows as u64).symmetric_f32s(rows * k);
                 for (name, m) in &cases {
                     let shape = (rows, k, out, rows);

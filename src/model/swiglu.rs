@@ -31,15 +31,23 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
         let u = &u.as_slice::<f32>()?[ul.start_offset()..][..out.len()];
         out.par_chunks_mut(CHUNK)
             .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
-            .for_each(|(o, (g, u))| {
-                o.iter_mut().zip(g).for_each(|(o, g)| *o = -g);
-                exp_in_place(o);
-                for ((o, g), u) in o.iter_mut().zip(g).zip(u) {
-                    *o = (g / (1.0 + *o)) * u;
-                }
-            });
+            .for_each(|(o, (g, u))| silu_mul_into(g, u, o));
     }
     Tensor::from_vec(out, gate.shape(), gate.device())
+}
+
+/// out = silu(g) · u, value by value on this thread (each value the same bits whatever the
+/// slices' lengths: the exponentials are glibc's, `expf_lanes`).
+pub fn silu_mul_into(g: &[f32], u: &[f32], out: &mut [f32]) {
+    assert!(
+        g.len() == out.len() && u.len() == out.len(),
+        "silu_mul_into: slice lengths"
+    );
+    out.iter_mut().zip(g).for_each(|(o, g)| *o = -g);
+    exp_in_place(out);
+    for ((o, g), u) in out.iter_mut().zip(g).zip(u) {
+        *o = (g / (1.0 + *o)) * u;
+    }
 }
 
 #[cfg(test)]

@@ -267,31 +267,97 @@ fn products_on(
     k: usize,
     xs: &[f32],
 ) -> Result<Vec<f32>> {
+    let (values, bytes) = Form::of(kernels).block();
+    if data_of(kernels).len() != out * (k / values.max(1) * bytes) {
+        bail!(
+            "8-bit run products: {out}×{k} {:?} weights in {} bytes",
+            Form::of(kernels),
+            data_of(kernels).len()
+        );
+    }
+    let acts = Activations::new(kernels, k, xs)?;
+    rows_products_on(body, kernels, 0..out, &acts)
+}
+
+fn data_of<'a>(kernels: &'a RowKernels) -> &'a [u8] {
+    let (RowKernels::Blocks(_, data) | RowKernels::KQuants(_, data) | RowKernels::Iq(_, data)) =
+        kernels;
+    data
+}
+
+/// n tokens' activations rounded and laid out for the products of one form of weights, once
+/// for every block of weight rows multiplied with them (`rows_products`).
+pub struct Activations {
+    form: Form,
+    n: usize,
+    k: usize,
+    lanes: Lanes,
+}
+
+impl Activations {
+    /// xs (n, k), for weights of `kernels`' form.
+    pub fn new(kernels: &RowKernels, k: usize, xs: &[f32]) -> Result<Self> {
+        let form = Form::of(kernels);
+        let n = xs.len() / k.max(1);
+        if !k.is_multiple_of(form.block().0) || xs.len() != n * k {
+            bail!(
+                "8-bit run products: {k} columns of {form:?} weights for {} values",
+                xs.len()
+            );
+        }
+        let acts = Q8Rows::quantize(xs, k, form.takes_q8_1_sums());
+        let lanes = Lanes::new(&acts, n, k, form);
+        Ok(Activations { form, n, k, lanes })
+    }
+
+    /// Whether these activations are laid out for `kernels`' weights.
+    pub fn fit(&self, kernels: &RowKernels) -> bool {
+        Form::of(kernels) == self.form
+    }
+}
+
+/// The activations (n tokens) · Wᵀ for weight rows `rows` of `kernels`: y (n, rows.len()), each
+/// value what `products` gives it for the whole matrix (a value depends on its token and weight
+/// row only). An error where not `available`.
+pub fn rows_products(
+    kernels: &RowKernels,
+    rows: std::ops::Range<usize>,
+    acts: &Activations,
+) -> Result<Vec<f32>> {
+    let Some(body) = body() else {
+        bail!("8-bit run products need AVX2, FMA and F16C");
+    };
+    rows_products_on(body, kernels, rows, acts)
+}
+
+fn rows_products_on(
+    body: Body,
+    kernels: &RowKernels,
+    rows: std::ops::Range<usize>,
+    acts: &Activations,
+) -> Result<Vec<f32>> {
     if !Body::here().contains(&body) {
         bail!(
             "8-bit run products: this CPU lacks the {} body's instructions",
             body.name()
         );
     }
-    let form = Form::of(kernels);
-    let (RowKernels::Blocks(_, data) | RowKernels::KQuants(_, data) | RowKernels::Iq(_, data)) =
-        kernels;
-    let n = xs.len() / k.max(1);
+    let (form, n, k, data) = (acts.form, acts.n, acts.k, data_of(kernels));
     let (values, bytes) = form.block();
     let row_bytes = k / values * bytes;
-    if !k.is_multiple_of(values) || xs.len() != n * k || data.len() != out * row_bytes {
+    if !acts.fit(kernels) || rows.start > rows.end || rows.end * row_bytes > data.len() {
         bail!(
-            "8-bit run products: {out}×{k} {form:?} weights for {} values",
-            xs.len()
+            "8-bit run products: rows {rows:?} of {} bytes of {:?} weights for {k}-value {form:?} activations",
+            data.len(),
+            Form::of(kernels),
         );
     }
-    let acts = Q8Rows::quantize(xs, k, form.takes_q8_1_sums());
-    let lanes = Lanes::new(&acts, n, k, form);
-    by_weight_columns(out, n, TASK_ROWS, |columns| {
+    let data = &data[rows.start * row_bytes..rows.end * row_bytes];
+    by_weight_columns(rows.len(), n, TASK_ROWS, |columns| {
         let rows = columns.rows();
         let data = &data[rows.start * row_bytes..rows.end * row_bytes];
         let weights = Unpacked::new(form, data, k, body.signed_bytes(form));
-        weights.times(body, &lanes, columns);
+        weights.times(body, &acts.lanes, columns);
         Ok(())
     })
 }
