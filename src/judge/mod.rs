@@ -212,6 +212,8 @@ impl Scorer<'_> {
         for (chunk, seeds) in layouts.chunks(rows).zip(seeds.chunks(rows)) {
             let prompts: Vec<&[u32]> = chunk.iter().map(|l| &l.trunk[self.header..]).collect();
             let header = self.header_kv.as_ref();
+            // As before each scored batch (`score`): its first step is a prompt's prefill.
+            crate::heap::release_freed_memory();
             out.extend(format.decode_batch(self.model, header, &prompts, decoding, seeds)?);
         }
         Ok(out)

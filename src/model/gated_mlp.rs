@@ -115,15 +115,11 @@ fn activate(act: Activation, g: &[f32], u: &[f32], out: &mut [f32]) {
     }
 }
 
-/// Blocks of the width: none of more than `block_values` products a matrix, nor of more
-/// weight values than one expansion holds (`EXPANDED_VALUES`), none of fewer than
-/// `BLOCK_ROWS_MIN` weight rows.
+/// Blocks of the width: none of more than `block_values` products a matrix (nor of more weight
+/// values than one expansion holds, nor of fewer than `BLOCK_ROWS_MIN` weight rows).
 fn blocks(width: usize, k: usize, rows: usize, block_values: usize) -> usize {
-    (width * k)
-        .div_ceil(EXPANDED_VALUES)
-        .max((rows * width).div_ceil(block_values.max(1)))
-        .min(width / prefill_gemm::BLOCK_ROWS_MIN)
-        .max(1)
+    let at_least = (rows * width).div_ceil(block_values.max(1));
+    prefill_gemm::weight_blocks(width, k, EXPANDED_VALUES, at_least)
 }
 
 #[cfg(test)]

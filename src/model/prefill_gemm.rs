@@ -181,14 +181,8 @@ pub(super) fn packed_product(
     room: usize,
     gemm: PrefillGemm,
 ) -> Result<Vec<f32>> {
-    let (out, k) = w.dims()?;
-    let rows = lhs.len() / k.max(1);
-    let w = Operand::new(w, lhs, k, gemm, None)?;
-    match (w.w, &w.int8) {
-        (_, Some(_)) => w.rows_product(0..out, room),
-        (Matrix::Dense(t), None) if t.dtype() == DType::F32 => w.rows_product(0..out, room),
-        (_, None) => expanded_product(w.w, lhs, (rows, k, out, room), gemm, EXPANDED_VALUES),
-    }
+    let (_, k) = w.dims()?;
+    Operand::new(w, lhs, k, gemm, None)?.product(room, EXPANDED_VALUES)
 }
 
 /// The rows of x a product reads (its padding, run 0, left out), and what `f(lhs, rows, room)`
@@ -279,6 +273,36 @@ impl<'a> Operand<'a> {
         })
     }
 
+    /// lhs · Wᵀ for all of W's rows: (rows, out) in a vector with room for `room` rows. A
+    /// matrix its products expand is expanded `limit` values at most at a time (`weight_blocks`).
+    pub fn product(&self, room: usize, limit: usize) -> Result<Vec<f32>> {
+        let (out, k) = self.w.dims()?;
+        let blocks = if self.expands() {
+            weight_blocks(out, k, limit, 1)
+        } else {
+            1
+        };
+        if blocks == 1 {
+            return self.rows_product(0..out, room);
+        }
+        let rows = self.lhs.len() / k.max(1);
+        let mut y = Vec::with_capacity(room.max(rows) * out);
+        y.resize(rows * out, 0f32);
+        for range in equal_blocks(out, blocks) {
+            let part = self.rows_product(range.clone(), rows)?;
+            for (to, from) in y.chunks_exact_mut(out).zip(part.chunks_exact(range.len())) {
+                to[range.clone()].copy_from_slice(from);
+            }
+        }
+        Ok(y)
+    }
+
+    /// Whether its products expand W's rows to f32: neither the 8-bit products nor an f32
+    /// matrix read in place.
+    fn expands(&self) -> bool {
+        self.int8.is_none() && !matches!(self.w, Matrix::Dense(t) if t.dtype() == DType::F32)
+    }
+
     /// lhs · Wᵀ for weight rows `range`: (rows, range.len()) in a vector with room for `room`
     /// rows. Each value is what the whole matrix's product gives it, for blocks of at least
     /// `BLOCK_ROWS_MIN` rows (tested).
@@ -355,39 +379,15 @@ pub(super) fn with_expanded<R>(len: usize, f: impl FnOnce(&mut [f32]) -> Result<
 /// more than 64 columns, where gemm's small-size path would block k otherwise: tested).
 pub(super) const EXPANDED_VALUES: usize = 1 << 24;
 
-/// x (rows, k) · Wᵀ (W: out × k, expanded to f32 `limit` values at most at a time) → (rows,
-/// out) in a vector with room for `room` rows, multiplied as `gemm` says.
-fn expanded_product(
-    w: &Matrix,
-    x: &[f32],
-    (rows, k, out, room): (usize, usize, usize, usize),
-    gemm: PrefillGemm,
-    limit: usize,
-) -> Result<Vec<f32>> {
-    // Blocks of equal size but one row, none of fewer than BLOCK_ROWS_MIN rows.
-    let blocks = (out * k)
+/// How many blocks of its rows a matrix of `out` rows of `k` values is multiplied in: at
+/// least `at_least`, enough that none expands more than `limit` values, none of fewer than
+/// `BLOCK_ROWS_MIN` rows (blocks of equal size but one row: `equal_blocks`).
+pub(super) fn weight_blocks(out: usize, k: usize, limit: usize, at_least: usize) -> usize {
+    (out * k)
         .div_ceil(limit.max(1))
+        .max(at_least)
         .min(out / BLOCK_ROWS_MIN)
-        .max(1);
-    let w = Operand {
-        w,
-        lhs: x,
-        k,
-        gemm,
-        int8: None,
-    };
-    if blocks == 1 {
-        return w.rows_product(0..out, room);
-    }
-    let mut y = Vec::with_capacity(room.max(rows) * out);
-    y.resize(rows * out, 0f32);
-    for range in equal_blocks(out, blocks) {
-        let part = w.rows_product(range.clone(), rows)?;
-        for (to, from) in y.chunks_exact_mut(out).zip(part.chunks_exact(range.len())) {
-            to[range.clone()].copy_from_slice(from);
-        }
-    }
-    Ok(y)
+        .max(1)
 }
 
 /// 0..n in `blocks` ranges of equal length but one (the first n % blocks one longer).
@@ -401,8 +401,8 @@ pub(super) fn equal_blocks(n: usize, blocks: usize) -> impl Iterator<Item = Rang
     })
 }
 
-/// The fewest weight rows a block of `expanded_product` multiplies (see `EXPANDED_VALUES`).
-pub(super) const BLOCK_ROWS_MIN: usize = 256;
+/// The fewest weight rows a block of `Operand::product` multiplies (see `EXPANDED_VALUES`).
+const BLOCK_ROWS_MIN: usize = 256;
 
 /// Rows `range` of W in f32 into `buf` (their count × in values): candle's block conversion,
 /// or bf16/f16 widened as candle's `to_dtype` widens them (exactly).
@@ -581,11 +581,11 @@ mod tests {
             for rows in [1, 3, 9, 37, 80] {
                 let x = SplitMix64(rows as u64).symmetric_f32s(rows * k);
                 for (name, m) in &cases {
-                    let shape = (rows, k, out, rows);
-                    let whole = expanded_product(m, &x, shape, gemm, usize::MAX).unwrap();
+                    let w = Operand::new(m, &x, k, gemm, None).unwrap();
+                    let whole = w.product(rows, usize::MAX).unwrap();
                     // Three blocks of 300 rows; two of 450.
                     for limit in [300 * k, 450 * k] {
-                        let got = expanded_product(m, &x, shape, gemm, limit).unwrap();
+                        let got = w.product(rows, limit).unwrap();
                         assert!(
                             got.iter()
                                 .zip(&whole)
