@@ -5,7 +5,7 @@
 //! shared keys (default 0; json mode keeps the rubric's instructions once for all rows), LAYERS
 //! layers (default 32) each with its own cache, so that the keys and values come from memory as
 //! in a real step, not from the cache the previous call left. Times the rows attended one call
-//! each (as decoding steps attended them before session 52) and all in one call
+//! each and all in one call
 //! (`attend_sequences`, the header read once); prints the best of PASSES steps (default 20) and
 //! the bandwidth the step implies (bytes of keys and values it must read: the header once, each
 //! row's own). Run with RAYON_NUM_THREADS as the judge runs. A benchmark, not a test:

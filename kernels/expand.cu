@@ -5,7 +5,7 @@
 // words of two groups before expanding either (loads in flight while it computes). Every value
 // is computed as candle's CPU `to_float` computes it (llama.cpp's reference dequantization) —
 // same operations in the same order, no fused multiply-add — then rounded to bf16 to nearest
-// even, so the result is bit for bit the CPU's expansion cast to bf16 (tests/expand_kernels.rs;
+// even, so the result is bit for bit the CPU's expansion cast to bf16 (tests/suite/expand_kernels.rs;
 // a NaN stays a NaN, not necessarily with its payload). Compiled at run time by NVRTC: no
 // headers.
 
@@ -35,7 +35,7 @@ __device__ __forceinline__ float small_uint(unsigned x) {
 
 // Two floats to bf16, rounded to nearest even: (a, b) as the low and high half. GPUs before
 // compute capability 8.0 have no bf16 conversion; the second body is also what the tests'
-// emulation on the CPU runs (the first is checked on a GPU: tests/expand_kernels.rs).
+// emulation on the CPU runs (the first is checked on a GPU: tests/suite/expand_kernels.rs).
 __device__ __forceinline__ unsigned bf16x2(float a, float b) {
 #if __CUDA_ARCH__ >= 800
     unsigned r;
@@ -305,7 +305,7 @@ __device__ __forceinline__ void q6_K_values(const q6_K_raw& raw, int o, float (&
 
 // Groups of 8 values a thread loads before it expands them (cuda_expand.rs sizes the grid for
 // it). On an H100, a 14,336 × 4,096 Q4_K matrix with 1, 2, 4, 8: 60.9, 59.3, 60.6, 63.1 µs;
-// Q6_K 69.6, 70.9, 74.7, 94.4 (session 32); Q4_K is most of a Q4_K_M model.
+// Q6_K 69.6, 70.9, 74.7, 94.4; Q4_K is most of a Q4_K_M model.
 #define GROUPS 2
 
 // Thread t of T in the grid expands groups t, t + T, t + 2T, … of `groups` · 8 values, GROUPS

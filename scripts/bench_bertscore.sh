@@ -5,7 +5,7 @@
 # Usage: scripts/bench_bertscore.sh [N_PAIRS] [THREADS] [DEVICE]   (DEVICE: cpu or cuda)
 # Needs a release build, the test models, and bert-score in $HYOKA_REF_PYTHON (default python3).
 # HYOKA_BIN: the hyoka binary (default target/release/hyoka); HYOKA_ITEMS: DBDC3 items already
-# imported (default: imported from ../shared/datasets/dbdc3-ja).
+# imported (default: imported from data/dbdc3-ja.tar.gz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-1500}"
@@ -19,7 +19,7 @@ work=$(mktemp -d)
 if [ -n "${HYOKA_ITEMS:-}" ]; then
   cp "$HYOKA_ITEMS" "$work/all.jsonl"
 else
-  "$bin" import dbdc3 ../shared/datasets/dbdc3-ja -o "$work/all.jsonl" >/dev/null 2>&1
+  "$bin" import dbdc3 data/dbdc3-ja.tar.gz -o "$work/all.jsonl" >/dev/null 2>&1
 fi
 # The 1,500 items with a context turn (the 150 openings have none); repeated, with fresh ids,
 # when more pairs are asked for.

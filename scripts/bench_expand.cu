@@ -3,7 +3,7 @@
 // (src/model/cuda_expand.rs: 256 threads, a grid of one thread per GROUPS groups of 8 values);
 // against a device-to-device copy and a memset of the bf16 matrix's size in the same run, the
 // bandwidth an expansion could reach. Median of 20 launches after 3. Correctness is
-// tests/expand_kernels.rs's (bit for bit against the CPU); this program only times.
+// tests/suite/expand_kernels.rs's (bit for bit against the CPU); this program only times.
 //
 // Build (here, without a GPU; scripts/gpu_bundle.sh does it into the bundle):
 //   eval "$(scripts/cuda_toolchain.sh --link)"; nvcc -O3 -arch=sm_80 -o bench_expand scripts/bench_expand.cu

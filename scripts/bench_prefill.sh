@@ -19,7 +19,7 @@ py="${HYOKA_REF_PYTHON:-python3}"
 bin="${HYOKA_BIN:-target/release/hyoka}"
 decode="${HYOKA_DECODE_TOKENS:-64}"
 work=$(mktemp -d)
-"$bin" import dbdc3 ../shared/datasets/dbdc3-ja -o "$work/items.jsonl" --max-context 4 2>/dev/null
+"$bin" import dbdc3 data/dbdc3-ja.tar.gz -o "$work/items.jsonl" --max-context 4 2>/dev/null
 variants="${HYOKA_BENCH_WEIGHTS:-stored expanded}"
 for variant in $variants; do
   gemm=(); [[ "$variant" == *+* ]] && gemm=(--prefill-gemm "${variant#*+}")

@@ -6,7 +6,7 @@
 #
 # Usage: scripts/choose_encoder_layer.sh MODEL LAYERS [OUT_DIR]
 #   e.g. scripts/choose_encoder_layer.sh ~/.cache/hyoka/test-models/multilingual-e5-small "$(seq 1 12)"
-# Needs a release build (cargo build --release) and ../shared/datasets/dbdc3-ja.
+# Needs a release build (cargo build --release) and data/dbdc3-ja.tar.gz.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=$1
@@ -14,7 +14,7 @@ layers=$2
 out=${3:-target/choose-layer/$(basename "$model")}
 hyoka=target/release/hyoka
 mkdir -p "$out"
-[ -f "$out/items.jsonl" ] || "$hyoka" import dbdc3 ../shared/datasets/dbdc3-ja -o "$out/items.jsonl"
+[ -f "$out/items.jsonl" ] || "$hyoka" import dbdc3 data/dbdc3-ja.tar.gz -o "$out/items.jsonl"
 
 spearman() { # results file, half → Spearman of BERTScore F vs breakdown
   "$hyoka" meta -i "$out/items.jsonl" -s "$1" --half "$2" --bootstrap 0 --json "$out/meta.json" >/dev/null 2>&1

@@ -39,13 +39,13 @@ for line in sys.stdin:
 [ "$features" = cuda ] && nvcc -O3 -arch=sm_80 -o "$stage/bin/bench_expand" scripts/bench_expand.cu
 strip --strip-all "$stage"/bin/* "$stage"/tests/*
 
-# Benchmark inputs that cannot be made there: DBDC3 items (the dataset lives beside the
-# repository, which alone travels), the Llama-3 and Qwen2.5 tokenizers for the synthetic 8B and
+# Benchmark inputs that cannot be made there: DBDC3 items (imported here, where hyoka runs on
+# the CPU), the Llama-3 and Qwen2.5 tokenizers for the synthetic 8B and
 # 14B, all-MiniLM-L6-v2's tokenizer and config (gpu_check.sh gives it random weights there:
 # speed does not depend on them; not under models/, where the tests would take it for the real
 # model), and the Python packages the image lacks.
 # (The import runs here, so with the CPU build in target/.)
-env -u CARGO_TARGET_DIR cargo run --release --locked -q -- import dbdc3 ../shared/datasets/dbdc3-ja \
+env -u CARGO_TARGET_DIR cargo run --release --locked -q -- import dbdc3 data/dbdc3-ja.tar.gz \
   -o "$stage/items.jsonl" 2> /dev/null
 cp -r "$models/llama-3-tokenizer" "$stage/models/"
 # Qwen2.5's tokenizer for the synthetic 14B: the tokenizer.* fields of the Qwen test GGUF, no

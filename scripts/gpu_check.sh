@@ -75,7 +75,7 @@ else
   step build cargo build --release --features "$feature"
   bin=target/release/hyoka
   items="$log/items.jsonl"
-  step import "$bin" import dbdc3 ../shared/datasets/dbdc3-ja -o "$items"
+  step import "$bin" import dbdc3 data/dbdc3-ja.tar.gz -o "$items"
   suite_cmd() { cmd=(cargo test --release --features "$feature" --test "$1" -- "${@:2}"); }
 fi
 models="${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}"

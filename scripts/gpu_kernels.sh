@@ -72,7 +72,7 @@ grep -hE "worst|bit for bit|panicked|test result" $X/fused-kernels.log $X/expand
 # 2. speed
 [ -e $G ] || run synthetic 60 python3 scripts/synthetic_gguf.py --shape $SHAPE --quant q4_k_m -o $G "${SOURCE[@]}"
 # 128 decoded tokens (~1.3 s a run for one sequence of the 8B): with 32, one sequence's figure
-# moved by ±20% between runs of one binary (sessions 30, 31); HYOKA_EXP_DECODE changes it.
+# moved by ±20% between runs of one binary; HYOKA_EXP_DECODE changes it.
 BENCH=($H bench --device $DEV --model $G --input $B/items.jsonl --decode-tokens ${HYOKA_EXP_DECODE:-128} "${TOK[@]}")
 bench() { # NAME KERNELS [flags]
   local name=$1 kernels=$2; shift 2

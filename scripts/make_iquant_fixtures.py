@@ -2,7 +2,7 @@
 """Write tests/fixtures/iquants/blocks.safetensors: random blocks of each of llama.cpp's
 i-quant types and their values as gguf-py (llama.cpp's own Python package, `gguf.quants`)
 dequantizes them — a NumPy implementation written apart from ggml's C, which
-tests/iquant_blocks.rs holds hyoka's decoding to.
+tests/suite/iquant_blocks.rs holds hyoka's decoding to.
 
 Each type gets 64 blocks of random bytes whose f16 scale is set to a finite value: log-uniform
 magnitudes 1e-5 … 1e-1 of either sign, and the edge cases zero, a subnormal and 1000. Tensors

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Japanese rescaling baseline shipped in models/rescale_baseline/ja/ (used by --rescale):
-# every distinct utterance of DBDC3-ja (MIT; ../shared/datasets/dbdc3-ja, system and user turns
+# every distinct utterance of DBDC3-ja (MIT; data/dbdc3-ja.tar.gz, system and user turns
 # of all 150 dialogues) as the corpus, 100,000 random pairs (seed 0), every layer, the way
 # bert_score's get_rescale_baseline.py computes its baselines.
 #
@@ -10,10 +10,12 @@ cd "$(dirname "$0")/.."
 model=${1:-${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}/multilingual-e5-small}
 corpus=target/dbdc3-ja-utterances.txt
 python3 - "$corpus" <<'PY'
-import glob, json, sys
+import sys
+sys.path.insert(0, "scripts")
+from dbdc3_data import dialogues
 seen, out = set(), []
-for path in sorted(glob.glob("../shared/datasets/dbdc3-ja/*/*.log.json")):
-    for turn in json.load(open(path, encoding="utf-8"))["turns"]:
+for _, dialogue in dialogues():
+    for turn in dialogue["turns"]:
         text = " ".join(turn["utterance"].split())
         if text and text not in seen:
             seen.add(text)

@@ -30,7 +30,8 @@ VOCABS = ["llama-bpe", "llama-spm", "phi-3", "qwen2", "gpt-2"]
 # Vocabularies whose Hugging Face tokenizer.json has an NFC normalizer (Qwen2's): their ids are
 # llama.cpp's for the NFC form of each text, which is what the model saw in training.
 NFC = {"qwen2"}
-DBDC3 = ROOT.parent / "shared" / "datasets" / "dbdc3-ja"
+sys.path.insert(0, str(ROOT / "scripts"))
+from dbdc3_data import dialogues  # noqa: E402
 
 CASES = [
     "2026年11月24日（火）、午前9時30分に集合です。参加費は12345円。",
@@ -58,13 +59,12 @@ CASES = [
 
 def utterances(step: int) -> list[str]:
     seen, out = set(), []
-    for system in ["DCM", "DIT", "IRS"]:
-        for f in sorted((DBDC3 / system).iterdir()):
-            for turn in json.loads(f.read_text(encoding="utf-8"))["turns"]:
-                u = turn["utterance"]
-                if u not in seen:
-                    seen.add(u)
-                    out.append(u)
+    for _, dialogue in dialogues():
+        for turn in dialogue["turns"]:
+            u = turn["utterance"]
+            if u not in seen:
+                seen.add(u)
+                out.append(u)
     return out[::step]
 
 

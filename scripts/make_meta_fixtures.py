@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Expected meta-evaluation values from scipy.stats, for tests/meta_parity.rs.
+"""Expected meta-evaluation values from scipy.stats, for tests/suite/meta_parity.rs.
 
 Writes tests/fixtures/meta/:
   stats.json       pearsonr / spearmanr / kendalltau (method="auto") on raw vectors, incl. ties,

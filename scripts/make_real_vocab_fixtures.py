@@ -15,7 +15,7 @@ own converter, and what HF transformers and the tokenizer.json compute.
   vocabulary through its LlamaHfVocab, in a Mistral model; the vocabulary family of the
   Mistral-based Japanese models (Swallow-MS-7b, RakutenAI-7B extend it). No chat template in the
   file, as in many 2023 GGUFs: Meta's Llama-2-chat template is given apart.
-(Llama 2's own vocabulary is checked on llama.cpp's vocab-only file of it, tests/llama_cpp_vocabs.rs.)
+(Llama 2's own vocabulary is checked on llama.cpp's vocab-only file of it, tests/suite/llama_cpp_vocabs.rs.)
 (Qwen2.5's and Gemma 3's real vocabularies reach the tests in the real GGUFs of the test models,
 written by the same converter.)
 

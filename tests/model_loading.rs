@@ -217,7 +217,7 @@ fn split_ggufs_name_what_is_missing_mixed_or_renamed() {
 
 /// Files in types hyoka does not read (llama.cpp's ternary TQ2_0 here; scripts/
 /// make_split_gguf_fixtures.py) are refused naming each type, a tensor of it, and what to take
-/// instead. (i-quant files load: tests/gguf_converter.rs.)
+/// instead. (i-quant files load: tests/suite/gguf_converter.rs.)
 #[test]
 fn files_of_other_types_are_refused_naming_them() {
     let path = common::fixtures().join("converter/qwen2/tq2_0.gguf");

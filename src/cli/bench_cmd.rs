@@ -198,7 +198,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 /// Seconds to decode `steps` greedy tokens after each of `prompts`, all rows on one cache as
 /// json rubrics decode. Neither the prompts' prefill nor a first decoding step is timed: a first
 /// step's one-time costs stay out (likely the driver compiling the kernels a step first uses:
-/// the first run on each fresh H100 of session 31 decoded at about half speed).
+/// the first run on a fresh H100 decoded at about half speed).
 fn decode_seconds(t: &Transformer, prompts: &[Vec<u32>], steps: usize) -> anyhow::Result<f64> {
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let mut cache = KvCache::new(t, prompts.len(), None, longest + steps + 1)?;

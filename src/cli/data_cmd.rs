@@ -9,14 +9,17 @@ use std::process::ExitCode;
 
 #[derive(Subcommand, Debug)]
 pub enum Import {
-    /// Import the DBDC3 dialogue breakdown format (a folder of *.log.json dialogues).
+    /// Import the DBDC3 dialogue breakdown format (a folder of *.log.json dialogues, or a
+    /// .tar.gz of one such as the repository's data/dbdc3-ja.tar.gz).
     ///
     /// Every system utterance becomes one item: its context is everything said before it,
     /// `system` is the folder name (DCM, DIT, IRS), `dialogue` the dialogue id. `human.breakdown`
     /// holds each rater's label as O=1, T=0.5, X=0; `human.ungrammatical` the
     /// ungrammatical-sentence label as X=1, O=0; `raters` the annotator ids in the same order.
     Dbdc3 {
-        /// Folder holding the dialogues (searched recursively), e.g. datasets/dbdc3-ja.
+        /// Folder holding the dialogues (searched recursively), or a .tar.gz of it, e.g.
+        /// data/dbdc3-ja.tar.gz.
+        #[arg(value_name = "DIR|ARCHIVE")]
         dir: PathBuf,
         /// Output items JSONL.
         #[arg(short, long)]
@@ -67,7 +70,7 @@ pub fn import(cmd: Import) -> anyhow::Result<ExitCode> {
             sample_dialogues,
             seed,
         } => {
-            let mut items = dbdc3::import_dir(&dir, &dbdc3::Dbdc3Options { max_context })?;
+            let mut items = dbdc3::import(&dir, &dbdc3::Dbdc3Options { max_context })?;
             if let Some(n) = sample_dialogues {
                 items = data::select::sample_dialogues(items, n, seed);
             }

@@ -55,12 +55,14 @@ pub struct EvalArgs {
         conflicts_with = "import"
     )]
     pub input: Option<PathBuf>,
-    /// Import a dataset instead of reading items: `--import dbdc3 DIR`.
+    /// Import a dataset instead of reading items: `--import dbdc3 DIR` (a folder, or a .tar.gz
+    /// of one such as data/dbdc3-ja.tar.gz).
     #[arg(long, num_args = 2, value_names = ["FORMAT", "DIR"])]
     pub import: Option<Vec<String>>,
     /// Evaluate N whole dialogues drawn with --sample-seed instead of all.
     #[arg(long, value_name = "N")]
     pub sample_dialogues: Option<usize>,
+    /// Seed of --sample-dialogues.
     #[arg(long, default_value_t = 0)]
     pub sample_seed: u64,
     /// Rubric: built-in name or file.
@@ -116,7 +118,7 @@ fn read_or_import(args: &EvalArgs) -> anyhow::Result<Vec<Item>> {
         }
         (None, Some(spec)) => match spec.as_slice() {
             [format, dir] if format == "dbdc3" => {
-                dbdc3::import_dir(Path::new(dir), &dbdc3::Dbdc3Options::default())?
+                dbdc3::import(Path::new(dir), &dbdc3::Dbdc3Options::default())?
             }
             [format, _] => anyhow::bail!("--import {format}: unknown format (known: dbdc3)"),
             _ => anyhow::bail!("--import takes FORMAT DIR"),

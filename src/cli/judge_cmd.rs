@@ -73,7 +73,7 @@ pub struct BatchArgs {
     /// Padded tokens per forward pass (rows × longest row). A batch's memory grows with it: on
     /// a CPU about six hidden-sized f32 activations a token plus the MLP's middle (MLP width;
     /// its gate and up products are computed a block of columns at a time) — at 4,096 tokens
-    /// of a 13B 0.5 GiB in use, 0.9 GiB resident (README, memory) — and, where attention runs
+    /// of a 13B 0.5 GiB in use, 0.9 GiB resident (docs/memory.md) — and, where attention runs
     /// through blocks of scores (a CPU without AVX-512, a GPU's steps of a few queries), blocks
     /// of at most 2^28 scores (1 GiB in f32, about three such buffers at once) whatever the
     /// batch or prompt length; no mask of rows × tokens × tokens is ever built.
@@ -90,7 +90,7 @@ pub struct BatchArgs {
     /// time and reads all its weights for every token of every item. More rows per step read
     /// the weights once for all of them (up to the items of a batch, `--batch-tokens`). On a
     /// CPU the objects are the same bits whatever fits; on CUDA their scores' last bits can
-    /// move with the rows decoded together (README, json mode).
+    /// move with the rows decoded together (docs/rubrics.md, json rubrics).
     #[arg(
         long,
         value_name = "GIB",

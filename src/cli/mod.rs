@@ -3,6 +3,8 @@
 mod bench_cmd;
 mod bertscore_cmd;
 mod data_cmd;
+#[cfg(test)]
+mod docs_check;
 mod eval_cmd;
 mod judge_cmd;
 mod meta_cmd;
@@ -19,7 +21,8 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_INVALID_INPUT: u8 = 3;
 pub const EXIT_PARTIAL: u8 = 4;
 
-/// The exit codes, as `--help` shows them (README.md has the same table).
+/// The exit codes, as `--help` shows them; the tables in README.md and README.ja.md are
+/// tested against it.
 pub const EXIT_CODES: &str = "Exit codes:
   0  success: every item scored (or nothing left to do)
   1  failure: I/O, a model that cannot load, an internal error
@@ -28,7 +31,7 @@ pub const EXIT_CODES: &str = "Exit codes:
   3  invalid input: an items, rubric or results file that fails validation (named as
      FILE:LINE: FIELD: bad UTF-8, a line over 64 MiB, a rating beyond ±2^53, a repeated
      item, lines of another run), or an output written by another run or locked by a
-     running one
+     running one; `validate` returns 3 when any line is invalid, --skip-invalid or not
   4  finished, but some items failed or input lines were skipped: listed on stderr, and
      failed items have an `error` line that a rerun scores again";
 
@@ -39,8 +42,7 @@ pub const EXIT_CODES: &str = "Exit codes:
     about = "Evaluate dialogue responses (Japanese first) with models that run in-process.",
     long_about = "hyoka (評価) scores dialogue responses with LLM judges and BERTScore running \
 in-process, offline, and checks them against human ratings.\n\n\
-Items are JSONL, one dialogue item per line (see `hyoka validate --help` and README.md).",
-    after_help = EXIT_CODES
+Items are JSONL, one dialogue item per line (see `hyoka validate --help` and README.md)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -52,46 +54,48 @@ pub struct Cli {
 /// also replace the long `--help` text their option structs carry.
 pub enum Command {
     /// Convert a dataset into hyoka's items JSONL.
-    #[command(subcommand, after_help = EXIT_CODES)]
+    #[command(subcommand)]
     Import(data_cmd::Import),
-    #[command(
-        about = "Check an items JSONL file strictly and print what it holds",
-        after_help = EXIT_CODES
-    )]
+    #[command(about = "Check an items JSONL file strictly and print what it holds")]
     Validate(data_cmd::Validate),
     /// List, show and check rubrics, and print the exact prompt a judge would see.
-    #[command(subcommand, after_help = EXIT_CODES)]
+    #[command(subcommand)]
     Rubrics(rubrics_cmd::Rubrics),
-    #[command(
-        about = "Score items with LLM judges: valid integer scores and their distributions",
-        after_help = EXIT_CODES
-    )]
+    #[command(about = "Score items with LLM judges: valid integer scores and their distributions")]
     Judge(judge_cmd::JudgeArgs),
     #[command(
-        about = "BERTScore of responses against references or the last context turn (bert_score 0.3.13)",
-        after_help = EXIT_CODES
+        about = "BERTScore of responses against references or the last context turn (bert_score 0.3.13)"
     )]
     Bertscore(bertscore_cmd::BertScoreArgs),
     #[command(
-        about = "Correlations of judge / BERTScore / combined scores with human ratings (the paper's tables)",
-        after_help = EXIT_CODES
+        about = "Correlations of judge / BERTScore / combined scores with human ratings (the paper's tables)"
     )]
     Meta(meta_cmd::MetaArgs),
     #[command(
-        about = "Evaluate end to end: judge + BERTScore + meta-evaluation + report in one folder",
-        after_help = EXIT_CODES
+        about = "Evaluate end to end: judge + BERTScore + meta-evaluation + report in one folder"
     )]
     Eval(eval_cmd::EvalArgs),
-    #[command(
-        about = "Join `hyoka eval --shard` folders and write their report",
-        after_help = EXIT_CODES
-    )]
+    #[command(about = "Join `hyoka eval --shard` folders and write their report")]
     Merge(eval_cmd::MergeArgs),
-    #[command(
-        about = "Measure prefill speed on real judge prompts (tokens/s, items/s)",
-        after_help = EXIT_CODES
-    )]
+    #[command(about = "Measure prefill speed on real judge prompts (tokens/s, items/s)")]
     Bench(bench_cmd::BenchArgs),
+}
+
+/// The command line as clap parses it, every command and nested command ending its `--help`
+/// with the exit codes.
+pub fn command() -> clap::Command {
+    fn with_exit_codes(command: clap::Command) -> clap::Command {
+        command
+            .after_help(EXIT_CODES)
+            .mut_subcommands(with_exit_codes)
+    }
+    with_exit_codes(<Cli as clap::CommandFactory>::command())
+}
+
+/// The arguments of this process.
+pub fn parse() -> Cli {
+    let matches = command().get_matches();
+    <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -129,7 +133,7 @@ pub struct RuntimeArgs {
     /// has no bf16 kernels for them) and on Apple GPUs. Softmax, norms and masks run in f32 in
     /// every dtype (and the residual stream too in f16). The dtype is in every output's
     /// provenance. Measured on the CPU against transformers in f32: bf16 moved a judge's
-    /// expected scores by up to 0.12, f16 by 0.01 (README, "Devices and dtypes").
+    /// expected scores by up to 0.12, f16 by 0.01 (docs/gpu.md, "Parity by dtype").
     #[arg(long)]
     pub dtype: Option<String>,
     /// How weights are held: `stored` keeps GGUF blocks quantized and safetensors in their
@@ -150,7 +154,7 @@ pub struct RuntimeArgs {
     /// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q2_K…Q6_K and i-quant blocks as integers (AVX-512 VNNI, or
     /// AVX2 with the same numbers), as llama.cpp does (other matrices stay f32; not with
     /// --weights expanded). bf16 and int8 are faster and less exact: recorded in the
-    /// provenance; measured in README (`hyoka bench`). Refused on CPUs without the
+    /// provenance; measured in docs/benchmarks.md. Refused on CPUs without the
     /// instructions, on GPUs, and with --dtype other than f32.
     #[arg(long, value_enum, default_value = "f32")]
     pub prefill_gemm: hyoka::model::prefill_gemm::PrefillGemm,
@@ -183,7 +187,7 @@ impl RuntimeArgs {
                 .map(|(t, n)| format!("{n} {} tensors as {:?}", t.name(), t.held_as()))
                 .collect();
             eprintln!(
-                "{name}: {} blocks on the GPU (values slightly rounded: README, i-quant GGUFs); \
+                "{name}: {} blocks on the GPU (values slightly rounded: docs/models.md); \
                  hyoka keeps i-quants in their own blocks on the CPU only; `--weights expanded` \
                  reads their values exactly",
                 held.join(", ")

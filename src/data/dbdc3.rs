@@ -20,15 +20,39 @@ pub struct Dbdc3Options {
     pub max_context: Option<usize>,
 }
 
-/// Import every `*.log.json` below `dir` (sorted by path, so the output is deterministic).
+/// Largest dialogue file read from an archive (the challenge's are under 200 KB).
+const MAX_DIALOGUE_BYTES: u64 = 64 << 20;
+
+/// Import a DBDC3 dataset: a folder, searched recursively for `*.log.json`, or a `.tar.gz` /
+/// `.tgz` archive of one (the repository ships `data/dbdc3-ja.tar.gz`). Dialogues are read in
+/// the order of their paths, so the output is deterministic; an archive gives the items its
+/// unpacked folder gives.
+pub fn import(path: &Path, options: &Dbdc3Options) -> Result<Vec<Item>, DataError> {
+    if path.is_dir() {
+        return import_dir(path, options);
+    }
+    let name = path.to_string_lossy();
+    if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
+        return import_archive(path, options);
+    }
+    if !path.exists() {
+        return Err(DataError::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder"),
+        ));
+    }
+    Err(DataError::Format {
+        file: path.to_path_buf(),
+        message: "expected a folder of DBDC3 dialogues (*.log.json) or a .tar.gz of one".into(),
+    })
+}
+
+/// Import every `*.log.json` below `dir`.
 pub fn import_dir(dir: &Path, options: &Dbdc3Options) -> Result<Vec<Item>, DataError> {
     let mut files = Vec::new();
     collect_logs(dir, &mut files)?;
     if files.is_empty() {
-        return Err(DataError::Format {
-            file: dir.to_path_buf(),
-            message: "no DBDC3 dialogue files (*.log.json) found below this folder".into(),
-        });
+        return Err(no_dialogues(dir));
     }
     files.sort();
     let mut items = Vec::new();
@@ -36,6 +60,77 @@ pub fn import_dir(dir: &Path, options: &Dbdc3Options) -> Result<Vec<Item>, DataE
         items.extend(import_file(dir, file, options)?);
     }
     Ok(items)
+}
+
+fn no_dialogues(path: &Path) -> DataError {
+    DataError::Format {
+        file: path.to_path_buf(),
+        message: "no DBDC3 dialogue files (*.log.json) found in it".into(),
+    }
+}
+
+/// Import every `*.log.json` of a gzipped tar archive. Its one top folder, if it has one,
+/// stands for the dataset's folder: `dbdc3-ja/DCM/x.log.json` is system DCM, as `DCM/x.log.json`
+/// is below an unpacked `dbdc3-ja/`.
+fn import_archive(archive: &Path, options: &Dbdc3Options) -> Result<Vec<Item>, DataError> {
+    let file = std::fs::File::open(archive).map_err(|e| DataError::io(archive, e))?;
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(std::io::BufReader::new(file)));
+    let unreadable = |e: std::io::Error| DataError::Format {
+        file: archive.to_path_buf(),
+        message: format!("not a readable .tar.gz archive: {e}"),
+    };
+    let mut dialogues: Vec<(PathBuf, String)> = Vec::new();
+    for entry in tar.entries().map_err(unreadable)? {
+        let mut entry = entry.map_err(unreadable)?;
+        let inner = entry.path().map_err(unreadable)?.into_owned();
+        if !entry.header().entry_type().is_file() || !inner.to_string_lossy().ends_with(".log.json")
+        {
+            continue;
+        }
+        let shown = archive.join(&inner);
+        if entry.size() > MAX_DIALOGUE_BYTES {
+            return Err(DataError::Format {
+                file: shown,
+                message: format!(
+                    "a dialogue file of {} bytes (at most {MAX_DIALOGUE_BYTES} are read)",
+                    entry.size()
+                ),
+            });
+        }
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut entry, &mut text)
+            .map_err(|e| DataError::io(&shown, e))?;
+        dialogues.push((inner, text));
+    }
+    if dialogues.is_empty() {
+        return Err(no_dialogues(archive));
+    }
+    dialogues.sort();
+    let top = dialogues[0]
+        .0
+        .components()
+        .next()
+        .map(|c| c.as_os_str().to_owned());
+    let one_top = dialogues.iter().all(|(p, _)| {
+        p.components().count() > 1 && p.components().next().map(|c| c.as_os_str()) == top.as_deref()
+    });
+    let mut items = Vec::new();
+    for (inner, text) in &dialogues {
+        let relative = match (&top, one_top) {
+            (Some(top), true) => inner.strip_prefix(top).unwrap_or(inner),
+            _ => inner.as_path(),
+        };
+        let system = system_of(relative.parent().unwrap_or(Path::new("")));
+        items.extend(import_text(&archive.join(inner), system, text, options)?);
+    }
+    Ok(items)
+}
+
+/// The system of a dialogue: the folder holding it, below the dataset's own (DCM, DIT, IRS).
+fn system_of(folder_below_root: &Path) -> Option<String> {
+    folder_below_root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
 }
 
 fn collect_logs(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DataError> {
@@ -57,23 +152,32 @@ pub fn import_file(
     file: &Path,
     options: &Dbdc3Options,
 ) -> Result<Vec<Item>, DataError> {
+    let text = std::fs::read_to_string(file).map_err(|e| DataError::io(file, e))?;
+    let below_root = file
+        .parent()
+        .and_then(|p| p.strip_prefix(root).ok())
+        .unwrap_or(Path::new(""));
+    import_text(file, system_of(below_root), &text, options)
+}
+
+/// One dialogue's JSON text; `file` names it in errors.
+fn import_text(
+    file: &Path,
+    system: Option<String>,
+    text: &str,
+    options: &Dbdc3Options,
+) -> Result<Vec<Item>, DataError> {
     let fail = |field: &str, message: String| DataError::Field {
         file: file.to_path_buf(),
         field: field.to_string(),
         message,
     };
-    let text = std::fs::read_to_string(file).map_err(|e| DataError::io(file, e))?;
     let doc: Value =
-        serde_json::from_str(&text).map_err(|e| fail("", format!("not valid JSON: {e}")))?;
+        serde_json::from_str(text).map_err(|e| fail("", format!("not valid JSON: {e}")))?;
     let dialogue_id = match doc.get("dialogue-id") {
         Some(Value::String(s)) => s.clone(),
         _ => return Err(fail("dialogue-id", "missing or not a string".into())),
     };
-    let system = file
-        .parent()
-        .filter(|p| *p != root)
-        .and_then(|p| p.file_name())
-        .map(|n| n.to_string_lossy().into_owned());
     let Some(Value::Array(turns)) = doc.get("turns") else {
         return Err(fail("turns", "missing or not a list".into()));
     };

@@ -1,4 +1,4 @@
-//! Stage 7 — meta-evaluation: how well score columns (judge argmax / expected score, BERTScore,
+//! Stage 8 — metrics: how well score columns (judge argmax / expected score, BERTScore,
 //! their combination) agree with human ratings, at item, system and within-dialogue level, with
 //! p-values and seeded bootstrap intervals; rater agreement and the aspect-by-aspect matrix.
 

@@ -161,8 +161,8 @@ mod avx512 {
     /// (`_MM_HINT_T1`: a core keeps more requests to memory in flight for L2 than for L1). A
     /// step of an 8B judge after a 1,615-token prompt streams 423 MB of them; with the hardware
     /// prefetcher alone the products waited on the key loads (perf) and read 15–17 GB/s of the
-    /// 35 a plain read reaches on a Zen 4 with 2 threads; with this, 21–23 GB/s (25.5–28.1 →
-    /// 18.5–19.9 ms a step, `examples/bench_decode_attention.rs`, runs alternating, session 50).
+    /// 35 a plain read reaches on a Zen 4 with 2 threads; with this, 21–23 GB/s (a step in
+    /// 18.5–19.9 ms instead of 25.5–28.1, `examples/bench_decode_attention.rs`).
     /// Asked into L1 instead, 25–26 ms; 8, 24 or 48 rows ahead, no better.
     const AHEAD: usize = 16;
 

@@ -2,20 +2,20 @@
 //!
 //! Batched decoding (`decode`) attends each segment of a step — a row's trunk, or one of its
 //! branches — on its own. Through candle's ops that was ~20 launches a segment and layer, and a
-//! copy of the header's keys and values for each (`after_shared`): with 6 rows on an H200
-//! (synthetic 8B, session 40) attention was 61% of a step, 3,072 calls in 16 steps. Here the
+//! copy of the header's keys and values for each (`after_shared`): with 6 rows of an 8B on an
+//! H200 attention took 61% of a step, 3,072 calls in 16 steps. Here the
 //! step's trunks are written into the cache by one launch each for keys and values
 //! (`append_keys`), and every segment of a few queries attends in one launch
 //! (`kernels/decode_attention.cu`) over the keys it sees where they lie: the header (one copy),
 //! its row's cache slots, its own keys among the step's. One query is one block, whose warps
 //! take the key tiles in turn and are combined in a fixed order: a query's numbers depend on its
-//! keys and on nothing else in the step. On the H200 (session 41, same calls as the old binary):
-//! 12 sequences decode 199 → 313 tok/s stored, 292 → 610 expanded; json mode 0.75 → 1.07
-//! items/s. A warp waiting for each value row in turn made one sequence slower (98 → 57 tok/s):
-//! value rows are loaded `VALUE_GROUP` at a time, and a block holds 16 warps.
+//! keys and on nothing else in the step. On an H200 this decodes 12 sequences 1.6× (stored) and
+//! 2.1× (expanded) as fast as candle's ops. A warp waiting for each value row in turn made one
+//! sequence slower (57 against 98 tok/s): value rows are loaded `VALUE_GROUP` at a time, and a
+//! block holds 16 warps.
 //!
 //! An op with two bodies, as candle-nn's norms: the CPU one (tests; the CPU's decoding runs in
-//! `few_queries`) is the same attention computed plainly in f32. `tests/decode_attention.rs`
+//! `few_queries`) is the same attention computed plainly in f32. `tests/suite/decode_attention.rs`
 //! holds both, and the CUDA source run on the CPU through tests/emulation, to attention computed
 //! in f64 from its definition.
 

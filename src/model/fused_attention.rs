@@ -1,24 +1,24 @@
 //! Attention of a prompt in one pass per query: scores, mask, softmax and values fused, the
 //! scores never written out. On CUDA, attention of `transformer::FUSED_FROM_QUERIES` queries a
 //! row or more (prefill) runs here unless HYOKA_GPU_KERNELS=candle: on an H200 the unfused path —
-//! scores materialised in blocks of 256 queries through candle's ops — took 82 ms of a
-//! 1,643-token prompt's 130 ms prefill (8B, session 27); with this op stored prefill went 11.4k
-//! → 16.8k tok/s (session 30). Decoding a token at a time it was slower (98 → 37 tok/s: one
-//! query in a block of 64), hence the threshold.
+//! scores materialised in blocks of 256 queries through candle's ops — takes 82 ms of an 8B's
+//! 130 ms prefill of a 1,643-token prompt, and stored prefill runs 1.5× faster through this op.
+//! Decoding a token at a time it is slower (37 against 98 tok/s: one query in a block of 64),
+//! hence the threshold.
 //!
 //! An op with two bodies, as candle-nn's norms: the CUDA one is `kernels/attention.cu` (bf16,
 //! compiled at run time by NVRTC): on tensor cores (`mma.sync`, FlashAttention-2's layout) for
 //! head dims that are multiples of 16 on compute capability 8.0 and later, one warp per query
 //! otherwise; the CPU one is the one-warp kernel's arithmetic in Rust — keys in tiles of 32,
 //! FlashAttention's online softmax in f32, the mask computed from every key's position and
-//! segment. `tests/fused_attention.rs` holds either body to attention computed in f64 from its
+//! segment. `tests/suite/fused_attention.rs` holds either body to attention computed in f64 from its
 //! definition (on a GPU at real judges' shapes too); `runtime_parity` runs the models through it.
 //!
 //! A prefix every row continues (a judge's header) is read from its one copy, and each row's own
 //! keys where they lie (a decoding cache's rows, strided): without copying either for every row
 //! and layer, as the unfused path does. (Rows that continue caches of different lengths can go
-//! in one call, `row_span`: written for json mode's decoding steps, which measured slower this
-//! way — 0.91 vs 0.96 items/s, session 30 — and so no longer call it; kept with its tests.
+//! in one call, `row_span`: json mode's decoding steps measured slower this way, 0.91 against
+//! 0.96 items/s, and do not call it; kept with its tests.
 //! Decoding steps on a GPU go through `decode_attention`, a kernel made for a few queries.)
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};

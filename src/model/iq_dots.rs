@@ -24,8 +24,8 @@
 //! (`iq_rows::avx2::BlockIndex`) and d; the parity-completed sign sets of IQ3_XXS, IQ2_XXS and
 //! IQ2_XS come whole from a table of 128 (llama.cpp's `keven_signs_q2xs`), and the groups are
 //! taken two at a time. One thread, one activation row, against llama.cpp's own kernels in the
-//! same run (`scripts/bench_iq_kernels.sh`, README "Faster i-quant decoding"): 0.82–1.29× its
-//! speed, IQ1_S and IQ1_M the slowest (session 48; 0.53–1.21× in session 47).
+//! same run (`scripts/bench_iq_kernels.sh`): 0.82–1.29× its speed, IQ1_S and IQ1_M the
+//! slowest.
 //!
 //! The f32 lanes are summed in a fixed order at the end. The portable body does the very same
 //! lane operations, so every body gives the same bits, and a row's result never depends on the
@@ -323,7 +323,7 @@ mod avx2 {
             };
             // Two groups at a time, their table reads overlapping: 1.2–1.5× faster for 4 rows
             // (0.21–0.29 ns a weight) — but for IQ3_XXS, whose four rows then took 0.63 ns a
-            // weight against 0.35 one at a time (session 47, one thread, 4096 × 14336).
+            // weight against 0.35 one at a time (one thread, 4096 × 14336).
             if kind == IQuant::Iq3Xxs {
                 for ib in 0..8 {
                     group(ib);

@@ -273,10 +273,9 @@ pub(super) mod avx2 {
     /// What an IQ1_M block's groups share, worked out once a block in whole registers: its 32
     /// grid indices (entry e: byte e of qs and the low three bits of nibble e of qh) and shift
     /// signs (bit e: entry e's shift is −1, the nibble's fourth bit). Entry by entry in scalars
-    /// (`iquants::iq1_m_high`) IQ1_M's one-row product took 0.31 ns a weight, this way
-    /// 0.20–0.22, all else the same (session 47). Empty for the other kinds: theirs are read
-    /// where they lie (the same done for IQ3_S and IQ2_S was slower: README, "Faster i-quant
-    /// decoding").
+    /// (`iquants::iq1_m_high`) IQ1_M's one-row product takes 0.31 ns a weight, this way
+    /// 0.20–0.22. Empty for the other kinds: theirs are read where they lie (the same done for
+    /// IQ3_S and IQ2_S was slower).
     pub(in crate::model) struct BlockIndex {
         index: [u16; 32],
         shifts: u32,

@@ -218,8 +218,7 @@ impl Matrix {
             // takes them in one pass over the weights. A row's result then depends on the rows
             // sharing its launch (in the last bits), which breaks nothing that holds on CUDA:
             // there cuBLAS picks the prefill's GEMM kernels by shape, so a batch's scores already
-            // differ from one-at-a-time ones (README, json mode: "On CUDA it changes the last
-            // bits"). On an H200 (synthetic 8B, 20 rows): 111 tok/s row by row, 205 in launches
+            // differ from one-at-a-time ones (docs/gpu.md, "Batch invariance"). On an H200 (synthetic 8B, 20 rows): 111 tok/s row by row, 205 in launches
             // of eight; one row unchanged.
             (Matrix::Quantized(q), Products::RowWise) if rows > 1 => {
                 let launch = if q.device().is_cuda() { DECODE_ROWS } else { 1 };

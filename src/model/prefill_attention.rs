@@ -378,7 +378,7 @@ mod avx512 {
     /// parts, a degree-7 polynomial, then × 2ⁿ), within two ulps of libm's for the arguments
     /// a softmax has (≤ 0) down to −87, and exactly 0 below (masked keys, −∞): e^x leaves f32's
     /// normal numbers at −87.3, and each subnormal result cost the CPU a microcode assist —
-    /// 72% of this function's samples on the 8B prefill of session 35 (perf), 4% of the run.
+    /// 72% of this function's samples in an 8B's prefill (perf), 4% of the run.
     /// A probability under 1.7e-38 beside the row's largest (1) changes neither the sum nor
     /// the mix. libm's own values eight at a time (`expf_lanes`) were 2% of a json run here.
     #[target_feature(enable = "avx512f")]

@@ -125,7 +125,7 @@ pub fn prefill_gemm() -> PrefillGemm {
 
 /// A word for the user where a choice is slower on this CPU than the default: Intel's cores
 /// (Sapphire and Emerald Rapids) run `vdpbf16ps` at a quarter of the f32 FMA's rate, so bf16
-/// products there take longer than f32 ones (README, "--prefill-gemm").
+/// products there take longer than f32 ones (docs/benchmarks.md).
 pub fn advice(gemm: PrefillGemm) -> Option<&'static str> {
     (gemm == PrefillGemm::Bf16 && bf16_gemm::quarter_rate_here()).then_some(
         "--prefill-gemm bf16 is slower than f32 on this Intel CPU (its bf16 dot product runs at a \

@@ -3,7 +3,7 @@
 //! `by_weight_rows`, whose tasks return their outputs weight row by weight row (decoding's few
 //! tokens: a task's part is small and the gathering cheap), and `by_weight_columns`, whose tasks
 //! write token rows of y directly (prefill's thousands of tokens: gathering a 32-row task's
-//! part at a stride of n tokens was 13% of an 8-bit prefill of Qwen2.5-0.5B, session 33).
+//! part at a stride of n tokens took 13% of an 8-bit prefill of Qwen2.5-0.5B).
 
 use candle_core::Result;
 use rayon::prelude::*;

@@ -167,7 +167,7 @@ fn is_unigram(scores: &[f32], types: &[i32]) -> bool {
 /// tokenizer.model), bytes as `<0xXX>` tokens where no piece covers a character. llama.cpp
 /// merges the best-scored adjacent pair instead, as for BPE vocabularies, which on a unigram
 /// vocabulary stops where the intermediate pieces are missing: on a Japanese unigram vocabulary
-/// its ids differ from the model's own tokenizer on most sentences (tests/gguf_tokenizers.rs).
+/// its ids differ from the model's own tokenizer on most sentences (tests/suite/gguf_tokenizers.rs).
 fn unigram(
     tokens: &[String],
     scores: &[f32],

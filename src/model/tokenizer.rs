@@ -166,8 +166,8 @@ fn is_llama3_vocabulary(content: &gguf_file::Content) -> bool {
 }
 
 /// The `tokenizer.ggml.pre` names hyoka builds, each checked against the model family's own
-/// tokenizer.json (tests/gguf_parity.rs, tests/gguf_tokenizers.rs) and against llama.cpp on its own
-/// vocab-only files (tests/llama_cpp_vocabs.rs).
+/// tokenizer.json (tests/suite/gguf_parity.rs, tests/suite/gguf_tokenizers.rs) and against llama.cpp on its own
+/// vocab-only files (tests/suite/llama_cpp_vocabs.rs).
 const KNOWN_PRE: &[&str] = &[
     "llama-bpe",
     "llama3",

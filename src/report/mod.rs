@@ -1,4 +1,4 @@
-//! Stage 8 — report: the joined per-item scores file and the self-contained HTML report (one
+//! Stage 9 — report: the joined per-item scores file and the self-contained HTML report (one
 //! file, inline SVG and CSS, no scripts or network) built from a meta-evaluation summary.
 
 mod svg;

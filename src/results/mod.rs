@@ -1,4 +1,4 @@
-//! Stage 8 — typed results. A scorer (`runner::ScoreTask`) declares its provenance and returns
+//! Stage 7 — typed results. A scorer (`runner::ScoreTask`) declares its provenance and returns
 //! typed records (`record::Record`); one runner owns the output file (`file::ResultsFile`:
 //! locked, append-only, resumable, error lines retried); `reader` reads results back for
 //! `meta`, `merge` and `eval`, refusing a second line for an item and lines of another run.

@@ -72,8 +72,46 @@ pub fn test_model(name: &str) -> Option<PathBuf> {
     );
 }
 
+/// The shipped DBDC3 archive, unpacked once by the system's tar — independently of hyoka's own
+/// archive reader — below cargo's temporary folder for tests (the system's, where a test binary
+/// runs on another machine). Unpacked into a folder of this process, then renamed into place,
+/// so that test processes running side by side never see half of it.
 pub fn dbdc3_dir() -> PathBuf {
-    repo_root().join("../shared/datasets/dbdc3-ja")
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let archive = dbdc3_archive();
+        let bytes = std::fs::metadata(&archive)
+            .expect("data/dbdc3-ja.tar.gz")
+            .len();
+        let mut base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        if std::fs::create_dir_all(&base).is_err() {
+            base = std::env::temp_dir();
+        }
+        let done = base.join(format!("dbdc3-{bytes}"));
+        if !done.join("dbdc3-ja").is_dir() {
+            let work = base.join(format!("dbdc3-{bytes}.{}", std::process::id()));
+            std::fs::create_dir_all(&work).unwrap();
+            let status = std::process::Command::new("tar")
+                .arg("-xzf")
+                .arg(&archive)
+                .arg("-C")
+                .arg(&work)
+                .status()
+                .expect("tar runs");
+            assert!(status.success(), "tar -xzf {}", archive.display());
+            if std::fs::rename(&work, &done).is_err() {
+                // Another process put it there first.
+                let _ = std::fs::remove_dir_all(&work);
+            }
+        }
+        done.join("dbdc3-ja")
+    })
+    .clone()
+}
+
+/// The DBDC3 Japanese evaluation data as the repository ships it.
+pub fn dbdc3_archive() -> PathBuf {
+    repo_root().join("data").join("dbdc3-ja.tar.gz")
 }
 
 /// A two-aspect score rubric (0–1 fit, 1–5 quality) for judge runs on the small test models.

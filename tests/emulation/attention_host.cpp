@@ -1,4 +1,4 @@
-// kernels/attention.cu's kernels run on the CPU through cuda_host.h, for tests/fused_attention.rs.
+// kernels/attention.cu's kernels run on the CPU through cuda_host.h, for tests/suite/fused_attention.rs.
 // Usage: attention_host IN OUT. IN holds i32 kernel (0: one warp per query, 1: tensor cores),
 // d, rows, heads, kv_heads, len, keys, prefix, pos_stride, window, shared (keys every row
 // shares), slots (each row's own keys' room, ≥ keys − shared), index positions (1: none given),

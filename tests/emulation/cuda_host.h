@@ -1,5 +1,5 @@
 // Runs a CUDA C++ kernel on the CPU, one OS thread per CUDA thread, for tests on machines
-// without a GPU (tests/fused_attention.rs): the kernel's index arithmetic, barriers and warp
+// without a GPU (tests/suite/fused_attention.rs): the kernel's index arithmetic, barriers and warp
 // exchanges run as written. `__shared__` variables become function statics, so blocks run one
 // at a time. Warp-collective operations (`__shfl_*_sync`, `mma_bf16`) exchange through per-warp
 // slots between two warp barriers; `mma_bf16` is PTX's `mma.m16n8k16.row.col` with the register

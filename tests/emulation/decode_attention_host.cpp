@@ -1,5 +1,5 @@
 // kernels/decode_attention.cu's attention kernel runs on the CPU through cuda_host.h, for
-// tests/decode_attention.rs. Usage: decode_attention_host IN OUT. IN holds i32 dtype (0 bf16,
+// tests/suite/decode_attention.rs. Usage: decode_attention_host IN OUT. IN holds i32 dtype (0 bf16,
 // 1 f16, 2 f32), d, rows, heads, kv_heads, len, h (header keys), slots (cache slots a row),
 // window, segments, queries (the longest segment's); f32 scale, softcap; then, as the dtype's
 // bits, q (rows·heads·len·d), the step's k and v (rows·kv_heads·len·d each), the header's keys

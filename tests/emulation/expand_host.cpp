@@ -1,4 +1,4 @@
-// kernels/expand.cu's kernels run on the CPU through cuda_host.h, for tests/expand_kernels.rs.
+// kernels/expand.cu's kernels run on the CPU through cuda_host.h, for tests/suite/expand_kernels.rs.
 // Usage: expand_host TYPE VALUES IN OUT: IN holds the GGUF blocks of VALUES values of TYPE
 // (q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K); OUT gets their bf16 bits.
 #include "cuda_host.h"
@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
     std::vector<bf16> out(values);
     const long groups = values / 8;
     // Two blocks, whatever the size: each thread strides through several pairs of groups, the
-    // last pair part full (hyoka launches one block per 512 groups; tests/expand_kernels.rs runs
+    // last pair part full (hyoka launches one block per 512 groups; tests/suite/expand_kernels.rs runs
     // that on a GPU).
     host_launch_serial({2}, {256},
                        [&] { kernel(blocks.data(), out.data(), groups); });

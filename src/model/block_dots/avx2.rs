@@ -428,9 +428,8 @@ pub(crate) const PREFETCH_BYTES: usize = 2048;
 /// How far beyond `PREFETCH_BYTES` the kernels here and in `kquant_dots` also ask for the
 /// weights' lines into L2 only (`_MM_HINT_T1`): a core keeps more requests to memory in
 /// flight for L2 than for L1, and with L1's alone two threads of decoding products read
-/// 21–25 GB/s of the 35 a plain read reaches on a Zen 4. Measured there, 2 threads,
-/// `examples/bench_decode_products.rs`, runs alternating (session 50): Q4_K 20.6–25.0 →
-/// 26.0–28.6 GB/s, Q6_K 20.5–26.2 → 24.4–35.1, Q8_0 23.4–26.4 → 26.7–31.4, Q4_0 and the
-/// i-quants (through `prefetch_ahead`) unchanged; 4,096 and 16,384 were no better than
-/// 8,192; L2 alone (no L1 request) was worse, 15 GB/s.
+/// 21–25 GB/s of the 35 a plain read reaches on a Zen 4; with both, Q4_K 26–29 GB/s, Q6_K
+/// 24–35, Q8_0 27–31 (2 threads, `examples/bench_decode_products.rs`; Q4_0 and the i-quants,
+/// through `prefetch_ahead`, gain nothing). 4,096 and 16,384 bytes were no better than 8,192;
+/// L2 alone (no L1 request) was worse, 15 GB/s.
 pub(crate) const L2_PREFETCH_BYTES: usize = 8192;

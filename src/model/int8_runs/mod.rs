@@ -8,7 +8,7 @@
 //! instruction; one VNNI instruction here multiplies four weights by four activations of each
 //! of sixteen tokens (64 products), and the weight's four bytes are read once for all sixteen
 //! (`vnni`). CPUs without VNNI take the AVX2 body (`avx2`: 32 products an instruction, the
-//! same bits). Measured on 16 items of roleplay8-ja with Qwen2.5-0.5B: see the README.
+//! same bits). Measured on 16 items of roleplay8-ja with Qwen2.5-0.5B: docs/benchmarks.md.
 //! Prompts' products take them too under `--prefill-gemm int8` (`prefill_gemm`): llama.cpp's
 //! arithmetic, with VNNI's four times the FMA's multiply-adds an instruction.
 //!
@@ -19,7 +19,7 @@
 //! The numbers are those of the integer kernels for single tokens up to the order of the f32
 //! sums: activations rounded to 8 bits per 32 values (`Q8Rows`, llama.cpp's Q8_0; finer than
 //! the Q8_K, per 256 values, of the single-token K-quant kernels: on a real Q4_K_M judge
-//! Q8_K's rounding moved expected scores about 1.5× as far from f32's, README); weights as
+//! Q8_K's rounding moved expected scores about 1.5× as far from f32's); weights as
 //! unsigned bytes (their integer plus an offset) with an f32 scale per 32 values (per 16 for
 //! Q2_K, Q3_K and Q6_K) and for Q4_1, Q5_1, Q4_K and Q5_K a min per 32 values (Q2_K: per 16);
 //! each unit's integer dot exact (the offset's part taken off with the activations' sums), and
@@ -452,7 +452,7 @@ impl Lanes {
 /// `TILE` rows: per tile and block of 32 values, the tile's rows' 32 bytes one after the other
 /// (128 bytes), then its scales and mins likewise, so that a tile reads one sequential stream
 /// (four rows apart in memory, 4 and 14 KiB, the streams from L2 ran the kernel at ~40% of the
-/// instruction's rate, session 35). Rows past the last of the last tile are zeros.
+/// instruction's rate). Rows past the last of the last tile are zeros.
 struct Unpacked {
     form: Form,
     k: usize,

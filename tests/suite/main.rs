@@ -1,0 +1,37 @@
+//! The integration tests, one module per subject, in one test binary: candle and the library
+//! are linked once, and the GPU check runs a subject alone with its module as the filter
+//! (`cargo test --test suite -- runtime_parity::`). Tests that flip a process-wide switch live
+//! in their own binaries (tests/prefill_products, tests/model_loading.rs).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod attention_scale;
+mod backend_ops;
+mod bertscore_parity;
+mod bertscore_run;
+mod chat_template_parity;
+mod cli;
+mod converter_real_vocab;
+mod data_import;
+mod decode_attention;
+mod eval_merge;
+mod expand_kernels;
+mod fused_attention;
+mod gguf_converter;
+mod gguf_parity;
+mod gguf_tokenizers;
+mod interrupted_runs;
+mod iq_rows;
+mod iquant_blocks;
+mod judge_json;
+mod judge_parity;
+mod judge_run;
+mod last_layer_reads;
+mod llama_cpp_vocabs;
+mod meta_parity;
+mod multilingual_encoder;
+mod rope_scaling;
+mod rubrics;
+mod runtime_parity;
+mod stored_weights;
