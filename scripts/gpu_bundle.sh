@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Build, on a machine without a GPU, what scripts/gpu_check.sh needs on a GPU machine that has no
 # Rust toolchain, no network and takes a small upload (this project's lent GPU machines: CUDA
-# driver, PyTorch and transformers, 64 MiB carried): the CUDA build of hyoka and of the parity
-# suites, stripped, with the inputs of the benchmarks. Writes .gpu/bundle.tar.xz (~15 MB: the
-# binaries share most of their bytes, and xz with a window larger than one binary keeps them once).
+# driver, PyTorch and transformers, 64 MiB carried): the CUDA build of hyoka and of the test
+# suite, stripped, with the inputs of the benchmarks. Writes .gpu/bundle.tar.xz (the binaries
+# share most of their bytes, and xz with a window larger than one binary keeps them once).
 #
 # Usage: scripts/gpu_bundle.sh            then, on the GPU machine, in the repository:
 #        HYOKA_GPU_BUNDLE=.gpu/bundle.tar.xz scripts/gpu_check.sh cuda
@@ -19,15 +19,14 @@ if [ "$features" = cuda ]; then
   export CARGO_TARGET_DIR="${HYOKA_CUDA_TARGET:-target/cuda}"
 fi
 models="${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}"
-suites=(runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter backend_ops attention_scale fused_attention decode_attention expand_kernels stored_weights)
 stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/tests" "$stage/models" "$stage/bench/minilm-tokenizer" "$stage/wheels" .gpu
 
 cargo build --release --locked --features "$features"
 cp "${CARGO_TARGET_DIR:-target}/release/hyoka" "$stage/bin/"
-args=()
-for s in "${suites[@]}"; do args+=(--test "$s"); done
-cargo test --release --locked --features "$features" --no-run --message-format=json "${args[@]}" |
+# The integration tests' one binary (tests/suite); gpu_check.sh runs a subject with its module
+# as the filter.
+cargo test --release --locked --features "$features" --no-run --message-format=json --test suite |
   python3 -c '
 import json, shutil, sys
 for line in sys.stdin:
@@ -67,7 +66,7 @@ python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:
 git rev-parse HEAD > "$stage/commit"
 git status --porcelain --untracked-files=no | grep -q . && echo "(uncommitted changes)" >> "$stage/commit"
 
-# One xz stream whose window holds every binary: 8 binaries of 50–70 MB → ~13 MB.
+# One xz stream whose window holds every binary, so that their shared code is kept once.
 tar -C "$stage" -cf - . | xz -T1 --lzma2=preset=6,dict=512MiB > .gpu/bundle.tar.xz
 rm -rf "$stage"
 size=$(stat -c %s .gpu/bundle.tar.xz)

@@ -48,7 +48,8 @@ step() { # NAME COMMAND...: run, keep the log, print PASS/FAIL and the worst dif
 wants() { [[ "$steps" == *" $1 "* ]]; }
 command -v nvidia-smi > /dev/null &&
   echo "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
-# The suites that take their device and dtype from the environment.
+# The subjects of the test suite (tests/suite, a module each) that take their device and dtype
+# from the environment.
 read -ra suites <<< "${HYOKA_GPU_SUITES:-runtime_parity judge_parity gguf_parity bertscore_parity gguf_converter backend_ops fused_attention decode_attention expand_kernels stored_weights}"
 if [ -n "${HYOKA_GPU_BUNDLE:-}" ]; then
   b="$log/bundle"
@@ -69,14 +70,14 @@ print(":".join(sorted(dirs)))')
   export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
   [ -d "$b/site" ] || "$py" -m pip install -q --no-index --no-deps --target "$b/site" "$b"/wheels/*.whl > "$log/wheels.log" 2>&1
   export PYTHONPATH="$b/site:${PYTHONPATH:-}"
-  suite_cmd() { cmd=("$b/tests/$1" "${@:2}"); }
+  suite_cmd() { cmd=("$b/tests/suite" "$1::" "${@:2}"); }
 else
   if [ "$feature" = cuda ] && ! command -v nvcc > /dev/null; then eval "$(scripts/cuda_toolchain.sh)"; fi
   step build cargo build --release --features "$feature"
   bin=target/release/hyoka
   items="$log/items.jsonl"
   step import "$bin" import dbdc3 data/dbdc3-ja.tar.gz -o "$items"
-  suite_cmd() { cmd=(cargo test --release --features "$feature" --test "$1" -- "${@:2}"); }
+  suite_cmd() { cmd=(cargo test --release --features "$feature" --test suite -- "$1::" "${@:2}"); }
 fi
 models="${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}"
 for dtype in ${HYOKA_GPU_DTYPES:-bf16 f16 f32}; do
