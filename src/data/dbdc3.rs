@@ -106,20 +106,23 @@ fn import_archive(archive: &Path, options: &Dbdc3Options) -> Result<Vec<Item>, D
         return Err(no_dialogues(archive));
     }
     dialogues.sort();
+    // The archive's one top folder, if every dialogue lies below the same one.
     let top = dialogues[0]
         .0
         .components()
         .next()
-        .map(|c| c.as_os_str().to_owned());
-    let one_top = dialogues.iter().all(|(p, _)| {
-        p.components().count() > 1 && p.components().next().map(|c| c.as_os_str()) == top.as_deref()
-    });
+        .map(|c| PathBuf::from(c.as_os_str()))
+        .filter(|top| {
+            dialogues
+                .iter()
+                .all(|(p, _)| p.components().count() > 1 && p.starts_with(top))
+        });
     let mut items = Vec::new();
     for (inner, text) in &dialogues {
-        let relative = match (&top, one_top) {
-            (Some(top), true) => inner.strip_prefix(top).unwrap_or(inner),
-            _ => inner.as_path(),
-        };
+        let relative = top
+            .as_ref()
+            .and_then(|top| inner.strip_prefix(top).ok())
+            .unwrap_or(inner);
         let system = system_of(relative.parent().unwrap_or(Path::new("")));
         items.extend(import_text(&archive.join(inner), system, text, options)?);
     }
