@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Check that `--features cuda` compiles, passes clippy and links on a machine without a GPU:
 # installs nvcc 13.0, cuBLAS and cuRAND from PyPI with a libcuda stub (scripts/cuda_toolchain.sh
-# --link), lints every target with clippy (warnings are errors) and links the binary, building
-# candle's CUDA kernels (PTX, and the static MoE kernels for CUDA_COMPUTE_CAP) once for both, in
-# the unoptimised `cuda-check` profile, through nvcc with device optimisations off
-# (scripts/nvcc_unoptimised.sh) on every core: nothing built here runs. Then hyoka's own kernels
+# --link), then builds every target once, linted by clippy on the way (clippy-driver as the
+# workspace's compiler: warnings, clippy's included, are errors) and linked, with candle's CUDA
+# kernels (PTX, and the static MoE kernels for CUDA_COMPUTE_CAP), in the unoptimised
+# `cuda-check` profile, through nvcc with device optimisations off (scripts/nvcc_unoptimised.sh)
+# on every core: nothing built here runs. One build instead of `cargo clippy` then
+# `cargo build` compiles the dependencies once. Then hyoka's own kernels
 # (kernels/*.cu), which it compiles with NVRTC on the GPU at run time, through NVRTC here, for
 # compute capability 7.5, 8.0 and 9.0 (scripts/nvrtc_compile.py).
 set -euo pipefail
@@ -12,6 +14,6 @@ cd "$(dirname "$0")/.."
 eval "$(scripts/cuda_toolchain.sh --link)"
 install -m 755 scripts/nvcc_unoptimised.sh "$CUDA_ROOT/bin/nvcc-unoptimised"
 export NVCC="$CUDA_ROOT/bin/nvcc-unoptimised" CUDAFORGE_THREADS="$(nproc)"
-cargo clippy --locked --profile cuda-check --features cuda --all-targets -- -D warnings
-cargo build --locked --profile cuda-check --features cuda --bin hyoka
+RUSTFLAGS="${RUSTFLAGS:-} -D warnings" RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)" \
+  cargo build --locked --profile cuda-check --features cuda --all-targets
 python3 scripts/nvrtc_compile.py

@@ -15,7 +15,11 @@ for dtype in bf16 f16; do
   HYOKA_TEST_DTYPE=$dtype cargo test --locked --test suite -- runtime_parity:: judge_parity:: \
     gguf_parity:: bertscore_parity:: gguf_converter:: backend_ops::
 done
-HYOKA_TEST_ENCODER=padded cargo test --locked --test suite -- bertscore_parity::
+# The padded path's scores are held to the packed path's within 1e-5 in the f32 run
+# (bertscore_parity::padded_rows_match_packed_rows); here its batching and baselines.
+HYOKA_TEST_ENCODER=padded cargo test --locked --test suite -- \
+  bertscore_parity::batching_and_order_do_not_change_scores \
+  bertscore_parity::baseline_means_match_bert_score_all_layers
 # The 8-bit products' AVX2 body (what CPUs without AVX-512 VNNI run) through whole models too.
 HYOKA_INT8_BODY=avx2 cargo test --locked --test prefill_products -- prefill_gemm_int8::
 cargo test --locked --test suite -- attention_scale:: --ignored --nocapture

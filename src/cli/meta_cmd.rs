@@ -3,7 +3,8 @@
 use anyhow::Context;
 use clap::Args;
 use hyoka::data;
-use hyoka::meta::{Bootstrap, Frame, MetaOptions, Summary};
+use hyoka::meta::breakdown::LevelLabels;
+use hyoka::meta::{Bootstrap, BreakdownOptions, Frame, MetaOptions, Summary};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -19,6 +20,12 @@ scipy's p-values and a seeded percentile bootstrap interval, at item level, syst
 per `system`) and within dialogue (per `dialogue`, averaged). Also: each human aspect's mean, \
 spread and rater agreement (each rater against the mean of the others, by rater id when items \
 carry `raters`, by position otherwise), and the aspect-by-aspect Spearman matrix.\n\n\
+Breakdown detection: a judge aspect whose levels map onto DBDC's O/T/X labels (the rubric's \
+level `human` ratings, as in `breakdown3-ja`, or --breakdown-levels) is scored against items \
+with per-rater `breakdown` labels (from `hyoka import dbdc3`) with the challenge's metrics: JS \
+divergence and MSE of the O/T/X distribution, accuracy, precision/recall/F for X and T+X; beside \
+it the development half's mean distribution as a constant predictor, and with --calibrate a \
+calibration fitted on the development half, reported on the held-out half.\n\n\
 Undefined correlations (constant columns, fewer than 3 pairs) are shown as — and written as \
 null, never as 0. Prints Markdown; --json writes everything."
 )]
@@ -68,9 +75,39 @@ pub struct StatsArgs {
     /// Confidence level of the intervals.
     #[arg(long, default_value_t = 0.95, value_parser = parse_confidence)]
     pub confidence: f64,
-    /// Seed of the bootstrap and of the --fit-w split.
+    /// Seed of the bootstrap and of the development/held-out split (--fit-w, --calibrate).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Breakdown detection: fit a temperature and a bias per label to the judge's O/T/X
+    /// distributions on the development half of the dialogues (minimum cross-entropy to the
+    /// raters' distributions) and report the held-out half raw and calibrated.
+    #[arg(long)]
+    pub calibrate: bool,
+    /// Breakdown detection: the share of raters a label needs to be the gold label (the DBDC
+    /// challenge's `-t`; its default 0 takes the plain majority).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_share)]
+    pub dbdc_threshold: f64,
+    /// Breakdown detection for a judge aspect whose rubric maps no levels onto breakdown labels:
+    /// ASPECT:SCORE=LABEL,… (e.g. `coherence:1=O,0=X`); repeat for several aspects.
+    #[arg(long, value_name = "ASPECT:MAP", value_parser = parse_levels)]
+    pub breakdown_levels: Vec<(String, LevelLabels)>,
+}
+
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(t) if (0.0..=1.0).contains(&t) => Ok(t),
+        _ => Err(format!("`{s}` is not a share between 0 and 1")),
+    }
+}
+
+fn parse_levels(s: &str) -> Result<(String, LevelLabels), String> {
+    let (aspect, map) = s
+        .split_once(':')
+        .ok_or_else(|| format!("`{s}` is not ASPECT:SCORE=LABEL,… (e.g. coherence:1=O,0=X)"))?;
+    if aspect.trim().is_empty() {
+        return Err(format!("`{s}` names no aspect before ':'"));
+    }
+    Ok((aspect.trim().to_string(), LevelLabels::parse(map)?))
 }
 
 fn parse_confidence(s: &str) -> Result<f64, String> {
@@ -90,6 +127,12 @@ impl StatsArgs {
                 resamples: self.bootstrap,
                 seed: self.seed,
                 confidence: self.confidence,
+            },
+            breakdown: BreakdownOptions {
+                threshold: self.dbdc_threshold,
+                calibrate: self.calibrate,
+                levels: self.breakdown_levels.clone(),
+                seed: self.seed,
             },
         }
     }

@@ -6,6 +6,7 @@ mod data_cmd;
 #[cfg(test)]
 mod docs_check;
 mod eval_cmd;
+mod export_cmd;
 mod judge_cmd;
 mod meta_cmd;
 mod rubrics_cmd;
@@ -77,6 +78,9 @@ pub enum Command {
     Eval(eval_cmd::EvalArgs),
     #[command(about = "Join `hyoka eval --shard` folders and write their report")]
     Merge(eval_cmd::MergeArgs),
+    /// Write results in other tools' formats (the DBDC challenge's runs).
+    #[command(subcommand)]
+    Export(export_cmd::Export),
     #[command(about = "Measure prefill speed on real judge prompts (tokens/s, items/s)")]
     Bench(bench_cmd::BenchArgs),
 }
@@ -109,6 +113,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Meta(args) => meta_cmd::run(args),
         Command::Eval(args) => eval_cmd::run(args),
         Command::Merge(args) => eval_cmd::merge(args),
+        Command::Export(cmd) => export_cmd::run(cmd),
     }
 }
 
@@ -317,6 +322,15 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         if let Some(e) = results {
             return match e {
                 hyoka::results::ResultsError::Io { .. } => EXIT_FAILURE,
+                _ => EXIT_INVALID_INPUT,
+            };
+        }
+        if let Some(e) = cause.downcast_ref::<hyoka::report::dbdc3::ExportError>() {
+            return match e {
+                hyoka::report::dbdc3::ExportError::Results(hyoka::results::ResultsError::Io {
+                    ..
+                })
+                | hyoka::report::dbdc3::ExportError::Write { .. } => EXIT_FAILURE,
                 _ => EXIT_INVALID_INPUT,
             };
         }

@@ -13,6 +13,13 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// The human aspect key of the breakdown labels.
+pub const BREAKDOWN: &str = "breakdown";
+/// A breakdown label as a rating: O (not a breakdown), T (possible breakdown), X (breakdown).
+pub const O: f64 = 1.0;
+pub const T: f64 = 0.5;
+pub const X: f64 = 0.0;
+
 /// Options of the import.
 #[derive(Clone, Debug, Default)]
 pub struct Dbdc3Options {
@@ -256,9 +263,9 @@ fn annotations(
             )),
         };
         breakdown.push(match label("breakdown")? {
-            "O" => 1.0,
-            "T" => 0.5,
-            "X" => 0.0,
+            "O" => O,
+            "T" => T,
+            "X" => X,
             other => {
                 return Err(fail(
                     &format!("annotations[{j}].breakdown"),
@@ -279,7 +286,7 @@ fn annotations(
         raters.push(label("annotator-id")?.to_string());
     }
     let mut human = BTreeMap::new();
-    human.insert("breakdown".to_string(), HumanRating::PerRater(breakdown));
+    human.insert(BREAKDOWN.to_string(), HumanRating::PerRater(breakdown));
     human.insert(
         "ungrammatical".to_string(),
         HumanRating::PerRater(ungrammatical),

@@ -109,6 +109,11 @@ impl<'a> Judge<'a> {
                     .map(|a| AspectTargets {
                         key: a.key.clone(),
                         human: a.human.clone(),
+                        levels: a
+                            .levels
+                            .iter()
+                            .filter_map(|l| Some((l.score, l.human?)))
+                            .collect(),
                     })
                     .collect(),
             }),

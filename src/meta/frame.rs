@@ -57,12 +57,28 @@ pub struct Column {
     pub values: Vec<Option<f64>>,
 }
 
+/// A judge aspect's whole score distribution per item, for comparisons of distributions.
+#[derive(Clone, Debug)]
+pub struct Distributions {
+    /// The name that tells several judge files apart (None: the only one).
+    pub run: Option<String>,
+    pub aspect: String,
+    /// Human keys the rubric says this aspect is compared with.
+    pub human: Vec<String>,
+    /// The human rating each score stands for, from the rubric (empty: it gives none).
+    pub levels: Vec<(i64, f64)>,
+    /// Per item, each valid score and its probability (None: no score line, or an error line).
+    pub values: Vec<Option<ScoreProbabilities>>,
+}
+
 /// Items, their human ratings, and the score columns read so far.
 pub struct Frame {
     pub items: Vec<Item>,
     /// Human aspect keys, in first-seen order.
     pub human_keys: Vec<String>,
     pub columns: Vec<Column>,
+    /// The judge aspects' distributions, in the order their files were read.
+    pub distributions: Vec<Distributions>,
     /// Provenance of each results file read, in order.
     pub sources: Vec<Value>,
     index: HashMap<String, usize>,
@@ -102,6 +118,7 @@ impl Frame {
             items,
             human_keys,
             columns: Vec::new(),
+            distributions: Vec::new(),
             sources: Vec::new(),
             index,
         }
@@ -120,15 +137,18 @@ impl Frame {
     /// any of them, and with every human aspect otherwise.
     pub fn pairs_with(&self, column: &Column, key: &str) -> bool {
         match &column.aspect {
-            Some(a) => {
-                let declared = |k: &str| k == a || column.human.iter().any(|h| h == k);
-                if self.human_keys.iter().any(|k| declared(k)) {
-                    declared(key)
-                } else {
-                    true
-                }
-            }
+            Some(a) => self.aspect_pairs_with(a, &column.human, key),
             None => true,
+        }
+    }
+
+    /// `pairs_with` for a judge aspect and the human keys its rubric declares.
+    pub fn aspect_pairs_with(&self, aspect: &str, declared: &[String], key: &str) -> bool {
+        let declared = |k: &str| k == aspect || declared.iter().any(|h| h == k);
+        if self.human_keys.iter().any(|k| declared(k)) {
+            declared(key)
+        } else {
+            true
         }
     }
 
@@ -139,6 +159,7 @@ impl Frame {
         let n = self.items.len();
         // Judge: per aspect (in first-seen order), argmax and expected columns; BERTScore: P, R, F.
         let mut judge: Vec<AspectColumns> = Vec::new();
+        let mut distributions: Vec<Vec<Option<ScoreProbabilities>>> = Vec::new();
         let mut prf = [vec![None; n], vec![None; n], vec![None; n]];
         let mut matched = 0;
         let provenance = read_records(path, |_, _, record| {
@@ -154,11 +175,18 @@ impl Frame {
                             Some(k) => k,
                             None => {
                                 judge.push((aspect, vec![None; n], vec![None; n]));
+                                distributions.push(vec![None; n]);
                                 judge.len() - 1
                             }
                         };
                         judge[k].1[row] = Some(s.score as f64);
                         judge[k].2[row] = Some(s.expected);
+                        distributions[k][row] = Some(
+                            s.distribution
+                                .iter()
+                                .filter_map(|(score, p)| Some((score.parse().ok()?, p.as_f64()?)))
+                                .collect(),
+                        );
                     }
                 }
                 Ok(Body::BertScore(s)) => {
@@ -190,6 +218,19 @@ impl Frame {
                         .map(|t| t.human.clone())
                         .unwrap_or_default()
                 };
+                for ((aspect, ..), values) in judge.iter().zip(distributions) {
+                    self.distributions.push(Distributions {
+                        run: run.clone(),
+                        aspect: aspect.clone(),
+                        human: human(aspect),
+                        levels: targets
+                            .iter()
+                            .find(|t| t.key == *aspect)
+                            .map(|t| t.levels.clone())
+                            .unwrap_or_default(),
+                        values,
+                    });
+                }
                 let (argmax, expected): (Vec<_>, Vec<_>) = judge
                     .into_iter()
                     .map(|(aspect, a, e)| ((aspect.clone(), a), (aspect, e)))
@@ -250,6 +291,9 @@ impl Frame {
         }
     }
 }
+
+/// Each valid score of an aspect and its probability.
+type ScoreProbabilities = Vec<(i64, f64)>;
 
 /// An aspect's name, then its argmax and expected score per item.
 type AspectColumns = (String, Vec<Option<f64>>, Vec<Option<f64>>);

@@ -1,9 +1,13 @@
 //! Stage 8 — metrics: how well score columns (judge argmax / expected score, BERTScore,
 //! their combination) agree with human ratings, at item, system and within-dialogue level, with
-//! p-values and seeded bootstrap intervals; rater agreement and the aspect-by-aspect matrix.
+//! p-values and seeded bootstrap intervals; rater agreement and the aspect-by-aspect matrix;
+//! judge distributions against the raters' breakdown labels with the DBDC challenge's metrics.
 
 mod agreement;
+pub mod breakdown;
+pub mod calibrate;
 mod combine;
+mod detection;
 mod frame;
 mod levels;
 pub mod stats;
@@ -11,7 +15,8 @@ mod summary;
 
 pub use agreement::{AspectMatrix, HumanAspect, RaterBasis, aspect_matrix, rater_agreement};
 pub use combine::{FitW, W_GRID, add_combined, fit_w, in_dev_half};
-pub use frame::{Column, Family, Frame, Statistic};
+pub use detection::{BreakdownEntry, BreakdownOptions, BreakdownRow, Predictor, TurnSet};
+pub use frame::{Column, Distributions, Family, Frame, Statistic};
 pub use levels::{Bootstrap, Cell, Level, Stat, correlate};
 pub use summary::{MetaOptions, Summary, format_r};
 

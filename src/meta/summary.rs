@@ -4,6 +4,7 @@
 use super::MetaError;
 use super::agreement::{AspectMatrix, HumanAspect, aspect_matrix, rater_agreement};
 use super::combine::{FitW, add_combined, fit_w};
+use super::detection::{BreakdownEntry, BreakdownOptions, breakdown_detection};
 use super::frame::{Family, Frame};
 use super::levels::{Bootstrap, Cell, Level, Stat, correlate};
 use rayon::prelude::*;
@@ -18,6 +19,7 @@ pub struct MetaOptions {
     pub combine_with: String,
     pub fit_w: bool,
     pub bootstrap: Bootstrap,
+    pub breakdown: BreakdownOptions,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -57,6 +59,8 @@ pub struct Summary {
     pub human_matrix: AspectMatrix,
     pub judge_matrix: Option<AspectMatrix>,
     pub fit_w: Vec<FitW>,
+    /// The DBDC challenge's metrics for judge aspects mapped onto breakdown labels.
+    pub breakdown: Vec<BreakdownEntry>,
 }
 
 impl Summary {
@@ -164,6 +168,7 @@ impl Summary {
             human_matrix,
             judge_matrix,
             fit_w: fitted,
+            breakdown: breakdown_detection(frame, &opts.breakdown),
         })
     }
 
@@ -344,7 +349,80 @@ impl Summary {
                 );
             }
         }
+        for entry in &self.breakdown {
+            breakdown_markdown(&mut md, entry);
+        }
         md
+    }
+}
+
+/// One breakdown-detection entry: its settings, then a row per predictor and set of turns.
+fn breakdown_markdown(md: &mut String, e: &BreakdownEntry) {
+    let _ = writeln!(
+        md,
+        "\n## Breakdown detection (DBDC metrics): {} against {}\n",
+        e.column, e.human
+    );
+    let _ = write!(
+        md,
+        "Levels {}; gold label: the raters' majority at threshold {}; JS divergence in bits. \
+         Split by dialogue (seed {}): {} development, {} held-out turns",
+        e.levels, e.threshold, e.seed, e.dev_turns, e.held_out_turns
+    );
+    if let Some(p) = e.prior {
+        let _ = write!(
+            md,
+            "; prior (development mean) O/T/X {:.3}/{:.3}/{:.3}",
+            p[0], p[1], p[2]
+        );
+    }
+    let _ = writeln!(md, ".\n");
+    if let Some(c) = &e.calibration {
+        let names = ["O", "T", "X"];
+        let bias: Vec<String> = c
+            .labels
+            .iter()
+            .zip(&c.bias)
+            .skip(1)
+            .map(|(k, b)| format!("{} {b:+.3}", names[*k]))
+            .collect();
+        let _ = writeln!(
+            md,
+            "Calibration fitted on the development turns: temperature {:.3}, bias {} \
+             (cross-entropy {:.4} → {:.4}).\n",
+            c.temperature,
+            bias.join(", "),
+            c.dev_cross_entropy_before,
+            c.dev_cross_entropy_after
+        );
+    }
+    let _ = writeln!(
+        md,
+        "| predictor | turns | n | JSD O,T,X | JSD O,T+X | JSD O+T,X | MSE O,T,X | MSE O,T+X | MSE O+T,X | accuracy | P/R/F (X) | P/R/F (T+X) |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in &e.rows {
+        let m = &r.metrics;
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.3}/{:.3}/{:.3} | {:.3}/{:.3}/{:.3} |",
+            r.predictor.name(),
+            r.turns.name(),
+            m.turns,
+            m.jsd_o_t_x,
+            m.jsd_o_tx,
+            m.jsd_ot_x,
+            m.mse_o_t_x,
+            m.mse_o_tx,
+            m.mse_ot_x,
+            m.accuracy,
+            m.precision_x,
+            m.recall_x,
+            m.f_x,
+            m.precision_tx,
+            m.recall_tx,
+            m.f_tx
+        );
     }
 }
 

@@ -1,9 +1,11 @@
 //! Stage 9 — report: the joined per-item scores file and the self-contained HTML report (one
-//! file, inline SVG and CSS, no scripts or network) built from a meta-evaluation summary.
+//! file, inline SVG and CSS, no scripts or network) built from a meta-evaluation summary; a
+//! judge's breakdown labels in the DBDC challenge's run format (`dbdc3`).
 
+pub mod dbdc3;
 mod svg;
 
-use crate::meta::{Family, Frame, Level, Statistic, Summary, format_r};
+use crate::meta::{BreakdownEntry, Family, Frame, Level, Statistic, Summary, format_r};
 use serde_json::{Map, Value, json};
 use std::fmt::Write;
 
@@ -222,6 +224,55 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
         }
         h.push_str("</table>");
     }
+    for e in &summary.breakdown {
+        breakdown_table(&mut h, e);
+    }
     h.push_str("<p class=\"note\">Undefined correlations (constant scores, fewer than 3 units) are shown as —. Generated offline by hyoka; this file loads nothing from the network.</p></body></html>\n");
     h
+}
+
+/// A breakdown-detection entry as a table, the challenge's metrics in its columns.
+fn breakdown_table(h: &mut String, e: &BreakdownEntry) {
+    let _ = write!(
+        h,
+        "<h2>Breakdown detection (DBDC metrics): {} against {}</h2><p class=\"note\">levels {}; \
+         gold label at threshold {}; JS divergence in bits; {} development / {} held-out turns \
+         (seed {})</p>",
+        svg::escape(&e.column),
+        svg::escape(&e.human),
+        svg::escape(&e.levels),
+        e.threshold,
+        e.dev_turns,
+        e.held_out_turns,
+        e.seed
+    );
+    h.push_str("<table><tr><th>predictor</th><th>turns</th><th>n</th><th>JSD O,T,X</th><th>JSD O,T+X</th><th>JSD O+T,X</th><th>MSE O,T,X</th><th>MSE O,T+X</th><th>MSE O+T,X</th><th>accuracy</th><th>F (X)</th><th>F (T+X)</th></tr>");
+    for r in &e.rows {
+        let m = &r.metrics;
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.4}</td><td>{:.4}</td><td>{:.4}</td><td>{:.4}</td><td>{:.4}</td><td>{:.4}</td><td>{:.4}</td><td>{:.3}</td><td>{:.3}</td></tr>",
+            r.predictor.name(),
+            r.turns.name(),
+            m.turns,
+            m.jsd_o_t_x,
+            m.jsd_o_tx,
+            m.jsd_ot_x,
+            m.mse_o_t_x,
+            m.mse_o_tx,
+            m.mse_ot_x,
+            m.accuracy,
+            m.f_x,
+            m.f_tx
+        );
+    }
+    h.push_str("</table>");
+    if let Some(c) = &e.calibration {
+        let _ = write!(
+            h,
+            "<p class=\"note\">calibration fitted on the development turns: temperature {:.3}, \
+             biases {:?}, cross-entropy {:.4} → {:.4}</p>",
+            c.temperature, c.bias, c.dev_cross_entropy_before, c.dev_cross_entropy_after
+        );
+    }
 }

@@ -53,6 +53,9 @@ pub struct AspectTargets {
     pub key: String,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub human: Vec<String>,
+    /// The human rating each score stands for (the rubric levels' `human`), as (score, rating).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub levels: Vec<(i64, f64)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -20,6 +20,14 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "emotion-fit",
         include_str!("../../prompts/emotion-fit.toml"),
     ),
+    (
+        "breakdown3-ja",
+        include_str!("../../prompts/breakdown3-ja.toml"),
+    ),
+    (
+        "breakdown3-en",
+        include_str!("../../prompts/breakdown3-en.toml"),
+    ),
 ];
 
 pub fn builtin_names() -> Vec<&'static str> {

@@ -48,6 +48,11 @@ pub struct Level {
     pub description: String,
     #[serde(default)]
     pub example: Option<String>,
+    /// The human rating this level stands for, in the items' numbers (e.g. DBDC3's breakdown
+    /// labels O = 1, T = 0.5, X = 0): lets meta-evaluation compare the judge's distribution
+    /// with the raters' one. A rubric gives it for every level of an aspect or for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub human: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -237,6 +242,20 @@ impl Rubric {
                         format!("level {} appears twice", l.score),
                     );
                 }
+                if l.human.is_some_and(|h| !h.is_finite()) {
+                    return bad(
+                        format!("aspects[{i}].levels[{j}].human"),
+                        "must be a finite number".into(),
+                    );
+                }
+            }
+            let mapped = a.levels.iter().filter(|l| l.human.is_some()).count();
+            if mapped > 0 && (mapped < a.levels.len() || a.levels.len() as i64 != a.max - a.min + 1)
+            {
+                return bad(
+                    f("levels"),
+                    "`human` must be given for every level of the scale or for none".into(),
+                );
             }
         }
         match (self.output, &self.json) {

@@ -1,19 +1,23 @@
-// Runs a CUDA C++ kernel on the CPU, one OS thread per CUDA thread, for tests on machines
-// without a GPU (tests/suite/fused_attention.rs): the kernel's index arithmetic, barriers and warp
-// exchanges run as written. `__shared__` variables become function statics, so blocks run one
-// at a time. Warp-collective operations (`__shfl_*_sync`, `mma_bf16`) exchange through per-warp
+// Runs a CUDA C++ kernel on the CPU, every CUDA thread a fiber of its own (ucontext), for tests
+// on machines without a GPU (tests/suite/fused_attention.rs): the kernel's index arithmetic,
+// barriers and warp exchanges run as written. The fibers of a block take turns on one OS thread,
+// each running until it waits at a barrier, so a barrier costs a few context switches in user
+// space rather than wake-ups of as many OS threads, and a read of shared memory that a missing
+// barrier leaves unwritten reads the wrong value every time. `__shared__` variables become
+// function statics, so blocks run one at a time. Warp-collective operations (`__shfl_*_sync`, `mma_bf16`) exchange through per-warp
 // slots between two warp barriers; `mma_bf16` is PTX's `mma.m16n8k16.row.col` with the register
 // layout of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type"),
 // written here independently of the kernel that uses it.
 #pragma once
-#include <barrier>
+#include <sys/mman.h>
+#include <ucontext.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -33,7 +37,39 @@ struct dim3 {
     unsigned x = 1, y = 1, z = 1;
 };
 inline dim3 gridDim, blockDim;
-inline thread_local dim3 threadIdx, blockIdx;
+// The running fiber's indices: the scheduler sets them each time it resumes a fiber.
+inline dim3 threadIdx, blockIdx;
+
+// One CUDA thread: its context and indices, and whether its kernel has returned.
+struct HostFiber {
+    ucontext_t context;
+    dim3 index;
+    bool done = false;
+};
+inline ucontext_t host_scheduler;
+inline HostFiber* host_running = nullptr;
+// Arrivals at barriers so far: a round of the fibers that adds none, and finishes none, is a
+// deadlock (a barrier that some thread never reaches).
+inline unsigned long long host_arrivals = 0;
+
+inline void host_yield() { swapcontext(&host_running->context, &host_scheduler); }
+
+// std::barrier's arrive_and_wait for fibers: the last to arrive opens it for the others.
+struct HostBarrier {
+    int expected, arrived = 0;
+    unsigned long long generation = 0;
+    explicit HostBarrier(int n) : expected(n) {}
+    void arrive_and_wait() {
+        host_arrivals++;
+        if (++arrived == expected) {
+            arrived = 0;
+            generation++;
+            return;
+        }
+        const unsigned long long mine = generation;
+        while (generation == mine) host_yield();
+    }
+};
 
 #define __device__
 #define __global__
@@ -84,16 +120,16 @@ inline unsigned __float_as_uint(float f) { unsigned x; std::memcpy(&x, &f, 4); r
 
 constexpr int MAX_WARPS = 32;
 struct HostBlock {
-    std::barrier<> all;
-    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    HostBarrier all;
+    std::vector<std::unique_ptr<HostBarrier>> warps;
     float lanes[MAX_WARPS][32];
     struct Mma { unsigned a[4], b[2]; } mma[MAX_WARPS][32];
     explicit HostBlock(int threads) : all(threads) {
         for (int w = 0; w < (threads + 31) / 32; w++)
-            warps.push_back(std::make_unique<std::barrier<>>(min(32, threads - 32 * w)));
+            warps.push_back(std::make_unique<HostBarrier>(min(32, threads - 32 * w)));
     }
 };
-inline thread_local HostBlock* host_block;
+inline HostBlock* host_block;
 
 inline void __syncthreads() { host_block->all.arrive_and_wait(); }
 
@@ -143,25 +179,67 @@ inline void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigne
     std::memcpy(c, d, sizeof d);
 }
 
-// Runs kernel() for every thread of every block, blocks one after another.
+template <class Kernel>
+inline Kernel* host_kernel = nullptr;
+
+template <class Kernel>
+void host_fiber_main() {
+    (*host_kernel<Kernel>)();
+    host_running->done = true;  // back to the scheduler through uc_link
+}
+
+// Runs kernel() for every thread of every block, blocks one after another, the block's threads
+// as fibers in turn.
 template <class Kernel>
 void host_launch(dim3 grid, dim3 block, Kernel kernel) {
     gridDim = grid;
     blockDim = block;
+    host_kernel<Kernel> = &kernel;
+    const size_t stack = 256 << 10;
+    const unsigned n = block.x;
+    // Stacks are reserved, not committed: a fiber touches a few pages of its own.
+    void* stacks = mmap(nullptr, stack * n, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (stacks == MAP_FAILED) {
+        std::perror("host_launch: mmap");
+        std::abort();
+    }
+    std::vector<HostFiber> fibers(n);
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
-                HostBlock b(block.x);
-                std::vector<std::thread> threads;
-                for (unsigned i = 0; i < block.x; i++)
-                    threads.emplace_back([&, i] {
-                        threadIdx = {i, 0, 0};
-                        blockIdx = {x, y, z};
-                        host_block = &b;
-                        kernel();
-                    });
-                for (auto& t : threads) t.join();
+                HostBlock b(n);
+                host_block = &b;
+                blockIdx = {x, y, z};
+                for (unsigned i = 0; i < n; i++) {
+                    HostFiber& f = fibers[i];
+                    f.index = {i, 0, 0};
+                    f.done = false;
+                    getcontext(&f.context);
+                    f.context.uc_stack.ss_sp = (char*)stacks + stack * i;
+                    f.context.uc_stack.ss_size = stack;
+                    f.context.uc_link = &host_scheduler;
+                    makecontext(&f.context, (void (*)())host_fiber_main<Kernel>, 0);
+                }
+                for (unsigned left = n; left > 0;) {
+                    const unsigned long long arrivals = host_arrivals;
+                    const unsigned before = left;
+                    for (HostFiber& f : fibers) {
+                        if (f.done) continue;
+                        host_running = &f;
+                        threadIdx = f.index;
+                        swapcontext(&host_scheduler, &f.context);
+                        left -= f.done;
+                    }
+                    if (left == before && host_arrivals == arrivals) {
+                        std::fprintf(stderr, "host_launch: every thread waits at a barrier that "
+                                             "some thread never reaches\n");
+                        std::abort();
+                    }
+                }
             }
+    host_running = nullptr;
+    munmap(stacks, stack * n);
 }
 
 // For kernels without barriers or warp exchanges: every thread in turn, on this thread.

@@ -10,6 +10,7 @@ mod attention_scale;
 mod backend_ops;
 mod bertscore_parity;
 mod bertscore_run;
+mod breakdown_parity;
 mod chat_template_parity;
 mod cli;
 mod converter_real_vocab;

@@ -20,7 +20,7 @@ fn rubric(name: &str) -> Rubric {
 
 #[test]
 fn every_builtin_validates() {
-    assert_eq!(builtin_names().len(), 4);
+    assert_eq!(builtin_names().len(), 6);
     for name in builtin_names() {
         let r = rubric(name);
         assert_eq!(r.name, name);

@@ -1,0 +1,243 @@
+//! A judge's breakdown distributions in the DBDC challenge's run format: one
+//! `<dialogue-id>.labels.json` per dialogue, each system turn with its predicted label and
+//! prob-O/T/X, so that the challenge's own evaluation script scores hyoka's output unchanged.
+//! Dialogues of several systems (item ids `SYSTEM/DIALOGUE/TURN`, as `hyoka import dbdc3`
+//! writes them) go to one folder per system, mirroring the dataset's folders.
+
+use crate::meta::breakdown::{LevelLabels, majority};
+use crate::results::reader::read_records;
+use crate::results::{Body, ResultsError, Task};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    #[error("{}: {message}", path.display())]
+    Input { path: PathBuf, message: String },
+    #[error("{}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What the export wrote.
+#[derive(Debug)]
+pub struct Written {
+    pub dialogues: usize,
+    pub turns: usize,
+    /// The aspect exported and its label map, as `2=O,1=T,0=X`.
+    pub aspect: String,
+    pub levels: String,
+}
+
+/// One system turn: (turn index, label, prob-O, prob-T, prob-X).
+type TurnLabel = (u64, &'static str, [f64; 3]);
+
+/// Write `scores` (a `hyoka judge` results file) to `out` in the challenge's format. `aspect`
+/// chooses the aspect when several map onto the labels; `levels` maps an aspect whose rubric
+/// gives no map.
+pub fn export(
+    scores: &Path,
+    out: &Path,
+    aspect: Option<&str>,
+    levels: Option<&LevelLabels>,
+) -> Result<Written, ExportError> {
+    // (system, dialogue) → turns; the aspect and its labels are settled by the first line.
+    let mut dialogues: BTreeMap<(Option<String>, String), Vec<TurnLabel>> = BTreeMap::new();
+    let mut chosen: Option<(String, LevelLabels)> = None;
+    let provenance = read_records(scores, |line, _, record| {
+        if record.task() != Task::Judge {
+            return Err(ResultsError::Corrupt {
+                path: scores.to_path_buf(),
+                line,
+                message: "not a `hyoka judge` results line".into(),
+            });
+        }
+        if chosen.is_none() {
+            chosen = Some(
+                choose(&record.provenance, aspect, levels).map_err(|message| {
+                    ResultsError::Corrupt {
+                        path: scores.to_path_buf(),
+                        line,
+                        message,
+                    }
+                })?,
+            );
+        }
+        let (key, labels) = chosen.as_ref().expect("chosen above");
+        let Ok(Body::Judge(judge)) = &record.body else {
+            return Err(ResultsError::Corrupt {
+                path: scores.to_path_buf(),
+                line,
+                message: format!(
+                    "error: item {:?} has no scores (rerun `hyoka judge` to score it)",
+                    record.id
+                ),
+            });
+        };
+        let Some((_, score)) = judge.scores.iter().find(|(k, _)| k == key) else {
+            return Err(ResultsError::Corrupt {
+                path: scores.to_path_buf(),
+                line,
+                message: format!("scores: no aspect {key:?}"),
+            });
+        };
+        let probabilities: Vec<(i64, f64)> = score
+            .distribution
+            .iter()
+            .filter_map(|(s, p)| Some((s.parse().ok()?, p.as_f64()?)))
+            .collect();
+        let d = labels.distribution(&probabilities);
+        let (system, dialogue, turn) =
+            split_id(&record.id).ok_or_else(|| ResultsError::Corrupt {
+                path: scores.to_path_buf(),
+                line,
+                message: format!(
+                    "id: {:?} is not [SYSTEM/]DIALOGUE/TURN as `hyoka import dbdc3` writes it",
+                    record.id
+                ),
+            })?;
+        dialogues
+            .entry((system, dialogue))
+            .or_default()
+            .push((turn, majority(&d, 0.0).name(), d));
+        Ok(())
+    })?;
+    if provenance.is_none() {
+        return Err(ExportError::Input {
+            path: scores.to_path_buf(),
+            message: "no results lines".into(),
+        });
+    }
+    let (aspect, labels) = chosen.expect("a line was read");
+    let mut turns = 0;
+    for ((system, dialogue), list) in &mut dialogues {
+        list.sort_by_key(|t| t.0);
+        if let Some(w) = list.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(ExportError::Input {
+                path: scores.to_path_buf(),
+                message: format!("dialogue {dialogue} has turn {} under two ids", w[0].0),
+            });
+        }
+        turns += list.len();
+        let folder = match system {
+            Some(s) => out.join(s),
+            None => out.to_path_buf(),
+        };
+        std::fs::create_dir_all(&folder).map_err(|source| ExportError::Write {
+            path: folder.clone(),
+            source,
+        })?;
+        let doc = json!({
+            "dialogue-id": dialogue,
+            "turns": list.iter().map(|(index, label, d)| json!({
+                "turn-index": index,
+                "labels": [{
+                    "breakdown": label,
+                    "prob-O": d[0],
+                    "prob-T": d[1],
+                    "prob-X": d[2],
+                }],
+            })).collect::<Vec<_>>(),
+        });
+        let path = folder.join(format!("{dialogue}.labels.json"));
+        let text = serde_json::to_string_pretty(&doc).expect("labels serialise") + "\n";
+        std::fs::write(&path, text).map_err(|source| ExportError::Write { path, source })?;
+    }
+    Ok(Written {
+        dialogues: dialogues.len(),
+        turns,
+        levels: labels.spec(),
+        aspect,
+    })
+}
+
+/// The aspect to export and its label map: the one the rubric maps (or `levels` maps), or the
+/// one `aspect` names.
+fn choose(
+    provenance: &crate::results::Provenance,
+    aspect: Option<&str>,
+    levels: Option<&LevelLabels>,
+) -> Result<(String, LevelLabels), String> {
+    let targets = provenance
+        .rubric
+        .as_ref()
+        .map(|r| r.aspects.as_slice())
+        .unwrap_or_default();
+    let mapped = |t: &crate::results::AspectTargets| -> Option<LevelLabels> {
+        if t.levels.is_empty() {
+            levels.cloned()
+        } else {
+            LevelLabels::from_ratings(&t.levels)
+        }
+    };
+    let candidates: Vec<(String, LevelLabels)> = targets
+        .iter()
+        .filter(|t| aspect.is_none_or(|a| a == t.key))
+        .filter_map(|t| Some((t.key.clone(), mapped(t)?)))
+        .collect();
+    let keys: Vec<&str> = targets.iter().map(|t| t.key.as_str()).collect();
+    match (candidates.len(), aspect) {
+        (1, _) => Ok(candidates.into_iter().next().expect("one")),
+        (0, Some(a)) if !keys.contains(&a) => Err(format!(
+            "provenance: the rubric has no aspect {a:?} (it has {})",
+            keys.join(", ")
+        )),
+        (0, _) => Err(format!(
+            "provenance: no aspect's levels map onto breakdown labels O/T/X (rubric levels with \
+             `human` ratings, as in breakdown3-ja); give the map with --levels, e.g. \
+             --aspect {} --levels 1=O,0=X",
+            keys.first().copied().unwrap_or("coherence")
+        )),
+        _ => Err(format!(
+            "provenance: several aspects map onto breakdown labels ({}); choose one with --aspect",
+            candidates
+                .iter()
+                .map(|(k, _)| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// `SYSTEM/DIALOGUE/TURN` or `DIALOGUE/TURN` → (system, dialogue, turn index).
+fn split_id(id: &str) -> Option<(Option<String>, String, u64)> {
+    let mut parts: Vec<&str> = id.rsplitn(3, '/').collect();
+    parts.reverse();
+    let turn: u64 = parts.last()?.parse().ok()?;
+    match parts.as_slice() {
+        [dialogue, _] if !dialogue.is_empty() => Some((None, dialogue.to_string(), turn)),
+        [system, dialogue, _] if !dialogue.is_empty() && !system.is_empty() => {
+            Some((Some(system.to_string()), dialogue.to_string(), turn))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_id;
+
+    #[test]
+    fn ids_split_into_system_dialogue_and_turn() {
+        assert_eq!(
+            split_id("DCM/1502867549/4"),
+            Some((Some("DCM".into()), "1502867549".into(), 4))
+        );
+        assert_eq!(
+            split_id("1502867549/0"),
+            Some((None, "1502867549".into(), 0))
+        );
+        assert_eq!(
+            split_id("a/b/c/2"),
+            Some((Some("a/b".into()), "c".into(), 2))
+        );
+        for bad in ["1502867549", "x/y", "/3", "DCM//3"] {
+            assert_eq!(split_id(bad), None, "{bad}");
+        }
+    }
+}
