@@ -130,6 +130,11 @@ pub struct RuntimeArgs {
     /// the model. Its hash is in every output's provenance.
     #[arg(long, value_name = "PATH")]
     pub chat_template: Option<std::path::PathBuf>,
+    /// The text a chat template's `strftime_now` prints (Llama 3.1's prints the date in its
+    /// system message). By default a fixed 2024-01-01, so that a judge's prompt does not change
+    /// from day to day; a given date is recorded in the provenance.
+    #[arg(long, value_name = "TEXT")]
+    pub template_date: Option<String>,
     /// cpu, cuda, cuda:N or metal.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -175,7 +180,7 @@ impl RuntimeArgs {
         expect_sha256: Option<&str>,
     ) -> anyhow::Result<hyoka::model::LoadedModel> {
         use anyhow::Context;
-        let model = hyoka::model::LoadedModel::load(
+        let mut model = hyoka::model::LoadedModel::load(
             name,
             self.tokenizer.as_deref(),
             self.chat_template.as_deref(),
@@ -185,6 +190,9 @@ impl RuntimeArgs {
             expect_sha256,
         )
         .with_context(|| format!("loading model {name}"))?;
+        if let Some(date) = &self.template_date {
+            model.chat_template.set_date(date);
+        }
         if !model.iquants_converted.is_empty() {
             let held: Vec<String> = model
                 .iquants_converted

@@ -81,6 +81,10 @@ impl<'a> Judge<'a> {
         if let Some(n) = opts.greedy_baseline {
             settings.insert("greedy_baseline".into(), json!(n));
         }
+        // A date printed into the prompt by the chat template (`--template-date`).
+        if let Some(date) = self.models[0].chat_template.date() {
+            settings.insert("template_date".into(), json!(date));
+        }
         let first = &self.models[0].transformer;
         // Decoding (json rubrics, greedy baselines) runs quantized kernels when weights are
         // kept as stored; prompt scores are the same either way.

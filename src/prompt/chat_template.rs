@@ -52,6 +52,8 @@ pub struct ChatTemplate {
     /// Where the template came from (a file, `file.gguf:tokenizer.chat_template`, …).
     pub origin: String,
     special_tokens: BTreeMap<String, String>,
+    /// What `strftime_now` prints when set (`--template-date`); a fixed date otherwise.
+    date: Option<String>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -76,7 +78,7 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_filter("tojson", tojson);
         env.add_function("raise_exception", raise_exception);
-        env.add_function("strftime_now", strftime_now);
+        env.add_function("strftime_now", fixed_date);
         env.add_template_owned(NAME, source.to_string())
             .map_err(|source| TemplateError::Jinja {
                 origin: origin.to_string(),
@@ -87,7 +89,22 @@ impl ChatTemplate {
             source: source.to_string(),
             origin: origin.to_string(),
             special_tokens,
+            date: None,
         })
+    }
+
+    /// Have `strftime_now` print `date` (whatever format the template asks for), for judges
+    /// whose prompts should carry a given day. It changes the prompt: recorded in provenance.
+    pub fn set_date(&mut self, date: &str) {
+        let text = date.to_string();
+        self.env
+            .add_function("strftime_now", move |_format: String| text.clone());
+        self.date = Some(date.to_string());
+    }
+
+    /// The date set by `set_date`, if any.
+    pub fn date(&self) -> Option<&str> {
+        self.date.as_deref()
     }
 
     pub fn source(&self) -> &str {
@@ -348,12 +365,9 @@ fn raise_exception(message: String) -> Result<Value, minijinja::Error> {
     Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
 }
 
-/// Templates use it to print today's date. A judge's prompt must not change from day to day, so
-/// the date is fixed (2024-01-01) unless `HYOKA_TEMPLATE_DATE` gives the text to print.
-fn strftime_now(format: String) -> String {
-    if let Ok(date) = std::env::var("HYOKA_TEMPLATE_DATE") {
-        return date;
-    }
+/// `strftime_now`: templates use it to print today's date. A judge's prompt must not change
+/// from day to day, so the date is fixed (2024-01-01) unless `set_date` gives the text to print.
+fn fixed_date(format: String) -> String {
     format
         .replace("%Y", "2024")
         .replace("%m", "01")

@@ -99,3 +99,20 @@ fn raise_exception_in_template_is_an_error() {
     let err = t.render(&bad, true).unwrap_err().to_string();
     assert!(err.contains("Conversation roles must alternate"), "{err}");
 }
+
+/// `strftime_now` prints a fixed day (2024-01-01 in the format asked) so that prompts do not
+/// change from day to day, or the text `set_date` gives, whatever the format.
+#[test]
+fn strftime_now_prints_a_fixed_day_or_the_given_text() {
+    let mut t = ChatTemplate::new(
+        "{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%Y-%m-%d') }}",
+        Default::default(),
+        "test",
+    )
+    .unwrap();
+    assert_eq!(t.render(&[], false).unwrap(), "01 Jan 2024|2024-01-01");
+    assert_eq!(t.date(), None);
+    t.set_date("26 Jul 2024");
+    assert_eq!(t.render(&[], false).unwrap(), "26 Jul 2024|26 Jul 2024");
+    assert_eq!(t.date(), Some("26 Jul 2024"));
+}

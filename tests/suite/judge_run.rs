@@ -413,6 +413,21 @@ fn truncation_and_baseline_settings_are_part_of_the_run() {
     );
 }
 
+/// `--template-date` changes the prompt of judges whose chat template prints the date, so when
+/// given it is in every line's provenance, and a file written with it is not continued without.
+#[test]
+fn a_template_date_is_part_of_the_run() {
+    let Some(s) = Setup::new() else { return };
+    let out = s.judge("scores.jsonl", &["--template-date", "26 Jul 2024"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s.assert_setting("scores.jsonl", "template_date", "26 Jul 2024");
+    s.assert_settings_differ("scores.jsonl", &[]);
+}
+
 /// HYOKA_GPU_KERNELS changes numbers on a GPU, so when set it is in every line's provenance,
 /// and a file written with it is not continued without it.
 #[test]
