@@ -143,6 +143,37 @@ pub struct BreakdownMetrics {
     pub mse_ot_x: f64,
 }
 
+impl BreakdownMetrics {
+    /// The titles of `cells`, as tables show them.
+    pub const COLUMNS: [&'static str; 9] = [
+        "JSD O,T,X",
+        "JSD O,T+X",
+        "JSD O+T,X",
+        "MSE O,T,X",
+        "MSE O,T+X",
+        "MSE O+T,X",
+        "accuracy",
+        "P/R/F (X)",
+        "P/R/F (T+X)",
+    ];
+
+    /// The figures as table cells: divergences, errors and accuracy to 4 decimals, P/R/F to 3.
+    pub fn cells(&self) -> [String; 9] {
+        let prf = |p: f64, r: f64, f: f64| format!("{p:.3}/{r:.3}/{f:.3}");
+        [
+            format!("{:.4}", self.jsd_o_t_x),
+            format!("{:.4}", self.jsd_o_tx),
+            format!("{:.4}", self.jsd_ot_x),
+            format!("{:.4}", self.mse_o_t_x),
+            format!("{:.4}", self.mse_o_tx),
+            format!("{:.4}", self.mse_ot_x),
+            format!("{:.4}", self.accuracy),
+            prf(self.precision_x, self.recall_x, self.f_x),
+            prf(self.precision_tx, self.recall_tx, self.f_tx),
+        ]
+    }
+}
+
 fn ratio(a: usize, b: usize) -> f64 {
     if a > 0 && b > 0 {
         a as f64 / b as f64

@@ -396,32 +396,17 @@ fn breakdown_markdown(md: &mut String, e: &BreakdownEntry) {
             c.dev_cross_entropy_after
         );
     }
-    let _ = writeln!(
-        md,
-        "| predictor | turns | n | JSD O,T,X | JSD O,T+X | JSD O+T,X | MSE O,T,X | MSE O,T+X | MSE O+T,X | accuracy | P/R/F (X) | P/R/F (T+X) |"
-    );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let columns = super::breakdown::BreakdownMetrics::COLUMNS;
+    let _ = writeln!(md, "| predictor | turns | n | {} |", columns.join(" | "));
+    let _ = writeln!(md, "|---|---|---|{}", "---|".repeat(columns.len()));
     for r in &e.rows {
-        let m = &r.metrics;
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.3}/{:.3}/{:.3} | {:.3}/{:.3}/{:.3} |",
+            "| {} | {} | {} | {} |",
             r.predictor.name(),
             r.turns.name(),
-            m.turns,
-            m.jsd_o_t_x,
-            m.jsd_o_tx,
-            m.jsd_ot_x,
-            m.mse_o_t_x,
-            m.mse_o_tx,
-            m.mse_ot_x,
-            m.accuracy,
-            m.precision_x,
-            m.recall_x,
-            m.f_x,
-            m.precision_tx,
-            m.recall_tx,
-            m.f_tx
+            r.metrics.turns,
+            r.metrics.cells().join(" | ")
         );
     }
 }

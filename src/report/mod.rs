@@ -246,25 +246,23 @@ fn breakdown_table(h: &mut String, e: &BreakdownEntry) {
         e.held_out_turns,
         e.seed
     );
-    h.push_str("<table><tr><th>predictor</th><th>turns</th><th>n</th><th>JSD O,T,X</th><th>JSD O,T+X</th><th>JSD O+T,X</th><th>MSE O,T,X</th><th>MSE O,T+X</th><th>MSE O+T,X</th><th>accuracy</th><th>F (X)</th><th>F (T+X)</th></tr>");
+    h.push_str("<table><tr><th>predictor</th><th>turns</th><th>n</th>");
+    for title in crate::meta::breakdown::BreakdownMetrics::COLUMNS {
+        let _ = write!(h, "<th>{title}</th>");
+    }
+    h.push_str("</tr>");
     for r in &e.rows {
-        let m = &r.metrics;
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.4}</td><td>{:.4}</td><td>{:.4}</td><td>{:.4}</td><td>{:.4}</td><td>{:.4}</td><td>{:.4}</td><td>{:.3}</td><td>{:.3}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td>",
             r.predictor.name(),
             r.turns.name(),
-            m.turns,
-            m.jsd_o_t_x,
-            m.jsd_o_tx,
-            m.jsd_ot_x,
-            m.mse_o_t_x,
-            m.mse_o_tx,
-            m.mse_ot_x,
-            m.accuracy,
-            m.f_x,
-            m.f_tx
+            r.metrics.turns
         );
+        for cell in r.metrics.cells() {
+            let _ = write!(h, "<td>{cell}</td>");
+        }
+        h.push_str("</tr>");
     }
     h.push_str("</table>");
     if let Some(c) = &e.calibration {
