@@ -188,10 +188,7 @@ pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
     let mut items = data::read_items(&args.items, false)?.items;
     if let Some(half) = args.half {
         let seed = args.stats.seed;
-        items.retain(|i| {
-            hyoka::meta::in_dev_half(seed, i.dialogue.as_deref().unwrap_or(&i.id))
-                == (half == Half::Dev)
-        });
+        items.retain(|i| hyoka::meta::item_in_dev_half(seed, i) == (half == Half::Dev));
         anyhow::ensure!(!items.is_empty(), "no items in the {half:?} half");
         eprintln!(
             "{} items in the {} half (seed {seed})",

@@ -91,6 +91,14 @@ impl AspectScore {
         }
     }
 
+    /// Each valid score with its probability, as `distribution` holds them.
+    pub fn score_probabilities(&self) -> Vec<(i64, f64)> {
+        self.distribution
+            .iter()
+            .filter_map(|(score, p)| Some((score.parse().ok()?, p.as_f64()?)))
+            .collect()
+    }
+
     pub fn probabilities(&self) -> Vec<f64> {
         self.distribution
             .values()

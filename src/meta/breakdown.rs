@@ -269,6 +269,15 @@ impl LevelLabels {
         (!levels.is_empty()).then_some(LevelLabels { levels })
     }
 
+    /// An aspect's map: its rubric's (score, rating) pairs, or `given` when the rubric has none.
+    pub fn of_aspect(rubric: &[(i64, f64)], given: Option<&LevelLabels>) -> Option<LevelLabels> {
+        if rubric.is_empty() {
+            given.cloned()
+        } else {
+            LevelLabels::from_ratings(rubric)
+        }
+    }
+
     /// Parse `2=O,1=T,0=X` (scores and the labels they mean).
     pub fn parse(spec: &str) -> Result<LevelLabels, String> {
         let mut levels = Vec::new();

@@ -48,23 +48,23 @@ fn logits(theta: &[f64], logq: &[f64]) -> Vec<f64> {
         .collect()
 }
 
+/// The log-probability of each calibrated label, floored.
+fn log_probs(q: &Distribution, labels: &[usize]) -> Vec<f64> {
+    labels
+        .iter()
+        .map(|&k| {
+            if q[k] > 0.0 {
+                q[k].ln().max(LOG_FLOOR)
+            } else {
+                LOG_FLOOR
+            }
+        })
+        .collect()
+}
+
 impl Problem {
     fn new(predicted: &[Distribution], gold: &[Distribution], labels: &[usize]) -> Self {
-        let logq = predicted
-            .iter()
-            .map(|q| {
-                labels
-                    .iter()
-                    .map(|&k| {
-                        if q[k] > 0.0 {
-                            q[k].ln().max(LOG_FLOOR)
-                        } else {
-                            LOG_FLOOR
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
+        let logq = predicted.iter().map(|q| log_probs(q, labels)).collect();
         let target = gold
             .iter()
             .map(|g| labels.iter().map(|&k| g[k]).collect())
@@ -215,8 +215,7 @@ impl Calibration {
     pub fn apply(&self, q: &Distribution) -> Distribution {
         let mut theta = self.bias.clone();
         theta[0] = 1.0 / self.temperature;
-        let problem = Problem::new(&[*q], &[[0.0; 3]], &self.labels);
-        let s = softmax(&logits(&theta, &problem.logq[0]));
+        let s = softmax(&logits(&theta, &log_probs(q, &self.labels)));
         let mut out = [0.0; 3];
         for (k, p) in self.labels.iter().zip(s) {
             out[*k] = p;

@@ -85,6 +85,11 @@ pub fn in_dev_half(seed: u64, dialogue: &str) -> bool {
     keyed_hash(seed, &format!("fit-w\u{0}{dialogue}")) < u64::MAX / 2
 }
 
+/// Whether an item's dialogue (the item alone when it names none) is in the development half.
+pub fn item_in_dev_half(seed: u64, item: &crate::data::Item) -> bool {
+    in_dev_half(seed, item.dialogue.as_deref().unwrap_or(&item.id))
+}
+
 /// Pick w from [`W_GRID`] by Spearman on a development half of the dialogues (a dialogue's half
 /// depends only on the seed and its id), and report the held-out half.
 pub fn fit_w(frame: &Frame, which: &str, seed: u64) -> Result<Vec<FitW>, MetaError> {
@@ -92,7 +97,7 @@ pub fn fit_w(frame: &Frame, which: &str, seed: u64) -> Result<Vec<FitW>, MetaErr
     let dev: Vec<bool> = frame
         .items
         .iter()
-        .map(|i| in_dev_half(seed, i.dialogue.as_deref().unwrap_or(&i.id)))
+        .map(|i| item_in_dev_half(seed, i))
         .collect();
     // mean(b) from the development half only: nothing of the test half leaks into w.
     let dev_b: Vec<Option<f64>> = b

@@ -8,7 +8,7 @@ use super::breakdown::{
     BreakdownMetrics, Distribution, LevelLabels, evaluate, raters_distribution,
 };
 use super::calibrate::{Calibration, fit};
-use super::combine::in_dev_half;
+use super::combine::item_in_dev_half;
 use super::frame::Frame;
 use crate::data::HumanRating;
 use crate::data::dbdc3::BREAKDOWN;
@@ -123,22 +123,17 @@ pub fn breakdown_detection(frame: &Frame, opts: &BreakdownOptions) -> Vec<Breakd
     let dev: Vec<bool> = frame
         .items
         .iter()
-        .map(|i| in_dev_half(opts.seed, i.dialogue.as_deref().unwrap_or(&i.id)))
+        .map(|i| item_in_dev_half(opts.seed, i))
         .collect();
     let mut out = Vec::new();
     for d in &frame.distributions {
         if !frame.aspect_pairs_with(&d.aspect, &d.human, BREAKDOWN) {
             continue;
         }
-        let labels = if d.levels.is_empty() {
-            opts.levels
-                .iter()
-                .find(|(a, _)| *a == d.aspect)
-                .map(|(_, l)| l.clone())
-        } else {
-            LevelLabels::from_ratings(&d.levels)
+        let given = opts.levels.iter().find(|(a, _)| *a == d.aspect);
+        let Some(labels) = LevelLabels::of_aspect(&d.levels, given.map(|(_, l)| l)) else {
+            continue;
         };
-        let Some(labels) = labels else { continue };
         // (judge, gold, in the development half) per turn with both.
         let turns: Vec<(Distribution, Distribution, bool)> = d
             .values

@@ -181,12 +181,7 @@ impl Frame {
                         };
                         judge[k].1[row] = Some(s.score as f64);
                         judge[k].2[row] = Some(s.expected);
-                        distributions[k][row] = Some(
-                            s.distribution
-                                .iter()
-                                .filter_map(|(score, p)| Some((score.parse().ok()?, p.as_f64()?)))
-                                .collect(),
-                        );
+                        distributions[k][row] = Some(s.score_probabilities());
                     }
                 }
                 Ok(Body::BertScore(s)) => {

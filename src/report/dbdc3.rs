@@ -86,12 +86,7 @@ pub fn export(
                 message: format!("scores: no aspect {key:?}"),
             });
         };
-        let probabilities: Vec<(i64, f64)> = score
-            .distribution
-            .iter()
-            .filter_map(|(s, p)| Some((s.parse().ok()?, p.as_f64()?)))
-            .collect();
-        let d = labels.distribution(&probabilities);
+        let d = labels.distribution(&score.score_probabilities());
         let (system, dialogue, turn) =
             split_id(&record.id).ok_or_else(|| ResultsError::Corrupt {
                 path: scores.to_path_buf(),
@@ -168,17 +163,10 @@ fn choose(
         .as_ref()
         .map(|r| r.aspects.as_slice())
         .unwrap_or_default();
-    let mapped = |t: &crate::results::AspectTargets| -> Option<LevelLabels> {
-        if t.levels.is_empty() {
-            levels.cloned()
-        } else {
-            LevelLabels::from_ratings(&t.levels)
-        }
-    };
     let candidates: Vec<(String, LevelLabels)> = targets
         .iter()
         .filter(|t| aspect.is_none_or(|a| a == t.key))
-        .filter_map(|t| Some((t.key.clone(), mapped(t)?)))
+        .filter_map(|t| Some((t.key.clone(), LevelLabels::of_aspect(&t.levels, levels)?)))
         .collect();
     let keys: Vec<&str> = targets.iter().map(|t| t.key.as_str()).collect();
     match (candidates.len(), aspect) {
