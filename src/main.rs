@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     hyoka::heap::keep_freed_memory();
-    let args = cli::parse();
+    let args = cli::parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
     match cli::run(args) {
         Ok(code) => code,
         Err(err) => {

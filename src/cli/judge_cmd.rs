@@ -5,7 +5,7 @@ use hyoka::data;
 use hyoka::judge::json::Decoding;
 use hyoka::judge::run::{Judge, RunOptions};
 use hyoka::rubric::Rubric;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
@@ -118,60 +118,89 @@ impl BatchArgs {
     }
 }
 
+/// A judge command's models, rubric and options, loaded: what `hyoka judge` runs once and the
+/// Python package's `Judge` keeps between calls.
+pub struct LoadedJudge {
+    pub models: Vec<hyoka::model::LoadedModel>,
+    pub rubric: Rubric,
+    pub rubric_source: String,
+    pub opts: RunOptions,
+}
+
+impl LoadedJudge {
+    pub fn load(args: &JudgeArgs) -> anyhow::Result<Self> {
+        let (rubric, rubric_source) = Rubric::resolve(&args.rubric)?;
+        let (device, dtype) = args.runtime.device_and_dtype()?;
+        let mut models = Vec::with_capacity(args.model.len());
+        for (i, name) in args.model.iter().enumerate() {
+            eprintln!("loading {name} ...");
+            let expect = if i == 0 { args.sha256.as_deref() } else { None };
+            models.push(args.runtime.load_model(name, dtype, &device, expect)?);
+        }
+        let opts = args.batching.run_options(
+            args.overwrite,
+            args.greedy_baseline,
+            Decoding {
+                temperature: args.temperature,
+                seed: args.seed,
+            },
+        );
+        Ok(LoadedJudge {
+            models,
+            rubric,
+            rubric_source,
+            opts,
+        })
+    }
+
+    /// Score `items` into `output` (continued when it holds lines of the same run), with a
+    /// progress bar; prints the run's figures and returns the failed items' messages.
+    pub fn run(&self, items: &[data::Item], output: &Path) -> anyhow::Result<Vec<String>> {
+        let judge = Judge {
+            models: &self.models,
+            rubric: &self.rubric,
+            rubric_source: &self.rubric_source,
+        };
+        let (summary, secs) = super::with_progress("judging", |progress| {
+            judge.run(items, output, &self.opts, progress)
+        });
+        let (summary, stats) = summary?;
+        super::report_retried(summary.retried);
+        eprintln!(
+            "scored {} items in {secs:.1}s ({:.2} items/s); {} already in {}; {} failed; {} truncated to fit",
+            summary.scored,
+            summary.scored as f64 / secs.max(1e-9),
+            summary.skipped_finished,
+            output.display(),
+            summary.failed.len(),
+            stats.truncated,
+        );
+        if stats.naive_tokens > 0 {
+            eprintln!(
+                "forward tokens: {} (one full prompt per aspect would be {}: {:.1}× fewer)",
+                stats.forward_tokens,
+                stats.naive_tokens,
+                stats.naive_tokens as f64 / stats.forward_tokens.max(1) as f64
+            );
+        }
+        Ok(summary.failed)
+    }
+}
+
 pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
-    let (rubric, source) = Rubric::resolve(&args.rubric)?;
+    // The rubric and the items are checked, and the output (locked by no other run, readable),
+    // before models load.
+    Rubric::resolve(&args.rubric)?;
     let read = data::read_items(&args.input, args.skip_invalid)?;
     for e in &read.skipped {
         eprintln!("skipped: {e}");
     }
-    let (device, dtype) = args.runtime.device_and_dtype()?;
-    // The output is checked (locked by no other run, readable) before models load.
     hyoka::results::ResultsFile::preflight(&args.output, args.overwrite)?;
-    let mut models = Vec::with_capacity(args.model.len());
-    for (i, name) in args.model.iter().enumerate() {
-        eprintln!("loading {name} ...");
-        let expect = if i == 0 { args.sha256.as_deref() } else { None };
-        models.push(args.runtime.load_model(name, dtype, &device, expect)?);
-    }
-    let judge = Judge {
-        models: &models,
-        rubric: &rubric,
-        rubric_source: &source,
-    };
-    let opts = args.batching.run_options(
-        args.overwrite,
-        args.greedy_baseline,
-        Decoding {
-            temperature: args.temperature,
-            seed: args.seed,
-        },
-    );
-    let (summary, secs) = super::with_progress("judging", |progress| {
-        judge.run(&read.items, &args.output, &opts, progress)
-    });
-    let (summary, stats) = summary?;
-    super::report_retried(summary.retried);
-    eprintln!(
-        "scored {} items in {secs:.1}s ({:.2} items/s); {} already in {}; {} failed; {} truncated to fit",
-        summary.scored,
-        summary.scored as f64 / secs.max(1e-9),
-        summary.skipped_finished,
-        args.output.display(),
-        summary.failed.len(),
-        stats.truncated,
-    );
-    if stats.naive_tokens > 0 {
-        eprintln!(
-            "forward tokens: {} (one full prompt per aspect would be {}: {:.1}× fewer)",
-            stats.forward_tokens,
-            stats.naive_tokens,
-            stats.naive_tokens as f64 / stats.forward_tokens.max(1) as f64
-        );
-    }
-    Ok(super::finish(&summary.failed, read.skipped.len()))
+    let judge = LoadedJudge::load(&args)?;
+    let failed = judge.run(&read.items, &args.output)?;
+    Ok(super::finish(&failed, read.skipped.len()))
 }
 
-/// A memory size in GiB: above zero, at most 2^20 (a PiB; NaN and infinities refused).
 fn gibibytes(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(g) if g > 0.0 && g <= (1u64 << 20) as f64 => Ok(g),

@@ -1,13 +1,13 @@
 //! Subcommands, and the exit codes every one of them uses (`EXIT_CODES`, shown by `--help`).
 
 mod bench_cmd;
-mod bertscore_cmd;
+pub(crate) mod bertscore_cmd;
 mod data_cmd;
 #[cfg(test)]
 mod docs_check;
 mod eval_cmd;
 mod export_cmd;
-mod judge_cmd;
+pub(crate) mod judge_cmd;
 mod meta_cmd;
 mod rubrics_cmd;
 
@@ -96,10 +96,15 @@ pub fn command() -> clap::Command {
     with_exit_codes(<Cli as clap::CommandFactory>::command())
 }
 
-/// The arguments of this process.
-pub fn parse() -> Cli {
-    let matches = command().get_matches();
-    <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+/// A command line (the program name first): this process's, or the one the Python package's
+/// `hyoka` entry point passes on.
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = command().try_get_matches_from(args)?;
+    <Cli as clap::FromArgMatches>::from_arg_matches(&matches)
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -72,6 +72,20 @@ pub fn test_model(name: &str) -> Option<PathBuf> {
     );
 }
 
+/// An optional real model (models/test-models.toml's `optional = true`, fetched only by name):
+/// None, with a note, when it is not in the cache, so the test command needs no download for it.
+pub fn optional_test_model(name: &str) -> Option<PathBuf> {
+    let path = test_models().join(name);
+    if path.exists() {
+        return Some(path);
+    }
+    eprintln!(
+        "skipping: optional model {} is missing (scripts/fetch_test_models.py --only …)",
+        path.display()
+    );
+    None
+}
+
 /// The shipped DBDC3 archive, unpacked once by the system's tar — independently of hyoka's own
 /// archive reader — below cargo's temporary folder for tests (the system's, where a test binary
 /// runs on another machine). Unpacked into a folder of this process, then renamed into place,

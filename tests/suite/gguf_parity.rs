@@ -47,6 +47,10 @@ fn check(name: &str, eos: &[u32]) {
     let Some(path) = common::test_model(fx["model"].as_str().unwrap()) else {
         return;
     };
+    check_file(name, &fx, path, eos);
+}
+
+fn check_file(name: &str, fx: &Value, path: std::path::PathBuf, eos: &[u32]) {
     let Some(tok_path) = common::test_model(fx["tokenizer"].as_str().unwrap()) else {
         return;
     };
@@ -141,6 +145,16 @@ fn check(name: &str, eos: &[u32]) {
 #[test]
 fn qwen25_gguf_matches_transformers() {
     check("qwen2.5", &[151645, 151643]);
+}
+
+/// The larger optional judge (scripts/fetch_test_models.py --only qwen2.5-coder-1.5b-instruct-q4km);
+/// skipped when it has not been fetched.
+#[test]
+fn qwen25_1_5b_gguf_matches_transformers() {
+    let fx = fixture("qwen2.5-1.5b");
+    if let Some(path) = common::optional_test_model(fx["model"].as_str().unwrap()) {
+        check_file("qwen2.5-1.5b", &fx, path, &[151645, 151643]);
+    }
 }
 
 #[test]

@@ -1,0 +1,107 @@
+"""LLM judges: `Judge(model, rubric).score(items)`, the numbers `hyoka judge` writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from . import _hyoka
+from .errors import InvalidInputError
+
+
+def options_to_args(options: Mapping[str, Any]) -> list[str]:
+    """Keyword options as command-line flags: prefill_gemm="int8" → --prefill-gemm int8,
+    overwrite=True → --overwrite (False leaves it out), a list repeats the flag."""
+    args: list[str] = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                args += [flag, os.fspath(v) if isinstance(v, os.PathLike) else str(v)]
+        else:
+            args += [flag, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
+    return args
+
+
+def write_items(items: Iterable[Mapping[str, Any]], path: Path) -> None:
+    """Items (dicts in the items format) as JSONL; a non-dict is refused by its index."""
+    with open(path, "w", encoding="utf-8") as out:
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise InvalidInputError(f"items[{i}]: a dict in the items format, got {type(item).__name__}")
+            out.write(json.dumps(item, ensure_ascii=False) + "\n")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class Judge:
+    """A judge model (or several, `model` a list: each one's scores and their mean) with a
+    rubric, loaded once.
+
+    model: a local .gguf file or checkpoint folder, or a Hugging Face id (ORG/NAME[:Q4_K_M]).
+    rubric: a built-in rubric's name (`hyoka.rubrics()`) or a rubric file.
+    device, dtype: as `hyoka judge --device/--dtype` (default cpu; dtype by device).
+    options: any other `hyoka judge` option by name — weights="stored", prefill_gemm="int8",
+        batch_tokens=4096, max_prompt_tokens=…, template_date="2024-01-01", tokenizer=…,
+        chat_template=…, temperature=…, seed=…, greedy_baseline=…, sha256=…. They are in every
+        result's provenance as in the command's output.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | list[str | os.PathLike[str]],
+        rubric: str | os.PathLike[str],
+        device: str | None = None,
+        dtype: str | None = None,
+        **options: Any,
+    ) -> None:
+        models = model if isinstance(model, list) else [model]
+        argv = ["hyoka", "judge", "--rubric", os.fspath(rubric), "-i", "-", "-o", "-"]
+        for m in models:
+            argv += ["--model", os.fspath(m)]
+        argv += options_to_args({"device": device, "dtype": dtype, **options})
+        self._judge = _hyoka.Judge(argv)
+        self.rubric = os.fspath(rubric)
+        self.models = [os.fspath(m) for m in models]
+
+    def score(self, items: Iterable[Mapping[str, Any]] | str | os.PathLike[str]) -> list[dict[str, Any]]:
+        """Score items — dicts in the items format, or an items JSONL path — and return one
+        dict per item, in input order, as `hyoka judge` writes its lines: per aspect `score`
+        (most probable), `expected`, `distribution` over the valid scores and `off_scale`; in
+        json mode also `reason` and `answer`; and the run's `provenance`. An item that fails has
+        an `error` instead."""
+        with tempfile.TemporaryDirectory(prefix="hyoka-judge-") as tmp:
+            output = Path(tmp) / "judge.jsonl"
+            if isinstance(items, (str, os.PathLike)):
+                source = Path(items)
+            else:
+                source = Path(tmp) / "items.jsonl"
+                write_items(items, source)
+            try:
+                self._judge.score(str(source), str(output))
+            except InvalidInputError as e:
+                if source.parent == Path(tmp):
+                    raise InvalidInputError(name_by_index(str(e), source)) from None
+                raise
+            order = {item["id"]: n for n, item in enumerate(read_jsonl(source))}
+            return sorted(read_jsonl(output), key=lambda line: order.get(line.get("id"), len(order)))
+
+
+def name_by_index(message: str, file: Path) -> str:
+    """A message about line N of the temporary items file, about items[N - 1] instead."""
+    return re.sub(re.escape(str(file)) + r":(\d+)", lambda m: f"items[{int(m.group(1)) - 1}]", message)
+
+
+__all__ = ["Judge"]

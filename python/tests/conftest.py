@@ -1,0 +1,25 @@
+"""Shared paths: the repository's fixtures and the real test models (scripts/fetch_test_models.py)."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def models_dir() -> Path:
+    env = os.environ.get("HYOKA_TEST_MODELS")
+    return Path(env) if env else Path.home() / ".cache" / "hyoka" / "test-models"
+
+
+def real_model(name: str) -> Path:
+    """A real test model; missing ones fail (the test command fetches them) unless
+    HYOKA_SKIP_MODEL_TESTS=1, which skips."""
+    path = models_dir() / name
+    if not path.exists():
+        if os.environ.get("HYOKA_SKIP_MODEL_TESTS") == "1":
+            pytest.skip(f"{path} is missing (HYOKA_SKIP_MODEL_TESTS=1)")
+        raise FileNotFoundError(f"{path} is missing: run `python3 scripts/fetch_test_models.py`")
+    return path
