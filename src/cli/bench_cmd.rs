@@ -176,7 +176,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let mfu = |tok_s: f64| args.peak_flops.map(|peak| 2.0 * params * tok_s / peak);
     let mut report = json!({
         "model": args.model, "arch": t.cfg.arch.name(), "parameters": params, "device": device_name(&device),
-        "dtype": dtype_name(dtype), "prefill_gemm": hyoka::model::prefill_gemm::prefill_gemm().name(),
+        "dtype": dtype_name(dtype), "prefill_gemm": t.prefill_gemm().name(),
         "int8_body": hyoka::model::prefill_gemm::int8_body(),
         "threads": rayon::current_num_threads(), "items": items.len(),
         "prompt_tokens": tokens, "mean_prompt_tokens": tokens as f64 / prompts.len() as f64,

@@ -198,6 +198,7 @@ impl RuntimeArgs {
         if let Some(date) = &self.template_date {
             model.chat_template.set_date(date);
         }
+        model.transformer.set_prefill_gemm(self.prefill_gemm)?;
         if !model.iquants_converted.is_empty() {
             let held: Vec<String> = model
                 .iquants_converted
@@ -214,13 +215,13 @@ impl RuntimeArgs {
         Ok(model)
     }
 
-    /// The device and dtype these flags name, with `--prefill-gemm` applied for them (whether
-    /// it applies depends on both).
+    /// The device and dtype these flags name, `--prefill-gemm` checked for them (whether it
+    /// applies depends on both; `load_model` sets it on the model).
     pub fn device_and_dtype(&self) -> anyhow::Result<(candle_core::Device, candle_core::DType)> {
         let device = hyoka::model::device::parse_device(&self.device)?;
         let dtype = hyoka::model::device::parse_dtype(self.dtype.as_deref(), &device)?;
-        use hyoka::model::prefill_gemm::{advice, set_prefill_gemm};
-        set_prefill_gemm(self.prefill_gemm, &device, dtype, self.weights)?;
+        use hyoka::model::prefill_gemm::{advice, check_prefill_gemm};
+        check_prefill_gemm(self.prefill_gemm, &device, dtype, self.weights)?;
         if let Some(word) = advice(self.prefill_gemm) {
             eprintln!("{word}");
         }

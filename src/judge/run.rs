@@ -91,7 +91,7 @@ impl<'a> Judge<'a> {
         if self.rubric.output == OutputMode::Json || opts.greedy_baseline.is_some() {
             settings.insert("weights".into(), json!(first.weights_mode().name()));
         }
-        let gemm = crate::model::prefill_gemm::prefill_gemm();
+        let gemm = first.prefill_gemm();
         if gemm != crate::model::prefill_gemm::PrefillGemm::F32 {
             settings.insert("prefill_gemm".into(), json!(gemm.name()));
         }

@@ -221,6 +221,7 @@ impl Batch {
         Plan {
             products: self.products,
             runs: Some(&self.runs),
+            gemm: Default::default(),
         }
     }
 
@@ -256,6 +257,7 @@ impl Batch {
         Plan {
             products: self.products,
             runs: Some(self.read_runs.as_deref().unwrap_or(&self.runs)),
+            gemm: Default::default(),
         }
     }
 

@@ -46,8 +46,14 @@ impl GatedWeights<'_> {
     /// down(act(x · Gᵀ) · (x · Uᵀ)) for x (rows, in): (rows, out), padding rows (run 0) zeros;
     /// the bits of the whole products and `silu_mul` (or candle's tanh GELU then product).
     /// x is freed once its real rows are gathered, where nothing else holds it.
-    pub fn forward(&self, x: Tensor, runs: Option<&[u32]>, act: Activation) -> Result<Tensor> {
-        self.forward_in_blocks(x, runs, act, prefill_gemm::prefill_gemm(), BLOCK_VALUES)
+    pub fn forward(
+        &self,
+        x: Tensor,
+        runs: Option<&[u32]>,
+        act: Activation,
+        gemm: PrefillGemm,
+    ) -> Result<Tensor> {
+        self.forward_in_blocks(x, runs, act, gemm, BLOCK_VALUES)
     }
 
     /// `forward` with the products `gemm` says, the middle in blocks of at most

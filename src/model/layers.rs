@@ -121,7 +121,7 @@ impl Mlp {
             drop(x);
             let device = rows.device().clone();
             let y = stage_times::time(&device, "weights: products (GEMM, kernels)", || {
-                weights.forward(rows, plan.runs, self.act)
+                weights.forward(rows, plan.runs, self.act, plan.gemm)
             })?;
             *dims.last_mut().expect("at least one dimension") = y.dim(1)?;
             return y.reshape(dims);

@@ -21,6 +21,7 @@ use super::iq_dots;
 use super::iq_rows::IqMatrix;
 use super::iquants::IQuant;
 use super::kquant_dots::{self, KQuantKind, Q8KRows};
+use super::prefill_gemm::PrefillGemm;
 use super::row_tasks::by_weight_rows;
 use super::{prefill_gemm, runs, stage_times};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
@@ -77,14 +78,15 @@ pub enum Products {
     RowWise,
 }
 
-/// How one product chooses its kernels: the batch's `products` and, for `RowWise`, the run
-/// of every row of x.
+/// How one product chooses its kernels: the batch's `products`, for `RowWise` the run of
+/// every row of x, and the precision of a prompt's products on the CPU (the model's setting).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Plan<'a> {
     pub products: Products,
     /// Per row of x: how many tokens of its sequence the pass feeds together with it (a
     /// decoding step's trunk, or one of its branches); 0 for padding. None: not known.
     pub runs: Option<&'a [u32]>,
+    pub gemm: PrefillGemm,
 }
 
 impl From<Products> for Plan<'_> {
@@ -92,6 +94,7 @@ impl From<Products> for Plan<'_> {
         Plan {
             products,
             runs: None,
+            gemm: PrefillGemm::F32,
         }
     }
 }
@@ -242,7 +245,9 @@ impl Matrix {
             {
                 dense_rows::product(w, x)
             }
-            _ if prefill_gemm::applies(self, x) => prefill_gemm::product(self, x, plan.runs),
+            _ if prefill_gemm::applies(self, x) => {
+                prefill_gemm::product(self, x, plan.runs, plan.gemm)
+            }
             _ => x.matmul(&self.expand(x.dtype())?.t()?),
         }
     }
@@ -328,7 +333,7 @@ impl Matrix {
             // 64 MiB at a time into the thread's kept buffer, each block's products written
             // into the output's columns (a 13B's 16k-row chunk was 335 MB expanded, and the
             // chunks' outputs were then copied into a second whole output).
-            return prefill_gemm::product_with(self, x, None, prefill_gemm::PrefillGemm::F32);
+            return prefill_gemm::product(self, x, None, PrefillGemm::F32);
         }
         let mut parts = Vec::with_capacity(out.div_ceil(chunk));
         for start in (0..out).step_by(chunk.max(1)) {

@@ -22,7 +22,6 @@ use rayon::prelude::*;
 use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 /// How prompts' products are computed on the CPU (`--prefill-gemm`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -57,20 +56,17 @@ impl PrefillGemm {
         }
     }
 
+    #[cfg(test)]
     pub(crate) const ALL: [PrefillGemm; 3] =
         [PrefillGemm::F32, PrefillGemm::Bf16, PrefillGemm::Int8];
 }
-
-/// Process-wide, as candle's TF32 switch is (`device::set_tf32`): set once by the command line
-/// (the index of a `PrefillGemm::ALL` entry).
-static GEMM: AtomicU8 = AtomicU8::new(0);
 
 /// `--prefill-gemm`: bf16 and int8 are refused where they do not apply — a device other than
 /// the CPU, a compute dtype other than f32 (a GPU's bf16 is `--dtype bf16`), a CPU without the
 /// instructions (AVX512-BF16; AVX2, FMA and F16C) — and int8 with weights expanded at load (it
 /// multiplies the integers of GGUF blocks kept as stored). A `HYOKA_INT8_BODY` this CPU does
 /// not run is refused too, whatever the flag (json mode's runs take the 8-bit products).
-pub fn set_prefill_gemm(
+pub fn check_prefill_gemm(
     gemm: PrefillGemm,
     device: &Device,
     dtype: DType,
@@ -104,11 +100,6 @@ pub fn set_prefill_gemm(
             message,
         })?;
     }
-    let index = PrefillGemm::ALL
-        .iter()
-        .position(|g| *g == gemm)
-        .unwrap_or(0);
-    GEMM.store(index as u8, Ordering::Relaxed);
     Ok(())
 }
 
@@ -116,11 +107,6 @@ pub fn set_prefill_gemm(
 /// `vnni` or `avx2` (the same numbers), None where this CPU has neither. For benchmarks.
 pub fn int8_body() -> Option<&'static str> {
     int8_runs::body().map(|body| body.name())
-}
-
-/// The products' precision in use (`set_prefill_gemm`), for the provenance.
-pub fn prefill_gemm() -> PrefillGemm {
-    PrefillGemm::ALL[GEMM.load(Ordering::Relaxed) as usize]
 }
 
 /// A word for the user where a choice is slower on this CPU than the default: Intel's cores
@@ -154,19 +140,10 @@ pub fn applies(w: &Matrix, x: &Tensor) -> bool {
         }
 }
 
-/// x (rows, in) · Wᵀ → (rows, out), f32 on the CPU (see `applies`). With `runs` (one per row
-/// of x, `Plan::runs`), the rows whose run is 0 are padding: their products are 0, not computed.
-pub fn product(w: &Matrix, x: &Tensor, runs: Option<&[u32]>) -> Result<Tensor> {
-    product_with(w, x, runs, prefill_gemm())
-}
-
-/// `product` with the products `gemm` says (an output head's are f32 whatever `--prefill-gemm`).
-pub fn product_with(
-    w: &Matrix,
-    x: &Tensor,
-    runs: Option<&[u32]>,
-    gemm: PrefillGemm,
-) -> Result<Tensor> {
+/// x (rows, in) · Wᵀ → (rows, out), f32 on the CPU (see `applies`), with the products `gemm`
+/// says (an output head's are f32 whatever the model's setting). With `runs` (one per row of x,
+/// `Plan::runs`), the rows whose run is 0 are padding: their products are 0, not computed.
+pub fn product(w: &Matrix, x: &Tensor, runs: Option<&[u32]>, gemm: PrefillGemm) -> Result<Tensor> {
     let (out, k) = w.dims()?;
     on_real_rows(x.clone(), k, out, runs, |lhs, _, room| {
         packed_product(w, lhs, room, gemm)
@@ -443,7 +420,7 @@ fn widen<T: Copy + Sync>(from: &[T], to: &mut [f32], f: impl Fn(T) -> f32 + Sync
 }
 
 /// x (m, k) · wᵀ on f32 weights as `gemm` says: `gemm_t`, or `bf16_gemm` (whose
-/// availability `set_prefill_gemm` checked).
+/// availability `check_prefill_gemm` checked).
 fn multiply(
     x: &[f32],
     m: usize,

@@ -158,6 +158,7 @@ mod tests {
         Plan {
             products: Products::RowWise,
             runs: Some(runs),
+            gemm: Default::default(),
         }
     }
 

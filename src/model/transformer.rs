@@ -6,6 +6,7 @@
 //! per-row positions and masks, and can continue a shared prefix whose keys and values were
 //! computed once.
 
+use super::ModelError;
 use super::batch::Batch;
 use super::config::TransformerConfig;
 use super::decode::{Segment, Segments};
@@ -16,6 +17,7 @@ use super::layers::{Linear, Mlp, RmsNorm, inv_freq, rope_tables};
 use super::masked_softmax::masked_softmax;
 use super::matrix::{Matrix, Plan, Products, WeightsMode};
 use super::prefill_attention;
+use super::prefill_gemm::{PrefillGemm, check_prefill_gemm};
 use super::stage_times;
 use super::weights::Weights;
 use candle_core::{DType, Device, Result, Tensor};
@@ -64,6 +66,8 @@ pub struct Transformer {
     attention_elements: usize,
     /// Attention of this many queries a row or more through `fused_attention`; None: never.
     fused_from_queries: Option<usize>,
+    /// The precision of a prompt's products on the CPU (`set_prefill_gemm`).
+    prefill_gemm: PrefillGemm,
 }
 
 impl Transformer {
@@ -134,6 +138,7 @@ impl Transformer {
             attention_elements: ATTENTION_ELEMENTS,
             fused_from_queries: (w.device().is_cuda() && super::hyoka_gpu_kernels())
                 .then_some(FUSED_FROM_QUERIES),
+            prefill_gemm: PrefillGemm::F32,
             cfg,
         })
     }
@@ -167,6 +172,19 @@ impl Transformer {
     /// How the weights are held (stored or expanded).
     pub fn weights_mode(&self) -> WeightsMode {
         self.weights_mode
+    }
+
+    /// The products of prompts on the CPU: f32 (the default: the expanded f32 model's bits),
+    /// bf16 or int8, refused where they do not apply (`check_prefill_gemm`).
+    pub fn set_prefill_gemm(&mut self, gemm: PrefillGemm) -> std::result::Result<(), ModelError> {
+        check_prefill_gemm(gemm, &self.device, self.dtype, self.weights_mode)?;
+        self.prefill_gemm = gemm;
+        Ok(())
+    }
+
+    /// The products of prompts on the CPU, for the provenance.
+    pub fn prefill_gemm(&self) -> PrefillGemm {
+        self.prefill_gemm
     }
 
     /// Bytes the weight matrices hold in memory (embeddings once when tied to the head).
@@ -272,10 +290,13 @@ impl Transformer {
         for (i, block) in self.blocks.iter().enumerate() {
             let kind = &self.cfg.layers[i];
             // Past the last layer's keys and values, only the rows that are read.
-            let plan = if i == last {
-                batch.last_plan()
-            } else {
-                batch.plan()
+            let plan = Plan {
+                gemm: self.prefill_gemm,
+                ..if i == last {
+                    batch.last_plan()
+                } else {
+                    batch.plan()
+                }
             };
             let (cos, sin) = &tables[kind.rope];
             let past = match past {
@@ -330,7 +351,10 @@ impl Transformer {
                     .contiguous()
             })
         };
-        let plan = batch.plan();
+        let plan = Plan {
+            gemm: self.prefill_gemm,
+            ..batch.plan()
+        };
         let mut q = heads(a.q.forward(&x, out_plan)?, cfg.num_heads)?;
         let mut k = heads(a.k.forward(&x, plan)?, cfg.num_kv_heads)?;
         let v = heads(a.v.forward(&x, plan)?, cfg.num_kv_heads)?;

@@ -1,7 +1,7 @@
 //! The integration tests, one module per subject, in one test binary: candle and the library
 //! are linked once, and the GPU check runs a subject alone with its module as the filter
-//! (`cargo test --test suite -- runtime_parity::`). Tests that flip a process-wide switch live
-//! in their own binaries (tests/prefill_products, tests/model_loading.rs).
+//! (`cargo test --test suite -- runtime_parity::`). Tests that set process environment variables
+//! live in their own binary (tests/model_loading.rs).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -32,6 +32,8 @@ mod last_layer_reads;
 mod llama_cpp_vocabs;
 mod meta_parity;
 mod multilingual_encoder;
+mod prefill_gemm_bf16;
+mod prefill_gemm_int8;
 mod rope_scaling;
 mod rubrics;
 mod runtime_parity;

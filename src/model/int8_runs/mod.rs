@@ -234,7 +234,7 @@ pub fn requested_body() -> std::result::Result<Option<Body>, String> {
 }
 
 /// The body in use: `HYOKA_INT8_BODY`'s (refused up front where it is not understood,
-/// `prefill_gemm::set_prefill_gemm`), else the fastest this CPU has; None without AVX2.
+/// `prefill_gemm::check_prefill_gemm`), else the fastest this CPU has; None without AVX2.
 pub fn body() -> Option<Body> {
     static BODY: std::sync::OnceLock<Option<Body>> = std::sync::OnceLock::new();
     *BODY.get_or_init(|| match requested_body() {

@@ -1,13 +1,13 @@
 //! `--prefill-gemm bf16` (`model::bf16_gemm`, AVX512-BF16) through whole models: the tiny
 //! random models of every architecture against transformers' f32 logits, held to the bf16
 //! tolerance of `runtime_parity`, and different from the f32 products (so the switch is what
-//! ran). The switch is process-wide: the test takes `SWITCH`. Skipped on CPUs without AVX512-BF16.
+//! ran). The choice is the model's (`Transformer::set_prefill_gemm`). Skipped on CPUs without AVX512-BF16.
 
 use crate::common;
 
 use candle_core::{DType, Device};
 use hyoka::model::matrix::WeightsMode;
-use hyoka::model::prefill_gemm::{PrefillGemm, prefill_gemm, set_prefill_gemm};
+use hyoka::model::prefill_gemm::{PrefillGemm, check_prefill_gemm};
 use hyoka::model::{Batch, Transformer, load_safetensors_dir};
 
 const ARCHS: [&str; 6] = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"];
@@ -15,8 +15,8 @@ const ARCHS: [&str; 6] = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma
 const BF16_TOL: f32 = 0.05;
 
 /// Every position's logits of `ids` (one row), with the products `gemm` says.
-fn logits(model: &Transformer, ids: &[u32], gemm: PrefillGemm) -> Vec<Vec<f32>> {
-    set_prefill_gemm(gemm, &Device::Cpu, DType::F32, WeightsMode::Stored).unwrap();
+fn logits(model: &mut Transformer, ids: &[u32], gemm: PrefillGemm) -> Vec<Vec<f32>> {
+    model.set_prefill_gemm(gemm).unwrap();
     let batch = Batch::new(&[ids.to_vec()], 0, &Device::Cpu).unwrap();
     let hidden = model.forward(&batch, None).unwrap();
     let at: Vec<(usize, usize)> = (0..ids.len()).map(|i| (0, i)).collect();
@@ -34,9 +34,8 @@ fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
 
 #[test]
 fn bf16_products_match_transformers_within_bf16_tolerance() {
-    let _switch = crate::SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     // Refused where it does not apply, whatever the CPU.
-    let err = set_prefill_gemm(
+    let err = check_prefill_gemm(
         PrefillGemm::Bf16,
         &Device::Cpu,
         DType::BF16,
@@ -48,7 +47,7 @@ fn bf16_products_match_transformers_within_bf16_tolerance() {
         "{err}"
     );
     if !hyoka::model::bf16_gemm::available() {
-        let err = set_prefill_gemm(
+        let err = check_prefill_gemm(
             PrefillGemm::Bf16,
             &Device::Cpu,
             DType::F32,
@@ -61,7 +60,7 @@ fn bf16_products_match_transformers_within_bf16_tolerance() {
     }
     for arch in ARCHS {
         let dir = common::tiny_model(arch);
-        let model =
+        let mut model =
             load_safetensors_dir(&dir, DType::F32, &Device::Cpu, Default::default()).unwrap();
         let cases = common::tiny_cases(arch);
         // The 23-token prompt and the 2,000-token one (its last positions' logits).
@@ -69,9 +68,9 @@ fn bf16_products_match_transformers_within_bf16_tolerance() {
         for n in [2, 5] {
             let (ids, want) = &cases[n];
             let first = ids.len() - want.len();
-            let bf16 = logits(&model, ids, PrefillGemm::Bf16);
-            assert_eq!(prefill_gemm(), PrefillGemm::Bf16);
-            let f32 = logits(&model, ids, PrefillGemm::F32);
+            let bf16 = logits(&mut model, ids, PrefillGemm::Bf16);
+            assert_eq!(model.prefill_gemm(), PrefillGemm::Bf16);
+            let f32 = logits(&mut model, ids, PrefillGemm::F32);
             let d = max_diff(&bf16[first..], want);
             assert!(d <= BF16_TOL, "{arch} prompt {n}: max |Δlogit| {d}");
             worst = worst.max(d);

@@ -5,7 +5,7 @@
 //! that file (whose products round activations to 8 bits too), the products must differ from
 //! f32 ones on the quantized files (so the switch is what ran) and leave the f16 file's f32
 //! products untouched to the bit, and a prompt's logits must not depend on the prompts beside
-//! it. The switch is process-wide: each test takes `SWITCH`. Skipped on CPUs without AVX2. The
+//! it. The choice is the model's (`Transformer::set_prefill_gemm`). Skipped on CPUs without AVX2. The
 //! test command runs it again with `HYOKA_INT8_BODY=avx2`, so that a CPU with VNNI checks both
 //! bodies.
 
@@ -13,7 +13,7 @@ use crate::common;
 
 use candle_core::{DType, Device};
 use common::max_share_of_range;
-use hyoka::model::prefill_gemm::{PrefillGemm, prefill_gemm, set_prefill_gemm};
+use hyoka::model::prefill_gemm::{PrefillGemm, check_prefill_gemm};
 use hyoka::model::{Batch, Transformer, WeightsMode, load_gguf};
 
 const ARCHS: [&str; 6] = [
@@ -39,15 +39,13 @@ fn expected(name: &str, kind: &str) -> std::collections::HashMap<String, candle_
     .unwrap()
 }
 
-fn logits(model: &Transformer, ids: &[u32], gemm: PrefillGemm) -> Vec<Vec<f32>> {
-    set_prefill_gemm(gemm, &Device::Cpu, DType::F32, WeightsMode::Stored).unwrap();
+fn logits(model: &mut Transformer, ids: &[u32], gemm: PrefillGemm) -> Vec<Vec<f32>> {
+    model.set_prefill_gemm(gemm).unwrap();
     common::every_position_logits(model, ids)
 }
 
-use crate::SWITCH;
-
 fn available() -> bool {
-    let err = set_prefill_gemm(
+    let err = check_prefill_gemm(
         PrefillGemm::Int8,
         &Device::Cpu,
         DType::BF16,
@@ -60,7 +58,7 @@ fn available() -> bool {
     );
     // Weights expanded at load hold no blocks to multiply as integers: refused by the library
     // (the command line's --weights expanded --prefill-gemm int8 exits 2 with this message).
-    let err = set_prefill_gemm(
+    let err = check_prefill_gemm(
         PrefillGemm::Int8,
         &Device::Cpu,
         DType::F32,
@@ -69,7 +67,7 @@ fn available() -> bool {
     .unwrap_err();
     assert!(err.to_string().contains("--weights expanded"), "{err}");
     if !PrefillGemm::Int8.available() {
-        let err = set_prefill_gemm(
+        let err = check_prefill_gemm(
             PrefillGemm::Int8,
             &Device::Cpu,
             DType::F32,
@@ -87,7 +85,6 @@ fn available() -> bool {
 
 #[test]
 fn int8_products_err_as_llama_cpp_does() {
-    let _switch = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     if !available() {
         return;
     }
@@ -97,7 +94,8 @@ fn int8_products_err_as_llama_cpp_does() {
                 .join("converter")
                 .join(name)
                 .join(format!("{kind}.gguf"));
-            let model = load_gguf(&path, DType::F32, &Device::Cpu, WeightsMode::Stored).unwrap();
+            let mut model =
+                load_gguf(&path, DType::F32, &Device::Cpu, WeightsMode::Stored).unwrap();
             let expected = expected(name, kind);
             let cases = common::prompt_cases(&expected);
             // llama.cpp's logits exist for the prompts of at most 8 tokens.
@@ -113,9 +111,9 @@ fn int8_products_err_as_llama_cpp_does() {
             assert!(theirs > 0.0, "{name} {kind}: llama.cpp's logits");
             for (n, (ids, want)) in cases.iter().enumerate().filter(|(_, c)| c.0.len() > 8) {
                 let first = ids.len() - want.len();
-                let int8 = logits(&model, ids, PrefillGemm::Int8);
-                assert_eq!(prefill_gemm(), PrefillGemm::Int8);
-                let f32 = logits(&model, ids, PrefillGemm::F32);
+                let int8 = logits(&mut model, ids, PrefillGemm::Int8);
+                assert_eq!(model.prefill_gemm(), PrefillGemm::Int8);
+                let f32 = logits(&mut model, ids, PrefillGemm::F32);
                 let ours = max_share_of_range(&int8[first..], want);
                 let moved = max_share_of_range(&int8, &f32);
                 eprintln!(
@@ -140,16 +138,15 @@ fn int8_products_err_as_llama_cpp_does() {
 /// An f16 GGUF has no integer blocks: under int8 its products are the f32 ones, to the bit.
 #[test]
 fn int8_leaves_other_matrices_in_f32() {
-    let _switch = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     if !available() {
         return;
     }
     let path = common::fixtures().join("converter/qwen2/f16.gguf");
-    let model = load_gguf(&path, DType::F32, &Device::Cpu, WeightsMode::Stored).unwrap();
+    let mut model = load_gguf(&path, DType::F32, &Device::Cpu, WeightsMode::Stored).unwrap();
     let (ids, _) = &common::prompt_cases(&expected("qwen2", "f16"))[3];
     assert!(ids.len() > 8);
-    let int8 = logits(&model, ids, PrefillGemm::Int8);
-    let f32 = logits(&model, ids, PrefillGemm::F32);
+    let int8 = logits(&mut model, ids, PrefillGemm::Int8);
+    let f32 = logits(&mut model, ids, PrefillGemm::F32);
     assert!(int8 == f32, "f16 weights' products changed under int8");
 }
 
@@ -157,15 +154,14 @@ fn int8_leaves_other_matrices_in_f32() {
 /// sixteen, padding rows): the same bits.
 #[test]
 fn int8_prompt_does_not_depend_on_its_batch() {
-    let _switch = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     if !available() {
         return;
     }
     let path = common::fixtures().join("converter/qwen2/q4_k_m.gguf");
-    let model = load_gguf(&path, DType::F32, &Device::Cpu, WeightsMode::Stored).unwrap();
+    let mut model = load_gguf(&path, DType::F32, &Device::Cpu, WeightsMode::Stored).unwrap();
     let cases = common::prompt_cases(&expected("qwen2", "q4_k_m"));
     let (short, long) = (&cases[2].0, &cases[3].0);
-    let alone = logits(&model, short, PrefillGemm::Int8);
+    let alone = logits(&mut model, short, PrefillGemm::Int8);
     let rows = [long.clone(), short.clone()];
     let batch = Batch::new(&rows, 0, &Device::Cpu).unwrap();
     let hidden = model.forward(&batch, None).unwrap();
@@ -174,5 +170,29 @@ fn int8_prompt_does_not_depend_on_its_batch() {
     assert!(
         beside.to_vec2::<f32>().unwrap() == alone,
         "batch changed a prompt's int8 logits"
+    );
+}
+
+/// The products are a setting of the model: another model of the same file set to f32 in the
+/// same process leaves this one's int8 products as they were.
+#[test]
+fn int8_is_a_setting_of_its_model() {
+    if !available() {
+        return;
+    }
+    let path = common::fixtures().join("converter/qwen2/q4_k_m.gguf");
+    let load = || load_gguf(&path, DType::F32, &Device::Cpu, WeightsMode::Stored).unwrap();
+    let (mut int8_model, mut f32_model) = (load(), load());
+    let cases = common::prompt_cases(&expected("qwen2", "q4_k_m"));
+    let ids = &cases[3].0;
+    let int8 = logits(&mut int8_model, ids, PrefillGemm::Int8);
+    let f32 = logits(&mut f32_model, ids, PrefillGemm::F32);
+    assert!(
+        int8 != f32,
+        "int8 products differ from f32 ones on Q4_K blocks"
+    );
+    assert!(
+        common::every_position_logits(&int8_model, ids) == int8,
+        "the other model's setting changed this one's products"
     );
 }
