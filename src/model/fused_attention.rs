@@ -239,8 +239,7 @@ impl CustomOp3 for FusedAttention {
                         let s: Vec<f32> = (start..(start + TILE).min(key_end))
                             .map(|key| {
                                 let kr = krows[key];
-                                let mut s =
-                                    qv.iter().zip(kr).fold(0f32, |a, (x, y)| x.mul_add(*y, a));
+                                let mut s = fma::dot(&qv, kr);
                                 if let Some(cap) = self.softcap {
                                     s = (s / cap).tanh() * cap;
                                 }
@@ -259,9 +258,7 @@ impl CustomOp3 for FusedAttention {
                         o.iter_mut().for_each(|x| *x *= alpha);
                         for (j, pj) in p.iter().enumerate() {
                             let vr = vrows[start + j];
-                            o.iter_mut()
-                                .zip(vr)
-                                .for_each(|(x, y)| *x = pj.mul_add(*y, *x));
+                            fma::axpy(*pj, vr, &mut o);
                         }
                         m = m_new;
                     }
@@ -483,4 +480,53 @@ pub(super) fn cpu_storage_like(like: &CpuStorage, out: Vec<f32>) -> CpuStorage {
 /// Whether the CUDA body takes this dtype and head dim.
 pub fn cuda_applies(dtype: DType, head_dim: usize) -> bool {
     dtype == DType::BF16 && matches!(head_dim, 8 | 16 | 32 | 64 | 128 | 256)
+}
+
+/// The CPU body's fused multiply-adds (the CUDA kernel's arithmetic, same order, same bits),
+/// as instructions where the CPU has FMA: built for baseline x86-64, `f32::mul_add` is a call
+/// into compiler-builtins' software dispatch for every product (20× the time of the loop).
+mod fma {
+    /// Σ a·b, one fused multiply-add after another from the first.
+    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has FMA.
+            return unsafe { dot_fma(a, b) };
+        }
+        dot_any(a, b)
+    }
+
+    /// o += p·v, each element one fused multiply-add.
+    pub fn axpy(p: f32, v: &[f32], o: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has FMA.
+            return unsafe { axpy_fma(p, v, o) };
+        }
+        axpy_any(p, v, o)
+    }
+
+    #[inline(always)]
+    fn dot_any(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).fold(0f32, |acc, (x, y)| x.mul_add(*y, acc))
+    }
+
+    #[inline(always)]
+    fn axpy_any(p: f32, v: &[f32], o: &mut [f32]) {
+        o.iter_mut()
+            .zip(v)
+            .for_each(|(x, y)| *x = p.mul_add(*y, *x));
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "fma")]
+    fn dot_fma(a: &[f32], b: &[f32]) -> f32 {
+        dot_any(a, b)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "fma")]
+    fn axpy_fma(p: f32, v: &[f32], o: &mut [f32]) {
+        axpy_any(p, v, o)
+    }
 }
