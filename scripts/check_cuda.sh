@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Check that `--features cuda` compiles, passes clippy and links on a machine without a GPU:
 # installs nvcc 13.0, cuBLAS and cuRAND from PyPI with a libcuda stub (scripts/cuda_toolchain.sh
-# --link), then builds every target once, linted by clippy on the way (clippy-driver as the
+# --link), then builds every target once (the Python extension's too), linted by clippy on the way (clippy-driver as the
 # workspace's compiler: warnings, clippy's included, are errors) and linked, with candle's CUDA
 # kernels (PTX, and the static MoE kernels for CUDA_COMPUTE_CAP), in the unoptimised
 # `cuda-check` profile, through nvcc with device optimisations off (scripts/nvcc_unoptimised.sh)
@@ -15,5 +15,5 @@ eval "$(scripts/cuda_toolchain.sh --link)"
 install -m 755 scripts/nvcc_unoptimised.sh "$CUDA_ROOT/bin/nvcc-unoptimised"
 export NVCC="$CUDA_ROOT/bin/nvcc-unoptimised" CUDAFORGE_THREADS="$(nproc)"
 RUSTFLAGS="${RUSTFLAGS:-} -D warnings" RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)" \
-  cargo build --locked --profile cuda-check --features cuda --all-targets
+  cargo build --locked --profile cuda-check --features cuda --all-targets -p hyoka -p hyoka-python
 python3 scripts/nvrtc_compile.py

@@ -1,19 +1,24 @@
 """The extension module (Rust, python/src/lib.rs)."""
 
+from typing import final
+
+__all__ = ["Encoder", "Job", "Judge", "default_device", "main", "rubrics", "run", "version"]
+
 def main(argv: list[str]) -> int: ...
 def run(argv: list[str]) -> int: ...
 def rubrics() -> list[str]: ...
 def version() -> str: ...
 def default_device() -> str: ...
 
+@final
 class Encoder:
     def __new__(
         cls,
         model: str | None,
         lang: str,
         layer: int | None = None,
-        device: str = "cpu",
-        dtype: str = "f32",
+        device: str = ...,
+        dtype: str = ...,
         batch_tokens: int | None = None,
     ) -> Encoder: ...
     @property
@@ -35,6 +40,7 @@ class Encoder:
     ) -> Job: ...
     def score(self, job: Job, start: int, end: int) -> None: ...
 
+@final
 class Job:
     @property
     def pairs(self) -> int: ...
@@ -44,6 +50,7 @@ class Job:
         self, baseline: tuple[float, float, float] | None = None
     ) -> tuple[list[float], list[float], list[float]]: ...
 
+@final
 class Judge:
     def __new__(cls, argv: list[str]) -> Judge: ...
     def score(self, items: str, output: str) -> list[str]: ...
