@@ -519,7 +519,7 @@ mod tests {
                 let want = x
                     .matmul(&m.expand(DType::F32).unwrap().t().unwrap())
                     .unwrap();
-                let got = product(m, &x, None).unwrap();
+                let got = product(m, &x, None, PrefillGemm::F32).unwrap();
                 assert_eq!(got.dims(), want.dims());
                 let (got, want) = (
                     got.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
@@ -596,7 +596,7 @@ mod tests {
                 .unwrap()
                 .to_vec2::<f32>()
                 .unwrap();
-            let got = product(&m, &x, Some(&runs))
+            let got = product(&m, &x, Some(&runs), PrefillGemm::F32)
                 .unwrap()
                 .to_vec2::<f32>()
                 .unwrap();
