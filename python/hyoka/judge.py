@@ -90,13 +90,13 @@ class Judge:
                 source = Path(tmp) / "items.jsonl"
                 write_items(items, source)
             try:
-                self._judge.score(str(source), str(output))
+                ids = self._judge.score(str(source), str(output))
             except InvalidInputError as e:
                 if source.parent == Path(tmp):
                     raise InvalidInputError(name_by_index(str(e), source)) from None
                 raise
-            order = {item["id"]: n for n, item in enumerate(read_jsonl(source))}
-            return sorted(read_jsonl(output), key=lambda line: order.get(line.get("id"), len(order)))
+            order = {item_id: n for n, item_id in enumerate(ids)}
+            return sorted(read_jsonl(output), key=lambda line: order[line["id"]])
 
 
 def name_by_index(message: str, file: Path) -> str:

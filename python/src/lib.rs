@@ -3,7 +3,6 @@
 //! so a result from Python is the result the `hyoka` command gives; the Python side (python/hyoka)
 //! shapes arguments and results.
 
-#[allow(dead_code)]
 #[path = "../../src/cli/mod.rs"]
 mod cli;
 
@@ -126,7 +125,6 @@ fn version() -> &'static str {
 struct Encoder {
     loaded: LoadedScorer,
     batch_tokens: usize,
-    device: String,
 }
 
 #[pymethods]
@@ -161,7 +159,6 @@ impl Encoder {
         Ok(Encoder {
             loaded,
             batch_tokens,
-            device,
         })
     }
 
@@ -175,16 +172,6 @@ impl Encoder {
     #[getter]
     fn layer(&self) -> usize {
         self.loaded.layer
-    }
-
-    #[getter]
-    fn sha256(&self) -> String {
-        self.loaded.model.sha256.clone()
-    }
-
-    #[getter]
-    fn device(&self) -> String {
-        self.device.clone()
     }
 
     /// The rescaling baseline (P, R, F) at this layer: from `path` (bert_score's format), else
@@ -308,12 +295,6 @@ impl Job {
         self.pairs.pairs.len()
     }
 
-    /// Distinct sentences (each encoded once).
-    #[getter]
-    fn sentences(&self) -> usize {
-        self.sentences.len()
-    }
-
     /// Per candidate, P, R and F: the maximum per column over its references, rescaled by
     /// `baseline` (P, R, F) when given. Every pair must have been scored.
     #[pyo3(signature = (baseline=None))]
@@ -363,17 +344,22 @@ impl Judge {
             Err(e) => return Err(to_py_class(py, "UsageError", e.to_string())),
         };
         let loaded = py
-            .detach(|| cli::judge_cmd::LoadedJudge::load(&args))
+            .detach(|| {
+                let rubric = hyoka::rubric::Rubric::resolve(&args.rubric)?;
+                cli::judge_cmd::LoadedJudge::load(&args, rubric)
+            })
             .map_err(|e| to_py(py, e))?;
         Ok(Judge { loaded })
     }
 
     /// Score the items JSONL `items` into `output` (continued when it holds lines of this
-    /// run); the failed items' messages.
+    /// run); the items' ids in input order (the output holds them as batches finish).
     fn score(&self, py: Python<'_>, items: String, output: String) -> PyResult<Vec<String>> {
         py.detach(|| -> anyhow::Result<Vec<String>> {
             let read = hyoka::data::read_items(std::path::Path::new(&items), false)?;
-            self.loaded.run(&read.items, std::path::Path::new(&output))
+            self.loaded
+                .run(&read.items, std::path::Path::new(&output))?;
+            Ok(read.items.into_iter().map(|item| item.id).collect())
         })
         .map_err(|e| to_py(py, e))
     }

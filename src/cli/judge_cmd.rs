@@ -128,8 +128,11 @@ pub struct LoadedJudge {
 }
 
 impl LoadedJudge {
-    pub fn load(args: &JudgeArgs) -> anyhow::Result<Self> {
-        let (rubric, rubric_source) = Rubric::resolve(&args.rubric)?;
+    /// The models `args` name, with `rubric` (`Rubric::resolve` of `args.rubric`) and its source.
+    pub fn load(
+        args: &JudgeArgs,
+        (rubric, rubric_source): (Rubric, String),
+    ) -> anyhow::Result<Self> {
         let (device, dtype) = args.runtime.device_and_dtype()?;
         let mut models = Vec::with_capacity(args.model.len());
         for (i, name) in args.model.iter().enumerate() {
@@ -190,17 +193,18 @@ impl LoadedJudge {
 pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
     // The rubric and the items are checked, and the output (locked by no other run, readable),
     // before models load.
-    Rubric::resolve(&args.rubric)?;
+    let rubric = Rubric::resolve(&args.rubric)?;
     let read = data::read_items(&args.input, args.skip_invalid)?;
     for e in &read.skipped {
         eprintln!("skipped: {e}");
     }
     hyoka::results::ResultsFile::preflight(&args.output, args.overwrite)?;
-    let judge = LoadedJudge::load(&args)?;
+    let judge = LoadedJudge::load(&args, rubric)?;
     let failed = judge.run(&read.items, &args.output)?;
     Ok(super::finish(&failed, read.skipped.len()))
 }
 
+/// A memory size in GiB: above zero, at most 2^20 (a PiB; NaN and infinities refused).
 fn gibibytes(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(g) if g > 0.0 && g <= (1u64 << 20) as f64 => Ok(g),

@@ -13,6 +13,7 @@
 
 use super::decode_attention::{StepSegment, segment_table};
 use super::matrix::{Plan, Products};
+use super::prefill_gemm::PrefillGemm;
 use candle_core::{DType, Device, Result, Tensor};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -216,12 +217,12 @@ impl Batch {
         })
     }
 
-    /// How the batch's linear maps choose their kernels.
-    pub fn plan(&self) -> Plan<'_> {
+    /// How the batch's linear maps choose their kernels; `gemm`: the model's prompt products.
+    pub fn plan(&self, gemm: PrefillGemm) -> Plan<'_> {
         Plan {
             products: self.products,
             runs: Some(&self.runs),
-            gemm: Default::default(),
+            gemm,
         }
     }
 
@@ -253,11 +254,11 @@ impl Batch {
     /// The plan of the last layer's products after its keys and values: only the rows read
     /// (`reading`), each with its own run, so that a row read gets the kernel and the bits it
     /// gets when every row is computed.
-    pub fn last_plan(&self) -> Plan<'_> {
+    pub fn last_plan(&self, gemm: PrefillGemm) -> Plan<'_> {
         Plan {
             products: self.products,
             runs: Some(self.read_runs.as_deref().unwrap_or(&self.runs)),
-            gemm: Default::default(),
+            gemm,
         }
     }
 

@@ -206,6 +206,7 @@ impl CustomOp3 for FusedAttention {
             None => None,
         };
         let mut out = vec![0f32; q.len()];
+        let products = fma::Products::for_this_cpu();
         let group = n.heads / n.kv_heads;
         for row in 0..n.rows {
             // A key's position and segment (none given: its index, segment 0).
@@ -239,7 +240,7 @@ impl CustomOp3 for FusedAttention {
                         let s: Vec<f32> = (start..(start + TILE).min(key_end))
                             .map(|key| {
                                 let kr = krows[key];
-                                let mut s = fma::dot(&qv, kr);
+                                let mut s = (products.dot)(&qv, kr);
                                 if let Some(cap) = self.softcap {
                                     s = (s / cap).tanh() * cap;
                                 }
@@ -258,7 +259,7 @@ impl CustomOp3 for FusedAttention {
                         o.iter_mut().for_each(|x| *x *= alpha);
                         for (j, pj) in p.iter().enumerate() {
                             let vr = vrows[start + j];
-                            fma::axpy(*pj, vr, &mut o);
+                            (products.axpy)(*pj, vr, &mut o);
                         }
                         m = m_new;
                     }
@@ -487,23 +488,31 @@ pub fn cuda_applies(dtype: DType, head_dim: usize) -> bool {
 /// into compiler-builtins' software dispatch for every product (20× the time of the loop).
 mod fma {
     /// Σ a·b, one fused multiply-add after another from the first.
-    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has FMA.
-            return unsafe { dot_fma(a, b) };
-        }
-        dot_any(a, b)
+    pub type Dot = fn(&[f32], &[f32]) -> f32;
+    /// o += p·v, each element one fused multiply-add.
+    pub type Axpy = fn(f32, &[f32], &mut [f32]);
+
+    /// The two products for this CPU, chosen once per call of the op.
+    pub struct Products {
+        pub dot: Dot,
+        pub axpy: Axpy,
     }
 
-    /// o += p·v, each element one fused multiply-add.
-    pub fn axpy(p: f32, v: &[f32], o: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has FMA.
-            return unsafe { axpy_fma(p, v, o) };
+    impl Products {
+        pub fn for_this_cpu() -> Self {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("fma") {
+                // SAFETY: the CPU has FMA, which the functions are compiled for.
+                return Products {
+                    dot: |a, b| unsafe { dot_fma(a, b) },
+                    axpy: |p, v, o| unsafe { axpy_fma(p, v, o) },
+                };
+            }
+            Products {
+                dot: dot_any,
+                axpy: axpy_any,
+            }
         }
-        axpy_any(p, v, o)
     }
 
     #[inline(always)]

@@ -290,13 +290,10 @@ impl Transformer {
         for (i, block) in self.blocks.iter().enumerate() {
             let kind = &self.cfg.layers[i];
             // Past the last layer's keys and values, only the rows that are read.
-            let plan = Plan {
-                gemm: self.prefill_gemm,
-                ..if i == last {
-                    batch.last_plan()
-                } else {
-                    batch.plan()
-                }
+            let plan = if i == last {
+                batch.last_plan(self.prefill_gemm)
+            } else {
+                batch.plan(self.prefill_gemm)
             };
             let (cos, sin) = &tables[kind.rope];
             let past = match past {
@@ -351,10 +348,7 @@ impl Transformer {
                     .contiguous()
             })
         };
-        let plan = Plan {
-            gemm: self.prefill_gemm,
-            ..batch.plan()
-        };
+        let plan = batch.plan(self.prefill_gemm);
         let mut q = heads(a.q.forward(&x, out_plan)?, cfg.num_heads)?;
         let mut k = heads(a.k.forward(&x, plan)?, cfg.num_kv_heads)?;
         let v = heads(a.v.forward(&x, plan)?, cfg.num_kv_heads)?;
