@@ -12,7 +12,7 @@
 //! `cargo run --release --example bench_decode_attention`.
 
 use candle_core::{DType, Device, Tensor};
-use hyoka::model::few_queries::{self, Sequence};
+use hyoka::model::attention::few_queries::{self, Sequence};
 use std::time::Instant;
 
 fn setting(name: &str, default: usize) -> usize {

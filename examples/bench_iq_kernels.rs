@@ -4,8 +4,8 @@
 //! where the block starts with it), best of 20 passes, for 1 and 4 activation rows. Prints
 //! "KIND ROWS ns/weight". A benchmark, not a test: scripts/bench_iq_kernels.sh runs both.
 
-use hyoka::model::iq_dots::{self, Activations};
-use hyoka::model::iquants::IQuant;
+use hyoka::model::quant::cpu::iq_dots::{self, Activations};
+use hyoka::model::quant::formats::iquants::IQuant;
 use std::time::Instant;
 
 fn main() {

@@ -1,4 +1,4 @@
-// Causal attention of a prompt in one pass (src/model/fused_attention.rs): one warp per query,
+// Causal attention of a prompt in one pass (src/model/attention/fused_attention.rs): one warp per query,
 // keys in tiles of 32 shared by the block's queries, FlashAttention's online softmax in f32,
 // bf16 in and out, head dims 8 to 256. The mask is computed here from every key's position and
 // segment (the rule of

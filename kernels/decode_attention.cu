@@ -1,4 +1,4 @@
-// Attention of a decoding step (src/model/decode_attention.rs): every segment of the step — a
+// Attention of a decoding step (src/model/attention/decode_attention.rs): every segment of the step — a
 // row's trunk or one of its branches, a few queries each — in one launch, over the keys it sees
 // where they lie: the header every row continues (one copy), the row's slots of the cache, and
 // its own keys among the step's. A block is one query of one head; its warps take the key

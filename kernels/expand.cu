@@ -1,4 +1,4 @@
-// GGUF blocks to bf16 in one pass (src/model/cuda_expand.rs), for the GEMMs of weights kept as
+// GGUF blocks to bf16 in one pass (src/model/quant/cuda/cuda_expand.rs), for the GEMMs of weights kept as
 // stored. candle's CUDA path writes f32 through kernels of 32-thread blocks, then casts: three
 // passes over the expanded matrix. Here a thread expands groups of 8 consecutive values, each
 // written as one 16-byte store, reading a group's bytes in words of up to 16 bytes; it loads the

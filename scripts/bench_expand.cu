@@ -1,6 +1,6 @@
 // The bf16 expansion kernels (kernels/expand.cu) timed alone on a GPU, each block type on a
 // 14,336 × 4,096 matrix (an 8B's MLP shape) of random blocks, launched as hyoka launches them
-// (src/model/cuda_expand.rs: 256 threads, a grid of one thread per GROUPS groups of 8 values);
+// (src/model/quant/cuda/cuda_expand.rs: 256 threads, a grid of one thread per GROUPS groups of 8 values);
 // against a device-to-device copy and a memset of the bf16 matrix's size in the same run, the
 // bandwidth an expansion could reach. Median of 20 launches after 3. Correctness is
 // tests/suite/expand_kernels.rs's (bit for bit against the CPU); this program only times.

@@ -6,7 +6,7 @@
 # Usage: scripts/bench_prefill.sh [N_ITEMS] [THREADS] [GGUF]
 # HYOKA_BENCH_WEIGHTS="stored" skips the expanded run (an 8B GGUF expanded to f32 needs ~32 GB);
 # a "+GEMM" variant (e.g. "stored stored+bf16 stored+int8") runs with --prefill-gemm GEMM;
-# HYOKA_INT8_BODY=avx2 runs int8 on the AVX2 body (what CPUs without AVX-512 VNNI get), and
+# HYOKA_TEST_INT8_BODY=avx2 runs int8 on the AVX2 body (what CPUs without AVX-512 VNNI get), and
 # LLAMA_CPP_LIB_PATH points llama-cpp-python at another build of llama.cpp (e.g. AVX2 only).
 # Needs a release build, the test models and DBDC3 items; /usr/bin/time (Debian's `time`).
 set -euo pipefail

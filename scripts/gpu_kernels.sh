@@ -1,6 +1,6 @@
 #!/bin/bash
 # hyoka's own CUDA kernels (fused attention, bf16 expansion of GGUF blocks) against candle's ops
-# (HYOKA_GPU_KERNELS=candle) on a lent GPU, in one device call under one deadline (this
+# (--gpu-kernels candle) on a lent GPU, in one device call under one deadline (this
 # project's machines: 15 minutes of device time a session, 64 MiB carried, no cargo there).
 # Build the bundle here first (`scripts/gpu_bundle.sh`, ~7 min), then, carrying .gpu:
 #   run: scripts/gpu_kernels.sh 500 2>&1 | tail -c 11000        (timeout_s ≥ deadline + 30)
@@ -76,7 +76,7 @@ grep -hE "worst|bit for bit|panicked|test result" $X/fused-kernels.log $X/expand
 BENCH=($H bench --device $DEV --model $G --input $B/items.jsonl --decode-tokens ${HYOKA_EXP_DECODE:-128} "${TOK[@]}")
 bench() { # NAME KERNELS [flags]
   local name=$1 kernels=$2; shift 2
-  run bench-$name 45 env HYOKA_GPU_KERNELS="$kernels" "${BENCH[@]}" --n ${PROMPTS:-$N} "$@"
+  run bench-$name 45 "${BENCH[@]}" --gpu-kernels "$kernels" --n ${PROMPTS:-$N} "$@"
 }
 bench stored hyoka --dump-tokens $X/tokens.json
 bench stored-candle candle
@@ -99,7 +99,7 @@ if t: print("transformers prefill %.0f tok/s" % t["prefill_tok_s"])
 head -${HYOKA_EXP_ITEMS:-10} $B/items.jsonl > $X/items10.jsonl
 sed 's/^reason_max_tokens = .*/reason_max_tokens = 128/' prompts/roleplay8-ja.toml > $X/rp128.toml
 J=($H judge --rubric $X/rp128.toml --model $G "${TOK[@]}" --device $DEV --input $X/items10.jsonl --overwrite)
-run e2e-candle 40 env HYOKA_GPU_KERNELS=candle "${J[@]}" -o $X/e2e-candle.jsonl
+run e2e-candle 40 "${J[@]}" --gpu-kernels candle -o $X/e2e-candle.jsonl
 run e2e-hyoka 40 "${J[@]}" -o $X/e2e-hyoka.jsonl
 python3 -c '
 import json, os

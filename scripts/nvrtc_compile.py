@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compiles kernels/*.cu with NVRTC as hyoka does at run time (src/model/nvrtc.rs: no headers,
+"""Compiles kernels/*.cu with NVRTC as hyoka does at run time (src/model/backend/nvrtc.rs: no headers,
 no options but the architecture), for each compute capability given, on a machine without a GPU:
 NVRTC needs no device. A kernel that nvcc accepts can still fail here (NVRTC has no CUDA
 headers), and hyoka would then fail on the GPU at its first prefill. Needs libnvrtc on

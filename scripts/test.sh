@@ -8,6 +8,8 @@
 #    generated report.html in headless chromium (scripts/check_report.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The shape of src/: no import cycle among its files, no file over 700 lines.
+python3 scripts/check_modules.py
 python3 scripts/fetch_test_models.py
 cargo test --locked --lib --bins --tests "$@"
 # The Python package (extension in the same profile and cache): pytest and the stubs' check.
@@ -24,7 +26,7 @@ HYOKA_TEST_ENCODER=padded cargo test --locked --test suite -- \
   bertscore_parity::batching_and_order_do_not_change_scores \
   bertscore_parity::baseline_means_match_bert_score_all_layers
 # The 8-bit products' AVX2 body (what CPUs without AVX-512 VNNI run) through whole models too.
-HYOKA_INT8_BODY=avx2 cargo test --locked --test suite -- prefill_gemm_int8::
+HYOKA_TEST_INT8_BODY=avx2 cargo test --locked --test suite -- prefill_gemm_int8::
 cargo test --locked --test suite -- attention_scale:: --ignored --nocapture
 # The HTML report in a real headless browser (installs Debian's chromium when missing).
 scripts/check_report.sh

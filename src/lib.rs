@@ -3,7 +3,7 @@
 //! The pipeline, one module per stage, numbered as their module docs number them:
 //! 1 `data` (items, JSONL, importers) → 2 `rubric` (aspects, scales, templates) → 3 `prompt`
 //! (rubric + item → messages, through the model's chat template) → 4 tokens and batches
-//! (`judge::layout`, `model::batch`) → 5 `model` (the causal-LM runtime; `bertscore` runs its
+//! (`judge::layout`, `model::decoder::batch`) → 5 `model` (the causal-LM runtime; `bertscore` runs its
 //! encoder beside it) → 6 score distributions (`judge`) → 7 typed results (`results`) →
 //! 8 metrics (`meta`) → 9 `report`.
 

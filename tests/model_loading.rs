@@ -5,8 +5,9 @@
 mod common;
 
 use candle_core::{DType, Device};
-use hyoka::model::source::{Format, resolve, verify_sha256};
-use hyoka::model::{Batch, ModelError, load_safetensors_dir};
+use hyoka::model::load::source::{Format, resolve, verify_sha256};
+use hyoka::model::load_safetensors_dir;
+use hyoka::model::{Batch, ModelError};
 use std::path::Path;
 
 fn tiny(arch: &str) -> std::path::PathBuf {

@@ -16,8 +16,8 @@ use std::process::ExitCode;
 fn to_py(py: Python<'_>, err: anyhow::Error) -> PyErr {
     let message = format!("{err:#}");
     let class = match cli::exit_code(&err) {
-        cli::EXIT_INVALID_INPUT => "InvalidInputError",
-        cli::EXIT_USAGE => "UsageError",
+        cli::exit::EXIT_INVALID_INPUT => "InvalidInputError",
+        cli::exit::EXIT_USAGE => "UsageError",
         _ if is_not_found(&err) => "NotFoundError",
         _ => "HyokaError",
     };
@@ -46,7 +46,7 @@ fn is_not_found(err: &anyhow::Error) -> bool {
 fn exit_status(code: ExitCode) -> u8 {
     (0..=255u8)
         .find(|n| ExitCode::from(*n) == code)
-        .unwrap_or(cli::EXIT_FAILURE)
+        .unwrap_or(cli::exit::EXIT_FAILURE)
 }
 
 /// `hyoka ARGS…` as the command line runs it (argv[0] is the program name); its exit status.
@@ -106,7 +106,7 @@ fn rubrics() -> Vec<&'static str> {
 /// "cuda" when this build has CUDA and a GPU answers, else "cpu" (bert_score's default device).
 #[pyfunction]
 fn default_device() -> &'static str {
-    if cfg!(feature = "cuda") && hyoka::model::device::parse_device("cuda").is_ok() {
+    if cfg!(feature = "cuda") && hyoka::model::backend::device::parse_device("cuda").is_ok() {
         "cuda"
     } else {
         "cpu"
@@ -142,8 +142,8 @@ impl Encoder {
     ) -> PyResult<Self> {
         let loaded = py
             .detach(|| -> anyhow::Result<LoadedScorer> {
-                let dev = hyoka::model::device::parse_device(&device)?;
-                let dt = hyoka::model::device::parse_dtype(Some(&dtype), &dev)?;
+                let dev = hyoka::model::backend::device::parse_device(&device)?;
+                let dt = hyoka::model::backend::device::parse_dtype(Some(&dtype), &dev)?;
                 cli::bertscore_cmd::load_encoder(
                     model.as_deref(),
                     &lang,
@@ -345,7 +345,7 @@ impl Judge {
         };
         let loaded = py
             .detach(|| {
-                let rubric = hyoka::rubric::Rubric::resolve(&args.rubric)?;
+                let rubric = hyoka::prompt::resolve_rubric(&args.rubric)?;
                 cli::judge_cmd::LoadedJudge::load(&args, rubric)
             })
             .map_err(|e| to_py(py, e))?;

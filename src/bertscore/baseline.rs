@@ -3,6 +3,7 @@
 //! embeddings. A baseline is the mean score of random sentence pairs, as bert_score's
 //! `get_rescale_baseline.py` computes it.
 
+use super::defaults::short_name;
 use super::{BertScoreError, BertScorer, Prf};
 use std::path::Path;
 
@@ -151,6 +152,48 @@ pub fn sample_pairs(corpus: &[String], n: usize, seed: u64) -> Vec<(usize, usize
         .collect()
 }
 
+/// A rescaling baseline shipped with hyoka: where it came from, and its rows.
+pub struct BuiltinBaseline {
+    /// `builtin:LANG/MODEL.tsv`, recorded in the provenance.
+    pub source: String,
+    pub text: &'static str,
+}
+
+/// Baselines by (language, model), in bert_score's format (models/rescale_baseline/).
+const BASELINES: &[(&str, &str, &str)] = &[(
+    "ja",
+    "multilingual-e5-small",
+    include_str!("../../models/rescale_baseline/ja/multilingual-e5-small.tsv"),
+)];
+
+/// The shipped baseline for `model` in `lang`, if there is one.
+pub fn builtin_baseline(lang: &str, model: &str) -> Option<BuiltinBaseline> {
+    let lang = lang.to_ascii_lowercase();
+    let name = short_name(model);
+    BASELINES
+        .iter()
+        .find(|(l, m, _)| *l == lang && *m == name)
+        .map(|(l, m, text)| BuiltinBaseline {
+            source: format!("builtin:{l}/{m}.tsv"),
+            text,
+        })
+}
+
+impl BuiltinBaseline {
+    /// The row of one layer.
+    pub fn layer(&self, layer: usize) -> Result<Prf, BertScoreError> {
+        row(parse(self.text, &self.source)?, layer, &self.source)
+    }
+}
+
+/// The languages and models that have a shipped baseline, for error messages.
+pub fn builtin_baselines() -> Vec<String> {
+    BASELINES
+        .iter()
+        .map(|(l, m, _)| format!("{l}/{m}"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,5 +217,15 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn shipped_baselines_parse_at_every_layer() {
+        let b = builtin_baseline("ja", "intfloat/multilingual-e5-small").expect("shipped");
+        for layer in 0..=12 {
+            let row = b.layer(layer).unwrap();
+            assert!(row.f > 0.0 && row.f < 1.0, "layer {layer}: {}", row.f);
+        }
+        assert!(builtin_baseline("en", "multilingual-e5-small").is_none());
     }
 }

@@ -2,8 +2,6 @@
 //! and `model2layers` tables, the encoder to fall back on when the Hugging Face Hub cannot be
 //! reached, and the rescaling baselines shipped with hyoka (bert_score ships none for Japanese).
 
-use super::{BertScoreError, Prf, baseline};
-
 /// bert_score's `lang2model`: the encoder for a language (`en-sci`: SciBERT).
 pub fn encoder_for_lang(lang: &str) -> &'static str {
     match lang.to_ascii_lowercase().as_str() {
@@ -22,7 +20,7 @@ pub const OFFLINE_ENCODER: (&str, &str) =
     ("intfloat/multilingual-e5-small", "multilingual-e5-small");
 
 /// The model's name without organisation, revision or path: what the tables below are keyed by.
-fn short_name(model: &str) -> &str {
+pub(crate) fn short_name(model: &str) -> &str {
     let last = model
         .trim_end_matches('/')
         .rsplit('/')
@@ -64,52 +62,6 @@ pub fn default_layer(model: &str) -> Option<usize> {
 /// multilingual-e5-small's scoring layer (see `default_layer`).
 pub const E5_SMALL_LAYER: usize = 12;
 
-/// A rescaling baseline shipped with hyoka: where it came from, and its rows.
-pub struct BuiltinBaseline {
-    /// `builtin:LANG/MODEL.tsv`, recorded in the provenance.
-    pub source: String,
-    pub text: &'static str,
-}
-
-/// Baselines by (language, model), in bert_score's format (models/rescale_baseline/).
-const BASELINES: &[(&str, &str, &str)] = &[(
-    "ja",
-    "multilingual-e5-small",
-    include_str!("../../models/rescale_baseline/ja/multilingual-e5-small.tsv"),
-)];
-
-/// The shipped baseline for `model` in `lang`, if there is one.
-pub fn builtin_baseline(lang: &str, model: &str) -> Option<BuiltinBaseline> {
-    let lang = lang.to_ascii_lowercase();
-    let name = short_name(model);
-    BASELINES
-        .iter()
-        .find(|(l, m, _)| *l == lang && *m == name)
-        .map(|(l, m, text)| BuiltinBaseline {
-            source: format!("builtin:{l}/{m}.tsv"),
-            text,
-        })
-}
-
-impl BuiltinBaseline {
-    /// The row of one layer.
-    pub fn layer(&self, layer: usize) -> Result<Prf, BertScoreError> {
-        baseline::row(
-            baseline::parse(self.text, &self.source)?,
-            layer,
-            &self.source,
-        )
-    }
-}
-
-/// The languages and models that have a shipped baseline, for error messages.
-pub fn builtin_baselines() -> Vec<String> {
-    BASELINES
-        .iter()
-        .map(|(l, m, _)| format!("{l}/{m}"))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,15 +81,5 @@ mod tests {
             default_layer("sentence-transformers/all-MiniLM-L6-v2"),
             None
         );
-    }
-
-    #[test]
-    fn shipped_baselines_parse_at_every_layer() {
-        let b = builtin_baseline("ja", "intfloat/multilingual-e5-small").expect("shipped");
-        for layer in 0..=12 {
-            let row = b.layer(layer).unwrap();
-            assert!(row.f > 0.0 && row.f < 1.0, "layer {layer}: {}", row.f);
-        }
-        assert!(builtin_baseline("en", "multilingual-e5-small").is_none());
     }
 }

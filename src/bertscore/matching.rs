@@ -1,7 +1,10 @@
 //! Stages 5–7 of BERTScore: sentences in token-budget batches through the encoder, token
 //! embeddings kept on the device, and greedy matching of pairs there.
 
-use super::{BertScoreError, BertScorer, Idf, Prf, Sentences};
+use super::error::BertScoreError;
+use super::prf::Prf;
+use super::scorer::BertScorer;
+use super::sentences::{Idf, Sentences};
 use candle_core::{D, DType, Tensor};
 use rayon::prelude::*;
 
@@ -218,28 +221,6 @@ impl BertScorer {
         }
         Ok(out)
     }
-}
-
-/// Per pair, whether bert_score's padding floors the candidate's / the reference's token maxima
-/// at 0: it matches pairs in input order in batches of `group`, padded to the longest sentence
-/// of each side in the batch, and padding cells score 0. From token counts only, over the whole
-/// input, so that a resumed run or another batching agrees.
-pub fn pad_floors(
-    sentences: &Sentences,
-    pairs: &[(usize, usize)],
-    group: Option<usize>,
-) -> Vec<(bool, bool)> {
-    let len = |i: usize| sentences.ids[i].len();
-    let Some(group) = group.filter(|g| *g > 0) else {
-        return vec![(false, false); pairs.len()];
-    };
-    let mut out = Vec::with_capacity(pairs.len());
-    for chunk in pairs.chunks(group) {
-        let max_c = chunk.iter().map(|p| len(p.0)).max().unwrap_or(0);
-        let max_r = chunk.iter().map(|p| len(p.1)).max().unwrap_or(0);
-        out.extend(chunk.iter().map(|&(c, r)| (len(r) < max_r, len(c) < max_c)));
-    }
-    out
 }
 
 fn normalise(h: &Tensor) -> candle_core::Result<Tensor> {

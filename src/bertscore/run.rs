@@ -58,7 +58,7 @@ impl BertScoreRun<'_> {
         let encoder = &self.scorer.encoder;
         if encoder.dtype() == candle_core::DType::F32
             && !encoder.device().is_cpu()
-            && crate::model::device::tf32()
+            && crate::model::backend::device::tf32()
         {
             settings.insert("tf32".into(), json!(true));
         }
@@ -73,8 +73,8 @@ impl BertScoreRun<'_> {
             task: Task::BertScore,
             rubric: None,
             models: vec![self.model.clone()],
-            dtype: crate::model::device::dtype_name(self.scorer.encoder.dtype()).into(),
-            device: crate::model::device::device_name(self.scorer.encoder.device()),
+            dtype: crate::model::backend::device::dtype_name(self.scorer.encoder.dtype()).into(),
+            device: crate::model::backend::device::device_name(self.scorer.encoder.device()),
             settings,
         }
     }

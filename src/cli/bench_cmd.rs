@@ -5,10 +5,10 @@ use clap::Args;
 use hyoka::data;
 use hyoka::judge::layout::{ItemLayout, TextFit, common_header, layout_item};
 use hyoka::judge::{Scorer, plan_batches};
-use hyoka::model::device::{device_name, dtype_name};
-use hyoka::model::{Batch, KvCache, Products, Row, Transformer, stage_times};
+use hyoka::model::backend::device::{device_name, dtype_name};
+use hyoka::model::backend::stage_times;
+use hyoka::model::{Batch, KvCache, Products, Row, Transformer};
 use hyoka::prompt::PromptBuilder;
-use hyoka::rubric::Rubric;
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,7 +56,7 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    let (rubric, _) = Rubric::resolve(&args.rubric)?;
+    let (rubric, _) = hyoka::prompt::resolve_rubric(&args.rubric)?;
     let items = data::read_items(&args.input, false)?.items;
     if items.is_empty() {
         return Err(data::DataError::Format {
@@ -69,7 +69,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let (device, dtype) = args.runtime.device_and_dtype()?;
     let model = args.runtime.load_model(&args.model, dtype, &device, None)?;
     let t = &model.transformer;
-    let builder = PromptBuilder::new(&rubric).map_err(|(f, m)| anyhow::anyhow!("{f}: {m}"))?;
+    let builder = PromptBuilder::new(&rubric)?;
     let fit = TextFit::new(&model.tokenizer, t.cfg.max_position);
     let layouts: Vec<ItemLayout> = items
         .iter()
@@ -177,7 +177,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let mut report = json!({
         "model": args.model, "arch": t.cfg.arch.name(), "parameters": params, "device": device_name(&device),
         "dtype": dtype_name(dtype), "prefill_gemm": t.prefill_gemm().name(),
-        "int8_body": hyoka::model::prefill_gemm::int8_body(),
+        "int8_body": hyoka::model::quant::cpu::prefill_gemm::int8_body(),
         "threads": rayon::current_num_threads(), "items": items.len(),
         "prompt_tokens": tokens, "mean_prompt_tokens": tokens as f64 / prompts.len() as f64,
         "prefill_batch1_tok_s": tokens as f64 / single,

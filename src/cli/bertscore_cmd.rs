@@ -131,9 +131,9 @@ impl EncoderArgs {
 }
 
 fn load(args: &EncoderArgs, all_layers: bool) -> anyhow::Result<LoadedScorer> {
-    let device = hyoka::model::device::parse_device(&args.device)?;
-    let dtype = hyoka::model::device::parse_dtype(Some(&args.dtype), &device)?;
-    hyoka::model::device::set_tf32(&device, args.tf32)?;
+    let device = hyoka::model::backend::device::parse_device(&args.device)?;
+    let dtype = hyoka::model::backend::device::parse_dtype(Some(&args.dtype), &device)?;
+    hyoka::model::backend::device::set_tf32(&device, args.tf32)?;
     // A baseline covers every layer; scoring stops at the one it reads.
     let depth = if all_layers {
         Depth::All
@@ -194,11 +194,11 @@ pub fn resolve_baseline(
         return Ok(None);
     }
     let lang = lang.context("--rescale needs --lang")?;
-    let shipped = defaults::builtin_baseline(lang, &loaded.model.name).with_context(|| {
+    let shipped = baseline::builtin_baseline(lang, &loaded.model.name).with_context(|| {
         format!(
             "no baseline is shipped for {} in {lang} (shipped: {}): make one with `hyoka bertscore baseline` and pass --baseline FILE",
             loaded.model.name,
-            defaults::builtin_baselines().join(", ")
+            baseline::builtin_baselines().join(", ")
         )
     })?;
     Ok(Some((shipped.source.clone(), shipped.layer(loaded.layer)?)))

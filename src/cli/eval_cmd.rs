@@ -13,7 +13,6 @@ use hyoka::judge::run::Judge;
 use hyoka::meta::Summary;
 use hyoka::results::Provenance;
 use hyoka::results::reader::read_records;
-use hyoka::rubric::Rubric;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -136,7 +135,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         Some(s) => Some(s),
         None => Shard::from_slurm(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?,
     };
-    let (rubric, source) = Rubric::resolve(&args.rubric)?;
+    let (rubric, source) = hyoka::prompt::resolve_rubric(&args.rubric)?;
     let mut items = read_or_import(&args)?;
     if let Some(s) = shard {
         items = s.select(items);
@@ -167,7 +166,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let encoder = if args.no_bertscore {
         None
     } else {
-        let encoder_dtype = hyoka::model::device::parse_dtype(Some("f32"), &device)?;
+        let encoder_dtype = hyoka::model::backend::device::parse_dtype(Some("f32"), &device)?;
         let lang = args
             .lang
             .as_deref()

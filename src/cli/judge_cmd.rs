@@ -193,7 +193,7 @@ impl LoadedJudge {
 pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
     // The rubric and the items are checked, and the output (locked by no other run, readable),
     // before models load.
-    let rubric = Rubric::resolve(&args.rubric)?;
+    let rubric = hyoka::prompt::resolve_rubric(&args.rubric)?;
     let read = data::read_items(&args.input, args.skip_invalid)?;
     for e in &read.skipped {
         eprintln!("skipped: {e}");

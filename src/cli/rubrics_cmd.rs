@@ -3,7 +3,7 @@
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use hyoka::data;
-use hyoka::prompt::{ChatTemplate, PromptBuilder, sample_item};
+use hyoka::prompt::{PromptBuilder, sample_item};
 use hyoka::rubric::{BUILTIN, OutputMode, Rubric};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,7 +41,7 @@ pub fn run(cmd: Rubrics) -> anyhow::Result<ExitCode> {
     match cmd {
         Rubrics::List => {
             for (name, _) in BUILTIN {
-                let (r, _) = Rubric::resolve(name)?;
+                let (r, _) = hyoka::prompt::resolve_rubric(name)?;
                 let aspects: Vec<String> = r
                     .aspects
                     .iter()
@@ -64,7 +64,7 @@ pub fn run(cmd: Rubrics) -> anyhow::Result<ExitCode> {
             aspect,
             toml,
         } => {
-            let (r, source) = Rubric::resolve(&rubric)?;
+            let (r, source) = hyoka::prompt::resolve_rubric(&rubric)?;
             if toml {
                 print!("{}", ::toml::to_string(&r).context("rubric as TOML")?);
                 return Ok(ExitCode::SUCCESS);
@@ -76,12 +76,11 @@ pub fn run(cmd: Rubrics) -> anyhow::Result<ExitCode> {
                 }
                 None => sample_item(),
             };
-            let builder =
-                PromptBuilder::new(&r).map_err(|(f, m)| anyhow::anyhow!("{source}: {f}: {m}"))?;
+            let builder = PromptBuilder::new(&r).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
             let prompt = builder.render(&item)?;
             let template = chat_template
                 .as_deref()
-                .map(ChatTemplate::load)
+                .map(hyoka::model::load::loaded_model::read_chat_template)
                 .transpose()?;
             if let Some(key) = aspect {
                 let Some(pos) = r.aspects.iter().position(|a| a.key == key) else {

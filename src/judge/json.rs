@@ -9,7 +9,7 @@
 //! valid scores, then the argmax (greedy) or a draw (sampling) is written.
 
 use super::targets::ScoreTargets;
-use super::token_bytes::TokenBytes;
+use super::token_bytes::{TokenBytes, encode_exact};
 use super::{AspectScore, JudgeError};
 use crate::model::{KvCache, PrefixKv, Products, Row, Transformer};
 use crate::rng::SplitMix64;
@@ -594,26 +594,6 @@ impl StrState {
             _ => None,
         }
     }
-}
-
-/// `text` as tokens whose bytes are exactly `text` (tokenizers that add a prefix space or
-/// normalise would change the object).
-fn encode_exact(
-    tokenizer: &Tokenizer,
-    bytes: &TokenBytes,
-    text: &str,
-) -> Result<Vec<u32>, JudgeError> {
-    let ids = tokenizer
-        .encode(text, false)
-        .map_err(|e| JudgeError::Tokenizer(e.to_string()))?
-        .get_ids()
-        .to_vec();
-    if bytes.concat(&ids).as_deref() != Some(text.as_bytes()) {
-        return Err(JudgeError::Grammar(format!(
-            "the tokenizer does not write {text:?} back as it is; json mode needs a byte-exact tokenizer"
-        )));
-    }
-    Ok(ids)
 }
 
 /// Each row of (n, vocab) logits as f32 on the host.

@@ -5,7 +5,7 @@ use super::layout::{ItemLayout, TextFit, common_header, layout_item, layout_prom
 use super::{AspectScore, JudgeError, Scorer, plan_batches};
 use crate::data::Item;
 use crate::model::LoadedModel;
-use crate::model::device::{device_name, dtype_name};
+use crate::model::backend::device::{device_name, dtype_name};
 use crate::prompt::PromptBuilder;
 use crate::results::record::{Answer, JudgeAnswer};
 use crate::results::runner::{self, Outcome, RunError, RunSummary, ScoreTask};
@@ -92,12 +92,17 @@ impl<'a> Judge<'a> {
             settings.insert("weights".into(), json!(first.weights_mode().name()));
         }
         let gemm = first.prefill_gemm();
-        if gemm != crate::model::prefill_gemm::PrefillGemm::F32 {
+        if gemm != crate::model::quant::cpu::prefill_gemm::PrefillGemm::F32 {
             settings.insert("prefill_gemm".into(), json!(gemm.name()));
         }
-        // Which CUDA kernels run changes the last bits; recorded wherever it is set.
-        if let Some(kernels) = crate::model::gpu_kernels() {
-            settings.insert("gpu_kernels".into(), json!(kernels));
+        // Which CUDA kernels run changes the last bits on a GPU.
+        let kernels = first.gpu_kernels();
+        if kernels != crate::model::backend::gpu_kernels::GpuKernels::default() {
+            settings.insert("gpu_kernels".into(), json!(kernels.name()));
+        }
+        // A test override: the same numbers, recorded when used.
+        if let Some(body) = crate::model::quant::cpu::prefill_gemm::int8_body_override() {
+            settings.insert("test_int8_body".into(), json!(body));
         }
         Provenance {
             hyoka: crate::VERSION.into(),
@@ -152,7 +157,8 @@ impl<'a> Judge<'a> {
         let mut task = JudgeTask {
             judge: self,
             opts,
-            builder: PromptBuilder::new(self.rubric).expect("a validated rubric compiles"),
+            builder: PromptBuilder::new(self.rubric)
+                .map_err(|e| RunError::Task(JudgeError::from(e)))?,
             per_model: Vec::new(),
             formats: Vec::new(),
             scorers: Vec::new(),

@@ -2,6 +2,7 @@
 //! strings, because a Japanese character is often split over several byte tokens that decode to
 //! nothing valid on their own.
 
+use super::error::JudgeError;
 use tokenizers::Tokenizer;
 use tokenizers::decoders::DecoderWrapper;
 
@@ -127,4 +128,24 @@ mod tests {
         assert_eq!(sentencepiece_bytes("▁の"), " の".as_bytes());
         assert_eq!(sentencepiece_bytes("<0xE3>"), vec![0xE3]);
     }
+}
+
+/// `text` as tokens whose bytes are exactly `text` (tokenizers that add a prefix space or
+/// normalise would change the object).
+pub(crate) fn encode_exact(
+    tokenizer: &Tokenizer,
+    bytes: &TokenBytes,
+    text: &str,
+) -> Result<Vec<u32>, JudgeError> {
+    let ids = tokenizer
+        .encode(text, false)
+        .map_err(|e| JudgeError::Tokenizer(e.to_string()))?
+        .get_ids()
+        .to_vec();
+    if bytes.concat(&ids).as_deref() != Some(text.as_bytes()) {
+        return Err(JudgeError::Grammar(format!(
+            "the tokenizer does not write {text:?} back as it is; json mode needs a byte-exact tokenizer"
+        )));
+    }
+    Ok(ids)
 }

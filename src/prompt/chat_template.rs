@@ -172,8 +172,8 @@ impl ChatTemplate {
         }
     }
 
-    /// Load a chat template from a model: a `.gguf` file (`tokenizer.chat_template`), a
-    /// `tokenizer_config.json`, a `.jinja` file, or a model folder holding one of these.
+    /// Load a chat template from a model: a `tokenizer_config.json`, a `.jinja` file, or a model
+    /// folder holding one of these (a GGUF's: `from_gguf_content`).
     pub fn load(path: &Path) -> Result<Self, TemplateError> {
         if path.is_dir() {
             for name in ["chat_template.jinja", "tokenizer_config.json"] {
@@ -193,7 +193,10 @@ impl ChatTemplate {
     fn load_file(path: &Path, config: Option<&Path>) -> Result<Self, TemplateError> {
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
         match ext {
-            "gguf" => Self::from_gguf(path),
+            "gguf" => Err(TemplateError::Missing {
+                origin: path.display().to_string(),
+                message: "a GGUF's template is read with its metadata (`from_gguf_content`)".into(),
+            }),
             "json" => Self::from_tokenizer_config(path),
             _ => {
                 let source = read(path)?;
@@ -231,21 +234,8 @@ impl ChatTemplate {
         Self::new(&source, special_tokens_from_config(&config), &origin)
     }
 
-    /// The `tokenizer.chat_template` metadata of a GGUF file; special tokens from its vocabulary.
-    /// Any shard of a split GGUF gives the model's metadata, which llama-gguf-split writes in the
-    /// first shard only (`GgufFiles` finds and checks the shards as a model load does).
-    pub fn from_gguf(path: &Path) -> Result<Self, TemplateError> {
-        let files = crate::model::gguf_files::GgufFiles::open(path).map_err(|e| {
-            TemplateError::Missing {
-                // The model's error names the file.
-                origin: "chat template".into(),
-                message: e.to_string(),
-            }
-        })?;
-        Self::from_gguf_content(&files.content, &files.path().display().to_string())
-    }
-
-    /// The same from GGUF metadata already read (`file` names it in messages).
+    /// The `tokenizer.chat_template` metadata of a GGUF, already read (`file` names it in
+    /// messages); special tokens from its vocabulary. The model loader reads GGUF files.
     pub fn from_gguf_content(
         content: &candle_core::quantized::gguf_file::Content,
         file: &str,
@@ -426,45 +416,5 @@ mod tests {
         let model = BTreeMap::from([("bos_token".to_string(), "<s>".to_string())]);
         let t = t.with_model_special_tokens(model);
         assert_eq!(t.render(&messages, true).unwrap(), "<s>こんにちは");
-    }
-
-    /// Shards written as llama-gguf-split writes them (the model's metadata in the first only):
-    /// the second gives the first's template and special tokens; without the first beside it, an
-    /// error naming the missing shard.
-    #[test]
-    fn a_later_shard_gives_the_first_shards_template() {
-        use candle_core::quantized::gguf_file::{Value as Gv, write};
-        let dir = tempfile::tempdir().unwrap();
-        let shard = |no: u16, meta: &[(&str, &Gv)]| {
-            let path = dir.path().join(format!("m-{:05}-of-00002.gguf", no + 1));
-            let (split_no, count) = (Gv::U16(no), Gv::U16(2));
-            let mut all = vec![("split.no", &split_no), ("split.count", &count)];
-            all.extend_from_slice(meta);
-            write(&mut std::fs::File::create(&path).unwrap(), &all, &[]).unwrap();
-            path
-        };
-        let source = "{{ bos_token }}{% for m in messages %}[{{ m['content'] }}]{% endfor %}";
-        let template = Gv::String(source.into());
-        let tokens = Gv::Array(vec![Gv::String("<unk>".into()), Gv::String("<s>".into())]);
-        let bos = Gv::U32(1);
-        let first = shard(
-            0,
-            &[
-                ("tokenizer.chat_template", &template),
-                ("tokenizer.ggml.tokens", &tokens),
-                ("tokenizer.ggml.bos_token_id", &bos),
-            ],
-        );
-        let second = shard(1, &[]);
-        let t = ChatTemplate::load(&second).unwrap();
-        let messages = [Message::new("user", "はい")];
-        assert_eq!(t.render(&messages, true).unwrap(), "<s>[はい]");
-        assert!(t.origin.contains("m-00001-of-00002.gguf"), "{}", t.origin);
-        std::fs::remove_file(first).unwrap();
-        let err = ChatTemplate::load(&second).err().unwrap().to_string();
-        assert!(
-            err.contains("shard 1 of 2") && err.contains("is missing"),
-            "{err}"
-        );
     }
 }

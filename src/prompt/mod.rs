@@ -7,7 +7,7 @@ pub mod pyjson;
 pub use chat_template::{ChatTemplate, Message, TemplateError};
 
 use crate::data::{Item, Turn};
-use crate::rubric::{Aspect, Level, OutputMode, Rubric};
+use crate::rubric::{Aspect, Level, OutputMode, Rubric, RubricError};
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 
@@ -22,6 +22,9 @@ pub enum PromptError {
     },
     #[error(transparent)]
     ChatTemplate(#[from] TemplateError),
+    /// A rubric template that does not compile, or does not render for a sample item.
+    #[error("{field}: {message}")]
+    Template { field: String, message: String },
 }
 
 /// The judge's input for one item, before the model's chat template.
@@ -118,8 +121,8 @@ const USER: &str = "prompt.user";
 const ANSWER: &str = "prompt.answer";
 
 impl PromptBuilder {
-    /// Compile the rubric's templates; the error is (field, message).
-    pub fn new(rubric: &Rubric) -> Result<Self, (String, String)> {
+    /// Compile the rubric's templates; an error names the field.
+    pub fn new(rubric: &Rubric) -> Result<Self, PromptError> {
         let mut env = Environment::new();
         env.set_syntax(crate::prompt::jinja_syntax());
         // A typo in a rubric ({{ respnse.text }}) must fail, not render as empty text.
@@ -127,7 +130,10 @@ impl PromptBuilder {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         let mut add = |name: &'static str, source: &str| {
             env.add_template_owned(name, source.to_string())
-                .map_err(|e| (name.to_string(), e.to_string()))
+                .map_err(|e| PromptError::Template {
+                    field: name.to_string(),
+                    message: e.to_string(),
+                })
         };
         if let Some(system) = &rubric.prompt.system {
             add(SYSTEM, system)?;
@@ -298,13 +304,38 @@ pub fn sample_item() -> Item {
     }
 }
 
-/// Compile the rubric's templates and render them for a sample item: (field, message) on error.
-pub fn check_templates(rubric: &Rubric) -> Result<(), (String, String)> {
+/// Compile the rubric's templates and render them for a sample item (`PromptError::Template`,
+/// naming the field, on error).
+pub fn check_templates(rubric: &Rubric) -> Result<(), PromptError> {
     let builder = PromptBuilder::new(rubric)?;
     let mut item = sample_item();
     item.setting = Some("sample setting".into());
     builder.render(&item).map(|_| ()).map_err(|e| match e {
-        PromptError::Render { field, source, .. } => (field.to_string(), format!("{source}")),
-        other => ("prompt".to_string(), other.to_string()),
+        PromptError::Render { field, source, .. } => PromptError::Template {
+            field: field.to_string(),
+            message: format!("{source}"),
+        },
+        other => PromptError::Template {
+            field: "prompt".to_string(),
+            message: other.to_string(),
+        },
     })
+}
+
+/// `Rubric::resolve`, then its templates compiled and rendered for a sample item, so that a
+/// template error is reported with the rubric's origin and field before any model is loaded.
+pub fn resolve_rubric(name_or_path: &str) -> Result<(Rubric, String), RubricError> {
+    let (rubric, source) = Rubric::resolve(name_or_path)?;
+    check_templates(&rubric).map_err(|e| {
+        let (field, message) = match e {
+            PromptError::Template { field, message } => (field, message),
+            other => ("prompt".to_string(), other.to_string()),
+        };
+        RubricError::Invalid {
+            origin: source.clone(),
+            field,
+            message,
+        }
+    })?;
+    Ok((rubric, source))
 }

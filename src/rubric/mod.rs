@@ -171,7 +171,8 @@ impl Rubric {
         Ok(r)
     }
 
-    /// Semantic checks serde cannot express; every error names the field.
+    /// Semantic checks serde cannot express; every error names the field. The templates are
+    /// checked where they are compiled (`prompt::resolve_rubric` checks both up front).
     pub fn validate(&self, origin: &str) -> Result<(), RubricError> {
         let bad = |field: String, message: String| {
             Err(RubricError::Invalid {
@@ -289,11 +290,7 @@ impl Rubric {
             }
             (OutputMode::Score, None) => {}
         }
-        crate::prompt::check_templates(self).map_err(|(field, message)| RubricError::Invalid {
-            origin: origin.to_string(),
-            field,
-            message,
-        })
+        Ok(())
     }
 
     /// sha256 of the rubric's canonical JSON form: scales, wording and templates.

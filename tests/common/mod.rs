@@ -160,7 +160,8 @@ definition = "overall"
 /// (scripts/gpu_check.sh sets it).
 pub fn device() -> candle_core::Device {
     let spec = std::env::var("HYOKA_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
-    hyoka::model::device::parse_device(&spec).expect("HYOKA_TEST_DEVICE names a usable device")
+    hyoka::model::backend::device::parse_device(&spec)
+        .expect("HYOKA_TEST_DEVICE names a usable device")
 }
 
 /// The dtype the parity tests run in: HYOKA_TEST_DTYPE = f32 (default), bf16 or f16.
@@ -168,7 +169,7 @@ pub fn dtype() -> candle_core::DType {
     let spec = std::env::var("HYOKA_TEST_DTYPE").unwrap_or_else(|_| "f32".into());
     // An explicit dtype does not depend on the device: none is opened here (on a GPU, every
     // `tol` call would otherwise open one).
-    hyoka::model::device::parse_dtype(Some(&spec), &candle_core::Device::Cpu)
+    hyoka::model::backend::device::parse_dtype(Some(&spec), &candle_core::Device::Cpu)
         .expect("HYOKA_TEST_DTYPE is f32, bf16 or f16")
 }
 

@@ -11,8 +11,10 @@
 use crate::common;
 
 use candle_core::{DType, Device, Tensor};
-use hyoka::model::transformer::{ATTENTION_ELEMENTS, AttentionPlan};
-use hyoka::model::{Batch, load_safetensors_dir};
+use hyoka::model::Batch;
+use hyoka::model::attention::plan::AttentionPlan;
+use hyoka::model::decoder::transformer::ATTENTION_ELEMENTS;
+use hyoka::model::load_safetensors_dir;
 use std::collections::HashMap;
 
 const HEADS: usize = 256;

@@ -32,7 +32,7 @@ use crate::common;
 
 use candle_core::quantized::{GgmlDType, QTensor, ggml_file::qtensor_from_ggml};
 use candle_core::{DType, Device, Tensor};
-use hyoka::model::matrix::{DECODE_ROWS, Matrix};
+use hyoka::model::quant::matrix::{DECODE_ROWS, Matrix};
 use hyoka::rng::SplitMix64;
 
 const OUT: usize = 64;
@@ -216,14 +216,14 @@ fn a_rows_decoding_product_does_not_depend_on_the_other_rows() {
 }
 
 /// hyoka opens CUDA devices without cudarc's per-allocation events
-/// (`device::without_event_tracking`), unless HYOKA_GPU_KERNELS=candle.
+/// (`device::without_event_tracking`), unless opened for candle's kernels
+/// (`device::parse_device_for`).
 #[test]
 fn cuda_devices_open_without_per_allocation_events() {
     let device = common::device();
     #[cfg(feature = "cuda")]
     if let Device::Cuda(d) = &device {
-        let candle = hyoka::model::gpu_kernels() == Some("candle");
-        assert_eq!(d.is_event_tracking(), candle, "event tracking");
+        assert!(!d.is_event_tracking(), "event tracking");
         return;
     }
     eprintln!("skipping: {device:?} is not a CUDA device (HYOKA_TEST_DEVICE=cuda)");

@@ -9,7 +9,9 @@
 use crate::common;
 
 use candle_core::{DType, Device, Tensor};
-use hyoka::model::decode_attention::{AppendKeys, DecodeAttention, StepSegment, segment_table};
+use hyoka::model::attention::decode_attention::{
+    AppendKeys, DecodeAttention, StepSegment, segment_table,
+};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 

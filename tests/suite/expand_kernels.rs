@@ -8,7 +8,7 @@ use crate::common;
 
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
-use hyoka::model::cuda_expand;
+use hyoka::model::quant::cuda::cuda_expand;
 use hyoka::rng::SplitMix64;
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -18,7 +18,7 @@
 use crate::common;
 
 use candle_core::{DType, Device, Tensor};
-use hyoka::model::fused_attention::FusedAttention;
+use hyoka::model::attention::fused_attention::FusedAttention;
 use hyoka::rng::SplitMix64;
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};

@@ -341,12 +341,13 @@ fn quantized_files_mix_k_quants_and_fallbacks() {
         ("iq1_m", &["IQ1_M", "IQ4_NL"]),
     ] {
         let path = common::fixtures().join(format!("converter/qwen2/{kind}.gguf"));
-        let files = hyoka::model::gguf_files::GgufFiles::open(&path).unwrap();
+        let files = hyoka::model::load::gguf_files::GgufFiles::open(&path).unwrap();
         let types: Vec<&str> = files.iquant_types().iter().map(|t| t.name()).collect();
         assert_eq!(types, want, "{kind}");
         // What the loaded model says it holds in other blocks (printed by the CLI): on the CPU
         // nothing, every i-quant's blocks being kept; nothing when expanded.
-        use hyoka::model::{gguf_files::GgufFiles, load_gguf_files};
+        use hyoka::model::load::gguf_files::GgufFiles;
+        use hyoka::model::load_gguf_files;
         for mode in [WeightsMode::Stored, WeightsMode::Expanded] {
             let held: &[&str] = &[];
             let files = GgufFiles::open(&path).unwrap();

@@ -9,10 +9,10 @@ use crate::common;
 
 use candle_core::{DType, Device, Tensor};
 use half::f16;
-use hyoka::model::iq_dots::{self, Activations};
-use hyoka::model::iq_rows::IqMatrix;
-use hyoka::model::iquants::IQuant;
-use hyoka::model::matrix::{Matrix, Products};
+use hyoka::model::quant::cpu::iq_dots::{self, Activations};
+use hyoka::model::quant::cpu::iq_rows::IqMatrix;
+use hyoka::model::quant::formats::iquants::IQuant;
+use hyoka::model::quant::matrix::{Matrix, Products};
 use std::sync::Arc;
 
 const KINDS: [IQuant; 9] = IQuant::ALL;

@@ -8,7 +8,8 @@ use crate::common;
 use candle_core::quantized::k_quants::BlockQ8_0;
 use candle_core::quantized::{GgmlType, QStorage, QTensor};
 use candle_core::{Device, Tensor};
-use hyoka::model::iquants::{self, IQuant};
+use hyoka::model::quant::formats::iquant_held;
+use hyoka::model::quant::formats::iquants::{self, IQuant};
 use std::collections::HashMap;
 
 fn fixtures() -> HashMap<String, Tensor> {
@@ -63,7 +64,7 @@ fn q8_0_blocks_hold_the_values() {
     for kind in IQuant::ALL {
         let (bytes, want) = blocks(&all, kind);
         let mut q8 = vec![BlockQ8_0::zeros(); want.len() / 32];
-        iquants::to_q8_0(kind, &bytes, &mut q8).unwrap();
+        iquant_held::to_q8_0(kind, &bytes, &mut q8).unwrap();
         let got: Vec<f32> = QTensor::new(QStorage::Cpu(Box::new(q8)), want.len())
             .unwrap()
             .dequantize(&Device::Cpu)
@@ -114,15 +115,15 @@ fn q5_0_blocks_hold_the_q8_0_values() {
     for kind in held {
         let (bytes, want) = blocks(&all, kind);
         let mut q8 = vec![BlockQ8_0::zeros(); want.len() / 32];
-        iquants::to_q8_0(kind, &bytes, &mut q8).unwrap();
+        iquant_held::to_q8_0(kind, &bytes, &mut q8).unwrap();
         let from_q8: Vec<f32> = QTensor::new(QStorage::Cpu(Box::new(q8)), want.len())
             .unwrap()
             .dequantize(&Device::Cpu)
             .unwrap()
             .to_vec1()
             .unwrap();
-        let mut q5 = vec![0u8; want.len() / 32 * iquants::Q5_0_BYTES];
-        iquants::to_q5_0(kind, &bytes, &mut q5).unwrap();
+        let mut q5 = vec![0u8; want.len() / 32 * iquant_held::Q5_0_BYTES];
+        iquant_held::to_q5_0(kind, &bytes, &mut q5).unwrap();
         let from_q5: Vec<f32> =
             qtensor_from_ggml(GgmlDType::Q5_0, &q5, vec![want.len()], &Device::Cpu)
                 .unwrap()
@@ -143,6 +144,6 @@ fn q5_0_blocks_hold_the_q8_0_values() {
         );
     }
     let (bytes, want) = blocks(&all, IQuant::Iq3Xxs);
-    let mut q5 = vec![0u8; want.len() / 32 * iquants::Q5_0_BYTES];
-    assert!(iquants::to_q5_0(IQuant::Iq3Xxs, &bytes, &mut q5).is_err());
+    let mut q5 = vec![0u8; want.len() / 32 * iquant_held::Q5_0_BYTES];
+    assert!(iquant_held::to_q5_0(IQuant::Iq3Xxs, &bytes, &mut q5).is_err());
 }

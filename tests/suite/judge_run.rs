@@ -88,7 +88,7 @@ impl Setup {
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut command = Command::new(env!("CARGO_BIN_EXE_hyoka"));
-        command.args(&args).env_remove("HYOKA_GPU_KERNELS");
+        command.args(&args);
         command
     }
 }
@@ -428,13 +428,13 @@ fn a_template_date_is_part_of_the_run() {
     s.assert_settings_differ("scores.jsonl", &[]);
 }
 
-/// HYOKA_GPU_KERNELS changes numbers on a GPU, so when set it is in every line's provenance,
-/// and a file written with it is not continued without it.
+/// `--gpu-kernels candle` changes numbers on a GPU, so it is in every line's provenance, and a
+/// file written with it is not continued without it.
 #[test]
 fn gpu_kernels_are_part_of_the_run() {
     let Some(s) = Setup::new() else { return };
-    let mut with = s.command("scores.jsonl", &[]);
-    let out = with.env("HYOKA_GPU_KERNELS", "candle").output().unwrap();
+    let mut with = s.command("scores.jsonl", &["--gpu-kernels", "candle"]);
+    let out = with.output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -452,7 +452,7 @@ fn bf16_prefill_gemm_is_part_of_the_run() {
     let Some(s) = Setup::new() else { return };
     let out = s.judge("scores.jsonl", &["--prefill-gemm", "bf16"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    if !hyoka::model::bf16_gemm::available() {
+    if !hyoka::model::quant::cpu::bf16_gemm::available() {
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains("AVX512-BF16"), "{err}");
         return;
@@ -476,7 +476,7 @@ fn int8_prefill_gemm_is_part_of_the_run() {
     assert!(err.contains("--weights expanded"), "{err}");
     let out = s.judge("scores.jsonl", &["--prefill-gemm", "int8"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    if !hyoka::model::prefill_gemm::PrefillGemm::Int8.available() {
+    if !hyoka::model::quant::cpu::prefill_gemm::PrefillGemm::Int8.available() {
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains("VNNI"), "{err}");
         return;

@@ -6,8 +6,8 @@
 use crate::common;
 
 use candle_core::{DType, Device};
-use hyoka::model::matrix::WeightsMode;
-use hyoka::model::prefill_gemm::{PrefillGemm, check_prefill_gemm};
+use hyoka::model::quant::cpu::prefill_gemm::{PrefillGemm, check_prefill_gemm};
+use hyoka::model::quant::matrix::WeightsMode;
 use hyoka::model::{Batch, Transformer, load_safetensors_dir};
 
 const ARCHS: [&str; 6] = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"];
@@ -46,7 +46,7 @@ fn bf16_products_match_transformers_within_bf16_tolerance() {
         err.to_string().contains("applies to f32 on the CPU"),
         "{err}"
     );
-    if !hyoka::model::bf16_gemm::available() {
+    if !hyoka::model::quant::cpu::bf16_gemm::available() {
         let err = check_prefill_gemm(
             PrefillGemm::Bf16,
             &Device::Cpu,

@@ -6,14 +6,14 @@
 //! f32 ones on the quantized files (so the switch is what ran) and leave the f16 file's f32
 //! products untouched to the bit, and a prompt's logits must not depend on the prompts beside
 //! it. The choice is the model's (`Transformer::set_prefill_gemm`). Skipped on CPUs without AVX2. The
-//! test command runs it again with `HYOKA_INT8_BODY=avx2`, so that a CPU with VNNI checks both
+//! test command runs it again with `HYOKA_TEST_INT8_BODY=avx2`, so that a CPU with VNNI checks both
 //! bodies.
 
 use crate::common;
 
 use candle_core::{DType, Device};
 use common::max_share_of_range;
-use hyoka::model::prefill_gemm::{PrefillGemm, check_prefill_gemm};
+use hyoka::model::quant::cpu::prefill_gemm::{PrefillGemm, check_prefill_gemm};
 use hyoka::model::{Batch, Transformer, WeightsMode, load_gguf};
 
 const ARCHS: [&str; 6] = [
@@ -78,7 +78,7 @@ fn available() -> bool {
         eprintln!("skipping: this CPU has no AVX2");
         return false;
     }
-    let body = hyoka::model::prefill_gemm::int8_body().unwrap_or("none");
+    let body = hyoka::model::quant::cpu::prefill_gemm::int8_body().unwrap_or("none");
     eprintln!("8-bit products on the {body} body");
     true
 }

@@ -80,7 +80,7 @@ fn broken_yarn_settings_are_refused() {
 #[test]
 fn gguf_yarn_settings() {
     use candle_core::quantized::gguf_file::{Content, Value as Meta};
-    use hyoka::model::rope::RopeScaling;
+    use hyoka::model::load::rope::RopeScaling;
     let path = common::fixtures().join("converter/qwen2-yarn/f16.gguf");
     let original = Content::read(&mut std::fs::File::open(path).unwrap()).unwrap();
     let with = |edits: &[(&str, Option<Meta>)]| {

@@ -5,8 +5,10 @@
 use crate::common;
 
 use candle_core::Tensor;
-use hyoka::model::transformer::{ATTENTION_ELEMENTS, AttentionPlan};
-use hyoka::model::{Batch, KvCache, Products, Row, Transformer, load_safetensors_dir};
+use hyoka::model::attention::plan::AttentionPlan;
+use hyoka::model::decoder::transformer::ATTENTION_ELEMENTS;
+use hyoka::model::load_safetensors_dir;
+use hyoka::model::{Batch, KvCache, Products, Row, Transformer};
 
 const ARCHS: [&str; 6] = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"];
 /// Logit tolerance against transformers in f32 (the fixtures' logits span about ±1 on

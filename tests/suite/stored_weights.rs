@@ -11,7 +11,7 @@
 use crate::common;
 
 use candle_core::{DType, Device, Tensor};
-use hyoka::model::matrix::DECODE_ROWS;
+use hyoka::model::quant::matrix::DECODE_ROWS;
 use hyoka::model::{Batch, Transformer, WeightsMode, load_gguf};
 use serde_json::Value;
 

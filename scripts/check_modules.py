@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""Check the shape of src/: no import cycles among its files, and no file over the line limit.
+
+The graph has an edge from file A to file B when A names an item that B defines, through a
+`use` or a path in code (`crate::…`, `super::…`, `self::…`, or a child module's name). A module
+file's `mod` declarations and its `pub use` re-exports of its own descendants are its table of
+contents, not uses, and make no edge; a path through a re-export is followed to the file that
+defines the item. Run with `--graph` to print every edge.
+
+Exit status: 0 when the tree is clean, 1 when a cycle or a long file is found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+MAX_LINES = 700
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+ITEM_KINDS = r"(?:struct|enum|fn|trait|type|const|static|union|mod)"
+
+
+class Module:
+    """One file of the tree: its module path, its children, what it defines and re-exports."""
+
+    def __init__(self, path: list[str], file: Path):
+        self.path = path
+        self.file = file
+        self.children: dict[str, Module] = {}
+        self.parent: Module | None = None
+        self.text = mask(file.read_text())
+        self.defined = set(
+            re.findall(rf"\b{ITEM_KINDS}\s+({IDENT})", self.text)
+            + re.findall(rf"macro_rules!\s*({IDENT})", self.text)
+        )
+        # name -> absolute path segments of what `pub use` re-exports under that name
+        self.reexports: dict[str, list[str]] = {}
+
+
+def mask(src: str) -> str:
+    """The source with comments and the contents of string and char literals blanked (their
+    text could look like paths), every offset and line kept."""
+    out = list(src)
+    n = len(src)
+
+    def blank(start: int, end: int) -> None:
+        for k in range(start, end):
+            if out[k] != "\n":
+                out[k] = " "
+
+    i = 0
+    while i < n:
+        if src.startswith("//", i):
+            end = src.find("\n", i)
+            end = n if end < 0 else end
+            blank(i, end)
+            i = end
+        elif src.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if src.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif src.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            blank(i, j)
+            i = j
+        elif (raw := re.match(r'r(#*)"', src[i:])) and not re.match(r"\w", src[i - 1 : i] or " "):
+            hashes = raw.group(1)
+            end = src.find('"' + hashes, i + 2 + len(hashes))
+            end = n if end < 0 else end + 1 + len(hashes)
+            blank(i + 1, end - 1)
+            i = end
+        elif src[i] == '"':
+            j = i + 1
+            while j < n and src[j] != '"':
+                j += 2 if src[j] == "\\" else 1
+            blank(i + 1, j)
+            i = j + 1
+        elif src[i] == "'" and (char := re.match(r"'(?:\\.[^']*|[^\\'])'", src[i:])):
+            blank(i + 1, i + char.end() - 1)
+            i += char.end()
+        else:
+            i += 1
+    return "".join(out)
+
+
+def inline_depths(masked: str) -> list[int]:
+    """Per offset, how many inline `mod x { … }` blocks enclose it."""
+    opens = {m.end() - 1 for m in re.finditer(r"\bmod\s+[A-Za-z_]\w*\s*\{", masked)}
+    depth = [0] * len(masked)
+    inline: list[int] = []  # the brace depth each enclosing inline module opened at
+    braces = 0
+    for i, c in enumerate(masked):
+        if c == "{":
+            braces += 1
+            if i in opens:
+                inline.append(braces)
+        elif c == "}":
+            if inline and inline[-1] == braces:
+                inline.pop()
+            braces -= 1
+        depth[i] = len(inline)
+    return depth
+
+
+def load_crate(root_file: Path) -> list[Module]:
+    modules: list[Module] = []
+
+    def visit(path: list[str], file: Path, parent: Module | None) -> None:
+        m = Module(path, file)
+        m.parent = parent
+        if parent:
+            parent.children[path[-1]] = m
+        modules.append(m)
+        here = file.parent if file.name in ("mod.rs", "lib.rs", "main.rs") else file.with_suffix("")
+        declared = rf'(#\[path\s*=\s*"[^"]*"\]\s*)?(?:pub(?:\([^)]*\))?\s+)?mod\s+({IDENT})\s*;'
+        for attr, name in re.findall(declared, file.read_text()):
+            if attr:
+                target = re.search(r'"([^"]*)"', attr).group(1)
+                cands = (file.parent / target,)
+            else:
+                cands = (here / f"{name}.rs", here / name / "mod.rs")
+            for cand in cands:
+                if cand.exists():
+                    visit(path + [name], cand, m)
+                    break
+
+    visit([], root_file, None)
+    return modules
+
+
+def expand_use(tree: str) -> list[tuple[list[str], str | None]]:
+    """`a::{b as c, d::{e, self}}` -> [([a,b], c), ([a,d,e], None), ([a,d], None)]."""
+    tree = re.sub(r"\s+as\s+", "@", tree)
+    tree = re.sub(r"\s+", "", tree)
+
+    def parse(s: str, prefix: list[str]) -> list[tuple[list[str], str | None]]:
+        if "{" not in s:
+            alias = None
+            if "@" in s:
+                s, alias = s.split("@", 1)
+            segs = [x for x in s.split("::") if x]
+            if segs and segs[-1] == "self":
+                segs = segs[:-1]
+            return [(prefix + segs, alias)]
+        head, rest = s.split("{", 1)
+        body = rest[: rest.rfind("}")]
+        parts, depth, cur = [], 0, ""
+        for ch in body:
+            if ch == "," and depth == 0:
+                parts.append(cur)
+                cur = ""
+                continue
+            depth += ch == "{"
+            depth -= ch == "}"
+            cur += ch
+        if cur:
+            parts.append(cur)
+        base = prefix + [x for x in head.split("::") if x]
+        out = []
+        for p in parts:
+            out.extend(parse(p, base))
+        return out
+
+    return parse(tree, [])
+
+
+def absolute(mod: Module, segs: list[str], root: Module, inline: int = 0) -> list[str] | None:
+    """Module-tree path of `segs` as written in `mod` inside `inline` inline modules, or None
+    for another crate's path."""
+    if not segs:
+        return None
+    cur = mod
+    first = segs[0]
+    while inline and segs and segs[0] == "super":
+        segs, inline = segs[1:], inline - 1
+    if inline and segs and segs[0] != "crate":
+        return None  # names of the inline module itself
+    if not segs:
+        return None
+    first = segs[0]
+    if first == "crate":
+        return segs[1:]
+    if first in ("super", "self"):
+        i = 0
+        while i < len(segs) and segs[i] in ("super", "self"):
+            if segs[i] == "super":
+                if cur.parent is None:
+                    return None
+                cur = cur.parent
+            i += 1
+        return cur.path + segs[i:]
+    if first in mod.children:
+        return mod.path + segs
+    return None
+
+
+def definer(abs_path: list[str], root: Module, seen: int = 0) -> Module | None:
+    cur = root
+    i = 0
+    while i < len(abs_path):
+        if abs_path[i] in cur.children:
+            cur = cur.children[abs_path[i]]
+        elif abs_path[i] in cur.reexports and seen < 8:
+            target = definer(cur.reexports[abs_path[i]], root, seen + 1)
+            if target is None or target.path != cur.reexports[abs_path[i]]:
+                break  # an item, not a module
+            cur = target
+        else:
+            break
+        i += 1
+    if i == len(abs_path) or abs_path[i] == "*":
+        return cur
+    name = abs_path[i]
+    if name in cur.defined:
+        return cur
+    if name in cur.reexports and seen < 8:
+        return definer(cur.reexports[name], root, seen + 1)
+    return cur
+
+
+def edges_of(mod: Module, root: Module) -> set[Path]:
+    text = mod.text
+    # inline modules (`mod tests { … }`) are the file's own; their `super::` is the file
+    depth = inline_depths(text)
+    targets: set[Path] = set()
+    for u in re.finditer(r"\b(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", text):
+        vis, tree = u.group(1), u.group(2)
+        for segs, _alias in expand_use(tree):
+            ab = absolute(mod, segs, root, depth[u.start()])
+            if ab is None:
+                continue
+            if vis and mod.path == ab[: len(mod.path)] and len(ab) > len(mod.path):
+                continue  # re-export of a descendant: the module's table of contents
+            d = definer(ab, root)
+            if d is not None:
+                targets.add(d.file)
+    code = re.sub(r"\b(pub(?:\([^)]*\))?\s+)?use\s+[^;]+;", lambda u: " " * len(u.group(0)), text)
+    for m in re.finditer(rf"(?<![A-Za-z0-9_:])((?:{IDENT}::)+{IDENT})", code):
+        segs = m.group(1).split("::")
+        if segs[0] not in ("crate", "super", "self") and segs[0] not in mod.children:
+            continue
+        ab = absolute(mod, segs, root, depth[m.start()])
+        if ab is None:
+            continue
+        d = definer(ab, root)
+        if d is not None:
+            targets.add(d.file)
+    targets.discard(mod.file)
+    return targets
+
+
+def fill_reexports(modules: list[Module], root: Module) -> None:
+    for mod in modules:
+        for tree in re.findall(r"\bpub(?:\([^)]*\))?\s+use\s+([^;]+);", mod.text):
+            for segs, alias in expand_use(tree):
+                ab = absolute(mod, segs, root)
+                if ab and ab[-1] != "*":
+                    mod.reexports[alias or ab[-1]] = ab
+
+
+def sccs(graph: dict[Path, set[Path]]) -> list[list[Path]]:
+    index: dict[Path, int] = {}
+    low: dict[Path, int] = {}
+    stack: list[Path] = []
+    on: set[Path] = set()
+    out: list[list[Path]] = []
+    counter = [0]
+    sys.setrecursionlimit(10000)
+
+    def strong(v: Path) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--src", default=Path(__file__).resolve().parent.parent / "src", type=Path)
+    ap.add_argument("--graph", action="store_true", help="print every edge")
+    args = ap.parse_args()
+    src: Path = args.src
+    bad = 0
+    for root_file in (src / "lib.rs", src / "main.rs"):
+        modules = load_crate(root_file)
+        root = modules[0]
+        fill_reexports(modules, root)
+        graph = {m.file: edges_of(m, root) for m in modules}
+        if args.graph:
+            for a in sorted(graph):
+                for b in sorted(graph[a]):
+                    print(f"{a.relative_to(src.parent)} -> {b.relative_to(src.parent)}")
+        for comp in sccs(graph):
+            bad += 1
+            names = {p: str(p.relative_to(src.parent)) for p in comp}
+            print(f"import cycle among {len(comp)} files:")
+            for a in comp:
+                for b in sorted(graph[a] & set(comp)):
+                    print(f"  {names[a]} -> {names[b]}")
+    for f in sorted(src.rglob("*.rs")):
+        lines = f.read_text().count("\n")
+        if lines > MAX_LINES:
+            bad += 1
+            print(f"{f.relative_to(src.parent)}: {lines} lines (at most {MAX_LINES})")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

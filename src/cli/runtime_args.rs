@@ -1,0 +1,123 @@
+//! The flags every model-running command shares.
+
+/// How to run a judge model: flags shared by `judge` and `bench`.
+#[derive(clap::Args, Debug)]
+pub struct RuntimeArgs {
+    /// tokenizer.json (or a folder with tokenizer.json and tokenizer_config.json) for models
+    /// that lack one, e.g. Gemma GGUF files.
+    #[arg(long, value_name = "PATH")]
+    pub tokenizer: Option<std::path::PathBuf>,
+    /// The chat template to render prompts with, instead of the model's own: a .jinja file, a
+    /// tokenizer_config.json, a GGUF or a model folder. For models that carry none (many GGUFs
+    /// of 2023 models) or a wrong one; special tokens it does not define (bos_token…) come from
+    /// the model. Its hash is in every output's provenance.
+    #[arg(long, value_name = "PATH")]
+    pub chat_template: Option<std::path::PathBuf>,
+    /// The text a chat template's `strftime_now` prints (Llama 3.1's prints the date in its
+    /// system message). By default a fixed 2024-01-01, so that a judge's prompt does not change
+    /// from day to day; a given date is recorded in the provenance.
+    #[arg(long, value_name = "TEXT")]
+    pub template_date: Option<String>,
+    /// cpu, cuda, cuda:N or metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// f32, bf16 or f16. Default by device: f32 on the CPU; bf16 on NVIDIA GPUs of compute
+    /// capability ≥ 8.0 (A100, RTX 30xx/40xx, H100); f16 on older NVIDIA GPUs (T4, V100: candle
+    /// has no bf16 kernels for them) and on Apple GPUs. Softmax, norms and masks run in f32 in
+    /// every dtype (and the residual stream too in f16). The dtype is in every output's
+    /// provenance. Measured on the CPU against transformers in f32: bf16 moved a judge's
+    /// expected scores by up to 0.12, f16 by 0.01 (docs/gpu.md, "Parity by dtype").
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// How weights are held: `stored` keeps GGUF blocks quantized and safetensors in their
+    /// dtype, expanding one matrix at a time for a prompt's GEMMs (an 8B Q4_K_M judge needs
+    /// about its file size); `expanded` converts every weight to --dtype at load (≈ 6× a
+    /// Q4_K_M file in f32), for comparison. Prompt scores are the same either way; decoding
+    /// (json rubrics, --greedy-baseline) uses quantized kernels when stored. `q8_0` quantizes a
+    /// safetensors checkpoint's matrices to Q8_0 at load, as llama.cpp's converter writes a
+    /// q8_0 GGUF (a 13B bf16 judge in about 14 GB, not 26; scores then those of that GGUF);
+    /// GGUF files stay as stored.
+    #[arg(long, value_enum, default_value = "stored")]
+    pub weights: hyoka::model::WeightsMode,
+    /// The CPU's products for prompts (prefill, a judge's scored prompts; with --weights
+    /// expanded, decoding's too): `f32` gives the expanded f32 model's numbers to the bit;
+    /// `bf16` rounds both operands to bf16 and sums in f32 on AVX512-BF16, as a GPU's bf16 —
+    /// faster on AMD Zen 4/5, slower on Intel Xeons (their bf16 instruction is quarter-rate);
+    /// `int8` rounds activations to 8 bits per 32 values and multiplies them with a GGUF's
+    /// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q2_K…Q6_K and i-quant blocks as integers (AVX-512 VNNI, or
+    /// AVX2 with the same numbers), as llama.cpp does (other matrices stay f32; not with
+    /// --weights expanded). bf16 and int8 are faster and less exact: recorded in the
+    /// provenance; measured in docs/benchmarks.md. Refused on CPUs without the
+    /// instructions, on GPUs, and with --dtype other than f32.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub prefill_gemm: hyoka::model::quant::cpu::prefill_gemm::PrefillGemm,
+    /// On CUDA: `hyoka` runs hyoka's kernels where they apply (fused prefill attention,
+    /// decoding attention, GGUF blocks expanded to bf16); `candle` runs candle's ops for all of
+    /// them, to compare or to get around a fault in a kernel. The numbers differ in their last
+    /// bits; `candle` is recorded in the provenance. Nothing changes on the CPU.
+    #[arg(long, value_enum, default_value = "hyoka")]
+    pub gpu_kernels: hyoka::model::backend::gpu_kernels::GpuKernels,
+}
+
+impl RuntimeArgs {
+    /// Load judge model `name` on `device` in `dtype` as these flags say (tokenizer, weights).
+    pub fn load_model(
+        &self,
+        name: &str,
+        dtype: candle_core::DType,
+        device: &candle_core::Device,
+        expect_sha256: Option<&str>,
+    ) -> anyhow::Result<hyoka::model::LoadedModel> {
+        use anyhow::Context;
+        let mut model = hyoka::model::LoadedModel::load(
+            name,
+            self.tokenizer.as_deref(),
+            self.chat_template.as_deref(),
+            dtype,
+            device,
+            self.weights,
+            expect_sha256,
+        )
+        .with_context(|| format!("loading model {name}"))?;
+        if let Some(date) = &self.template_date {
+            model.chat_template.set_date(date);
+        }
+        model.transformer.set_prefill_gemm(self.prefill_gemm)?;
+        model.transformer.set_gpu_kernels(self.gpu_kernels);
+        if !model.iquants_converted.is_empty() {
+            let held: Vec<String> = model
+                .iquants_converted
+                .iter()
+                .map(|(t, n)| format!("{n} {} tensors as {:?}", t.name(), t.held_as()))
+                .collect();
+            eprintln!(
+                "{name}: {} blocks on the GPU (values slightly rounded: docs/models.md); \
+                 hyoka keeps i-quants in their own blocks on the CPU only; `--weights expanded` \
+                 reads their values exactly",
+                held.join(", ")
+            );
+        }
+        Ok(model)
+    }
+
+    /// The device and dtype these flags name, `--prefill-gemm` checked for them (whether it
+    /// applies depends on both; `load_model` sets it on the model).
+    pub fn device_and_dtype(&self) -> anyhow::Result<(candle_core::Device, candle_core::DType)> {
+        let device =
+            hyoka::model::backend::device::parse_device_for(&self.device, self.gpu_kernels)?;
+        let dtype = hyoka::model::backend::device::parse_dtype(self.dtype.as_deref(), &device)?;
+        use hyoka::model::quant::cpu::prefill_gemm::{advice, check_prefill_gemm};
+        check_prefill_gemm(self.prefill_gemm, &device, dtype, self.weights)?;
+        if let Some(word) = advice(self.prefill_gemm) {
+            eprintln!("{word}");
+        }
+        if self.dtype.is_none() && !device.is_cpu() {
+            eprintln!(
+                "dtype {} (the default on {}; --dtype overrides)",
+                hyoka::model::backend::device::dtype_name(dtype),
+                hyoka::model::backend::device::describe_device(&device)
+            );
+        }
+        Ok((device, dtype))
+    }
+}

@@ -1,0 +1,36 @@
+//! What can go wrong while judging.
+
+use crate::model::ModelError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum JudgeError {
+    #[error(transparent)]
+    Prompt(#[from] crate::prompt::PromptError),
+    #[error(transparent)]
+    Template(#[from] crate::prompt::TemplateError),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("json output: {0}")]
+    Grammar(String),
+    #[error(
+        "item {item}: the prompt needs {tokens} tokens even without context, more than the limit of {max}"
+    )]
+    TooLong {
+        item: String,
+        tokens: usize,
+        max: usize,
+    },
+    #[error(
+        "item {item}: the response is {bytes} bytes, more than any prompt of {max} tokens can hold ({max_bytes} bytes at the vocabulary's longest token); not tokenized"
+    )]
+    TextTooLong {
+        item: String,
+        bytes: usize,
+        max_bytes: usize,
+        max: usize,
+    },
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}

@@ -1,0 +1,257 @@
+//! Scoring batches of laid-out items with one model.
+
+use super::error::JudgeError;
+use super::json;
+use super::layout::ItemLayout;
+use super::scores::AspectScore;
+use crate::model::{Batch, PrefixKv, Products, Transformer};
+use candle_core::Tensor;
+
+/// Memory the keys and values of one json decoding batch may take unless told otherwise
+/// (`hyoka judge --json-cache-gib`): every row holds its own item's and answer's, beside the
+/// header's kept once (an 8B model in f32: 0.25 MB per token, so rows of 500 tokens after the
+/// header take 128 MB each), so a larger chunk of items is decoded a few rows at a time.
+pub const JSON_CACHE_BYTES: usize = 2 << 30;
+
+/// Scores batches of laid-out items with one model, reusing the rubric header's keys/values.
+pub struct Scorer<'m> {
+    model: &'m Transformer,
+    header: usize,
+    header_kv: Option<PrefixKv>,
+}
+
+impl<'m> Scorer<'m> {
+    /// `header` tokens (shared by every item, see `layout::common_header`) are computed now, once.
+    pub fn new(model: &'m Transformer, header_tokens: &[u32]) -> Result<Self, JudgeError> {
+        let header_kv = if header_tokens.is_empty() {
+            None
+        } else {
+            let kv = model.prefix(header_tokens)?;
+            // The header's prefill temporaries, kept in the heap, fit the items' batches badly.
+            crate::heap::release_freed_memory();
+            Some(kv)
+        };
+        Ok(Scorer {
+            model,
+            header: header_tokens.len(),
+            header_kv,
+        })
+    }
+
+    pub fn header_len(&self) -> usize {
+        self.header
+    }
+
+    /// One forward pass over these items; per item, per aspect, the result.
+    pub fn score(&self, items: &[&ItemLayout]) -> Result<Vec<Vec<AspectScore>>, JudgeError> {
+        let rows: Vec<_> = items.iter().map(|l| l.row(self.header)).collect();
+        let mut at = Vec::new();
+        let positions: Vec<Vec<Vec<usize>>> = items
+            .iter()
+            .map(|l| l.query_positions(self.header))
+            .collect();
+        for (r, per_aspect) in positions.iter().enumerate() {
+            for p in per_aspect.iter().flatten() {
+                at.push((r, *p));
+            }
+        }
+        let batch = Batch::from_rows(&rows, self.header, self.model.device())?.reading(&at)?;
+        // Each stage starts from the heap's free pages handed back (`heap`): the blocks a
+        // batch's layers freed do not fit the output head's nor a shorter next batch's, whose
+        // temporaries then touched fresh pages on top of the old ones (a 13B's last 4 of 24
+        // items peaked 0.06 GiB above the 20 before them).
+        crate::heap::release_freed_memory();
+        let hidden = self.model.forward(&batch, self.header_kv.as_ref())?;
+        crate::heap::release_freed_memory();
+        let logits = self.model.logits_at(&hidden, &at, None)?;
+        drop(hidden);
+        // Normalised over the vocabulary on the device; only the columns the scores read come
+        // back (a few per aspect, not queries × vocabulary).
+        let mut columns: Vec<u32> = items
+            .iter()
+            .flat_map(|l| l.aspects.iter().flat_map(|t| t.tokens()))
+            .collect();
+        columns.sort_unstable();
+        columns.dedup();
+        let log_probs = log_probs_at(logits, &columns, LOG_SOFTMAX_ROWS)?;
+        let column = |t: u32| {
+            columns
+                .binary_search(&t)
+                .expect("a column per target token")
+        };
+        let mut next = 0;
+        let mut out = Vec::with_capacity(items.len());
+        for (layout, per_aspect) in items.iter().zip(&positions) {
+            let mut aspects = Vec::with_capacity(layout.aspects.len());
+            for (targets, pos) in layout.aspects.iter().zip(per_aspect) {
+                let lp = &log_probs[next..next + pos.len()];
+                next += pos.len();
+                let (dist, off) = targets.distribution(|q, t| lp[q][column(t)] as f64);
+                aspects.push(AspectScore::from_distribution(&targets.scores, &dist, off));
+            }
+            out.push(aspects);
+        }
+        Ok(out)
+    }
+}
+
+impl Scorer<'_> {
+    /// json mode: the objects this judge writes for several items (see `json`); `seeds` one
+    /// per item. The items are decoded together (`JsonFormat::decode_batch`), as many at once
+    /// as their keys and values fit in `cache_bytes` (at least one); each object is the one
+    /// decoding that item alone writes, whatever that number.
+    pub fn write_json(
+        &self,
+        format: &json::JsonFormat,
+        layouts: &[&ItemLayout],
+        decoding: json::Decoding,
+        seeds: &[u64],
+        cache_bytes: usize,
+    ) -> Result<Vec<json::JsonJudgment>, JudgeError> {
+        // The header's keys and values are kept once, not per row (`KvCache`).
+        let longest = layouts
+            .iter()
+            .map(|l| l.trunk.len() - self.header)
+            .max()
+            .unwrap_or(0);
+        let row_bytes = self.model.kv_bytes_per_slot() * (longest + format.reserve());
+        let rows = (cache_bytes / row_bytes.max(1)).max(1);
+        let mut out = Vec::with_capacity(layouts.len());
+        for (chunk, seeds) in layouts.chunks(rows).zip(seeds.chunks(rows)) {
+            let prompts: Vec<&[u32]> = chunk.iter().map(|l| &l.trunk[self.header..]).collect();
+            let header = self.header_kv.as_ref();
+            // As before each scored batch (`score`): its first step is a prompt's prefill.
+            crate::heap::release_freed_memory();
+            out.extend(format.decode_batch(self.model, header, &prompts, decoding, seeds)?);
+        }
+        Ok(out)
+    }
+
+    /// The peers' method, for comparison: greedy generation of up to `max_new` tokens after an
+    /// aspect's answer prefix (stopping at `stop` tokens); the caller parses the text.
+    pub fn greedy(
+        &self,
+        layout: &ItemLayout,
+        aspect: usize,
+        max_new: usize,
+        stop: &[u32],
+    ) -> Result<Vec<u32>, JudgeError> {
+        let mut prompt = layout.trunk[self.header..].to_vec();
+        prompt.extend_from_slice(&layout.aspects[aspect].stem);
+        let (mut kv, mut logits) =
+            self.model
+                .extend(self.header_kv.as_ref(), &prompt, Products::ByRowCount)?;
+        let mut out = Vec::new();
+        for _ in 0..max_new {
+            let next = logits
+                .argmax(candle_core::D::Minus1)?
+                .flatten_all()?
+                .to_vec1::<u32>()?[0];
+            if stop.contains(&next) {
+                break;
+            }
+            out.push(next);
+            (kv, logits) = self.model.extend(Some(&kv), &[next], Products::RowWise)?;
+        }
+        Ok(out)
+    }
+}
+
+/// The first integer in a generated answer, if it is a valid score (the peers' regex parse).
+pub fn parse_score(text: &str, scores: &[i64]) -> Option<i64> {
+    let digits: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_digit() {
+                c
+            } else if ('０'..='９').contains(&c) {
+                char::from(b'0' + (c as u32 - '０' as u32) as u8)
+            } else {
+                ' '
+            }
+        })
+        .collect();
+    let first: i64 = digits.split_whitespace().next()?.parse().ok()?;
+    scores.contains(&first).then_some(first)
+}
+
+/// Queries normalised over the vocabulary at a time (32 × 128k vocabulary × 4 bytes × 3
+/// tensors: 49 MB).
+const LOG_SOFTMAX_ROWS: usize = 32;
+
+/// log-softmax of every row of `logits` (queries, vocabulary) at `columns` only: (queries,
+/// columns). `block` rows at a time: candle's log-softmax holds three tensors of its input's
+/// size (0.46 GB for 300 queries over a 128k vocabulary); each row's arithmetic is its own, so
+/// the blocks change no bit (tested).
+fn log_probs_at(
+    logits: Tensor,
+    columns: &[u32],
+    block: usize,
+) -> Result<Vec<Vec<f32>>, JudgeError> {
+    let n = logits.dim(0)?;
+    let picked = Tensor::from_slice(columns, columns.len(), logits.device())?;
+    let mut out = Vec::with_capacity(n);
+    for start in (0..n).step_by(block.max(1)) {
+        let rows = logits.narrow(0, start, block.max(1).min(n - start))?;
+        let rows = candle_nn::ops::log_softmax(&rows, candle_core::D::Minus1)?;
+        out.extend(to_rows(&rows.index_select(&picked, 1)?)?);
+    }
+    Ok(out)
+}
+
+fn to_rows(t: &Tensor) -> Result<Vec<Vec<f32>>, JudgeError> {
+    Ok(t.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?)
+}
+
+/// Group items into batches whose padded size (rows × longest row) stays within `budget`
+/// tokens; longest first, so rows of a batch have similar lengths. Every batch holds at least
+/// one item. The budget bounds activations (tokens × hidden, tokens × MLP width); attention
+/// bounds its own scores (`transformer::ATTENTION_ELEMENTS`), so long rows need no smaller one.
+pub fn plan_batches(lens: &[usize], budget: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lens.len()).collect();
+    order.sort_by(|&a, &b| lens[b].cmp(&lens[a]).then(a.cmp(&b)));
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    for i in order {
+        let longest = current.first().map_or(lens[i], |&f| lens[f]);
+        if !current.is_empty() && (current.len() + 1) * longest > budget {
+            batches.push(std::mem::take(&mut current));
+        }
+        current.push(i);
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// Blocks of rows (one, several with a short last one, all) give the whole log-softmax's
+    /// values at the columns, to the bit.
+    #[test]
+    fn log_probs_by_blocks_are_the_whole_log_softmax_at_the_columns() {
+        let logits = (Tensor::randn(0f32, 4.0, (70, 1000), &Device::Cpu).unwrap() + 1.0).unwrap();
+        let columns = [0u32, 3, 17, 500, 999];
+        let whole = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1).unwrap();
+        let idx = Tensor::new(&columns[..], &Device::Cpu).unwrap();
+        let want = whole
+            .index_select(&idx, 1)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        for block in [1, 32, 70, 100] {
+            let got = log_probs_at(logits.clone(), &columns, block).unwrap();
+            assert_eq!(got.len(), 70);
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "block {block}"
+                );
+            }
+        }
+    }
+}

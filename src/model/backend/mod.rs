@@ -1,0 +1,7 @@
+//! The device: placement, NVRTC compilation, stage timing.
+
+pub mod device;
+pub mod gpu_kernels;
+#[cfg(feature = "cuda")]
+pub(crate) mod nvrtc;
+pub mod stage_times;

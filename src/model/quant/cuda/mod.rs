@@ -1,0 +1,3 @@
+//! The CUDA kernels of the weight formats.
+
+pub mod cuda_expand;
