@@ -7,7 +7,8 @@ file's `mod` declarations and its `pub use` re-exports of its own descendants ar
 contents, not uses, and make no edge; a path through a re-export is followed to the file that
 defines the item. Run with `--graph` to print every edge.
 
-Exit status: 0 when the tree is clean, 1 when a cycle or a long file is found.
+It first checks itself on small trees (`self_test`). Exit status: 0 when the tree is clean, 1 when
+a cycle or a long file is found.
 """
 
 from __future__ import annotations
@@ -175,7 +176,6 @@ def absolute(mod: Module, segs: list[str], root: Module, inline: int = 0) -> lis
     if not segs:
         return None
     cur = mod
-    first = segs[0]
     while inline and segs and segs[0] == "super":
         segs, inline = segs[1:], inline - 1
     if inline and segs and segs[0] != "crate":
@@ -300,11 +300,45 @@ def sccs(graph: dict[Path, set[Path]]) -> list[list[Path]]:
     return out
 
 
+def self_test() -> None:
+    """The checker on small trees: a cycle through a `use` group, one through a path in code,
+    and the shapes that are not cycles (a table of contents re-exporting its children, a
+    child's inline test module, a re-export followed to its definer)."""
+    import tempfile
+
+    cases = {
+        "use group": ({"lib.rs": "mod a;\nmod b;\n", "a.rs": "use crate::{b::B, x};\npub struct A;\n",
+                       "b.rs": "use crate::a::A;\npub struct B;\n"}, 1),
+        "path in code": ({"lib.rs": "mod a;\nmod b;\n", "a.rs": "pub fn f() { crate::b::g() }\n",
+                          "b.rs": "pub fn g() { super::a::f() }\n"}, 1),
+        "table of contents": ({"lib.rs": "mod m;\n", "m/mod.rs": "mod a;\nmod b;\npub use a::A;\npub use b::B;\n",
+                               "m/a.rs": "pub struct A;\n", "m/b.rs": "use super::A;\npub struct B(A);\n"}, 0),
+        "inline tests": ({"lib.rs": "mod a;\nmod b;\n", "a.rs": "use crate::b::B;\npub struct A;\n",
+                          "b.rs": "pub struct B;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"}, 0),
+        "comment and string": ({"lib.rs": "mod a;\nmod b;\n", "a.rs": "use crate::b::B;\npub struct A;\n",
+                                "b.rs": "// crate::a::A\npub const S: &str = \"crate::a::A\";\npub struct B;\n"}, 0),
+    }
+    for name, (files, cycles) in cases.items():
+        with tempfile.TemporaryDirectory() as d:
+            for rel, text in files.items():
+                (Path(d) / rel).parent.mkdir(parents=True, exist_ok=True)
+                (Path(d) / rel).write_text(text)
+            modules = load_crate(Path(d) / "lib.rs")
+            fill_reexports(modules, modules[0])
+            graph = {m.file: edges_of(m, modules[0]) for m in modules}
+            found = len(sccs(graph))
+            if found != cycles:
+                raise SystemExit(f"self-test {name!r}: {found} cycles found, {cycles} expected")
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--src", default=Path(__file__).resolve().parent.parent / "src", type=Path)
     ap.add_argument("--graph", action="store_true", help="print every edge")
     args = ap.parse_args()
+    self_test()
     src: Path = args.src
     bad = 0
     for root_file in (src / "lib.rs", src / "main.rs"):

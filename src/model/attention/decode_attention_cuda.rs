@@ -113,7 +113,7 @@ fn launch_typed<T: CudaDType + DeviceRepr + ValidAsZeroBits>(
 
 impl DecodeAttention {
     /// The op's CUDA body: one launch of the kernel for `name`'s dtype and head width.
-    pub(crate) fn launch(
+    pub(super) fn launch(
         &self,
         n: Dims,
         name: &str,
@@ -132,7 +132,7 @@ impl DecodeAttention {
 
 impl AppendKeys {
     /// The op's CUDA body.
-    pub(crate) fn append(
+    pub(super) fn append(
         &self,
         cache: (&mut CudaStorage, &Layout),
         keys: (&CudaStorage, &Layout),
