@@ -110,26 +110,6 @@ fn gpt2_unicode_to_byte() -> std::collections::HashMap<char, u8> {
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gpt2_table_covers_every_byte_once() {
-        let t = gpt2_unicode_to_byte();
-        assert_eq!(t.len(), 256);
-        assert_eq!(t[&'Ġ'], b' ');
-        assert_eq!(t[&'Ċ'], b'\n');
-        assert_eq!(t[&'A'], b'A');
-    }
-
-    #[test]
-    fn sentencepiece_pieces() {
-        assert_eq!(sentencepiece_bytes("▁の"), " の".as_bytes());
-        assert_eq!(sentencepiece_bytes("<0xE3>"), vec![0xE3]);
-    }
-}
-
 /// `text` as tokens whose bytes are exactly `text` (tokenizers that add a prefix space or
 /// normalise would change the object).
 pub(crate) fn encode_exact(
@@ -148,4 +128,24 @@ pub(crate) fn encode_exact(
         )));
     }
     Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpt2_table_covers_every_byte_once() {
+        let t = gpt2_unicode_to_byte();
+        assert_eq!(t.len(), 256);
+        assert_eq!(t[&'Ġ'], b' ');
+        assert_eq!(t[&'Ċ'], b'\n');
+        assert_eq!(t[&'A'], b'A');
+    }
+
+    #[test]
+    fn sentencepiece_pieces() {
+        assert_eq!(sentencepiece_bytes("▁の"), " の".as_bytes());
+        assert_eq!(sentencepiece_bytes("<0xE3>"), vec![0xE3]);
+    }
 }

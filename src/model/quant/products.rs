@@ -358,6 +358,14 @@ const DOT_BLOCK_ROWS: usize = 256;
 /// still spreads over the threads.
 const INT_DOT_ROWS: usize = 32;
 
+/// Whether `Matrix::dots_t` multiplies this matrix in integers itself (`block_dots`,
+/// `kquant_dots`), several rows per pass over the weights.
+fn integer_products(q: &QTensor) -> bool {
+    q.device().is_cpu()
+        && (BlockKind::of(q.dtype()).is_some()
+            || (KQuantKind::of(q.dtype()).is_some() && KQuantKind::available()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,12 +463,4 @@ mod tests {
             }
         }
     }
-}
-
-/// Whether `Matrix::dots_t` multiplies this matrix in integers itself (`block_dots`,
-/// `kquant_dots`), several rows per pass over the weights.
-fn integer_products(q: &QTensor) -> bool {
-    q.device().is_cpu()
-        && (BlockKind::of(q.dtype()).is_some()
-            || (KQuantKind::of(q.dtype()).is_some() && KQuantKind::available()))
 }
