@@ -7,8 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 if ! command -v chromium >/dev/null; then
-    sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-    $sudo apt-get update -q && $sudo apt-get install -y -q chromium
+    scripts/install_chromium.sh
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -10,6 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # The shape of src/: no import cycle among its files, no file over 700 lines.
 python3 scripts/check_modules.py
+# chromium (for the report check at the end) downloads and installs while the tests build and run.
+chromium_log=$(mktemp)
+scripts/install_chromium.sh > "$chromium_log" 2>&1 &
+chromium_install=$!
 python3 scripts/fetch_test_models.py
 cargo test --locked --lib --bins --tests "$@"
 # The Python package (extension in the same profile and cache): pytest and the stubs' check.
@@ -28,5 +32,6 @@ HYOKA_TEST_ENCODER=padded cargo test --locked --test suite -- \
 # The 8-bit products' AVX2 body (what CPUs without AVX-512 VNNI run) through whole models too.
 HYOKA_TEST_INT8_BODY=avx2 cargo test --locked --test suite -- prefill_gemm_int8::
 cargo test --locked --test suite -- attention_scale:: --ignored --nocapture
-# The HTML report in a real headless browser (installs Debian's chromium when missing).
+# The HTML report in a real headless browser.
+wait "$chromium_install" || { cat "$chromium_log"; exit 1; }
 scripts/check_report.sh

@@ -30,20 +30,23 @@ def lines(path: Path) -> list[dict]:
 def test_judge_equals_the_command_line(tmp_path: Path, rubric: str) -> None:
     model = str(real_model("smollm2-135m-instruct-q4_1.gguf"))
     rubric_arg = str(ROOT / rubric) if rubric.endswith(".toml") else rubric
+    # Two of the examples' items (every aspect of each is a prompt), in a file of their own.
+    items = lines(ITEMS)[:2]
+    path = tmp_path / "items.jsonl"
+    path.write_text("".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items), encoding="utf-8")
     out = tmp_path / "judge.jsonl"
-    assert cli(["judge", "--rubric", rubric_arg, "--model", model, "-i", str(ITEMS), "-o", str(out),
+    assert cli(["judge", "--rubric", rubric_arg, "--model", model, "-i", str(path), "-o", str(out),
                 "--batch-tokens", "512"]) == 0
-    items = lines(ITEMS)
     # The command writes items as their batches finish; Judge.score returns them in input order.
     order = {item["id"]: n for n, item in enumerate(items)}
     want = sorted(lines(out), key=lambda line: order[line["id"]])
     judge = hyoka.Judge(model, rubric_arg, batch_tokens=512)
-    got = judge.score(items)
-    assert [g["id"] for g in got] == [i["id"] for i in items]
-    assert got == want  # scores, distributions and provenance, to the bit
-    # A path to the same items, and the items in another order, give the same lines.
-    assert judge.score(ITEMS) == want
-    assert judge.score(list(reversed(items))) == list(reversed(want))
+    # The items in another order give the same lines, in that order.
+    got = judge.score(list(reversed(items)))
+    assert [g["id"] for g in got] == [i["id"] for i in reversed(items)]
+    assert got == list(reversed(want))  # scores, distributions and provenance, to the bit
+    # A path to the items gives them too.
+    assert judge.score(path) == want
 
 
 def test_meta_returns_the_summary_json(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::SHORT_RUBRIC as RUBRIC;
 
 /// Items enough that a run lasts a few seconds on two cores, one item per batch.
-const ITEMS: usize = 40;
+const ITEMS: usize = 16;
 
 struct Setup {
     dir: tempfile::TempDir,
