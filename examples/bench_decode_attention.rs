@@ -13,6 +13,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use hyoka::model::attention::few_queries::{self, Sequence};
+use hyoka::model::attention::plan::ScoreScaling;
 use std::time::Instant;
 
 fn setting(name: &str, default: usize) -> usize {
@@ -88,11 +89,15 @@ fn main() -> anyhow::Result<()> {
                         keys: header + keys,
                     })
                     .collect();
+                let scaling = ScoreScaling {
+                    scale,
+                    softcap: None,
+                };
                 if together {
-                    few_queries::attend_sequences(layer.header.as_ref(), &all, scale, None)?;
+                    few_queries::attend_sequences(layer.header.as_ref(), &all, scaling)?;
                 } else {
                     for one in all.chunks(1) {
-                        few_queries::attend_sequences(layer.header.as_ref(), one, scale, None)?;
+                        few_queries::attend_sequences(layer.header.as_ref(), one, scaling)?;
                     }
                 }
             }

@@ -8,10 +8,11 @@
 //! (ROWS=1024 MATRICES=1: 8 MB of Q4_K, from L3). Run with RAYON_NUM_THREADS as the judge runs.
 //! A benchmark, not a test: `cargo run --release --example bench_decode_products`.
 
-use hyoka::model::quant::cpu::block_dots::{self, BlockKind, Q8Rows};
+use hyoka::model::quant::cpu::block_dots::{self, Q8Rows};
 use hyoka::model::quant::cpu::iq_dots::{self, Activations};
 use hyoka::model::quant::cpu::kquant_dots::{self, KQuantKind, Q8KRows};
 use hyoka::model::quant::formats::iquants::IQuant;
+use hyoka::model::quant::formats::legacy::BlockKind;
 use rayon::prelude::*;
 use std::time::Instant;
 

@@ -170,7 +170,7 @@ def expand_use(tree: str) -> list[tuple[list[str], str | None]]:
     return parse(tree, [])
 
 
-def absolute(mod: Module, segs: list[str], root: Module, inline: int = 0) -> list[str] | None:
+def absolute(mod: Module, segs: list[str], inline: int = 0) -> list[str] | None:
     """Module-tree path of `segs` as written in `mod` inside `inline` inline modules, or None
     for another crate's path."""
     if not segs:
@@ -231,7 +231,7 @@ def edges_of(mod: Module, root: Module) -> set[Path]:
     for u in re.finditer(r"\b(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", text):
         vis, tree = u.group(1), u.group(2)
         for segs, _alias in expand_use(tree):
-            ab = absolute(mod, segs, root, depth[u.start()])
+            ab = absolute(mod, segs, depth[u.start()])
             if ab is None:
                 continue
             if vis and mod.path == ab[: len(mod.path)] and len(ab) > len(mod.path):
@@ -244,7 +244,7 @@ def edges_of(mod: Module, root: Module) -> set[Path]:
         segs = m.group(1).split("::")
         if segs[0] not in ("crate", "super", "self") and segs[0] not in mod.children:
             continue
-        ab = absolute(mod, segs, root, depth[m.start()])
+        ab = absolute(mod, segs, depth[m.start()])
         if ab is None:
             continue
         d = definer(ab, root)
@@ -258,7 +258,7 @@ def fill_reexports(modules: list[Module], root: Module) -> None:
     for mod in modules:
         for tree in re.findall(r"\bpub(?:\([^)]*\))?\s+use\s+([^;]+);", mod.text):
             for segs, alias in expand_use(tree):
-                ab = absolute(mod, segs, root)
+                ab = absolute(mod, segs)
                 if ab and ab[-1] != "*":
                     mod.reexports[alias or ab[-1]] = ab
 

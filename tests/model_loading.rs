@@ -196,13 +196,13 @@ fn split_ggufs_name_what_is_missing_mixed_or_renamed() {
     .unwrap();
     let load_checked = |sha: Option<&str>| {
         hyoka::model::LoadedModel::load(
-            shards[1].to_str().unwrap(),
-            None,
-            Some(&template),
-            DType::F32,
+            &hyoka::model::ModelRequest {
+                chat_template: Some(&template),
+                expect_sha256: sha,
+                ..hyoka::model::ModelRequest::new(shards[1].to_str().unwrap())
+            },
             &Device::Cpu,
-            Default::default(),
-            sha,
+            &hyoka::model::RuntimeSettings::new(DType::F32),
         )
     };
     let model = load_checked(Some(&expected)).unwrap();

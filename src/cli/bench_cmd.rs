@@ -66,8 +66,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         .into());
     }
     let items = &items[..args.n.min(items.len())];
-    let (device, dtype) = args.runtime.device_and_dtype()?;
-    let model = args.runtime.load_model(&args.model, dtype, &device, None)?;
+    let (device, settings) = args.runtime.settings()?;
+    let model = args
+        .runtime
+        .load_model(&args.model, &device, &settings, None)?;
     let t = &model.transformer;
     let builder = PromptBuilder::new(&rubric)?;
     let fit = TextFit::new(&model.tokenizer, t.cfg.max_position);
@@ -176,7 +178,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let mfu = |tok_s: f64| args.peak_flops.map(|peak| 2.0 * params * tok_s / peak);
     let mut report = json!({
         "model": args.model, "arch": t.cfg.arch.name(), "parameters": params, "device": device_name(&device),
-        "dtype": dtype_name(dtype), "prefill_gemm": t.prefill_gemm().name(),
+        "dtype": dtype_name(settings.dtype), "weights": settings.weights.name(),
+        "prefill_gemm": settings.prefill_gemm.name(), "gpu_kernels": settings.gpu_kernels.name(),
         "int8_body": hyoka::model::quant::cpu::prefill_gemm::int8_body(),
         "threads": rayon::current_num_threads(), "items": items.len(),
         "prompt_tokens": tokens, "mean_prompt_tokens": tokens as f64 / prompts.len() as f64,

@@ -158,7 +158,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
 
     // The encoder and its baseline are resolved first: a setting that cannot work (an encoder
     // without a default layer, no baseline for --rescale) fails before the judge pass, not after.
-    let (device, dtype) = args.runtime.device_and_dtype()?;
+    let (device, settings) = args.runtime.settings()?;
     // The outputs are checked (locked by no other run, readable) before any model loads.
     for name in [JUDGE, BERTSCORE] {
         hyoka::results::ResultsFile::preflight(&dir.join(name), args.overwrite)?;
@@ -185,7 +185,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     };
 
     // The judge.
-    let load_judge = |name: &str| args.runtime.load_model(name, dtype, &device, None);
+    let load_judge = |name: &str| args.runtime.load_model(name, &device, &settings, None);
     let models = if args.model.is_empty() {
         vec![super::with_fallback(DEFAULT_JUDGE, load_judge)?]
     } else {

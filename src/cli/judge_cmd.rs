@@ -133,12 +133,12 @@ impl LoadedJudge {
         args: &JudgeArgs,
         (rubric, rubric_source): (Rubric, String),
     ) -> anyhow::Result<Self> {
-        let (device, dtype) = args.runtime.device_and_dtype()?;
+        let (device, settings) = args.runtime.settings()?;
         let mut models = Vec::with_capacity(args.model.len());
         for (i, name) in args.model.iter().enumerate() {
             eprintln!("loading {name} ...");
             let expect = if i == 0 { args.sha256.as_deref() } else { None };
-            models.push(args.runtime.load_model(name, dtype, &device, expect)?);
+            models.push(args.runtime.load_model(name, &device, &settings, expect)?);
         }
         let opts = args.batching.run_options(
             args.overwrite,

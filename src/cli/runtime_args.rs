@@ -60,30 +60,24 @@ pub struct RuntimeArgs {
 }
 
 impl RuntimeArgs {
-    /// Load judge model `name` on `device` in `dtype` as these flags say (tokenizer, weights).
+    /// Load judge model `name` on `device` with `settings` (from `settings`), with these
+    /// flags' tokenizer and chat template.
     pub fn load_model(
         &self,
         name: &str,
-        dtype: candle_core::DType,
         device: &candle_core::Device,
+        settings: &hyoka::model::RuntimeSettings,
         expect_sha256: Option<&str>,
     ) -> anyhow::Result<hyoka::model::LoadedModel> {
         use anyhow::Context;
-        let mut model = hyoka::model::LoadedModel::load(
+        let request = hyoka::model::ModelRequest {
             name,
-            self.tokenizer.as_deref(),
-            self.chat_template.as_deref(),
-            dtype,
-            device,
-            self.weights,
+            tokenizer: self.tokenizer.as_deref(),
+            chat_template: self.chat_template.as_deref(),
             expect_sha256,
-        )
-        .with_context(|| format!("loading model {name}"))?;
-        if let Some(date) = &self.template_date {
-            model.chat_template.set_date(date);
-        }
-        model.transformer.set_prefill_gemm(self.prefill_gemm)?;
-        model.transformer.set_gpu_kernels(self.gpu_kernels);
+        };
+        let model = hyoka::model::LoadedModel::load(&request, device, settings)
+            .with_context(|| format!("loading model {name}"))?;
         if !model.iquants_converted.is_empty() {
             let held: Vec<String> = model
                 .iquants_converted
@@ -100,9 +94,9 @@ impl RuntimeArgs {
         Ok(model)
     }
 
-    /// The device and dtype these flags name, `--prefill-gemm` checked for them (whether it
-    /// applies depends on both; `load_model` sets it on the model).
-    pub fn device_and_dtype(&self) -> anyhow::Result<(candle_core::Device, candle_core::DType)> {
+    /// The device these flags name and the runtime settings they give on it: the dtype by
+    /// device when not given, `--prefill-gemm` checked for the device, dtype and weights.
+    pub fn settings(&self) -> anyhow::Result<(candle_core::Device, hyoka::model::RuntimeSettings)> {
         let device =
             hyoka::model::backend::device::parse_device_for(&self.device, self.gpu_kernels)?;
         let dtype = hyoka::model::backend::device::parse_dtype(self.dtype.as_deref(), &device)?;
@@ -118,6 +112,13 @@ impl RuntimeArgs {
                 hyoka::model::backend::device::describe_device(&device)
             );
         }
-        Ok((device, dtype))
+        let settings = hyoka::model::RuntimeSettings {
+            dtype,
+            weights: self.weights,
+            prefill_gemm: self.prefill_gemm,
+            gpu_kernels: self.gpu_kernels,
+            template_date: self.template_date.clone(),
+        };
+        Ok((device, settings))
     }
 }

@@ -81,29 +81,11 @@ impl<'a> Judge<'a> {
         if let Some(n) = opts.greedy_baseline {
             settings.insert("greedy_baseline".into(), json!(n));
         }
-        // A date printed into the prompt by the chat template (`--template-date`).
-        if let Some(date) = self.models[0].chat_template.date() {
-            settings.insert("template_date".into(), json!(date));
-        }
+        // Runtime settings that change numbers (the template's date, products, kernels; how
+        // weights are held when the run decodes).
+        let decodes = self.rubric.output == OutputMode::Json || opts.greedy_baseline.is_some();
+        self.models[0].settings().record(decodes, &mut settings);
         let first = &self.models[0].transformer;
-        // Decoding (json rubrics, greedy baselines) runs quantized kernels when weights are
-        // kept as stored; prompt scores are the same either way.
-        if self.rubric.output == OutputMode::Json || opts.greedy_baseline.is_some() {
-            settings.insert("weights".into(), json!(first.weights_mode().name()));
-        }
-        let gemm = first.prefill_gemm();
-        if gemm != crate::model::quant::cpu::prefill_gemm::PrefillGemm::F32 {
-            settings.insert("prefill_gemm".into(), json!(gemm.name()));
-        }
-        // Which CUDA kernels run changes the last bits on a GPU.
-        let kernels = first.gpu_kernels();
-        if kernels != crate::model::backend::gpu_kernels::GpuKernels::default() {
-            settings.insert("gpu_kernels".into(), json!(kernels.name()));
-        }
-        // A test override: the same numbers, recorded when used.
-        if let Some(body) = crate::model::quant::cpu::prefill_gemm::int8_body_override() {
-            settings.insert("test_int8_body".into(), json!(body));
-        }
         Provenance {
             hyoka: crate::VERSION.into(),
             task: Task::Judge,

@@ -3,7 +3,8 @@
 //!
 //! By concern: `load` (checkpoint files, GGUF and safetensors, weights, configuration),
 //! `tokenizer`, `quant` (weight formats and their products), `attention`, `decoder`
-//! (transformer, MLP, batch, KV cache), `encoder`, `backend` (device, NVRTC, stage timing).
+//! (transformer, MLP, batch, KV cache), `encoder`, `backend` (device, NVRTC, stage timing);
+//! `settings`, the runtime settings as one value.
 
 pub mod attention;
 pub mod backend;
@@ -12,6 +13,7 @@ pub mod encoder;
 mod error;
 pub mod load;
 pub mod quant;
+pub mod settings;
 pub mod tokenizer;
 
 pub use decoder::batch::{Batch, Row};
@@ -20,6 +22,9 @@ pub use decoder::transformer::{PrefixKv, Transformer};
 pub use error::ModelError;
 pub use load::checkpoint_files::{checkpoint_id_file, read_gguf, safetensors_files};
 pub use load::config::{Arch, TransformerConfig};
-pub use load::loaded_model::{LoadedModel, load_gguf, load_gguf_files, load_safetensors_dir};
+pub use load::loaded_model::{
+    LoadedModel, ModelRequest, load_gguf, load_gguf_files, load_safetensors_dir,
+};
 pub use quant::matrix::{Products, WeightsMode};
+pub use settings::RuntimeSettings;
 pub use tokenizer::load_tokenizer;

@@ -114,13 +114,15 @@ fn check(name: &str, tokenizer_model: &str, pre: &str) {
     });
     for mode in [WeightsMode::Stored, WeightsMode::Expanded] {
         let loaded = LoadedModel::load(
-            path.to_str().unwrap(),
-            None,
-            template.as_deref(),
-            DType::F32,
+            &hyoka::model::ModelRequest {
+                chat_template: template.as_deref(),
+                ..hyoka::model::ModelRequest::new(path.to_str().unwrap())
+            },
             &Device::Cpu,
-            mode,
-            None,
+            &hyoka::model::RuntimeSettings {
+                weights: mode,
+                ..hyoka::model::RuntimeSettings::new(DType::F32)
+            },
         )
         .unwrap();
         if mode == WeightsMode::Stored {
@@ -149,13 +151,9 @@ fn mistral_vocabulary() {
 fn a_gguf_without_a_chat_template_names_the_flag_that_gives_one() {
     let (_dir, path) = unpacked("mistral");
     let err = LoadedModel::load(
-        path.to_str().unwrap(),
-        None,
-        None,
-        DType::F32,
+        &hyoka::model::ModelRequest::new(path.to_str().unwrap()),
         &Device::Cpu,
-        WeightsMode::Stored,
-        None,
+        &hyoka::model::RuntimeSettings::new(DType::F32),
     )
     .err()
     .expect("no template, no model");

@@ -119,13 +119,9 @@ fn check_schema_within(
     cache_bytes: usize,
 ) -> Vec<Value> {
     let model = LoadedModel::load(
-        model_dir.to_str().unwrap(),
-        None,
-        None,
-        DType::F32,
+        &hyoka::model::ModelRequest::new(model_dir.to_str().unwrap()),
         &Device::Cpu,
-        Default::default(),
-        None,
+        &hyoka::model::RuntimeSettings::new(DType::F32),
     )
     .unwrap();
     let (mut rubric, source) = Rubric::resolve("roleplay8-ja").unwrap();
@@ -338,13 +334,12 @@ fn batched_json_decoding_writes_what_one_at_a_time_writes() {
             None => None,
         };
         let model = LoadedModel::load(
-            gguf.to_str().unwrap(),
-            tokenizer.as_deref(),
-            None,
-            DType::F32,
+            &hyoka::model::ModelRequest {
+                tokenizer: tokenizer.as_deref(),
+                ..hyoka::model::ModelRequest::new(gguf.to_str().unwrap())
+            },
             &Device::Cpu,
-            Default::default(),
-            None,
+            &hyoka::model::RuntimeSettings::new(DType::F32),
         )
         .unwrap();
         let (mut rubric, _) = Rubric::resolve("roleplay8-ja").unwrap();

@@ -111,13 +111,9 @@ fn distributions_match_transformers_in_any_batching() {
         return;
     };
     let model = LoadedModel::load(
-        path.to_str().unwrap(),
-        None,
-        None,
-        common::dtype(),
+        &hyoka::model::ModelRequest::new(path.to_str().unwrap()),
         &common::device(),
-        Default::default(),
-        None,
+        &hyoka::model::RuntimeSettings::new(common::dtype()),
     )
     .unwrap();
     let rubric = Rubric::from_toml(RUBRIC, "test").unwrap();

@@ -1,4 +1,4 @@
-//! `--prefill-gemm int8` (`model::int8_runs` for prompts' products, AVX512-VNNI or AVX2) through whole
+//! `--prefill-gemm int8` (`model::int8_products` for prompts' products, AVX512-VNNI or AVX2) through whole
 //! models: the GGUFs llama.cpp's own converter and quantizer wrote for the six architectures
 //! (tests/suite/gguf_converter.rs; q8_0, q4_k_m, q5_k_m, q3_k_s, q2_k), prompts of 23 and 300 tokens, against transformers on the
 //! weights it dequantizes from each file. The error must be of the size of llama.cpp's own on

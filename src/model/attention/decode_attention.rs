@@ -56,7 +56,7 @@ pub fn segment_table(segments: &[StepSegment], device: &candle_core::Device) -> 
 
 /// Whether a step's attention of a model on `device` in `dtype` with heads of `head_dim` runs
 /// here: CUDA, a head dim the kernels are built for, hyoka's kernels in use (`GpuKernels`).
-pub fn runs_on(
+pub fn takes_on(
     device: &candle_core::Device,
     dtype: DType,
     head_dim: usize,
@@ -68,10 +68,10 @@ pub fn runs_on(
         && matches!(head_dim, 8 | 16 | 32 | 64 | 128 | 256)
 }
 
-/// `runs_on` for the queries q (rows, heads, len, d).
-pub fn applies(q: &Tensor, kernels: GpuKernels) -> bool {
+/// `takes_on` for the queries q (rows, heads, len, d).
+pub fn takes(q: &Tensor, kernels: GpuKernels) -> bool {
     let d = q.dims().last().copied().unwrap_or(0);
-    runs_on(q.device(), q.dtype(), d, kernels)
+    takes_on(q.device(), q.dtype(), d, kernels)
 }
 
 /// softmax(q·kᵀ·scale, soft-capped)·v of a step's segments: q (rows, heads, len, d)

@@ -16,7 +16,7 @@
 
 use crate::model::attention::attention_products::Kernels;
 use crate::model::attention::expf_lanes::exp_in_place;
-use crate::model::attention::plan::LayerKv;
+use crate::model::attention::plan::{LayerKv, ScoreScaling};
 use candle_core::{CpuStorage, DType, Layout, Result, Storage, Tensor, bail};
 use rayon::prelude::*;
 
@@ -25,7 +25,7 @@ use rayon::prelude::*;
 pub const FEW_QUERIES: usize = 16;
 
 /// Whether `attend` runs for these queries (n of them per row).
-pub fn runs(q: &Tensor, n: usize) -> bool {
+pub fn takes(q: &Tensor, n: usize) -> bool {
     q.device().is_cpu() && q.dtype() == DType::F32 && n <= FEW_QUERIES
 }
 
@@ -34,7 +34,6 @@ pub fn runs(q: &Tensor, n: usize) -> bool {
 /// `h` keys and values of `shared` ((1, kv_heads, h, d), read in place by every row: a header
 /// that all rows continue); mask (b, 1, n, keys), added to the scores. The heads sharing a key
 /// head are consecutive. Returns (b, heads, n, d). The rows are `attend_sequences`' sequences.
-#[allow(clippy::too_many_arguments)]
 pub fn attend(
     q: &Tensor,
     shared: Option<&LayerKv>,
@@ -42,8 +41,7 @@ pub fn attend(
     v: &Tensor,
     mask: &Tensor,
     keys: usize,
-    scale: f64,
-    softcap: Option<f64>,
+    scaling: ScoreScaling,
 ) -> Result<Tensor> {
     let b = q.dim(0)?;
     let row = |t: &Tensor, r: usize| t.narrow(0, r, 1);
@@ -60,7 +58,7 @@ pub fn attend(
             keys,
         })
         .collect();
-    let mut outs = attend_sequences(shared, &sequences, scale, softcap)?;
+    let mut outs = attend_sequences(shared, &sequences, scaling)?;
     match outs.len() {
         0 => Tensor::zeros(q.shape(), DType::F32, q.device()),
         1 => Ok(outs.remove(0)),
@@ -91,9 +89,9 @@ pub struct Sequence<'a> {
 pub fn attend_sequences(
     shared: Option<&LayerKv>,
     sequences: &[Sequence],
-    scale: f64,
-    softcap: Option<f64>,
+    scaling: ScoreScaling,
 ) -> Result<Vec<Tensor>> {
+    let ScoreScaling { scale, softcap } = scaling;
     let Some(first) = sequences.first() else {
         return Ok(Vec::new());
     };
@@ -450,6 +448,10 @@ fn lane_sum(xs: &[f32]) -> f32 {
 pub(crate) mod tests {
     use super::*;
     use crate::model::attention::plan::MASKED;
+
+    fn scaling(scale: f64, softcap: Option<f64>) -> ScoreScaling {
+        ScoreScaling { scale, softcap }
+    }
     use candle_core::{D, Device};
 
     /// A header read in place before each row's own keys gives the bits of a cache holding
@@ -491,8 +493,8 @@ pub(crate) mod tests {
             }
             let mask = Tensor::from_vec(m, (b, 1, n, keys), &dev).unwrap();
             let header = (hk.clone(), hv.clone());
-            let got = attend(&q, Some(&header), &k, &v, &mask, keys, 0.2, None).unwrap();
-            let want = attend(&q, None, &all_k, &all_v, &mask, keys, 0.2, None).unwrap();
+            let got = attend(&q, Some(&header), &k, &v, &mask, keys, scaling(0.2, None)).unwrap();
+            let want = attend(&q, None, &all_k, &all_v, &mask, keys, scaling(0.2, None)).unwrap();
             let (got, want) = (
                 got.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
                 want.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
@@ -563,10 +565,12 @@ pub(crate) mod tests {
             v.iter().map(|x| x.to_bits()).collect()
         };
         for softcap in [None, Some(5.0)] {
-            let together = attend_sequences(Some(&header), &sequences, 0.3, softcap).unwrap();
+            let together =
+                attend_sequences(Some(&header), &sequences, scaling(0.3, softcap)).unwrap();
             for (s, (got, (q, k, v, mask, keys))) in together.iter().zip(&inputs).enumerate() {
                 let alone =
-                    attend_sequences(Some(&header), &sequences[s..s + 1], 0.3, softcap).unwrap();
+                    attend_sequences(Some(&header), &sequences[s..s + 1], scaling(0.3, softcap))
+                        .unwrap();
                 assert_eq!(bits(got), bits(&alone[0]), "d={d} kv={kv}: sequence {s}");
                 let own = keys - h;
                 let all = |head: &Tensor, t: &Tensor| {
@@ -616,7 +620,7 @@ pub(crate) mod tests {
             }
             let mask = Tensor::from_vec(m, (b, 1, n, keys), &dev).unwrap();
             let scale = 0.125;
-            let got = attend(&q, None, &k, &v, &mask, keys, scale, softcap).unwrap();
+            let got = attend(&q, None, &k, &v, &mask, keys, scaling(scale, softcap)).unwrap();
             let want = candle_attention(&q, &k, &v, &mask, scale, softcap);
             let diff = max_abs_diff(&got, &want);
             assert!(diff < 1e-5, "d={d}, n={n}: {diff}");

@@ -289,7 +289,7 @@ impl CustomOp3 for FusedAttention {
         use candle_core::cuda_backend::WrapErr;
         use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
         let n = self.dims(ql, kl, vl)?;
-        if !cuda_applies(qs.dtype(), n.d) {
+        if !cuda_takes(qs.dtype(), n.d) {
             bail!("fused attention on CUDA: bf16 and head dims 8, 16, 32, 64, 128, 256 only")
         }
         let dev = qs.device();
@@ -479,7 +479,7 @@ pub(crate) fn cpu_storage_like(like: &CpuStorage, out: Vec<f32>) -> CpuStorage {
 }
 
 /// Whether the CUDA body takes this dtype and head dim.
-pub fn cuda_applies(dtype: DType, head_dim: usize) -> bool {
+pub fn cuda_takes(dtype: DType, head_dim: usize) -> bool {
     dtype == DType::BF16 && matches!(head_dim, 8 | 16 | 32 | 64 | 128 | 256)
 }
 

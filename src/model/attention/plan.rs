@@ -6,6 +6,14 @@ use candle_core::{Result, Tensor};
 /// Keys and values of one layer: (1 or batch, kv_heads, seq, head_dim).
 pub type LayerKv = (Tensor, Tensor);
 
+/// How attention scores are formed from q·kᵀ: multiplied by `scale`, then soft-capped,
+/// cap·tanh(s / cap), where the model says so (Gemma 2).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScoreScaling {
+    pub scale: f64,
+    pub softcap: Option<f64>,
+}
+
 /// The additive mask value: the most negative f32, as transformers uses. Masks are added to f32
 /// scores (whatever the model dtype), where it stays finite: f16's −65504 plus a negative score
 /// rounded to −inf, and a row with every key masked gave NaN.

@@ -153,7 +153,7 @@ impl Transformer {
             .map(|(row, &next)| next + row.len());
         cache.reserve(self, need.max().unwrap_or(0))?;
         let h = cache.header.as_ref().map_or(0, |p| p.len);
-        let one_launch = decode_attention::runs_on(
+        let one_launch = decode_attention::takes_on(
             self.device(),
             self.dtype(),
             self.cfg.head_dim,

@@ -34,13 +34,13 @@ pub struct GatedWeights<'a> {
 impl GatedWeights<'_> {
     /// Whether `forward` computes this MLP: a prompt's rows (more than a decoding step's,
     /// products by row count) whose three products `prefill_gemm` computes.
-    pub fn applies(&self, x: &Tensor, plan: Plan) -> bool {
+    pub fn takes(&self, x: &Tensor, plan: Plan) -> bool {
         let rows = x.elem_count() / x.dims().last().copied().unwrap_or(1).max(1);
         plan.products == Products::ByRowCount
             && rows > DECODE_ROWS
             && [self.gate, self.up, self.down]
                 .iter()
-                .all(|w| prefill_gemm::applies(w, x))
+                .all(|w| prefill_gemm::takes(w, x))
     }
 
     /// down(act(x · Gᵀ) · (x · Uᵀ)) for x (rows, in): (rows, out), padding rows (run 0) zeros;

@@ -113,7 +113,7 @@ impl Mlp {
         let no_bias = [&self.gate, &self.up, &self.down]
             .iter()
             .all(|l| l.bias.is_none());
-        if no_bias && weights.applies(&x, plan) {
+        if no_bias && weights.takes(&x, plan) {
             // A prompt's rows on the CPU: the middle a block of its columns at a time.
             let mut dims = x.dims().to_vec();
             let inner = dims[dims.len() - 1];

@@ -39,7 +39,7 @@ pub struct OneLaunch {
 
 impl Segments {
     /// The segments of `rows` continuing from `next` (per row, its next position; `h` of them
-    /// the header's); on a GPU whose kernels take this model (`decode_attention::applies`),
+    /// the header's); on a GPU whose kernels take this model (`decode_attention::takes`),
     /// those of at most `DECODE_QUERIES` tokens go in one launch.
     pub(crate) fn new(
         rows: &[Row],

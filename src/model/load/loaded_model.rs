@@ -11,6 +11,7 @@ use crate::model::load::gguf_files::GgufFiles;
 use crate::model::load::{rope, source, weights};
 use crate::model::quant::formats::iquants;
 use crate::model::quant::matrix::WeightsMode;
+use crate::model::settings::RuntimeSettings;
 use crate::model::tokenizer::{self, load_tokenizer};
 
 /// A judge model ready to run: weights, tokenizer, chat template and what identifies them.
@@ -27,19 +28,48 @@ pub struct LoadedModel {
     pub iquants_converted: Vec<(iquants::IQuant, usize)>,
 }
 
+/// Which judge model to load: a path or hub id, and what replaces or checks parts of it.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelRequest<'a> {
+    /// A GGUF file, a checkpoint folder, or a hub id (`owner/name`, `owner/name:file.gguf`).
+    pub name: &'a str,
+    /// tokenizer.json, or a folder with tokenizer.json and tokenizer_config.json, for models
+    /// that lack one.
+    pub tokenizer: Option<&'a Path>,
+    /// A .jinja file, tokenizer_config.json, GGUF or folder whose chat template replaces the
+    /// model's own, for models that carry none or a wrong one.
+    pub chat_template: Option<&'a Path>,
+    /// The weights' sha256 to check (`ModelError` when they differ).
+    pub expect_sha256: Option<&'a str>,
+}
+
+impl<'a> ModelRequest<'a> {
+    /// The model `name` with its own tokenizer and chat template, unchecked.
+    pub fn new(name: &'a str) -> Self {
+        ModelRequest {
+            name,
+            tokenizer: None,
+            chat_template: None,
+            expect_sha256: None,
+        }
+    }
+}
+
 impl LoadedModel {
-    /// Resolve `name` (path or hub id), load it on `device`, and check `expect_sha256` if given.
-    /// `chat_template` (a .jinja file, tokenizer_config.json, GGUF or folder) replaces the
-    /// model's own template, for models that carry none or a wrong one.
+    /// Resolve the requested model (path or hub id), load it on `device` and apply `settings`
+    /// to its parts (weights, products, kernels, the template's date).
     pub fn load(
-        name: &str,
-        tokenizer: Option<&Path>,
-        chat_template: Option<&Path>,
-        dtype: DType,
+        request: &ModelRequest<'_>,
         device: &Device,
-        mode: WeightsMode,
-        expect_sha256: Option<&str>,
+        settings: &RuntimeSettings,
     ) -> Result<Self, ModelError> {
+        let ModelRequest {
+            name,
+            tokenizer,
+            chat_template,
+            expect_sha256,
+        } = *request;
+        let (dtype, mode) = (settings.dtype, settings.weights);
         let files = source::resolve(name)?;
         // The template given with --chat-template; else one a tokenizer folder given with
         // --tokenizer carries (tokenizer_config.json); else the model's own.
@@ -97,6 +127,13 @@ impl LoadedModel {
             Some(expected) => source::verify_sha256_files(&weights_files, expected)?,
             None => source::sha256_files(&weights_files)?,
         };
+        let mut transformer = transformer;
+        transformer.set_prefill_gemm(settings.prefill_gemm)?;
+        transformer.set_gpu_kernels(settings.gpu_kernels);
+        let mut chat_template = chat_template;
+        if let Some(date) = &settings.template_date {
+            chat_template.set_date(date);
+        }
         Ok(LoadedModel {
             transformer,
             tokenizer,
@@ -105,6 +142,21 @@ impl LoadedModel {
             sha256,
             iquants_converted,
         })
+    }
+}
+
+impl LoadedModel {
+    /// The settings this model runs with, read from its parts (what `load` was given, and any
+    /// change made to a part since).
+    pub fn settings(&self) -> RuntimeSettings {
+        let t = &self.transformer;
+        RuntimeSettings {
+            dtype: t.dtype(),
+            weights: t.weights_mode(),
+            prefill_gemm: t.prefill_gemm(),
+            gpu_kernels: t.gpu_kernels(),
+            template_date: self.chat_template.date().map(str::to_string),
+        }
     }
 }
 

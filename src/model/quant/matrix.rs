@@ -12,13 +12,11 @@
 //! kernels).
 //! Prefill numbers are exactly those of the expanded model (the same f32 weights, the same
 //! GEMM); decoding differs by the activations' rounding, except for a decoding step's runs of
-//! several tokens, multiplied in f32 (`runs`).
+//! several tokens, multiplied in f32 (`token_runs`).
 
 use crate::model::backend::gpu_kernels::GpuKernels;
-use crate::model::quant::cpu::block_dots::BlockKind;
 use crate::model::quant::cpu::iq_rows::IqMatrix;
-use crate::model::quant::cpu::kquant_dots::KQuantKind;
-use crate::model::quant::formats::iquants::IQuant;
+use crate::model::quant::formats::block_format::BlockFormat;
 use candle_core::Tensor;
 use candle_core::quantized::QTensor;
 use std::sync::Arc;
@@ -67,7 +65,7 @@ pub enum Products {
     /// row what it gets alone: measured on SmolLM2's GGUF, logits moved by up to 0.57.
     /// With the rows' runs known (`Plan::runs`), runs of several tokens go through 8-bit
     /// products with tokens in the lanes, or f32 products on weight rows expanded a few at a
-    /// time, instead (`runs`).
+    /// time, instead (`token_runs`).
     RowWise,
 }
 
@@ -106,11 +104,10 @@ pub enum Matrix {
     Iq(Arc<IqMatrix>),
 }
 
-/// The integer row kernels for a CPU matrix, with its blocks.
-pub(crate) enum RowKernels<'a> {
-    Blocks(BlockKind, std::borrow::Cow<'a, [u8]>),
-    KQuants(KQuantKind, std::borrow::Cow<'a, [u8]>),
-    Iq(IQuant, std::borrow::Cow<'a, [u8]>),
+/// A CPU matrix's blocks and their format, whose integer row kernels multiply them.
+pub(crate) struct RowKernels<'a> {
+    pub(crate) format: BlockFormat,
+    pub(crate) data: std::borrow::Cow<'a, [u8]>,
 }
 
 /// How prompts' products are computed on the CPU (`--prefill-gemm`).
@@ -122,7 +119,7 @@ pub enum PrefillGemm {
     /// Both operands rounded to bf16, products summed in f32, on AVX512-BF16 (`bf16_gemm`).
     Bf16,
     /// Activations rounded to 8 bits per 32 values (llama.cpp's Q8_0) and multiplied with the
-    /// weights' own integers on AVX-512 VNNI or AVX2 (`int8_runs`, the same bits on either),
+    /// weights' own integers on AVX-512 VNNI or AVX2 (`int8_products`, the same bits on either),
     /// for GGUF matrices in Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K … Q6_K or an i-quant; every
     /// other matrix in f32.
     Int8,

@@ -4,7 +4,7 @@
 use crate::model::backend::gpu_kernels::GpuKernels;
 use crate::model::backend::stage_times;
 use crate::model::quant::candle_products::quantized_product;
-use crate::model::quant::cpu::block_dots::{BlockKind, Q8Rows, dot_rows_kernel};
+use crate::model::quant::cpu::block_dots::{Q8Rows, dot_rows_kernel};
 use crate::model::quant::cpu::dense_rows;
 use crate::model::quant::cpu::expand_blocks::expand_on_threads;
 use crate::model::quant::cpu::f32_dots::dot_kernel;
@@ -13,7 +13,8 @@ use crate::model::quant::cpu::kquant_dots::{self, KQuantKind, Q8KRows};
 use crate::model::quant::cpu::prefill_gemm;
 use crate::model::quant::cpu::prefill_gemm::PrefillGemm;
 use crate::model::quant::cpu::row_tasks::by_weight_rows;
-use crate::model::quant::cpu::runs;
+use crate::model::quant::cpu::token_runs;
+use crate::model::quant::formats::block_format::BlockFormat;
 use crate::model::quant::matrix::{DECODE_ROWS, Matrix, Plan, Products, RowKernels};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Result, Tensor};
@@ -115,7 +116,7 @@ impl Matrix {
         let rows = x.dim(0)?;
         match (self, plan.products) {
             (Matrix::Quantized(q), Products::RowWise)
-                if integer_products(q) && runs::applies(x, plan.runs) =>
+                if integer_products(q) && token_runs::takes(x, plan.runs) =>
             {
                 self.by_runs(x, plan.runs.unwrap_or_default())
             }
@@ -127,7 +128,7 @@ impl Matrix {
             {
                 self.dots_t(x)
             }
-            (Matrix::Iq(_), Products::RowWise) if runs::applies(x, plan.runs) => {
+            (Matrix::Iq(_), Products::RowWise) if token_runs::takes(x, plan.runs) => {
                 self.by_runs(x, plan.runs.unwrap_or_default())
             }
             (Matrix::Iq(_), Products::RowWise) => self.dots_t(x),
@@ -153,15 +154,15 @@ impl Matrix {
             }
             // Dense weights on the CPU, decoding: each row on its own (gemm's few-row
             // products round a row by the rows beside it).
-            (Matrix::Dense(w), Products::RowWise) if dense_rows::applies(w, x) => {
+            (Matrix::Dense(w), Products::RowWise) if dense_rows::takes(w, x) => {
                 dense_rows::product(w, x)
             }
             (Matrix::Dense(w), Products::ByRowCount)
-                if rows <= DECODE_ROWS && dense_rows::applies(w, x) =>
+                if rows <= DECODE_ROWS && dense_rows::takes(w, x) =>
             {
                 dense_rows::product(w, x)
             }
-            _ if prefill_gemm::applies(self, x) => {
+            _ if prefill_gemm::takes(self, x) => {
                 prefill_gemm::product(self, x, plan.runs, plan.gemm)
             }
             _ => x.matmul(&self.expand_with(x.dtype(), plan.gpu_kernels)?.t()?),
@@ -190,7 +191,10 @@ impl Matrix {
         }
         let xs: Vec<f32> = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
         let y = match self.row_kernels()? {
-            Some(RowKernels::Blocks(kind, data)) => {
+            Some(RowKernels {
+                format: BlockFormat::Legacy(kind),
+                data,
+            }) => {
                 let acts = Q8Rows::quantize(&xs, k, kind.has_min());
                 let (dot, row_bytes) = (dot_rows_kernel(), kind.row_bytes(k));
                 // A task's rows at once: with one activation row, eight weight rows are
@@ -205,14 +209,20 @@ impl Matrix {
                     Ok(())
                 })?
             }
-            Some(RowKernels::Iq(kind, data)) => {
+            Some(RowKernels {
+                format: BlockFormat::IQuant(kind),
+                data,
+            }) => {
                 let acts = iq_dots::Activations::quantize(kind, &xs, k);
                 let dot = iq_dots::dot_rows_kernel();
                 by_row_bytes(out, n, &data, kind.row_bytes(k), |w, part| {
                     dot(kind, w, &acts, part)
                 })?
             }
-            Some(RowKernels::KQuants(kind, data)) => {
+            Some(RowKernels {
+                format: BlockFormat::KQuant(kind),
+                data,
+            }) => {
                 let acts = Q8KRows::quantize(&xs, k);
                 by_row_bytes(out, n, &data, kind.row_bytes(k), |w, part| {
                     kquant_dots::dot_rows(kind, w, &acts, part)
@@ -244,7 +254,7 @@ impl Matrix {
         {
             return x.matmul(&w.t()?);
         }
-        if prefill_gemm::applies(self, x) {
+        if prefill_gemm::takes(self, x) {
             // On the CPU: f32 products (whatever `--prefill-gemm` says), expanded a block of
             // 64 MiB at a time into the thread's kept buffer, each block's products written
             // into the output's columns (a 13B's 16k-row chunk was 335 MB expanded, and the
@@ -318,19 +328,24 @@ impl Matrix {
     pub(crate) fn row_kernels(&self) -> Result<Option<RowKernels<'_>>> {
         let q = match self {
             Matrix::Quantized(q) => q,
-            Matrix::Iq(m) => return Ok(Some(RowKernels::Iq(m.kind(), m.data().into()))),
+            Matrix::Iq(m) => {
+                return Ok(Some(RowKernels {
+                    format: BlockFormat::IQuant(m.kind()),
+                    data: m.data().into(),
+                }));
+            }
             Matrix::Dense(_) => return Ok(None),
         };
         if !integer_products(q) {
             return Ok(None);
         }
-        Ok(
-            match (BlockKind::of(q.dtype()), KQuantKind::of(q.dtype())) {
-                (Some(kind), _) => Some(RowKernels::Blocks(kind, q.data()?)),
-                (_, Some(kind)) => Some(RowKernels::KQuants(kind, q.data()?)),
-                _ => None,
-            },
-        )
+        Ok(match BlockFormat::of(q.dtype()) {
+            Some(format) => Some(RowKernels {
+                format,
+                data: q.data()?,
+            }),
+            None => None,
+        })
     }
 }
 
@@ -362,8 +377,11 @@ const INT_DOT_ROWS: usize = 32;
 /// `kquant_dots`), several rows per pass over the weights.
 fn integer_products(q: &QTensor) -> bool {
     q.device().is_cpu()
-        && (BlockKind::of(q.dtype()).is_some()
-            || (KQuantKind::of(q.dtype()).is_some() && KQuantKind::available()))
+        && match BlockFormat::of(q.dtype()) {
+            Some(BlockFormat::Legacy(_)) => true,
+            Some(BlockFormat::KQuant(_)) => KQuantKind::available(),
+            Some(BlockFormat::IQuant(_)) | None => false,
+        }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@
 //! (tested), as `few_queries` gives decoding steps.
 
 use crate::model::attention::few_queries::{FEW_QUERIES, Rows, with_rows};
-use crate::model::attention::plan::{AttentionPlan, LayerKv};
+use crate::model::attention::plan::{AttentionPlan, LayerKv, ScoreScaling};
 use crate::model::encoder::fused::cpu::Data;
 use candle_core::{CpuStorage, DType, Result, Storage, Tensor, bail};
 use rayon::prelude::*;
@@ -37,7 +37,7 @@ const TASKS_AT_ONCE: usize = 256;
 
 /// Whether `attend` runs for these queries (n of them per row): f32 on a CPU with AVX-512,
 /// head dimension a multiple of 64, more queries than `few_queries` takes.
-pub fn runs(q: &Tensor, n: usize) -> bool {
+pub fn takes(q: &Tensor, n: usize) -> bool {
     let d = q.dims().last().copied().unwrap_or(0);
     q.device().is_cpu()
         && q.dtype() == DType::F32
@@ -60,19 +60,17 @@ fn avx512_available() -> bool {
 /// The attention of `Transformer::attend`: q (b, heads, len, d), after the `prefix` keys
 /// (the `h` of `shared`, then the rest of k and v's own), each row's own; `mask(rows,
 /// queries, keys)` the (rows, 1, queries, keys) additive mask of a block of `plan`. Returns
-/// (b, heads, len, d). Call only where `runs`.
-#[allow(clippy::too_many_arguments)]
+/// (b, heads, len, d). Call only where `takes`.
 pub fn attend(
     q: &Tensor,
     shared: Option<&LayerKv>,
-    k: &Tensor,
-    v: &Tensor,
+    (k, v): (&Tensor, &Tensor),
     prefix: usize,
     plan: &AttentionPlan,
     mut mask: impl FnMut(Range<usize>, Range<usize>, usize) -> Result<Tensor>,
-    scale: f64,
-    softcap: Option<f64>,
+    scaling: ScoreScaling,
 ) -> Result<Tensor> {
+    let ScoreScaling { scale, softcap } = scaling;
     let (b, heads, len, d) = q.dims4()?;
     let kv_heads = k.dim(1)?;
     if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
@@ -222,7 +220,7 @@ impl Shape {
         let mut out = vec![0f32; queries.len() * d];
         let values: Vec<&[f32]> = values_of.of(r, kh, seen).collect();
         let nq = block.queries.len();
-        // SAFETY (every call below): `runs` detected the features before `attend` was called.
+        // SAFETY (every call below): `takes` detected the features before `attend` was called.
         unsafe {
             avx512::scores(panel, &queries, &mut scores, stride);
             for (i, row) in scores.chunks_exact_mut(stride).enumerate() {

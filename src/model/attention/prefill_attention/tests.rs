@@ -208,13 +208,11 @@ fn matches_candles_ops() {
         let got = attend(
             &q,
             Some(&header),
-            &k,
-            &v,
+            (&k, &v),
             h,
             &plan,
             block_masks(&mask),
-            scale,
-            softcap,
+            ScoreScaling { scale, softcap },
         )
         .unwrap();
         let all = |shared: &Tensor, own: &Tensor| {
@@ -250,13 +248,14 @@ fn a_row_gets_the_same_bits_alone_and_among_others() {
             let out = attend(
                 &q,
                 Some(&header),
-                &k,
-                &v,
+                (&k, &v),
                 h,
                 &plan,
                 block_masks(&mask),
-                0.1,
-                None,
+                ScoreScaling {
+                    scale: 0.1,
+                    softcap: None,
+                },
             );
             values(&out.unwrap().get(0).unwrap().narrow(1, 0, lens[0]).unwrap())
         })
@@ -269,13 +268,14 @@ fn a_row_gets_the_same_bits_alone_and_among_others() {
     let out = attend(
         &q1,
         Some(&header),
-        &k1,
-        &v1,
+        (&k1, &v1),
         h,
         &plan,
         block_masks(&alone_mask),
-        0.1,
-        None,
+        ScoreScaling {
+            scale: 0.1,
+            softcap: None,
+        },
     );
     let want = values(&out.unwrap());
     for got in together {

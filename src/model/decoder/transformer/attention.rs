@@ -7,7 +7,7 @@ use crate::model::attention::decode_attention::{
     self, AppendKeys, DECODE_QUERIES, DecodeAttention,
 };
 use crate::model::attention::masked_softmax::masked_softmax;
-use crate::model::attention::plan::{AttentionPlan, LayerKv};
+use crate::model::attention::plan::{AttentionPlan, LayerKv, ScoreScaling};
 use crate::model::attention::prefill_attention;
 use crate::model::attention::{few_queries, fused_attention};
 use crate::model::backend::stage_times;
@@ -214,9 +214,9 @@ impl Transformer {
                     keys: *keys,
                 })
                 .collect();
-            let (scale, cap) = (self.cfg.attn_scale, self.cfg.attn_softcap);
+            let scaling = self.score_scaling();
             let attended = stage_times::time(&self.device, "attention: few queries", || {
-                few_queries::attend_sequences(header, &sequences, scale, cap)
+                few_queries::attend_sequences(header, &sequences, scaling)
             })?;
             for ((i, ..), out) in few.iter().zip(attended) {
                 outs[*i] = Some(out);
@@ -227,9 +227,17 @@ impl Transformer {
             .collect()
     }
 
+    /// How this model's attention scores are formed: its scale and soft cap.
+    fn score_scaling(&self) -> ScoreScaling {
+        ScoreScaling {
+            scale: self.cfg.attn_scale,
+            softcap: self.cfg.attn_softcap,
+        }
+    }
+
     /// Whether attention of q (a few queries a row on the CPU, not fused) runs in `few_queries`.
     fn attends_few(&self, q: &Tensor) -> Result<bool> {
-        Ok(!self.fuses(q)? && few_queries::runs(q, q.dim(2)?))
+        Ok(!self.fuses(q)? && few_queries::takes(q, q.dim(2)?))
     }
 
     /// Whether attention of q goes through `fused_attention`: enough queries a row, and its
@@ -237,7 +245,7 @@ impl Transformer {
     fn fuses(&self, q: &Tensor) -> Result<bool> {
         let (dtype, len, d) = (q.dtype(), q.dim(2)?, q.dim(3)?);
         Ok(self.fused_from_queries.is_some_and(|from| len >= from)
-            && (q.device().is_cpu() || fused_attention::cuda_applies(dtype, d)))
+            && (q.device().is_cpu() || fused_attention::cuda_takes(dtype, d)))
     }
 
     /// The fused op with this model's scale and softcap (`FusedAttention`'s fields).
@@ -296,7 +304,7 @@ impl Transformer {
         if len <= DECODE_QUERIES
             && own_keys
             && batch.is_plain()
-            && decode_attention::applies(q, self.gpu_kernels)
+            && decode_attention::takes(q, self.gpu_kernels)
         {
             // A few queries a row on a GPU (`extend`'s steps): as a decoding step's segments.
             return DecodeAttention {
@@ -312,15 +320,15 @@ impl Transformer {
         }
         if self.attends_few(q)? {
             let mask = batch.mask(window, 0..b, 0..len, prefix + len)?;
-            let (scale, cap) = (cfg.attn_scale, cfg.attn_softcap);
-            return few_queries::attend(q, shared, k, v, &mask, prefix + len, scale, cap);
+            let keys = prefix + len;
+            return few_queries::attend(q, shared, k, v, &mask, keys, self.score_scaling());
         }
         let kv = cfg.num_kv_heads;
         let plan = AttentionPlan::new(b, heads, len, prefix + len, self.attention_elements)?;
-        if prefill_attention::runs(q, len) {
+        if prefill_attention::takes(q, len) {
             let mask = |rows, queries, keys| batch.mask(window, rows, queries, keys);
-            let (scale, cap) = (cfg.attn_scale, cfg.attn_softcap);
-            return prefill_attention::attend(q, shared, k, v, prefix, &plan, mask, scale, cap);
+            let scaling = self.score_scaling();
+            return prefill_attention::attend(q, shared, (k, v), prefix, &plan, mask, scaling);
         }
         // Here the shared keys and values are copied before every row's own.
         let (k, v) = after_shared(shared, k, v, b)?;

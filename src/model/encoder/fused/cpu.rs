@@ -18,7 +18,7 @@ use rayon::prelude::*;
 const ROWS_PER_TASK: usize = 64;
 
 /// Whether these kernels run for tensors of `dtype` on `device`.
-pub fn runs(device: &candle_core::Device, dtype: DType) -> bool {
+pub fn takes(device: &candle_core::Device, dtype: DType) -> bool {
     device.is_cpu() && dtype == DType::F32
 }
 

@@ -59,7 +59,7 @@ pub enum TokenLayout {
 impl TokenLayout {
     /// Packed where hyoka's CPU kernels run (f32 on the CPU), padded elsewhere.
     pub fn new(lens: Vec<usize>, dtype: DType, device: &candle_core::Device) -> Result<Self> {
-        if cpu::runs(device, dtype) {
+        if cpu::takes(device, dtype) {
             return Ok(TokenLayout::Packed { lens });
         }
         Self::padded(lens, device)

@@ -19,7 +19,7 @@ use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor, bail};
 const WEIGHT_ROWS: usize = 32;
 
 /// Whether `product` takes x · Wᵀ: both on the CPU, x in f32, W in f32, bf16 or f16.
-pub fn applies(w: &Tensor, x: &Tensor) -> bool {
+pub fn takes(w: &Tensor, x: &Tensor) -> bool {
     x.device().is_cpu()
         && x.dtype() == DType::F32
         && w.device().is_cpu()
@@ -107,7 +107,7 @@ mod tests {
             let x = Tensor::randn(0f32, 1.0, (9, k), &dev).unwrap();
             for dtype in [DType::F32, DType::BF16, DType::F16] {
                 let w = w32.to_dtype(dtype).unwrap();
-                assert!(applies(&w, &x));
+                assert!(takes(&w, &x));
                 let all = product(&w, &x).unwrap();
                 for r in 0..9 {
                     let alone = product(&w, &x.narrow(0, r, 1).unwrap()).unwrap();

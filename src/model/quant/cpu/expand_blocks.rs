@@ -1,9 +1,9 @@
 //! GGUF blocks expanded to f32 by candle's own block conversion (`GgmlType::to_float`, the
 //! values `QTensor::dequantize` gives), rows spread over the threads.
 
-use crate::model::quant::cpu::block_dots::BlockKind;
 use crate::model::quant::cpu::expanded_dots::{self, RowBlocks};
 use crate::model::quant::formats::kquants::KQuantKind;
+use crate::model::quant::formats::legacy::BlockKind;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Result, Tensor};
 use rayon::prelude::*;

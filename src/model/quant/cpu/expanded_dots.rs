@@ -1,4 +1,4 @@
-//! Products in f32 with weight rows expanded a few at a time: the kernels behind `runs` (a
+//! Products in f32 with weight rows expanded a few at a time: the kernels behind `token_runs` (a
 //! decoding step's runs of several tokens).
 //!
 //! A task expands a handful of weight rows into a buffer that stays in cache (candle's
@@ -8,10 +8,10 @@
 //! over the inner dimension, summed across lanes in a fixed order: the same operations whatever
 //! the tile, so a row's result does not depend on the other rows.
 
-use crate::model::quant::cpu::block_dots::{BLOCK, BlockKind};
 use crate::model::quant::cpu::iq_rows;
 use crate::model::quant::cpu::kquant_dots::KQuantKind;
 use crate::model::quant::formats::iquants::IQuant;
+use crate::model::quant::formats::legacy::{BLOCK, BlockKind};
 use candle_core::quantized::k_quants::{self, GgmlType};
 use candle_core::{Result, bail};
 

@@ -31,10 +31,11 @@
 //! lane operations, so every body gives the same bits, and a row's result never depends on the
 //! other rows.
 
-use crate::model::quant::cpu::block_dots::{BLOCK, Q8Rows};
+use crate::model::quant::cpu::block_dots::Q8Rows;
 use crate::model::quant::cpu::iq_rows::sub_scales;
 use crate::model::quant::cpu::kquant_dots::{Q8KRows, QK_K};
 use crate::model::quant::formats::iquants::{IQuant, block_groups, unit_scale};
+use crate::model::quant::formats::legacy::BLOCK;
 
 /// Activation rows rounded to 8 bits the way a kind's products take them.
 pub enum Activations {

@@ -14,11 +14,11 @@
 //!
 //! On a GPU the i-quants stay read into Q8_0 (IQ3_S and IQ1_S Q5_0): `IQuant::held_as`.
 
-use crate::model::quant::cpu::block_dots::BLOCK;
 use crate::model::quant::formats::iquants::{
     self, IQuant, iq1_m_sub_scales, iq1_s_sub_scales, iq2_half_sub_scales, iq2_xxs_sub_scales,
     iq3_s_sub_scales, iq3_xxs_sub_scales, iq4_xs_sub_scales, unit_scale,
 };
+use crate::model::quant::formats::legacy::BLOCK;
 use candle_core::{Result, bail};
 use rayon::prelude::*;
 
@@ -596,7 +596,7 @@ pub(crate) mod avx2 {
         });
     }
 
-    /// `put(g, scales, bytes)` for each group g of a row: its integers + 128 (`int8_runs`'
+    /// `put(g, scales, bytes)` for each group g of a row: its integers + 128 (`int8_products`'
     /// unsigned form) and the scales of its values 0..16 and 16..32.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::model) fn biased_integers(

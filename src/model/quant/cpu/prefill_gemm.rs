@@ -18,7 +18,7 @@ use crate::model::ModelError;
 use crate::model::encoder::fused::cpu::Data;
 use crate::model::quant::cpu::bf16_gemm;
 use crate::model::quant::cpu::expand_blocks::{expand_rows_into, expands_on_cpu};
-use crate::model::quant::cpu::int8_runs;
+use crate::model::quant::cpu::int8_products;
 pub use crate::model::quant::matrix::PrefillGemm;
 use crate::model::quant::matrix::{Matrix, RowKernels, WeightsMode};
 use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor, bail};
@@ -33,7 +33,7 @@ impl PrefillGemm {
         match self {
             PrefillGemm::F32 => true,
             PrefillGemm::Bf16 => bf16_gemm::available(),
-            PrefillGemm::Int8 => int8_runs::available(),
+            PrefillGemm::Int8 => int8_products::available(),
         }
     }
 
@@ -76,7 +76,7 @@ pub fn check_prefill_gemm(
         ));
     }
     if device.is_cpu() {
-        int8_runs::requested_body().map_err(|message| ModelError::Device {
+        int8_products::requested_body().map_err(|message| ModelError::Device {
             spec: crate::model::backend::device::device_name(device),
             message,
         })?;
@@ -86,7 +86,7 @@ pub fn check_prefill_gemm(
 
 /// The body `HYOKA_TEST_INT8_BODY` sets for the 8-bit products, when it is set (and valid).
 pub fn int8_body_override() -> Option<&'static str> {
-    int8_runs::requested_body()
+    int8_products::requested_body()
         .ok()
         .flatten()
         .map(|body| body.name())
@@ -95,7 +95,7 @@ pub fn int8_body_override() -> Option<&'static str> {
 /// The instructions of the CPU's 8-bit products (`--prefill-gemm int8`, json mode's runs):
 /// `vnni` or `avx2` (the same numbers), None where this CPU has neither. For benchmarks.
 pub fn int8_body() -> Option<&'static str> {
-    int8_runs::body().map(|body| body.name())
+    int8_products::body().map(|body| body.name())
 }
 
 /// A word for the user where a choice is slower on this CPU than the default: Intel's cores
@@ -117,7 +117,7 @@ thread_local! {
 
 /// Whether `product` computes x · Wᵀ: f32 activations on the CPU, and a matrix that is f32,
 /// bf16 or f16 there, or in blocks the CPU expands.
-pub fn applies(w: &Matrix, x: &Tensor) -> bool {
+pub fn takes(w: &Matrix, x: &Tensor) -> bool {
     x.device().is_cpu()
         && x.dtype() == DType::F32
         && match w {
@@ -129,7 +129,7 @@ pub fn applies(w: &Matrix, x: &Tensor) -> bool {
         }
 }
 
-/// x (rows, in) · Wᵀ → (rows, out), f32 on the CPU (see `applies`), with the products `gemm`
+/// x (rows, in) · Wᵀ → (rows, out), f32 on the CPU (see `takes`), with the products `gemm`
 /// says (an output head's are f32 whatever the model's setting). With `runs` (one per row of x,
 /// `Plan::runs`), the rows whose run is 0 are padding: their products are 0, not computed.
 pub fn product(w: &Matrix, x: &Tensor, runs: Option<&[u32]>, gemm: PrefillGemm) -> Result<Tensor> {
@@ -199,7 +199,7 @@ pub(crate) struct Operand<'a> {
     lhs: &'a [f32],
     k: usize,
     gemm: PrefillGemm,
-    int8: Option<(RowKernels<'a>, Arc<int8_runs::Activations>)>,
+    int8: Option<(RowKernels<'a>, Arc<int8_products::Activations>)>,
 }
 
 impl<'a> Operand<'a> {
@@ -213,7 +213,7 @@ impl<'a> Operand<'a> {
         like: Option<&Operand>,
     ) -> Result<Self> {
         let kernels = match gemm {
-            PrefillGemm::Int8 => w.row_kernels()?.filter(|_| int8_runs::available()),
+            PrefillGemm::Int8 => w.row_kernels()?.filter(|_| int8_products::available()),
             _ => None,
         };
         let int8 = match kernels {
@@ -224,7 +224,7 @@ impl<'a> Operand<'a> {
                     .map(|(_, acts)| acts.clone());
                 let acts = match shared {
                     Some(acts) => acts,
-                    None => Arc::new(int8_runs::Activations::new(&kernels, k, lhs)?),
+                    None => Arc::new(int8_products::Activations::new(&kernels, k, lhs)?),
                 };
                 Some((kernels, acts))
             }
@@ -276,7 +276,7 @@ impl<'a> Operand<'a> {
         let (k, n) = (self.k, range.len());
         let rows = self.lhs.len() / k.max(1);
         if let Some((kernels, acts)) = &self.int8 {
-            return int8_runs::rows_products(kernels, range, acts);
+            return int8_products::rows_products(kernels, range, acts);
         }
         if let Matrix::Dense(t) = self.w
             && t.dtype() == DType::F32
@@ -324,7 +324,7 @@ fn spread(y: &mut Vec<f32>, n: usize, rows: &[usize], m: usize) {
 
 /// `f` on a buffer of `len` values: this thread's kept one, or (when a product on this thread
 /// is already using it: rayon may run another task here while it waits) a fresh one. Also
-/// the buffer of a decoding step's expanded weight rows (`runs`), on the worker threads.
+/// the buffer of a decoding step's expanded weight rows (`token_runs`), on the worker threads.
 pub(crate) fn with_expanded<R>(len: usize, f: impl FnOnce(&mut [f32]) -> Result<R>) -> Result<R> {
     EXPANDED.with(|cell| match cell.try_borrow_mut() {
         Ok(mut buf) => {
@@ -504,7 +504,7 @@ mod tests {
         for rows in [37, 9, 3, 1] {
             let x = x.narrow(0, 0, rows).unwrap();
             for (name, m) in &cases {
-                assert!(applies(m, &x), "{name}");
+                assert!(takes(m, &x), "{name}");
                 let want = x
                     .matmul(&m.expand(DType::F32).unwrap().t().unwrap())
                     .unwrap();

@@ -11,25 +11,15 @@
 //! Each value is the CPU's expansion (candle's `to_float`) rounded to bf16, bit for bit
 //! (tests/suite/expand_kernels.rs).
 
+use crate::model::quant::formats::block_format::BlockFormat;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Result, Tensor};
 
 /// The kernel for a block type: (name, bytes a block, values a block); None for the types it
-/// does not take (candle's path expands those).
+/// does not take (candle's path expands those). `kernels/expand.cu` has one for each of
+/// candle's block types that hyoka describes (`BlockFormat::of`), named as ggml names the type.
 pub fn kernel(dtype: GgmlDType) -> Option<(&'static str, usize, usize)> {
-    Some(match dtype {
-        GgmlDType::Q4_0 => ("q4_0", 18, 32),
-        GgmlDType::Q4_1 => ("q4_1", 20, 32),
-        GgmlDType::Q5_0 => ("q5_0", 22, 32),
-        GgmlDType::Q5_1 => ("q5_1", 24, 32),
-        GgmlDType::Q8_0 => ("q8_0", 34, 32),
-        GgmlDType::Q2K => ("q2_K", 84, 256),
-        GgmlDType::Q3K => ("q3_K", 110, 256),
-        GgmlDType::Q4K => ("q4_K", 144, 256),
-        GgmlDType::Q5K => ("q5_K", 176, 256),
-        GgmlDType::Q6K => ("q6_K", 210, 256),
-        _ => return None,
-    })
+    BlockFormat::of(dtype).map(|f| (f.ggml_name(), f.block_bytes(), f.block_values()))
 }
 
 /// `q` (on a GPU) expanded to bf16 by `kernels/expand.cu`; None where that does not apply (not

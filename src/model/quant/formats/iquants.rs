@@ -72,6 +72,21 @@ impl IQuant {
         })
     }
 
+    /// ggml's name of the type (`type_traits`).
+    pub fn ggml_name(self) -> &'static str {
+        match self {
+            IQuant::Iq2Xxs => "iq2_xxs",
+            IQuant::Iq2Xs => "iq2_xs",
+            IQuant::Iq3Xxs => "iq3_xxs",
+            IQuant::Iq1S => "iq1_s",
+            IQuant::Iq4Nl => "iq4_nl",
+            IQuant::Iq3S => "iq3_s",
+            IQuant::Iq2S => "iq2_s",
+            IQuant::Iq4Xs => "iq4_xs",
+            IQuant::Iq1M => "iq1_m",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             IQuant::Iq2Xxs => "IQ2_XXS",
@@ -502,7 +517,7 @@ mod tests {
     use super::*;
 
     /// `largest_integer` is the largest magnitude of each kind's table: the AVX2 8-bit
-    /// products' i16 sums rest on it (`int8_runs::Form::i16_run`).
+    /// products' i16 sums rest on it (`int8_products::Form::i16_run`).
     #[test]
     fn largest_integers_are_the_tables() {
         let bytes = |table: &[u64]| -> usize {

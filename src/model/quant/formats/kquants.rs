@@ -33,6 +33,17 @@ impl KQuantKind {
         }
     }
 
+    /// ggml's name of the type (`type_traits`).
+    pub fn ggml_name(self) -> &'static str {
+        match self {
+            KQuantKind::Q2K => "q2_K",
+            KQuantKind::Q3K => "q3_K",
+            KQuantKind::Q4K => "q4_K",
+            KQuantKind::Q5K => "q5_K",
+            KQuantKind::Q6K => "q6_K",
+        }
+    }
+
     pub fn block_bytes(self) -> usize {
         match self {
             KQuantKind::Q2K => 84,

@@ -1,4 +1,5 @@
-use crate::model::quant::cpu::block_dots::blocks::{BLOCK, BlockKind, Q8Row, Q8Rows, read_u32};
+use crate::model::quant::cpu::block_dots::blocks::{Q8Row, Q8Rows, read_u32};
+use crate::model::quant::formats::legacy::{BLOCK, BlockKind};
 use std::arch::x86_64::*;
 
 /// The f16 at byte `at` of `b` as f32, in the caller's registers (a call to the `half`

@@ -17,9 +17,11 @@
 mod blocks;
 mod portable;
 
+pub use blocks::Q8Rows;
 pub(crate) use blocks::read_f16;
-pub use blocks::{BLOCK, BlockKind, Q8Rows};
 pub use portable::dot_rows_portable;
+
+use crate::model::quant::formats::legacy::BlockKind;
 
 /// Appends w_v · x_r for every weight row v of `w` (whole rows of `xs`' columns, one after
 /// another) and every row r of `xs`, in (v, r) order, to `out`.
@@ -68,6 +70,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::model::quant::candle_products::candle_product_by_row;
     use crate::model::quant::cpu::act_rounding::Rounding;
+    use crate::model::quant::formats::legacy::BLOCK;
     use candle_core::quantized::GgmlDType;
     use candle_core::quantized::QTensor;
     use candle_core::{Device, Tensor};

@@ -1,8 +1,7 @@
 //! The portable body of the legacy blocks' products: one row at a time, in scalar code.
 
-use crate::model::quant::cpu::block_dots::blocks::{
-    BLOCK, BlockKind, Q8Row, Q8Rows, read_f16, read_u32,
-};
+use crate::model::quant::cpu::block_dots::blocks::{Q8Row, Q8Rows, read_f16, read_u32};
+use crate::model::quant::formats::legacy::{BLOCK, BlockKind};
 
 /// The kernel without SIMD (any CPU).
 pub fn dot_rows_portable(kind: BlockKind, w: &[u8], xs: &Q8Rows, out: &mut Vec<f32>) {

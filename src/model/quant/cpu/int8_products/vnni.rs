@@ -4,15 +4,15 @@
 // Register tiles are indexed by row and by group together; iterators would hide that.
 #![allow(clippy::needless_range_loop)]
 
-use crate::model::quant::cpu::block_dots::BLOCK;
-use crate::model::quant::cpu::int8_runs::layout::{Lanes, TASK_ROWS, TOKENS, Unpacked};
-use crate::model::quant::cpu::int8_runs::operands::{Groups, Rows};
+use crate::model::quant::cpu::int8_products::layout::{Lanes, TASK_ROWS, TOKENS, Unpacked};
+use crate::model::quant::cpu::int8_products::operands::{Groups, Rows};
 use crate::model::quant::cpu::row_tasks::Columns;
+use crate::model::quant::formats::legacy::BLOCK;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
 /// Weight rows per tile: their block chains in flight together.
-const ROWS: usize = crate::model::quant::cpu::int8_runs::layout::TILE;
+const ROWS: usize = crate::model::quant::cpu::int8_products::layout::TILE;
 
 /// Token groups per tile: each broadcast weight word feeds this many instructions, each
 /// group's activation vector this many rows' (4 × 2 × 2 halves: sixteen integer chains).

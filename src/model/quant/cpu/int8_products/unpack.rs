@@ -1,7 +1,7 @@
 use crate::model::quant::cpu::block_dots;
-use crate::model::quant::cpu::block_dots::{BLOCK, BlockKind};
-use crate::model::quant::cpu::int8_runs::layout::TILE;
+use crate::model::quant::cpu::int8_products::layout::TILE;
 use crate::model::quant::cpu::kquant_dots;
+use crate::model::quant::formats::legacy::{BLOCK, BlockKind};
 use std::arch::x86_64::*;
 
 /// A block's 32 values as bytes: w + 128 where w is signed, w itself (Q4_1, Q5_1).

@@ -17,16 +17,16 @@
 // Register tiles are indexed by row; iterators would hide that.
 #![allow(clippy::needless_range_loop)]
 
-use crate::model::quant::cpu::block_dots::BLOCK;
-use crate::model::quant::cpu::int8_runs::layout::{Lanes, TASK_ROWS, TOKENS, Unpacked};
-use crate::model::quant::cpu::int8_runs::operands::{Groups, Rows};
+use crate::model::quant::cpu::int8_products::layout::{Lanes, TASK_ROWS, TOKENS, Unpacked};
+use crate::model::quant::cpu::int8_products::operands::{Groups, Rows};
 use crate::model::quant::cpu::row_tasks::Columns;
+use crate::model::quant::formats::legacy::BLOCK;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
 /// Weight rows per tile: their chains in flight together, each activation vector read once for
 /// the four.
-const ROWS: usize = crate::model::quant::cpu::int8_runs::layout::TILE;
+const ROWS: usize = crate::model::quant::cpu::int8_products::layout::TILE;
 
 /// Tokens per register (eight i32): a group's half.
 const HALF: usize = TOKENS / 2;

@@ -1,10 +1,11 @@
 //! Unpacking a run of weight rows into integers and scales, and its products through the body
 //! this CPU runs.
 
-use crate::model::quant::cpu::block_dots::{self, BLOCK};
-use crate::model::quant::cpu::int8_runs::layout::{Form, Lanes, TILE, Unpacked};
-use crate::model::quant::cpu::int8_runs::{Body, avx2, unpack, vnni};
+use crate::model::quant::cpu::block_dots;
+use crate::model::quant::cpu::int8_products::layout::{Form, Lanes, TILE, Unpacked};
+use crate::model::quant::cpu::int8_products::{Body, avx2, unpack, vnni};
 use crate::model::quant::cpu::row_tasks::Columns;
+use crate::model::quant::formats::legacy::BLOCK;
 
 impl Unpacked {
     pub(super) fn new(form: Form, data: &[u8], k: usize, signed: bool) -> Self {

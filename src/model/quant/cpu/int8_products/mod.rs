@@ -165,9 +165,7 @@ fn products_on(
 }
 
 fn data_of<'a>(kernels: &'a RowKernels) -> &'a [u8] {
-    let (RowKernels::Blocks(_, data) | RowKernels::KQuants(_, data) | RowKernels::Iq(_, data)) =
-        kernels;
-    data
+    &kernels.data
 }
 
 /// n tokens' activations rounded and laid out for the products of one form of weights, once
@@ -250,10 +248,11 @@ fn rows_products_on(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::quant::cpu::block_dots::{BLOCK, BlockKind};
-    use crate::model::quant::cpu::int8_runs::layout::{Form, Unpacked};
+    use crate::model::quant::cpu::int8_products::layout::{Form, Unpacked};
     use crate::model::quant::cpu::kquant_dots::KQuantKind;
+    use crate::model::quant::formats::block_format::BlockFormat;
     use crate::model::quant::formats::iquants::IQuant;
+    use crate::model::quant::formats::legacy::{BLOCK, BlockKind};
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
 
@@ -412,15 +411,16 @@ mod tests {
 
     fn kernels(form: Form, data: &[u8]) -> RowKernels<'_> {
         let data = std::borrow::Cow::from(data);
-        match form {
-            Form::Blocks(kind) => RowKernels::Blocks(kind, data),
-            Form::Q2K => RowKernels::KQuants(KQuantKind::Q2K, data),
-            Form::Q3K => RowKernels::KQuants(KQuantKind::Q3K, data),
-            Form::Q4K => RowKernels::KQuants(KQuantKind::Q4K, data),
-            Form::Q5K => RowKernels::KQuants(KQuantKind::Q5K, data),
-            Form::Q6K => RowKernels::KQuants(KQuantKind::Q6K, data),
-            Form::Iq(kind) => RowKernels::Iq(kind, data),
-        }
+        let format = match form {
+            Form::Blocks(kind) => BlockFormat::Legacy(kind),
+            Form::Q2K => BlockFormat::KQuant(KQuantKind::Q2K),
+            Form::Q3K => BlockFormat::KQuant(KQuantKind::Q3K),
+            Form::Q4K => BlockFormat::KQuant(KQuantKind::Q4K),
+            Form::Q5K => BlockFormat::KQuant(KQuantKind::Q5K),
+            Form::Q6K => BlockFormat::KQuant(KQuantKind::Q6K),
+            Form::Iq(kind) => BlockFormat::IQuant(kind),
+        };
+        RowKernels { format, data }
     }
 
     /// Each product is `chain`, with the activations rounded as for single tokens, whatever the

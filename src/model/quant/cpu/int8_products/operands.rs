@@ -2,8 +2,8 @@
 //! pointers into `Unpacked` and `Lanes` checked once by their makers, so that the kernels' inner
 //! loops read without bounds checks.
 
-use crate::model::quant::cpu::block_dots::BLOCK;
-use crate::model::quant::cpu::int8_runs::layout::{Form, Lanes, TILE, TOKENS, Unpacked};
+use crate::model::quant::cpu::int8_products::layout::{Form, Lanes, TILE, TOKENS, Unpacked};
+use crate::model::quant::formats::legacy::BLOCK;
 
 /// A tile's weight rows from block 0 (`Unpacked`'s layout): per block their bytes, then
 /// their scales and mins (forms with one) per unit four by four. Made by `new` only, which checks

@@ -2,7 +2,7 @@
 //! run of several tokens of one sequence (a trunk or branch fed at once) through 8-bit
 //! products with sixteen tokens in the lanes where the CPU has AVX2 (or AVX-512 VNNI: the same
 //! numbers) and the weights are Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q2_K … Q6_K or an i-quant
-//! (`int8_runs`), else through f32 products on weight rows expanded a few at a time
+//! (`int8_products`), else through f32 products on weight rows expanded a few at a time
 //! (`expanded_dots`).
 //!
 //! json mode feeds, after each score, the fixed text up to the next one (`",\n  "<key>": `,
@@ -17,16 +17,17 @@
 //! not depend on the other rows.
 
 use crate::model::quant::cpu::expanded_dots::{self, RowBlocks, expand_row};
-use crate::model::quant::cpu::int8_runs;
+use crate::model::quant::cpu::int8_products;
 use crate::model::quant::cpu::prefill_gemm::with_expanded;
 use crate::model::quant::cpu::row_tasks::by_weight_rows;
+use crate::model::quant::formats::block_format::BlockFormat;
 use crate::model::quant::matrix::{Matrix, RowKernels};
 use candle_core::{DType, Device, Result, Tensor, bail};
 
 /// Whether a RowWise product of x with these runs goes through `Matrix::by_runs`: an f32 CPU
 /// product with a run of several tokens, or with padding (rows of a json batch that wait, or
 /// are done, until enough of them are dropped: 11 of 12 rows cost as much as decoded ones).
-pub fn applies(x: &Tensor, runs: Option<&[u32]>) -> bool {
+pub fn takes(x: &Tensor, runs: Option<&[u32]>) -> bool {
     x.device().is_cpu()
         && x.dtype() == DType::F32
         && runs.is_some_and(|r| r.iter().any(|&n| n != 1))
@@ -79,7 +80,7 @@ impl Matrix {
     }
 
     /// x (n, in) · Wᵀ for tokens fed in runs: 8-bit products with the tokens in the lanes
-    /// where `int8_runs` applies, else f32 products on expanded weight rows. Either way a
+    /// where `int8_products` applies, else f32 products on expanded weight rows. Either way a
     /// row's result does not depend on the others.
     fn run_products(&self, x: &Tensor) -> Result<Tensor> {
         let (out, k) = self.dims()?;
@@ -88,8 +89,8 @@ impl Matrix {
             bail!("run products of a matrix without integer row kernels");
         };
         let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
-        let y = if int8_runs::available() {
-            int8_runs::products(&kernels, out, k, &xs)?
+        let y = if int8_products::available() {
+            int8_products::products(&kernels, out, k, &xs)?
         } else {
             expanded_products(&kernels, out, k, &xs)?
         };
@@ -119,19 +120,12 @@ fn expanded_products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> 
 
 /// Weight row v (of k values) of a matrix's blocks.
 fn row_blocks<'a>(kernels: &'a RowKernels<'_>, v: usize, k: usize) -> RowBlocks<'a> {
-    match kernels {
-        RowKernels::Blocks(kind, data) => {
-            let b = kind.row_bytes(k);
-            RowBlocks::Blocks(*kind, &data[v * b..(v + 1) * b])
-        }
-        RowKernels::KQuants(kind, data) => {
-            let b = kind.row_bytes(k);
-            RowBlocks::KQuants(*kind, &data[v * b..(v + 1) * b])
-        }
-        RowKernels::Iq(kind, data) => {
-            let b = kind.row_bytes(k);
-            RowBlocks::Iq(*kind, &data[v * b..(v + 1) * b])
-        }
+    let b = kernels.format.row_bytes(k);
+    let bytes = &kernels.data[v * b..(v + 1) * b];
+    match kernels.format {
+        BlockFormat::Legacy(kind) => RowBlocks::Blocks(kind, bytes),
+        BlockFormat::KQuant(kind) => RowBlocks::KQuants(kind, bytes),
+        BlockFormat::IQuant(kind) => RowBlocks::Iq(kind, bytes),
     }
 }
 
@@ -166,7 +160,7 @@ mod tests {
     /// A row's products are the same bits whatever else the step multiplies: a run of three
     /// tokens alone (as `extend` feeds it) and among other runs, single tokens and padding;
     /// a run's products within rounding of the expanded matrix's GEMM (through 8 bits where
-    /// `int8_runs` applies: then also those of the integer kernels), single tokens the integer
+    /// `int8_products` applies: then also those of the integer kernels), single tokens the integer
     /// kernels' (`dots_t`), padding zeros (also in a step of single tokens only).
     #[test]
     fn a_runs_products_do_not_depend_on_the_step() -> anyhow::Result<()> {
@@ -204,7 +198,7 @@ mod tests {
             let diff = |a: &Tensor, b: &Tensor| -> anyhow::Result<f32> {
                 Ok((a - b)?.abs()?.max_all()?.to_scalar::<f32>()?)
             };
-            let int8 = w.row_kernels()?.is_some() && int8_runs::available();
+            let int8 = w.row_kernels()?.is_some() && int8_products::available();
             if int8 {
                 // For the 32-value blocks, the integer kernels' numbers (activations rounded
                 // alike, each block's dot exact) summed in another order (K-quants' kernels

@@ -1,9 +1,11 @@
 //! How the 8-bit products hold a run of weight rows: each type's form, the lanes of a tile,
 //! and the unpacked integers and scales a tile multiplies.
 
-use crate::model::quant::cpu::block_dots::{BLOCK, BlockKind, Q8Rows};
+use crate::model::quant::cpu::block_dots::Q8Rows;
 use crate::model::quant::cpu::kquant_dots::KQuantKind;
+use crate::model::quant::formats::block_format::BlockFormat;
 use crate::model::quant::formats::iquants::IQuant;
+use crate::model::quant::formats::legacy::{BLOCK, BlockKind};
 use crate::model::quant::matrix::RowKernels;
 use rayon::prelude::*;
 
@@ -32,14 +34,14 @@ pub(super) enum Form {
 impl Form {
     /// Every type with row kernels has a form: a type added there must be given one here.
     pub(super) fn of(kernels: &RowKernels) -> Self {
-        match kernels {
-            RowKernels::Blocks(kind, _) => Form::Blocks(*kind),
-            RowKernels::KQuants(KQuantKind::Q2K, _) => Form::Q2K,
-            RowKernels::KQuants(KQuantKind::Q3K, _) => Form::Q3K,
-            RowKernels::KQuants(KQuantKind::Q4K, _) => Form::Q4K,
-            RowKernels::KQuants(KQuantKind::Q5K, _) => Form::Q5K,
-            RowKernels::KQuants(KQuantKind::Q6K, _) => Form::Q6K,
-            RowKernels::Iq(kind, _) => Form::Iq(*kind),
+        match kernels.format {
+            BlockFormat::Legacy(kind) => Form::Blocks(kind),
+            BlockFormat::KQuant(KQuantKind::Q2K) => Form::Q2K,
+            BlockFormat::KQuant(KQuantKind::Q3K) => Form::Q3K,
+            BlockFormat::KQuant(KQuantKind::Q4K) => Form::Q4K,
+            BlockFormat::KQuant(KQuantKind::Q5K) => Form::Q5K,
+            BlockFormat::KQuant(KQuantKind::Q6K) => Form::Q6K,
+            BlockFormat::IQuant(kind) => Form::Iq(kind),
         }
     }
 
