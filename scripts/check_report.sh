@@ -6,9 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
-if ! command -v chromium >/dev/null; then
-    scripts/install_chromium.sh
-fi
+scripts/install_chromium.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 report="${1:-}"

@@ -60,8 +60,8 @@ pub struct RuntimeArgs {
 }
 
 impl RuntimeArgs {
-    /// Load judge model `name` on `device` with `settings` (from `settings`), with these
-    /// flags' tokenizer and chat template.
+    /// Load judge model `name` on `device` with `settings` (`RuntimeArgs::settings`), and
+    /// these flags' tokenizer and chat template.
     pub fn load_model(
         &self,
         name: &str,

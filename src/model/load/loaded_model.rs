@@ -91,46 +91,47 @@ impl LoadedModel {
                     None => Ok(own()?),
                 }
             };
-        let (transformer, chat_template, tokenizer, weights_files, iquants_converted) = match files
-            .format
-        {
-            source::Format::Gguf => {
-                // The header (vocabulary, template, config) is read once for all three.
-                let gguf = GgufFiles::open(&files.path)?;
-                let origin = files.path.display().to_string();
-                let chat_template = template_from(
-                    &|| ChatTemplate::from_gguf_content(&gguf.content, &origin),
-                    &|| Ok(chat_template::special_tokens_from_gguf(&gguf.content)),
-                )?;
-                let tok =
-                    tokenizer::load_tokenizer_with(&files.path, tokenizer, Some(&gguf.content))?;
-                let paths = gguf.paths();
-                let (transformer, held) = load_gguf_files(gguf, dtype, device, mode)?;
-                (transformer, chat_template, tok, paths, held)
-            }
-            source::Format::Safetensors => {
-                let id_file = checkpoint_id_file(&files.path)?;
-                let chat_template = template_from(&|| ChatTemplate::load(&files.path), &|| {
-                    chat_template::special_tokens_of_folder(&files.path)
-                })?;
-                let tok = load_tokenizer(&files.path, tokenizer)?;
-                (
-                    load_safetensors_dir(&files.path, dtype, device, mode)?,
-                    chat_template,
-                    tok,
-                    vec![id_file],
-                    Vec::new(),
-                )
-            }
-        };
+        let (mut transformer, mut chat_template, tokenizer, weights_files, iquants_converted) =
+            match files.format {
+                source::Format::Gguf => {
+                    // The header (vocabulary, template, config) is read once for all three.
+                    let gguf = GgufFiles::open(&files.path)?;
+                    let origin = files.path.display().to_string();
+                    let chat_template = template_from(
+                        &|| ChatTemplate::from_gguf_content(&gguf.content, &origin),
+                        &|| Ok(chat_template::special_tokens_from_gguf(&gguf.content)),
+                    )?;
+                    let tok = tokenizer::load_tokenizer_with(
+                        &files.path,
+                        tokenizer,
+                        Some(&gguf.content),
+                    )?;
+                    let paths = gguf.paths();
+                    let (transformer, held) = load_gguf_files(gguf, dtype, device, mode)?;
+                    (transformer, chat_template, tok, paths, held)
+                }
+                source::Format::Safetensors => {
+                    let id_file = checkpoint_id_file(&files.path)?;
+                    let chat_template =
+                        template_from(&|| ChatTemplate::load(&files.path), &|| {
+                            chat_template::special_tokens_of_folder(&files.path)
+                        })?;
+                    let tok = load_tokenizer(&files.path, tokenizer)?;
+                    (
+                        load_safetensors_dir(&files.path, dtype, device, mode)?,
+                        chat_template,
+                        tok,
+                        vec![id_file],
+                        Vec::new(),
+                    )
+                }
+            };
         let sha256 = match expect_sha256 {
             Some(expected) => source::verify_sha256_files(&weights_files, expected)?,
             None => source::sha256_files(&weights_files)?,
         };
-        let mut transformer = transformer;
         transformer.set_prefill_gemm(settings.prefill_gemm)?;
         transformer.set_gpu_kernels(settings.gpu_kernels);
-        let mut chat_template = chat_template;
         if let Some(date) = &settings.template_date {
             chat_template.set_date(date);
         }

@@ -20,32 +20,11 @@ pub enum BlockFormat {
 
 impl BlockFormat {
     /// The format of candle's block type; None for types hyoka has no kernels of its own for
-    /// (f32, f16, bf16, Q8_1, Q8_K). candle has no i-quant types: `of_type_id` finds those.
+    /// (f32, f16, bf16, Q8_1, Q8_K). candle has no i-quant types (`IQuant::from_type_id`).
     pub fn of(dtype: GgmlDType) -> Option<Self> {
         BlockKind::of(dtype)
             .map(BlockFormat::Legacy)
             .or_else(|| KQuantKind::of(dtype).map(BlockFormat::KQuant))
-    }
-
-    /// The format of a GGUF tensor type id (ggml.h's `ggml_type`).
-    pub fn of_type_id(id: u32) -> Option<Self> {
-        let candle = match id {
-            2 => Some(GgmlDType::Q4_0),
-            3 => Some(GgmlDType::Q4_1),
-            6 => Some(GgmlDType::Q5_0),
-            7 => Some(GgmlDType::Q5_1),
-            8 => Some(GgmlDType::Q8_0),
-            10 => Some(GgmlDType::Q2K),
-            11 => Some(GgmlDType::Q3K),
-            12 => Some(GgmlDType::Q4K),
-            13 => Some(GgmlDType::Q5K),
-            14 => Some(GgmlDType::Q6K),
-            _ => None,
-        };
-        match candle {
-            Some(dtype) => Self::of(dtype),
-            None => IQuant::from_type_id(id).map(BlockFormat::IQuant),
-        }
     }
 
     /// ggml's name of the type (its `type_traits`), as hyoka's CUDA kernels are named.
@@ -84,38 +63,50 @@ impl BlockFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::load::gguf_types::type_name;
 
-    /// Each format's sizes and name are ggml's (ggml-common.h's `block_*`, ggml.c's
-    /// `type_traits`), as candle's block types have them where candle has the type.
+    const EXPAND_CU: &str = include_str!("../../../../kernels/expand.cu");
+
+    /// Each format's name is ggml's for its GGUF type id (ggml.h's order, `type_name`), its
+    /// sizes are candle's (`type_size`, `block_size`) where candle has the type, and
+    /// `kernels/expand.cu` has the kernel those name and sizes launch.
     #[test]
     fn sizes_and_names_are_ggmls() {
-        for id in 0..40 {
-            let Some(format) = BlockFormat::of_type_id(id) else {
-                continue;
-            };
-            let name = crate::model::load::gguf_types::type_name(id).unwrap();
+        let candle = [
+            (2, GgmlDType::Q4_0),
+            (3, GgmlDType::Q4_1),
+            (6, GgmlDType::Q5_0),
+            (7, GgmlDType::Q5_1),
+            (8, GgmlDType::Q8_0),
+            (10, GgmlDType::Q2K),
+            (11, GgmlDType::Q3K),
+            (12, GgmlDType::Q4K),
+            (13, GgmlDType::Q5K),
+            (14, GgmlDType::Q6K),
+        ];
+        for (id, dtype) in candle {
+            let format = BlockFormat::of(dtype).unwrap();
+            let name = type_name(id).unwrap();
             assert_eq!(format.ggml_name().to_ascii_uppercase(), name, "type {id}");
-            if let BlockFormat::Legacy(_) | BlockFormat::KQuant(_) = format {
-                let candle = [
-                    GgmlDType::Q4_0,
-                    GgmlDType::Q4_1,
-                    GgmlDType::Q5_0,
-                    GgmlDType::Q5_1,
-                    GgmlDType::Q8_0,
-                    GgmlDType::Q2K,
-                    GgmlDType::Q3K,
-                    GgmlDType::Q4K,
-                    GgmlDType::Q5K,
-                    GgmlDType::Q6K,
-                ]
-                .into_iter()
-                .find(|&d| BlockFormat::of(d) == Some(format))
-                .unwrap();
-                assert_eq!(format.block_bytes(), candle.type_size(), "{name}");
-                assert_eq!(format.block_values(), candle.block_size(), "{name}");
+            assert_eq!(format.block_bytes(), dtype.type_size(), "{name}");
+            assert_eq!(format.block_values(), dtype.block_size(), "{name}");
+            // The CUDA expansion kernel of the type, by the name, size and count launched.
+            let (bytes, values) = (format.block_bytes(), format.block_values());
+            let kernel = format!("EXPAND({}, {bytes}, {values})", format.ggml_name());
+            assert!(
+                EXPAND_CU.contains(&kernel),
+                "kernels/expand.cu lacks {kernel}"
+            );
+        }
+        for id in 0..40 {
+            if let Some(kind) = IQuant::from_type_id(id) {
+                let format = BlockFormat::IQuant(kind);
+                let name = type_name(id).unwrap();
+                assert_eq!(format.ggml_name().to_ascii_uppercase(), name, "type {id}");
             }
         }
-        let iq4_xs = BlockFormat::of_type_id(23).unwrap();
+        let iq4_xs = BlockFormat::IQuant(IQuant::from_type_id(23).unwrap());
         assert_eq!((iq4_xs.block_values(), iq4_xs.block_bytes()), (256, 136));
+        assert_eq!(BlockFormat::of(GgmlDType::F16), None);
     }
 }
