@@ -9,6 +9,7 @@
 
 pub mod bertscore;
 pub mod data;
+pub mod files;
 pub mod heap;
 pub mod judge;
 pub mod meta;

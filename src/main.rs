@@ -6,13 +6,25 @@ mod cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    end_quietly_when_the_reader_goes();
     hyoka::heap::keep_freed_memory();
     let args = cli::parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
     match cli::run(args) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", cli::message(&err));
             ExitCode::from(cli::exit_code(&err))
         }
+    }
+}
+
+/// `hyoka validate --json F | head`: when the reader of stdout goes away, end as Unix tools do
+/// (killed by SIGPIPE, nothing printed) instead of panicking on the failed write. Rust ignores
+/// SIGPIPE by default; sockets are unaffected (the standard library sends with MSG_NOSIGNAL).
+fn end_quietly_when_the_reader_goes() {
+    #[cfg(unix)]
+    // SAFETY: restoring a signal's default disposition at start-up, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 /// A failure as the Python exception of the same meaning (hyoka.errors): the exit code the
 /// command line would give decides the class; the message is the command line's text.
 fn to_py(py: Python<'_>, err: anyhow::Error) -> PyErr {
-    let message = format!("{err:#}");
+    let message = cli::message(&err);
     let class = match cli::exit_code(&err) {
         cli::exit::EXIT_INVALID_INPUT => "InvalidInputError",
         cli::exit::EXIT_USAGE => "UsageError",
@@ -67,7 +67,7 @@ fn main(py: Python<'_>, argv: Vec<String>) -> u8 {
         match cli::run(args) {
             Ok(code) => exit_status(code),
             Err(err) => {
-                eprintln!("error: {err:#}");
+                eprintln!("error: {}", cli::message(&err));
                 cli::exit_code(&err)
             }
         }

@@ -80,7 +80,7 @@ pub fn write(path: &Path, rows: &[(usize, Prf)]) -> Result<(), BertScoreError> {
     for (l, b) in rows {
         text.push_str(&format!("{l},{},{},{}\n", b.p, b.r, b.f));
     }
-    std::fs::write(path, text).map_err(|e| BertScoreError::Baseline {
+    crate::files::write_atomic(path, text.as_bytes()).map_err(|e| BertScoreError::Baseline {
         path: path.display().to_string(),
         message: e.to_string(),
     })

@@ -44,6 +44,23 @@ impl BertScorer {
     ) -> Result<LoadedScorer, BertScoreError> {
         use crate::model::load::source;
         use crate::model::{ModelError, encoder};
+        // A layer is needed before anything loads (a Hub model is not fetched to be told so):
+        // bert_score's table knows the model by name. A local path is looked for first.
+        let local = source::is_path_only(name) || std::path::Path::new(name).exists();
+        if local {
+            source::resolve(name)?;
+        }
+        if let Depth::Layer(None) = depth
+            && super::defaults::default_layer(name).is_none()
+        {
+            return Err(ModelError::Setting {
+                flag: "--layer".into(),
+                message: format!(
+                    "bert_score has no default layer for {name}: pass --layer N (0 is the embeddings, the last is the model's num_hidden_layers)"
+                ),
+            }
+            .into());
+        }
         let files = source::resolve(name)?;
         if files.format != source::Format::Safetensors {
             return Err(ModelError::Unsupported {

@@ -88,7 +88,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     if let Some(path) = &args.dump_tokens {
-        std::fs::write(path, json!({"prompts": prompts}).to_string())
+        hyoka::files::write_atomic(path, json!({"prompts": prompts}).to_string().as_bytes())
             .with_context(|| path.display().to_string())?;
     }
     let tokens: usize = prompts.iter().map(Vec::len).sum();

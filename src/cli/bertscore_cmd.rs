@@ -22,8 +22,9 @@ The encoder: --model, or bert_score's for --lang (roberta-large for en, bert-bas
 bert-base-multilingual-cased for ja and every other language) from the Hugging Face Hub; when the \
 Hub cannot be reached, multilingual-e5-small at layer 12 from the folder \
 `python3 scripts/fetch_test_models.py` assembles (models/multilingual-e5-small.md).\n\n\
-Output lines: {\"id\", \"bertscore\": {\"P\", \"R\", \"F\"}, \"provenance\"}. A killed run restarted \
-with the same arguments continues after the last finished chunk of items."
+Output lines: {\"id\", \"input_sha256\", \"bertscore\": {\"P\", \"R\", \"F\"}, \"provenance\"}. A killed run \
+restarted with the same arguments continues after the last finished chunk of items; items whose \
+response or compared texts changed since are scored again."
 )]
 pub struct BertScoreArgs {
     #[command(subcommand)]
@@ -210,12 +211,27 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
     }
     let input = args.input.context("--input is required")?;
     let output = args.output.context("--output is required")?;
+    if hyoka::files::same_file(&input, &output) {
+        return Err(super::usage(format!(
+            "the output {} is the input {}: name another output file",
+            output.display(),
+            input.display()
+        )));
+    }
     let read = data::read_items(&input, args.skip_invalid)?;
     for e in &read.skipped {
         eprintln!("skipped: {e}");
     }
-    // The output is checked (locked by no other run, readable) before the encoder loads.
-    hyoka::results::ResultsFile::preflight(&output, args.overwrite)?;
+    // The output is checked (its folder writable, locked by no other run, readable, of this
+    // task) before the encoder loads.
+    hyoka::results::ResultsFile::preflight(
+        &output,
+        args.overwrite,
+        &hyoka::results::Expected {
+            task: hyoka::results::Task::BertScore,
+            rubric_hash: None,
+        },
+    )?;
     let loaded = load(&args.encoder, false)?;
     let baseline = resolve_baseline(
         args.baseline.as_deref(),
@@ -237,7 +253,7 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         job.run(&read.items, &output, args.overwrite, progress)
     });
     let summary = summary?;
-    super::report_retried(summary.retried);
+    super::report_retried(&summary);
     eprintln!(
         "scored {} items in {secs:.2}s ({:.1} pairs/s, layer {}); {} already in {}; {} failed",
         summary.scored,

@@ -15,7 +15,7 @@ pub enum Import {
     /// Every system utterance becomes one item: its context is everything said before it,
     /// `system` is the folder name (DCM, DIT, IRS), `dialogue` the dialogue id. `human.breakdown`
     /// holds each rater's label as O=1, T=0.5, X=0; `human.ungrammatical` the
-    /// ungrammatical-sentence label as X=1, O=0; `raters` the annotator ids in the same order.
+    /// ungrammatical-sentence label as X=1, O=0 (left out when no rater flagged any utterance); `raters` the annotator ids in the same order.
     Dbdc3 {
         /// Folder holding the dialogues (searched recursively), or a .tar.gz of it, e.g.
         /// data/dbdc3-ja.tar.gz.

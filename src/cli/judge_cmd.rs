@@ -21,8 +21,12 @@ at most the rubric's reason_max_tokens, then every aspect's integer under its ex
 order. A grammar allows nothing else, so the object always parses and matches the schema; the \
 integers are read as above (distribution, expected) and the line also holds \"reason\" and \
 \"answer\" (the object as written). The reason is greedy unless --temperature is given.\n\n\
-All aspects of an item share one prefill, and the rubric header shared by all items is computed \
-once. A killed run restarted with the same arguments continues after the last finished item."
+All aspects of an item share one prefill, and the rubric's header (the tokens every prompt of \
+the rubric shares) is computed once; on the CPU an item's scores are the same bits alone or among \
+others, whatever the batch.\n\n\
+A killed run restarted with the same arguments continues after the last finished item; items \
+edited since their lines were written (each line carries input_sha256, the hash of what the judge \
+read) and error lines are scored again. The output must not be the input."
 )]
 pub struct JudgeArgs {
     /// Built-in rubric name (see `hyoka rubrics list`) or rubric file.
@@ -77,11 +81,11 @@ pub struct BatchArgs {
     /// through blocks of scores (a CPU without AVX-512, a GPU's steps of a few queries), blocks
     /// of at most 2^28 scores (1 GiB in f32, about three such buffers at once) whatever the
     /// batch or prompt length; no mask of rows × tokens × tokens is ever built.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = at_least_one)]
     pub batch_tokens: usize,
     /// Longest prompt in tokens; longer ones lose their oldest context turns (default: the
-    /// model's context length).
-    #[arg(long)]
+    /// model's context length). A limit below what the rubric's own prompt needs is refused.
+    #[arg(long, value_parser = at_least_one)]
     pub max_prompt_tokens: Option<usize>,
     /// json rubrics: memory for the keys and values of the items decoded together, in GiB.
     /// Each item's row holds its prompt after the rubric's shared header and its answer: per
@@ -168,7 +172,7 @@ impl LoadedJudge {
             judge.run(items, output, &self.opts, progress)
         });
         let (summary, stats) = summary?;
-        super::report_retried(summary.retried);
+        super::report_retried(&summary);
         eprintln!(
             "scored {} items in {secs:.1}s ({:.2} items/s); {} already in {}; {} failed; {} truncated to fit",
             summary.scored,
@@ -193,15 +197,37 @@ impl LoadedJudge {
 pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
     // The rubric and the items are checked, and the output (locked by no other run, readable),
     // before models load.
+    if hyoka::files::same_file(&args.input, &args.output) {
+        return Err(super::usage(format!(
+            "the output {} is the input {}: name another output file",
+            args.output.display(),
+            args.input.display()
+        )));
+    }
     let rubric = hyoka::prompt::resolve_rubric(&args.rubric)?;
     let read = data::read_items(&args.input, args.skip_invalid)?;
     for e in &read.skipped {
         eprintln!("skipped: {e}");
     }
-    hyoka::results::ResultsFile::preflight(&args.output, args.overwrite)?;
+    hyoka::results::ResultsFile::preflight(
+        &args.output,
+        args.overwrite,
+        &hyoka::results::Expected {
+            task: hyoka::results::Task::Judge,
+            rubric_hash: Some(rubric.0.hash()),
+        },
+    )?;
     let judge = LoadedJudge::load(&args, rubric)?;
     let failed = judge.run(&read.items, &args.output)?;
     Ok(super::finish(&failed, read.skipped.len()))
+}
+
+/// A count of tokens: a whole number of at least 1.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("must be a whole number of at least 1, got {s:?}")),
+    }
 }
 
 /// A memory size in GiB: above zero, at most 2^20 (a PiB; NaN and infinities refused).

@@ -57,7 +57,7 @@ pub struct MetaArgs {
 #[derive(Args, Debug, Clone)]
 pub struct StatsArgs {
     /// Weight of BERTScore in the combination c + w (b − mean b).
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = parse_finite)]
     pub w: f64,
     /// Leave out the combined columns.
     #[arg(long)]
@@ -93,6 +93,13 @@ pub struct StatsArgs {
     pub breakdown_levels: Vec<(String, LevelLabels)>,
 }
 
+fn parse_finite(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() => Ok(x),
+        _ => Err(format!("`{s}` is not a finite number")),
+    }
+}
+
 fn parse_share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(t) if (0.0..=1.0).contains(&t) => Ok(t),
@@ -118,6 +125,28 @@ fn parse_confidence(s: &str) -> Result<f64, String> {
 }
 
 impl StatsArgs {
+    /// Every --breakdown-levels names an aspect among `aspects` (the judge's); otherwise a
+    /// usage error, never a flag silently ignored.
+    pub fn check_breakdown_aspects<'a>(
+        &self,
+        aspects: impl Iterator<Item = &'a str> + Clone,
+    ) -> anyhow::Result<()> {
+        for (aspect, _) in &self.breakdown_levels {
+            if !aspects.clone().any(|a| a == aspect) {
+                let known: Vec<&str> = aspects.clone().collect();
+                return Err(super::usage(format!(
+                    "--breakdown-levels {aspect}:…: no judge aspect {aspect:?} (the judge's aspects: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                )));
+            }
+        }
+        Ok(())
+    }
+
     pub fn options(&self) -> MetaOptions {
         MetaOptions {
             w: (!self.no_combine).then_some(self.w),
@@ -151,56 +180,174 @@ pub enum Half {
     HeldOut,
 }
 
-/// Read items and results into a frame; results of the same task from several files are told
-/// apart by their file names.
-pub fn load_frame(items: &Path, scores: &[PathBuf]) -> anyhow::Result<Frame> {
-    load_frame_of(data::read_items(items, false)?.items, scores)
+/// Read items and results into a frame. Several results files of one task are told apart by
+/// the shortest end of their paths that differs (`runA` and `runB` for runA/judge.jsonl and
+/// runB/judge.jsonl); one file given twice is refused. With `strict` (`meta`), a file that
+/// gives no item a score is an error; otherwise (`eval`, `merge`) it is said on stderr.
+pub fn load_frame(items: &Path, scores: &[PathBuf], strict: bool) -> anyhow::Result<Frame> {
+    let items_read = data::read_items(items, false)?.items;
+    load_frame_of(items_read, items, scores, strict)
 }
 
-/// `load_frame` over items already read.
-fn load_frame_of(items: Vec<hyoka::data::Item>, scores: &[PathBuf]) -> anyhow::Result<Frame> {
+/// `load_frame` over items already read from `items_path`.
+fn load_frame_of(
+    items: Vec<hyoka::data::Item>,
+    items_path: &Path,
+    scores: &[PathBuf],
+    strict: bool,
+) -> anyhow::Result<Frame> {
+    for (i, a) in scores.iter().enumerate() {
+        if let Some(b) = scores[..i].iter().find(|b| hyoka::files::same_file(a, b)) {
+            return Err(super::usage(format!(
+                "{} and {} are one file: give each results file once",
+                b.display(),
+                a.display()
+            )));
+        }
+    }
     let mut frame = Frame::new(items);
     let tasks: Vec<hyoka::results::Task> = scores
         .iter()
         .map(|p| results_task(p))
         .collect::<anyhow::Result<_>>()?;
-    for (path, task) in scores.iter().zip(&tasks) {
-        let several = tasks.iter().filter(|t| *t == task).count() > 1;
-        let name = several.then(|| {
-            path.file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default()
+    for (k, (path, task)) in scores.iter().zip(&tasks).enumerate() {
+        let group: Vec<&Path> = scores
+            .iter()
+            .zip(&tasks)
+            .filter(|(_, t)| *t == task)
+            .map(|(p, _)| p.as_path())
+            .collect();
+        let name = (group.len() > 1).then(|| {
+            let at = group.iter().position(|p| *p == path.as_path()).unwrap_or(k);
+            run_names(&group)[at].clone()
         });
-        let matched = frame.add_results(path, name.as_deref())?;
-        if matched < frame.items.len() {
-            eprintln!(
-                "{}: {} of {} items have a line",
-                path.display(),
-                matched,
-                frame.items.len()
-            );
+        let added = frame.add_results(path, name.as_deref())?;
+        let n = frame.items.len();
+        let scored = added.matched - added.errors;
+        if scored == 0 {
+            let why = if added.matched == 0 {
+                format!(
+                    "none of its {} lines is for an item of {}",
+                    added.unmatched,
+                    items_path.display()
+                )
+            } else {
+                format!(
+                    "its {} lines for these items are all error lines",
+                    added.matched
+                )
+            };
+            let message = format!("{}: gives no item a score: {why}", path.display());
+            if strict {
+                return Err(hyoka::meta::MetaError::Input(message).into());
+            }
+            eprintln!("{message}");
+            continue;
+        }
+        let mut notes = Vec::new();
+        if added.matched < n {
+            notes.push(format!("{} of {n} items have a line", added.matched));
+        }
+        if added.errors > 0 {
+            notes.push(format!("{} of them error lines (no score)", added.errors));
+        }
+        if added.unmatched > 0 {
+            notes.push(format!(
+                "{} lines are for ids not among the items, left out",
+                added.unmatched
+            ));
+        }
+        if !notes.is_empty() {
+            eprintln!("{}: {}", path.display(), notes.join("; "));
         }
     }
     Ok(frame)
 }
 
+/// Names that tell `paths` apart: the shortest ends of the paths (file extension left out; the
+/// file name too when every file has the same one) that differ, e.g. `runA` and `runB`.
+fn run_names(paths: &[&Path]) -> Vec<String> {
+    let parts: Vec<Vec<String>> = paths
+        .iter()
+        .map(|p| {
+            let mut parts: Vec<String> = p
+                .with_extension("")
+                .components()
+                .filter(|c| matches!(c, std::path::Component::Normal(_)))
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if parts.is_empty() {
+                parts.push(p.display().to_string());
+            }
+            parts
+        })
+        .collect();
+    let same_stem = parts.windows(2).all(|w| w[0].last() == w[1].last());
+    let end = |p: &Vec<String>, k: usize| -> String {
+        let upto = if same_stem && p.len() > 1 {
+            p.len() - 1
+        } else {
+            p.len()
+        };
+        let from = upto.saturating_sub(k);
+        p[from..upto].join("/")
+    };
+    let longest = parts.iter().map(Vec::len).max().unwrap_or(1);
+    for k in 1..=longest {
+        let names: Vec<String> = parts.iter().map(|p| end(p, k)).collect();
+        let distinct: std::collections::HashSet<&String> = names.iter().collect();
+        if distinct.len() == names.len() {
+            return names;
+        }
+    }
+    // Paths whose every end agrees (another folder reached by another route): numbered.
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}#{}", end(p, longest), i + 1))
+        .collect()
+}
+
 pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
+    let outputs: Vec<&Path> = [&args.json, &args.markdown, &args.html]
+        .into_iter()
+        .flatten()
+        .map(PathBuf::as_path)
+        .collect();
+    let inputs: Vec<&Path> = std::iter::once(args.items.as_path())
+        .chain(args.scores.iter().map(PathBuf::as_path))
+        .collect();
+    if let Some((output, input)) = hyoka::files::output_among_inputs(&outputs, &inputs) {
+        return Err(super::usage(format!(
+            "{} is also an input ({}): write the outputs elsewhere",
+            output.display(),
+            input.display()
+        )));
+    }
     let mut items = data::read_items(&args.items, false)?.items;
     if let Some(half) = args.half {
         let seed = args.stats.seed;
         items.retain(|i| hyoka::meta::item_in_dev_half(seed, i) == (half == Half::Dev));
-        anyhow::ensure!(!items.is_empty(), "no items in the {half:?} half");
+        if items.is_empty() {
+            return Err(super::usage(format!(
+                "--half {}: no item of {} falls in that half (seed {seed}); the halves split whole dialogues, so a file of one dialogue has one empty half",
+                if half == Half::Dev { "dev" } else { "held-out" },
+                args.items.display()
+            )));
+        }
         eprintln!(
             "{} items in the {} half (seed {seed})",
             items.len(),
             if half == Half::Dev { "dev" } else { "held-out" }
         );
     }
-    let mut frame = load_frame_of(items, &args.scores)?;
+    let mut frame = load_frame_of(items, &args.items, &args.scores, true)?;
+    args.stats
+        .check_breakdown_aspects(frame.distributions.iter().map(|d| d.aspect.as_str()))?;
     let summary = Summary::compute(&mut frame, &args.stats.options())?;
     write_outputs(&summary, args.json.as_deref(), args.markdown.as_deref())?;
     if let Some(p) = &args.html {
-        std::fs::write(p, hyoka::report::html(&summary, &frame))
+        hyoka::files::write_atomic(p, hyoka::report::html(&summary, &frame).as_bytes())
             .with_context(|| format!("{}", p.display()))?;
     }
     Ok(ExitCode::SUCCESS)
@@ -213,12 +360,14 @@ pub fn write_outputs(
 ) -> anyhow::Result<()> {
     let md = summary.markdown();
     match markdown {
-        Some(p) => std::fs::write(p, &md).with_context(|| format!("{}", p.display()))?,
+        Some(p) => hyoka::files::write_atomic(p, md.as_bytes())
+            .with_context(|| format!("{}", p.display()))?,
         None => print!("{md}"),
     }
     if let Some(p) = json {
         let text = serde_json::to_string_pretty(summary).context("summary as JSON")?;
-        std::fs::write(p, text + "\n").with_context(|| format!("{}", p.display()))?;
+        hyoka::files::write_atomic(p, (text + "\n").as_bytes())
+            .with_context(|| format!("{}", p.display()))?;
     }
     Ok(())
 }

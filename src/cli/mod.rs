@@ -9,12 +9,13 @@ mod eval_cmd;
 pub(crate) mod exit;
 mod export_cmd;
 pub(crate) mod judge_cmd;
+mod merge_cmd;
 mod meta_cmd;
 mod rubrics_cmd;
 mod running;
 mod runtime_args;
 
-pub use exit::{EXIT_CODES, EXIT_INVALID_INPUT, exit_code, finish};
+pub use exit::{EXIT_CODES, EXIT_INVALID_INPUT, exit_code, finish, message, usage};
 pub use running::{report_retried, with_fallback, with_progress};
 pub use runtime_args::RuntimeArgs;
 
@@ -62,7 +63,7 @@ pub enum Command {
     )]
     Eval(eval_cmd::EvalArgs),
     #[command(about = "Join `hyoka eval --shard` folders and write their report")]
-    Merge(eval_cmd::MergeArgs),
+    Merge(merge_cmd::MergeArgs),
     /// Write results in other tools' formats (the DBDC challenge's runs).
     #[command(subcommand)]
     Export(export_cmd::Export),
@@ -102,7 +103,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bertscore(args) => bertscore_cmd::run(args),
         Command::Meta(args) => meta_cmd::run(args),
         Command::Eval(args) => eval_cmd::run(args),
-        Command::Merge(args) => eval_cmd::merge(args),
+        Command::Merge(args) => merge_cmd::merge(args),
         Command::Export(cmd) => export_cmd::run(cmd),
     }
 }

@@ -153,13 +153,20 @@ fn mode(m: OutputMode) -> &'static str {
     }
 }
 
+/// `--item FILE:LINE`; a malformed one is a usage error (exit 2).
 fn parse_file_line(spec: &str) -> anyhow::Result<(PathBuf, usize)> {
-    let (file, line) = spec.rsplit_once(':').context("--item takes FILE:LINE")?;
+    let (file, line) = spec.rsplit_once(':').ok_or_else(|| {
+        super::usage(format!(
+            "--item {spec}: takes FILE:LINE (e.g. items.jsonl:3)"
+        ))
+    })?;
     let line: usize = line
         .parse()
-        .with_context(|| format!("--item {spec}: LINE must be a positive number"))?;
+        .map_err(|_| super::usage(format!("--item {spec}: LINE must be a positive number")))?;
     if line == 0 {
-        bail!("--item {spec}: lines are numbered from 1");
+        return Err(super::usage(format!(
+            "--item {spec}: lines are numbered from 1"
+        )));
     }
     Ok((PathBuf::from(file), line))
 }

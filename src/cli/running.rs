@@ -60,11 +60,19 @@ pub fn with_progress<T>(
     (out, started.elapsed().as_secs_f64())
 }
 
-/// Say that error lines of an earlier run were taken out of an output and scored again.
-pub fn report_retried(retried: usize) {
+/// Say which lines of an earlier run were taken out of an output and their items scored again:
+/// error lines, and lines of items changed since (same id, other text).
+pub fn report_retried(summary: &hyoka::results::RunSummary) {
+    let retried = summary.retried;
     if retried > 0 {
         eprintln!(
             "{retried} error lines of an earlier run were taken out and their items scored again"
+        );
+    }
+    if let Some(first) = summary.changed.first() {
+        eprintln!(
+            "{} items changed since an earlier run scored them (e.g. {first:?}): their lines were taken out and the items scored again",
+            summary.changed.len()
         );
     }
 }

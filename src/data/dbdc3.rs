@@ -66,7 +66,7 @@ pub fn import_dir(dir: &Path, options: &Dbdc3Options) -> Result<Vec<Item>, DataE
     for file in &files {
         items.extend(import_file(dir, file, options)?);
     }
-    Ok(items)
+    Ok(without_unused_flags(items))
 }
 
 fn no_dialogues(path: &Path) -> DataError {
@@ -133,7 +133,7 @@ fn import_archive(archive: &Path, options: &Dbdc3Options) -> Result<Vec<Item>, D
         let system = system_of(relative.parent().unwrap_or(Path::new("")));
         items.extend(import_text(&archive.join(inner), system, text, options)?);
     }
-    Ok(items)
+    Ok(without_unused_flags(items))
 }
 
 /// The system of a dialogue: the folder holding it, below the dataset's own (DCM, DIT, IRS).
@@ -229,6 +229,7 @@ fn import_text(
                 human,
                 raters,
                 meta: None,
+                numeric_id: false,
             });
         }
         history.push(this);
@@ -237,6 +238,27 @@ fn import_text(
 }
 
 type Annotations = (BTreeMap<String, HumanRating>, Vec<String>);
+
+/// The items without the `ungrammatical` ratings when no rater flagged any utterance (DBDC3's
+/// Japanese release: "O" from all of them): an aspect no rater used holds no information, and
+/// would fill every table with undefined cells.
+fn without_unused_flags(mut items: Vec<Item>) -> Vec<Item> {
+    let used = items
+        .iter()
+        .any(|item| match item.human.get(UNGRAMMATICAL) {
+            Some(HumanRating::PerRater(v)) => v.iter().any(|x| *x != 0.0),
+            Some(HumanRating::Single(x)) => *x != 0.0,
+            None => false,
+        });
+    if !used {
+        for item in &mut items {
+            item.human.remove(UNGRAMMATICAL);
+        }
+    }
+    items
+}
+
+const UNGRAMMATICAL: &str = "ungrammatical";
 
 fn annotations(
     turn: &Value,
@@ -288,7 +310,7 @@ fn annotations(
     let mut human = BTreeMap::new();
     human.insert(BREAKDOWN.to_string(), HumanRating::PerRater(breakdown));
     human.insert(
-        "ungrammatical".to_string(),
+        UNGRAMMATICAL.to_string(),
         HumanRating::PerRater(ungrammatical),
     );
     Ok((human, raters))

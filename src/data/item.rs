@@ -68,12 +68,29 @@ pub struct Item {
     /// Anything else the user wants carried through to the outputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Value>,
+    /// Whether the id was written as a JSON integer: outputs write it back as one.
+    #[serde(skip)]
+    pub numeric_id: bool,
 }
 
 impl Item {
+    /// The id as its JSON value: an integer where the input had one, a string otherwise.
+    pub fn id_json(&self) -> serde_json::Value {
+        if self.numeric_id
+            && let Ok(n) = serde_json::from_str::<serde_json::Number>(&self.id)
+        {
+            return serde_json::Value::Number(n);
+        }
+        serde_json::Value::String(self.id.clone())
+    }
+
     /// The JSONL line for this item (no trailing newline).
     pub fn to_json_line(&self) -> String {
         // Serialising plain strings, numbers and maps cannot fail.
-        serde_json::to_string(self).expect("item serialises")
+        let mut value = serde_json::to_value(self).expect("item serialises");
+        if self.numeric_id {
+            value["id"] = self.id_json();
+        }
+        value.to_string()
     }
 }

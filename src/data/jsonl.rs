@@ -10,7 +10,7 @@ use super::item::{HumanRating, Item, Turn};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Items read from a file, and the lines that were skipped (only with `skip_invalid`).
 #[derive(Debug, Default)]
@@ -108,10 +108,50 @@ pub fn read_item_at(path: &Path, line: usize) -> Result<Item, DataError> {
     }
 }
 
+/// The first `\\uXXXX` escape in `text` that is a UTF-16 surrogate without its other half.
+fn lone_surrogate(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let hex_at = |i: usize| -> Option<u16> {
+        let digits = text.get(i + 2..i + 6)?;
+        (bytes.get(i) == Some(&b'\\') && bytes.get(i + 1) == Some(&b'u'))
+            .then(|| u16::from_str_radix(digits, 16).ok())
+            .flatten()
+    };
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' {
+            if let Some(unit) = hex_at(i) {
+                let escape = || text[i..i + 6].to_string();
+                match unit {
+                    0xD800..=0xDBFF => match hex_at(i + 6) {
+                        Some(0xDC00..=0xDFFF) => i += 12,
+                        _ => return Some(escape()),
+                    },
+                    0xDC00..=0xDFFF => return Some(escape()),
+                    _ => i += 6,
+                }
+                continue;
+            }
+            // Any other escape: skip the escaped character.
+            i += 2;
+            continue;
+        }
+        i += 1;
+    }
+    None
+}
+
 /// Parse one line; the error is (field path, message).
 pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| (String::new(), format!("not valid JSON: {e}")))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        let message = match lone_surrogate(text) {
+            Some(escape) => format!(
+                "not valid JSON: {escape} is half of a UTF-16 surrogate pair with no other half, not a character (write the character itself, or both halves: \\ud83d\\ude00)"
+            ),
+            None => format!("not valid JSON: {e}"),
+        };
+        (String::new(), message)
+    })?;
     let Value::Object(obj) = value else {
         return Err((
             String::new(),
@@ -133,9 +173,16 @@ pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
         // 64 bits) would not be compared as written — two 30-digit ids could become one.
         Some(Value::Number(n)) if n.is_u64() || n.is_i64() => n.to_string(),
         Some(Value::Number(n)) => {
+            let whole = n.as_f64().is_some_and(|x| x.fract() == 0.0);
             return Err((
                 "id".into(),
-                format!("the number {n} cannot be kept exactly: write this id as a string"),
+                if whole {
+                    format!(
+                        "the number {n} is written as a fraction or has more digits than 64 bits hold: write this id as a string or a plain integer"
+                    )
+                } else {
+                    format!("the number {n} is not an integer: write this id as a string")
+                },
             ));
         }
         Some(Value::String(_)) => return Err(("id".into(), "must not be empty".into())),
@@ -245,6 +292,7 @@ pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
         human,
         raters,
         meta: obj.get("meta").filter(|v| !v.is_null()).cloned(),
+        numeric_id: matches!(obj.get("id"), Some(Value::Number(_))),
     })
 }
 
@@ -353,14 +401,18 @@ fn kind(v: &Value) -> String {
     }
 }
 
-/// Write items as JSONL, atomically (a temporary file renamed into place).
+/// Write items as JSONL, whole (`files::write_atomic`).
 pub fn write_items(path: &Path, items: &[Item]) -> Result<(), DataError> {
+    crate::files::write_atomic(path, items_text(items).as_bytes())
+        .map_err(|e| DataError::io(path, e))
+}
+
+/// Items as the text of a JSONL file.
+pub fn items_text(items: &[Item]) -> String {
     let mut text = String::new();
     for item in items {
         text.push_str(&item.to_json_line());
         text.push('\n');
     }
-    let tmp: PathBuf = path.with_extension("jsonl.partial");
-    std::fs::write(&tmp, text).map_err(|e| DataError::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| DataError::io(path, e))
+    text
 }

@@ -41,6 +41,18 @@ pub struct Shard {
 }
 
 impl Shard {
+    /// The folder `eval --shard K/N` writes into: `shard-K-of-N`.
+    pub fn folder_name(&self) -> String {
+        format!("shard-{}-of-{}", self.index, self.count)
+    }
+
+    /// The shard a folder named `shard-K-of-N` holds (None: another name).
+    pub fn of_folder(name: &str) -> Option<Shard> {
+        let (k, n) = name.strip_prefix("shard-")?.split_once("-of-")?;
+        let (index, count) = (k.parse().ok()?, n.parse().ok()?);
+        (index >= 1 && index <= count).then_some(Shard { index, count })
+    }
+
     /// `K/N` with 1 ≤ K ≤ N.
     pub fn parse(text: &str) -> Result<Shard, String> {
         let (k, n) = text
@@ -132,6 +144,7 @@ mod tests {
             human: Default::default(),
             raters: vec![],
             meta: None,
+            numeric_id: false,
         }
     }
 

@@ -29,6 +29,11 @@ pub enum JudgeError {
         max_bytes: usize,
         max: usize,
     },
+    /// `--max-prompt-tokens` below what the rubric's own prompt needs: no item could fit.
+    #[error(
+        "--max-prompt-tokens {max}: the rubric's prompt alone, with a one-line response and no context, needs more ({why}); give at least a few hundred tokens"
+    )]
+    PromptLimit { max: usize, why: String },
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(transparent)]

@@ -176,8 +176,16 @@ impl ScoreTask for JudgeTask<'_, '_> {
 
     fn plan(&mut self, items: &[Item], todo: &[usize]) -> Result<Vec<Vec<usize>>, JudgeError> {
         let opts = self.opts;
-        // Lay out every item for every judge first (tokenization is cheap next to the model):
-        // the header shared by all items is then the same however the run is cut up.
+        if todo.is_empty() {
+            // Nothing left to score: no layouts, no header prefill.
+            return Ok(Vec::new());
+        }
+        // Lay out every item for every judge first (tokenization is cheap next to the model).
+        // The header computed once is what the rubric's prompts share (the tokens common to
+        // probe items that differ in every field), never what this file's items happen to
+        // share: an item's row, and so its score, is the same alone, among others, in a shard
+        // or after a resume.
+        let probes = crate::prompt::probe_items();
         let mut headers = Vec::new();
         for m in self.judge.models {
             let max = opts
@@ -189,26 +197,48 @@ impl ScoreTask for JudgeTask<'_, '_> {
             };
             let reserve = format.as_ref().map(JsonFormat::reserve);
             let fit = TextFit::new(&m.tokenizer, max);
+            let lay_out = |it: &Item| match reserve {
+                Some(reserve) => layout_prompt(
+                    &self.builder,
+                    &m.chat_template,
+                    &m.tokenizer,
+                    it,
+                    &fit,
+                    reserve,
+                ),
+                None => layout_item(&self.builder, &m.chat_template, &m.tokenizer, it, &fit),
+            };
             let layouts: Vec<Result<ItemLayout, String>> = items
                 .iter()
-                .map(|it| match reserve {
-                    Some(reserve) => layout_prompt(
-                        &self.builder,
-                        &m.chat_template,
-                        &m.tokenizer,
-                        it,
-                        &fit,
-                        reserve,
-                    ),
-                    None => layout_item(&self.builder, &m.chat_template, &m.tokenizer, it, &fit),
-                })
-                .map(|l| l.map_err(|e| e.to_string()))
+                .map(|it| lay_out(it).map_err(|e| e.to_string()))
                 .collect();
+            let probed: Vec<ItemLayout> = probes.iter().filter_map(|p| lay_out(p).ok()).collect();
+            if probed.is_empty()
+                && let Some(max) = opts.max_prompt_tokens
+            {
+                let why = probes
+                    .iter()
+                    .find_map(|p| lay_out(p).err())
+                    .map(|e| e.to_string())
+                    .unwrap_or_default();
+                return Err(JudgeError::PromptLimit { max, why });
+            }
             self.formats.push(format);
-            let ok: Vec<&ItemLayout> = layouts.iter().filter_map(|l| l.as_ref().ok()).collect();
-            let header = common_header(&ok);
+            // Items are kept in the count only as a guard: an item whose tokens leave the
+            // rubric's header part-way (a tokenizer merging across its first field) shortens
+            // it rather than being scored against a header it does not start with.
+            let shared: Vec<&ItemLayout> = probed
+                .iter()
+                .chain(layouts.iter().filter_map(|l| l.as_ref().ok()))
+                .collect();
+            let header = if probed.is_empty() {
+                0
+            } else {
+                common_header(&shared)
+            };
             headers.push(
-                ok.first()
+                shared
+                    .first()
                     .map(|l| l.trunk[..header].to_vec())
                     .unwrap_or_default(),
             );

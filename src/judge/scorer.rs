@@ -55,7 +55,11 @@ impl<'m> Scorer<'m> {
                 at.push((r, *p));
             }
         }
-        let batch = Batch::from_rows(&rows, self.header, self.model.device())?.reading(&at)?;
+        // Prefill products whatever the rows: an item's bits are the same alone (a few rows
+        // read in the last layer) as in a batch (many).
+        let batch = Batch::from_rows(&rows, self.header, self.model.device())?
+            .with_products(Products::Prefill)
+            .reading(&at)?;
         // Each stage starts from the heap's free pages handed back (`heap`): the blocks a
         // batch's layers freed do not fit the output head's nor a shorter next batch's, whose
         // temporaries then touched fresh pages on top of the old ones (a 13B's last 4 of 24

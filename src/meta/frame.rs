@@ -100,11 +100,13 @@ impl Column {
 }
 
 impl Frame {
+    /// Human aspects that no item has a rating of (only empty lists of raters) are left out:
+    /// they would fill every table with undefined cells.
     pub fn new(items: Vec<Item>) -> Self {
         let mut human_keys: Vec<String> = Vec::new();
         for item in &items {
-            for key in item.human.keys() {
-                if !human_keys.contains(key) {
+            for (key, rating) in &item.human {
+                if rating.rater_count() > 0 && !human_keys.contains(key) {
                     human_keys.push(key.clone());
                 }
             }
@@ -155,20 +157,23 @@ impl Frame {
     /// Read a `hyoka judge` or `hyoka bertscore` results file (typed records, one run, one line
     /// per item) and add its columns. `name` tells several judges apart in the labels (None:
     /// plain "judge"). Which human keys each aspect targets comes from the run's provenance.
-    pub fn add_results(&mut self, path: &Path, name: Option<&str>) -> Result<usize, MetaError> {
+    pub fn add_results(&mut self, path: &Path, name: Option<&str>) -> Result<Added, MetaError> {
         let n = self.items.len();
         // Judge: per aspect (in first-seen order), argmax and expected columns; BERTScore: P, R, F.
         let mut judge: Vec<AspectColumns> = Vec::new();
         let mut distributions: Vec<Vec<Option<ScoreProbabilities>>> = Vec::new();
         let mut prf = [vec![None; n], vec![None; n], vec![None; n]];
-        let mut matched = 0;
-        let provenance = read_records(path, |_, _, record| {
+        let mut added = Added::default();
+        let items = &self.items;
+        let provenance = read_records(path, |number, _, record| {
             let Some(&row) = self.index.get(&record.id) else {
+                added.unmatched += 1;
                 return Ok(());
             };
-            matched += 1;
+            crate::results::inputs::ensure_current(&record, &items[row], path, number)?;
+            added.matched += 1;
             match record.body {
-                Err(_) => {}
+                Err(_) => added.errors += 1,
                 Ok(Body::Judge(j)) => {
                     for (aspect, s) in j.scores {
                         let k = match judge.iter().position(|(a, ..)| *a == aspect) {
@@ -264,9 +269,12 @@ impl Frame {
                 }
             }
         }
-        self.sources
-            .push(serde_json::to_value(&provenance).expect("provenance serialises"));
-        Ok(matched)
+        let mut source = serde_json::to_value(&provenance).expect("provenance serialises");
+        if let Some(run) = &run {
+            source["run"] = Value::String(run.clone());
+        }
+        self.sources.push(source);
+        Ok(added)
     }
 
     /// The label shown for a column in tables: judge columns that pair with every human aspect
@@ -285,6 +293,15 @@ impl Frame {
             None => column.label.clone(),
         }
     }
+}
+
+/// What one results file gave: lines for the frame's items (error lines among them), and lines
+/// for ids that are not among them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Added {
+    pub matched: usize,
+    pub errors: usize,
+    pub unmatched: usize,
 }
 
 /// Each valid score of an aspect and its probability.
@@ -316,6 +333,7 @@ mod tests {
                 .collect(),
             raters: vec![],
             meta: None,
+            numeric_id: false,
         };
         Frame::new(vec![item])
     }

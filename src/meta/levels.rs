@@ -59,13 +59,24 @@ pub struct Stat {
 /// dialogues) entered, and each coefficient (None: undefined, e.g. a constant column).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Cell {
+    /// Units the coefficients are computed over (items, systems, or dialogues with a defined
+    /// correlation).
     pub n: usize,
     pub pearson: Option<Stat>,
     pub spearman: Option<Stat>,
     pub kendall: Option<Stat>,
 }
 
+/// Fewer units than this make a coefficient that says little (3 systems: ±1 by chance one
+/// time in three): such cells are marked, and drawn without colour.
+pub const FEW_UNITS: usize = 5;
+
 impl Cell {
+    /// Whether the cell rests on fewer than `FEW_UNITS` units.
+    pub fn few_units(&self) -> bool {
+        self.n < FEW_UNITS
+    }
+
     pub fn get(&self, m: Method) -> Option<Stat> {
         match m {
             Method::Pearson => self.pearson,

@@ -16,8 +16,8 @@ mod summary;
 pub use agreement::{AspectMatrix, HumanAspect, RaterBasis, aspect_matrix, rater_agreement};
 pub use combine::{FitW, W_GRID, add_combined, fit_w, in_dev_half, item_in_dev_half};
 pub use detection::{BreakdownEntry, BreakdownOptions, BreakdownRow, Predictor, TurnSet};
-pub use frame::{Column, Distributions, Family, Frame, Statistic};
-pub use levels::{Bootstrap, Cell, Level, Stat, correlate};
+pub use frame::{Added, Column, Distributions, Family, Frame, Statistic};
+pub use levels::{Bootstrap, Cell, FEW_UNITS, Level, Stat, correlate};
 pub use summary::{MetaOptions, Summary, format_r};
 
 use std::path::PathBuf;

@@ -1,6 +1,7 @@
 //! Pearson, Spearman and Kendall tau-b with the p-values scipy.stats gives (pearsonr,
 //! spearmanr, kendalltau with method="auto", two-sided), and the special functions they need.
-//! A correlation is undefined (`None`) — never 0 — for fewer than 3 pairs or a constant column.
+//! A correlation is undefined (`None`) — never 0 — for fewer than 3 pairs, a constant column or
+//! a column holding a value that is not a finite number.
 
 /// A correlation coefficient and its two-sided p-value.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -47,13 +48,14 @@ impl Method {
     }
 }
 
-fn constant(x: &[f64]) -> bool {
-    x.iter().all(|v| *v == x[0])
+/// A column no correlation is defined on: constant, or holding NaN or an infinity.
+fn undefined(x: &[f64]) -> bool {
+    x.iter().any(|v| !v.is_finite()) || x.iter().all(|v| *v == x[0])
 }
 
 pub fn pearson_r(x: &[f64], y: &[f64]) -> Option<f64> {
     let n = x.len();
-    if n < 3 || y.len() != n || constant(x) || constant(y) {
+    if n < 3 || y.len() != n || undefined(x) || undefined(y) {
         return None;
     }
     let mx = x.iter().sum::<f64>() / n as f64;
@@ -101,7 +103,7 @@ pub fn average_ranks(x: &[f64]) -> Vec<f64> {
 }
 
 pub fn spearman_r(x: &[f64], y: &[f64]) -> Option<f64> {
-    if x.len() < 3 || constant(x) || constant(y) {
+    if x.len() < 3 || undefined(x) || undefined(y) {
         return None;
     }
     pearson_r(&average_ranks(x), &average_ranks(y))
@@ -202,7 +204,7 @@ fn kendall_counts(x: &[f64], y: &[f64]) -> KendallCounts {
 }
 
 pub fn kendall_r(x: &[f64], y: &[f64]) -> Option<f64> {
-    if x.len() < 3 || constant(x) || constant(y) {
+    if x.len() < 3 || undefined(x) || undefined(y) {
         return None;
     }
     let c = kendall_counts(x, y);
@@ -230,7 +232,7 @@ fn tau_b(c: &KendallCounts) -> f64 {
 /// scipy.stats.kendalltau (variant b, method "auto"): the exact null distribution without ties
 /// for n ≤ 33 (or ≤ 1 discordant/concordant pair), the tie-corrected normal approximation otherwise.
 pub fn kendall_tau_b(x: &[f64], y: &[f64]) -> Option<Correlation> {
-    if x.len() < 3 || constant(x) || constant(y) {
+    if x.len() < 3 || undefined(x) || undefined(y) {
         return None;
     }
     let c = kendall_counts(x, y);
@@ -446,6 +448,15 @@ mod tests {
         assert_eq!(pearson(&[1.0, 1.0, 1.0], &[1.0, 2.0, 3.0]), None);
         assert_eq!(spearman(&[1.0, 2.0, 3.0], &[2.0, 2.0, 2.0]), None);
         assert_eq!(kendall_tau_b(&[1.0, 2.0], &[1.0, 2.0]), None);
+        // Any value that is not a finite number: undefined, by every method.
+        let human = [1.0, 2.0, 3.0, 4.0, 5.0];
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let column = [0.1, 0.2, bad, 0.4, 0.5];
+            for m in Method::ALL {
+                assert_eq!(m.correlate(&column, &human), None, "{m:?} {bad}");
+                assert_eq!(m.coefficient(&human, &column), None, "{m:?} {bad}");
+            }
+        }
     }
 
     #[test]

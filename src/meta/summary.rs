@@ -223,9 +223,11 @@ impl Summary {
                 .iter()
                 .map(|k| match self.cell(&row.label, k, level) {
                     Some(c) => format!(
-                        "{}/{}",
+                        "{}/{} (n={}){}",
                         format_r(c.spearman.map(|s| s.r)),
-                        format_r(c.pearson.map(|s| s.r))
+                        format_r(c.pearson.map(|s| s.r)),
+                        c.n,
+                        if c.few_units() { " †" } else { "" }
                     ),
                     None => "".into(),
                 })
@@ -239,10 +241,15 @@ impl Summary {
         };
         let _ = writeln!(
             md,
-            "\nn = {}..{} {unit}; — = undefined (constant scores or too few units).",
-            n.iter().min().unwrap_or(&0),
-            n.iter().max().unwrap_or(&0)
+            "\n(n) = {unit} behind each coefficient; — = undefined (constant scores or too few units)."
         );
+        if n.iter().any(|&n| n < super::levels::FEW_UNITS) {
+            let _ = writeln!(
+                md,
+                "† fewer than {} {unit}: a coefficient over so few units says little (over 3, ±1 comes by chance one time in three).",
+                super::levels::FEW_UNITS
+            );
+        }
         Some(md)
     }
 
@@ -454,8 +461,12 @@ fn describe_source(s: &Value) -> String {
         .filter(|v| v.as_object().is_some_and(|o| !o.is_empty()))
         .map(|v| format!(", {v}"))
         .unwrap_or_default();
+    let origin = s["run"]
+        .as_str()
+        .map(|run| format!("[{run}] "))
+        .unwrap_or_default();
     format!(
-        "{task}: {}{rubric}, {} on {}{settings}",
+        "{origin}{task}: {}{rubric}, {} on {}{settings}",
         models.join(", "),
         s["dtype"].as_str().unwrap_or("?"),
         s["device"].as_str().unwrap_or("?")

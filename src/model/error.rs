@@ -25,6 +25,9 @@ pub enum ModelError {
         expected: String,
         got: String,
     },
+    /// A setting the model cannot take (a layer it does not have): a usage error.
+    #[error("{flag}: {message}")]
+    Setting { flag: String, message: String },
     #[error("--device {spec}: {message}")]
     Device { spec: String, message: String },
     #[error("--dtype {spec}: {message}")]

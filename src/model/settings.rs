@@ -60,6 +60,9 @@ impl RuntimeSettings {
         if let Some(body) = int8_body_override() {
             settings.insert("test_int8_body".into(), json!(body));
         }
+        if let Some(cpu) = crate::model::backend::cpu::test_override() {
+            settings.insert("test_cpu".into(), json!(cpu));
+        }
     }
 }
 
@@ -73,6 +76,7 @@ mod tests {
         let defaults = RuntimeSettings::new(DType::F32);
         defaults.record(false, &mut map);
         map.remove("test_int8_body");
+        map.remove("test_cpu");
         assert!(map.is_empty(), "{map:?}");
         let set = RuntimeSettings {
             weights: WeightsMode::Expanded,

@@ -301,7 +301,58 @@ pub fn sample_item() -> Item {
         human: Default::default(),
         raters: Vec::new(),
         meta: None,
+        numeric_id: false,
     }
+}
+
+/// Items that differ in every field a template can show — the number of context turns, the
+/// speakers, and the first character of every text (a letter, a digit, a space, CJK, a bracket)
+/// — so that the tokens all their prompts share are the rubric's own, never an item's: the
+/// judge's shared header (`judge::layout::rubric_header`).
+pub fn probe_items() -> Vec<Item> {
+    let turn = |speaker: &str, text: &str| Turn {
+        speaker: speaker.into(),
+        text: text.into(),
+    };
+    let mut first = sample_item();
+    first.id = "probe-1".into();
+    first.setting = Some("sample setting".into());
+    let texts = [
+        ("probe-2", "U", "0 zero", "S", "1 one", "2 two", "3 three"),
+        (
+            "probe-3",
+            "話者",
+            " space",
+            "相手",
+            "「括弧」",
+            "　全角",
+            "(paren)",
+        ),
+        (
+            "probe-4",
+            "x",
+            "\"quoted\"",
+            "y",
+            "- dash",
+            "* star",
+            "# hash",
+        ),
+    ];
+    let mut probes = vec![first];
+    for (k, (id, a, context, b, response, setting, reference)) in texts.into_iter().enumerate() {
+        let mut item = sample_item();
+        item.id = id.into();
+        item.context = (0..=k)
+            .map(|i| turn(if i % 2 == 0 { a } else { b }, context))
+            .collect();
+        item.response = turn(b, response);
+        item.setting = Some(setting.into());
+        item.reference = vec![reference.into()];
+        item.system = Some(a.into());
+        item.dialogue = Some(id.into());
+        probes.push(item);
+    }
+    probes
 }
 
 /// Compile the rubric's templates and render them for a sample item (`PromptError::Template`,

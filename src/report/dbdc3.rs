@@ -141,7 +141,8 @@ pub fn export(
         });
         let path = folder.join(format!("{dialogue}.labels.json"));
         let text = serde_json::to_string_pretty(&doc).expect("labels serialise") + "\n";
-        std::fs::write(&path, text).map_err(|source| ExportError::Write { path, source })?;
+        crate::files::write_atomic(&path, text.as_bytes())
+            .map_err(|source| ExportError::Write { path, source })?;
     }
     Ok(Written {
         dialogues: dialogues.len(),

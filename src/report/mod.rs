@@ -18,7 +18,7 @@ pub fn score_lines(frame: &Frame) -> Vec<String> {
         .enumerate()
         .map(|(i, item)| {
             let mut line = Map::new();
-            line.insert("id".into(), json!(item.id));
+            line.insert("id".into(), item.id_json());
             if let Some(s) = &item.system {
                 line.insert("system".into(), json!(s));
             }
@@ -88,12 +88,18 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
                             .and_then(|s| s.ci)
                             .map(|[lo, hi]| format!("95% CI of ρ: [{lo:.3}, {hi:.3}], n = {}", c.n))
                             .unwrap_or_else(|| format!("n = {}", c.n));
+                        // A coefficient over too few units is shown, marked, and not coloured.
+                        let (colour, mark) = if c.few_units() {
+                            ("transparent".to_string(), " †")
+                        } else {
+                            (svg::colour(s), "")
+                        };
                         let _ = write!(
                             h,
-                            "<td style=\"background:{}\" title=\"{ci}\">{}/{}</td>",
-                            svg::colour(s),
+                            "<td style=\"background:{colour}\" title=\"{ci}\">{}/{} <small>(n={})</small>{mark}</td>",
                             format_r(s),
-                            format_r(c.pearson.map(|p| p.r))
+                            format_r(c.pearson.map(|p| p.r)),
+                            c.n
                         );
                     }
                     None => h.push_str("<td></td>"),
@@ -102,6 +108,17 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
             h.push_str("</tr>");
         }
         h.push_str("</table>");
+        let few = summary
+            .correlations
+            .iter()
+            .any(|e| e.level == level && e.cell.few_units());
+        if few {
+            let _ = write!(
+                h,
+                "<p><small>† fewer than {} units: a coefficient over so few says little.</small></p>",
+                crate::meta::FEW_UNITS
+            );
+        }
     }
     // Heatmap of the item-level Spearman, and the aspect matrices.
     let values: Vec<Vec<Option<f64>>> = summary

@@ -4,20 +4,35 @@
 //! by a different run (model, rubric, dtype, settings or hyoka version).
 
 use super::ResultsError;
-use super::provenance::Provenance;
+use super::provenance::{Expected, Provenance};
 use serde::Deserialize;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 
-/// What a resume needs of a line: the item and the run that wrote it, and whether it failed.
+/// What a resume needs of a line: the item, what was read of it, the run that wrote it, and
+/// whether it failed.
 #[derive(Deserialize)]
 struct LineHead {
+    #[serde(deserialize_with = "id_text")]
     pub id: String,
+    #[serde(default)]
+    pub input_sha256: Option<String>,
     pub provenance: Provenance,
     /// Set on the line of an item that could not be scored.
     #[serde(default)]
     pub error: Option<serde_json::Value>,
+}
+
+/// An item's id as written: a string, or an integer (an item's integer id written back).
+fn id_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::String(s) => Ok(s),
+        serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
+        other => Err(serde::de::Error::custom(format!(
+            "id: not a string or integer: {other}"
+        ))),
+    }
 }
 
 impl LineHead {
@@ -32,14 +47,23 @@ pub struct ResultsFile {
     out: std::fs::File,
     pub finished: HashSet<String>,
     retried: usize,
+    changed: Vec<String>,
 }
 
-/// What a results file holds: finished ids, the byte ranges (start, length) of their lines,
-/// whether the last kept line lacks its newline, and how many error lines it has.
+/// A scored line of a results file: its byte range (start, length), its item and the hash of
+/// what was read of it.
+struct KeptLine {
+    start: u64,
+    len: u64,
+    id: String,
+    input: Option<String>,
+}
+
+/// What a results file holds: its scored lines, whether the last one lacks its newline, and
+/// how many error lines it has.
 #[derive(Default)]
 struct Scan {
-    finished: HashSet<String>,
-    kept: Vec<(u64, u64)>,
+    kept: Vec<KeptLine>,
     unterminated: bool,
     errors: usize,
 }
@@ -47,12 +71,32 @@ struct Scan {
 /// Read a results file line by line (bounded), checking every line against `provenance` when
 /// given; a truncated last line (a killed write) is left out.
 fn scan(path: &Path, provenance: Option<&Provenance>) -> Result<Scan, ResultsError> {
+    scan_with(
+        path,
+        &mut |number, theirs| match provenance.and_then(|p| theirs.difference(p)) {
+            Some((what, theirs, ours)) => Err(ResultsError::Mismatch {
+                path: path.to_path_buf(),
+                line: number,
+                what,
+                theirs,
+                ours,
+            }),
+            None => Ok(()),
+        },
+    )
+}
+
+/// `scan`, calling `check(line number, provenance)` on every line.
+fn scan_with(
+    path: &Path,
+    check: &mut dyn FnMut(usize, &Provenance) -> Result<(), ResultsError>,
+) -> Result<Scan, ResultsError> {
     let io = |source| ResultsError::Io {
         path: path.to_path_buf(),
         source,
     };
     let mut finished = HashSet::new();
-    let mut kept: Vec<(u64, u64)> = Vec::new();
+    let mut kept: Vec<KeptLine> = Vec::new();
     // Whether the last line kept has no newline (a run killed between a line and its end).
     let mut unterminated = false;
     let mut errors = 0;
@@ -89,17 +133,7 @@ fn scan(path: &Path, provenance: Option<&Provenance>) -> Result<Scan, ResultsErr
         }
         match LineHead::parse(&text) {
             Ok(head) => {
-                if let Some((what, theirs, ours)) =
-                    provenance.and_then(|p| head.provenance.difference(p))
-                {
-                    return Err(ResultsError::Mismatch {
-                        path: path.to_path_buf(),
-                        line: number,
-                        what,
-                        theirs,
-                        ours,
-                    });
-                }
+                check(number, &head.provenance)?;
                 if head.error.is_some() {
                     errors += 1;
                     continue;
@@ -110,7 +144,12 @@ fn scan(path: &Path, provenance: Option<&Provenance>) -> Result<Scan, ResultsErr
                         format!("{:?} again: one line per item", head.id),
                     ));
                 }
-                kept.push((start, bytes));
+                kept.push(KeptLine {
+                    start,
+                    len: bytes,
+                    id: head.id,
+                    input: head.input_sha256,
+                });
                 unterminated = !newline;
             }
             // A line cut short by a kill: drop it, its item is scored again.
@@ -119,7 +158,6 @@ fn scan(path: &Path, provenance: Option<&Provenance>) -> Result<Scan, ResultsErr
         }
     }
     Ok(Scan {
-        finished,
         kept,
         unterminated,
         errors,
@@ -169,11 +207,12 @@ fn open_locked(path: &Path, create: bool) -> Result<std::fs::File, ResultsError>
     }
 }
 
-/// Replace `path` by a copy holding only the byte ranges `kept` (each a whole line), through a
-/// temporary file and one rename; the new file is locked before the old one's lock is let go.
+/// Replace `path` by a copy holding only the `kept` lines, through a temporary file and one
+/// rename; the new file is locked before the old one's lock is let go. A symbolic link is
+/// followed: the file it names is replaced, and the link stays a link.
 fn rewrite_without(
     path: &Path,
-    kept: &[(u64, u64)],
+    kept: &[&KeptLine],
     old: std::fs::File,
 ) -> Result<std::fs::File, ResultsError> {
     use std::io::{Read, Seek};
@@ -181,11 +220,12 @@ fn rewrite_without(
         path: path.to_path_buf(),
         source,
     };
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    let target = std::fs::canonicalize(path).map_err(io)?;
+    let mut name = target.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".hyoka-rewrite-{}", std::process::id()));
-    let tmp = path.with_file_name(name);
+    let tmp = target.with_file_name(name);
     let result = (|| -> std::io::Result<std::fs::File> {
-        let mut src = std::fs::File::open(path)?;
+        let mut src = std::fs::File::open(&target)?;
         let mut dst = std::fs::OpenOptions::new()
             .create_new(true)
             .write(true)
@@ -193,9 +233,9 @@ fn rewrite_without(
         dst.try_lock()
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         let mut buf = Vec::new();
-        for &(start, len) in kept {
-            src.seek(std::io::SeekFrom::Start(start))?;
-            buf.resize(len as usize, 0);
+        for line in kept {
+            src.seek(std::io::SeekFrom::Start(line.start))?;
+            buf.resize(line.len as usize, 0);
             src.read_exact(&mut buf)?;
             if !buf.ends_with(b"\n") {
                 buf.push(b'\n');
@@ -203,7 +243,7 @@ fn rewrite_without(
             dst.write_all(&buf)?;
         }
         dst.sync_all()?;
-        std::fs::rename(&tmp, path)?;
+        std::fs::rename(&tmp, &target)?;
         Ok(dst)
     })();
     drop(old);
@@ -214,13 +254,16 @@ fn rewrite_without(
 }
 
 impl ResultsFile {
-    /// Open `path` for `provenance`: existing scored lines of the same run count as finished;
-    /// error lines are taken out, so their items are scored again; a truncated last line (a
-    /// killed write) is dropped; `overwrite` starts afresh. The file is locked while open.
+    /// Open `path` for `provenance`: existing scored lines of the same run count as finished
+    /// when they were read from the item as it is now (`inputs`: the item's hash in `current`,
+    /// by id); lines of changed items and error lines are taken out, so their items are scored
+    /// again; a truncated last line (a killed write) is dropped; `overwrite` starts afresh. Lines
+    /// of ids not in `current` are kept. The file is locked while open.
     pub fn open(
         path: &Path,
         provenance: &Provenance,
         overwrite: bool,
+        current: &HashMap<&str, String>,
     ) -> Result<Self, ResultsError> {
         let io = |source| ResultsError::Io {
             path: path.to_path_buf(),
@@ -228,7 +271,6 @@ impl ResultsFile {
         };
         let mut out = open_locked(path, true)?;
         let Scan {
-            finished,
             kept,
             unterminated,
             errors,
@@ -237,18 +279,26 @@ impl ResultsFile {
         } else {
             scan(path, Some(provenance))?
         };
+        let (kept, stale): (Vec<&KeptLine>, Vec<&KeptLine>) =
+            kept.iter().partition(|l| match current.get(l.id.as_str()) {
+                None => true,
+                Some(now) => l.input.as_deref() == Some(now.as_str()),
+            });
         let mut unterminated = unterminated;
-        if errors > 0 {
-            // Error lines are taken out so that their items are scored again and the file ends
-            // with one line per item: the scored lines are copied to a new file that replaces
-            // this one in one rename (a crash leaves one or the other, whole).
+        if errors > 0 || !stale.is_empty() {
+            // Error lines and lines of changed items are taken out so that their items are
+            // scored again and the file ends with one line per item: the lines kept are copied
+            // to a new file that replaces this one in one rename (a crash leaves one or the
+            // other, whole).
             out = rewrite_without(path, &kept, out)?;
             unterminated = false;
         } else {
             // Keep the finished lines (none with `overwrite`), append after them.
-            let keep_bytes = kept.last().map_or(0, |(start, len)| start + len);
+            let keep_bytes = kept.last().map_or(0, |l| l.start + l.len);
             out.set_len(keep_bytes).map_err(io)?;
         }
+        let finished = kept.iter().map(|l| l.id.clone()).collect();
+        let changed = stale.iter().map(|l| l.id.clone()).collect();
         use std::io::Seek;
         out.seek(std::io::SeekFrom::End(0)).map_err(io)?;
         if unterminated {
@@ -259,20 +309,89 @@ impl ResultsFile {
             out,
             finished,
             retried: errors,
+            changed,
         })
     }
 
-    /// Before anything expensive (loading models): an existing output can be locked and read as
-    /// a results file. Whether its lines come from this run is checked when the run opens it.
-    pub fn preflight(path: &Path, overwrite: bool) -> Result<(), ResultsError> {
+    /// Items whose lines were taken out because the item changed since they were written.
+    pub fn changed(&self) -> &[String] {
+        &self.changed
+    }
+
+    /// Before anything expensive (loading models): the output's folder takes new files, an
+    /// existing output can be locked and read as a results file, and its lines are not of
+    /// another task, hyoka version or rubric than `expected` (what can be told before the
+    /// models load; the rest is checked when the run opens it, or by `check`).
+    pub fn preflight(
+        path: &Path,
+        overwrite: bool,
+        expected: &Expected,
+    ) -> Result<(), ResultsError> {
+        let io = |source| ResultsError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let folder = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let mut probe = folder.join(".hyoka-probe");
+        probe
+            .as_mut_os_string()
+            .push(format!("-{}", std::process::id()));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .map_err(|e| {
+                io(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot write in {}: {e}", folder.display()),
+                ))
+            })?;
+        let _ = std::fs::remove_file(&probe);
+        if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+            return Err(io(std::io::Error::other(
+                "is a folder; name a file for the results",
+            )));
+        }
         if !path.exists() {
             return Ok(());
         }
         let _lock = open_locked(path, false)?;
         if !overwrite {
-            scan(path, None)?;
+            let mut first = None;
+            scan_with(path, &mut |number, provenance| {
+                if first.is_none() {
+                    first = Some(());
+                    if let Some((what, theirs, ours)) = expected.difference(provenance) {
+                        return Err(ResultsError::Mismatch {
+                            path: path.to_path_buf(),
+                            line: number,
+                            what,
+                            theirs,
+                            ours,
+                        });
+                    }
+                }
+                Ok(())
+            })?;
         }
         Ok(())
+    }
+
+    /// Whether every line of an existing output comes from a run of `provenance` (the models
+    /// loaded), without writing: a command checks all its outputs before it writes any.
+    pub fn check(
+        path: &Path,
+        provenance: &Provenance,
+        overwrite: bool,
+    ) -> Result<(), ResultsError> {
+        if overwrite || !path.exists() {
+            return Ok(());
+        }
+        let _lock = open_locked(path, false)?;
+        scan(path, Some(provenance)).map(|_| ())
     }
 
     /// Error lines taken out when the file was opened (their items are to be scored again).

@@ -4,13 +4,14 @@
 //! `meta`, `merge` and `eval`, refusing a second line for an item and lines of another run.
 
 mod file;
+pub mod inputs;
 mod provenance;
 pub mod reader;
 pub mod record;
 pub mod runner;
 
 pub use file::ResultsFile;
-pub use provenance::{AspectTargets, ModelId, Provenance, RubricId, Task};
+pub use provenance::{AspectTargets, Expected, ModelId, Provenance, RubricId, Task};
 pub use record::{Body, JudgeRecord, Record};
 pub use runner::{Outcome, RunError, RunSummary, ScoreTask};
 

@@ -71,8 +71,11 @@ pub struct ModelId {
 }
 
 impl Provenance {
-    /// The first difference that makes two runs' results incomparable (the device is not one:
-    /// a run may move between GPUs, or from GPU to CPU).
+    /// The first difference that makes two runs' results incomparable. Identity is content:
+    /// the rubric's and models' hashes, the dtype and the settings' values; names and paths
+    /// (a rubric named by another path, a model through a link or on another node, a baseline
+    /// file's location) are information, as is the device (a run may move between GPUs, or
+    /// from GPU to CPU).
     pub fn difference(&self, other: &Provenance) -> Option<(String, String, String)> {
         if self.hyoka != other.hyoka {
             return Some(("hyoka version".into(), s(&self.hyoka), s(&other.hyoka)));
@@ -80,20 +83,42 @@ impl Provenance {
         if self.task != other.task {
             return Some(("task".into(), s(&self.task), s(&other.task)));
         }
-        if self.rubric != other.rubric {
+        let rubric = |p: &Provenance| {
+            p.rubric
+                .as_ref()
+                .map(|r| (r.hash.clone(), r.aspects.clone()))
+        };
+        if rubric(self) != rubric(other) {
             return Some(("rubric".into(), s(&self.rubric), s(&other.rubric)));
         }
-        if self.models != other.models {
+        let models = |p: &Provenance| -> Vec<(String, Option<String>)> {
+            p.models
+                .iter()
+                .map(|m| (m.sha256.clone(), m.chat_template.clone()))
+                .collect()
+        };
+        if models(self) != models(other) {
             return Some(("model".into(), s(&self.models), s(&other.models)));
         }
         if self.dtype != other.dtype {
             return Some(("dtype".into(), s(&self.dtype), s(&other.dtype)));
         }
-        if self.settings != other.settings {
+        if settings_values(&self.settings) != settings_values(&other.settings) {
             return Some(("settings".into(), s(&self.settings), s(&other.settings)));
         }
         None
     }
+}
+
+/// Settings without the names of the files they came from (a baseline's `file`).
+fn settings_values(
+    settings: &serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut values = settings.clone();
+    if let Some(serde_json::Value::Object(baseline)) = values.get_mut("baseline") {
+        baseline.remove("file");
+    }
+    values
 }
 
 impl Provenance {
@@ -114,6 +139,40 @@ impl Provenance {
             }),
             None => Ok(()),
         }
+    }
+}
+
+/// What a run's provenance will be, as far as it is known before its models load: the task,
+/// hyoka's version and the rubric's hash.
+pub struct Expected {
+    pub task: Task,
+    pub rubric_hash: Option<String>,
+}
+
+impl Expected {
+    /// The first difference between `theirs` (read from an existing output) and this run.
+    pub fn difference(&self, theirs: &Provenance) -> Option<(String, String, String)> {
+        if theirs.hyoka != crate::VERSION {
+            return Some(("hyoka version".into(), s(&theirs.hyoka), s(&crate::VERSION)));
+        }
+        if theirs.task != self.task {
+            return Some(("task".into(), s(&theirs.task), s(&self.task)));
+        }
+        let hash = theirs.rubric.as_ref().map(|r| &r.hash);
+        if hash != self.rubric_hash.as_ref() {
+            let name = theirs
+                .rubric
+                .as_ref()
+                .map(|r| format!("{} (sha256 {:.12})", r.name, r.hash));
+            return Some((
+                "rubric".into(),
+                name.unwrap_or_else(|| "none".into()),
+                self.rubric_hash
+                    .as_ref()
+                    .map_or_else(|| "none".into(), |h| format!("sha256 {h:.12}")),
+            ));
+        }
+        None
     }
 }
 

@@ -13,6 +13,9 @@ use serde_json::{Map, Value, json};
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
     pub id: String,
+    /// The hash of what the scorer read of the item (`inputs::digest`); None in a line written
+    /// without one, which is never taken for a current item's.
+    pub input: Option<String>,
     /// The scores, or why the item has none (an error line, scored again by a rerun).
     pub body: Result<Body, String>,
     pub provenance: Provenance,
@@ -84,7 +87,12 @@ impl Record {
     /// The line as written to a results file (no newline).
     pub fn to_line(&self) -> String {
         let provenance = serde_json::to_value(&self.provenance).expect("provenance serialises");
-        line(&self.id, &self.body, &provenance)
+        line(
+            &json!(self.id),
+            self.input.as_deref(),
+            &self.body,
+            &provenance,
+        )
     }
 
     /// Read one line; the provenance's task says which fields it has.
@@ -96,7 +104,14 @@ impl Record {
         };
         let id = match line.get("id") {
             Some(Value::String(s)) => s.clone(),
-            _ => return Err(field_error("id", "missing or not a string")),
+            // An item's integer id is written back as an integer.
+            Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+            _ => return Err(field_error("id", "missing or not a string or integer")),
+        };
+        let input = match line.get("input_sha256") {
+            None => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => return Err(field_error("input_sha256", "not a string")),
         };
         let provenance = line
             .get("provenance")
@@ -115,17 +130,26 @@ impl Record {
         };
         Ok(Record {
             id,
+            input,
             body,
             provenance,
         })
     }
 }
 
-/// A results line (no newline): the item, its scores or error, and its run's provenance as
-/// JSON (serialised once per run by the runner).
-pub fn line(id: &str, body: &Result<Body, String>, provenance: &Value) -> String {
+/// A results line (no newline): the item, the hash of what was read of it, its scores or error,
+/// and its run's provenance as JSON (serialised once per run by the runner).
+pub fn line(
+    id: &Value,
+    input: Option<&str>,
+    body: &Result<Body, String>,
+    provenance: &Value,
+) -> String {
     let mut line = Map::new();
-    line.insert("id".into(), json!(id));
+    line.insert("id".into(), id.clone());
+    if let Some(input) = input {
+        line.insert("input_sha256".into(), json!(input));
+    }
     match body {
         Err(message) => {
             line.insert("error".into(), json!(message));
@@ -203,11 +227,69 @@ fn read_scores(v: Option<&Value>, at: &str) -> Result<Vec<(String, AspectScore)>
                     ));
                 }
             }
-            serde_json::from_value(s.clone())
-                .map(|score| (aspect.clone(), score))
-                .map_err(|e| field_error(format!("{at}.{aspect}"), e.to_string()))
+            let score: AspectScore = serde_json::from_value(s.clone())
+                .map_err(|e| field_error(format!("{at}.{aspect}"), e.to_string()))?;
+            check_scale(&score)
+                .map_err(|(key, message)| field_error(format!("{at}.{aspect}.{key}"), message))?;
+            Ok((aspect.clone(), score))
         })
         .collect()
+}
+
+/// An aspect's numbers hold together on its scale (the distribution's keys): each probability
+/// in [0, 1], the score one of the scale's, the expected score within it.
+fn check_scale(score: &AspectScore) -> Result<(), (&'static str, String)> {
+    let mut scale = Vec::with_capacity(score.distribution.len());
+    for (key, p) in &score.distribution {
+        let valid: i64 = key.parse().map_err(|_| {
+            (
+                "distribution",
+                format!("key {key:?} is not an integer score"),
+            )
+        })?;
+        match p.as_f64() {
+            Some(p) if (0.0..=1.0).contains(&p) => {}
+            _ => {
+                return Err((
+                    "distribution",
+                    format!("the probability of {key} is not a number in [0, 1]: {p}"),
+                ));
+            }
+        }
+        scale.push(valid);
+    }
+    let (Some(&lo), Some(&hi)) = (scale.iter().min(), scale.iter().max()) else {
+        return Err((
+            "distribution",
+            "empty: an aspect has at least one score".into(),
+        ));
+    };
+    if !scale.contains(&score.score) {
+        return Err((
+            "score",
+            format!(
+                "{} is not on the aspect's scale ({})",
+                score.score,
+                scale
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    // Rounding of Σ score × p can leave the scale's ends by a few ulps, never more.
+    let slack = 1e-9 * (hi - lo).max(1) as f64;
+    if !(score.expected >= lo as f64 - slack && score.expected <= hi as f64 + slack) {
+        return Err((
+            "expected",
+            format!(
+                "{} is outside the aspect's scale [{lo}, {hi}]",
+                score.expected
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn read_answer(v: &Map<String, Value>, at: &str) -> Result<Option<Answer>, FieldError> {
@@ -313,6 +395,7 @@ mod tests {
         let records = [
             Record {
                 id: "a".into(),
+                input: Some("ab".into()),
                 body: Ok(Body::Judge(JudgeRecord {
                     scores: vec![("x".into(), score.clone()), ("y".into(), score.clone())],
                     answer: Some(Answer {
@@ -327,6 +410,7 @@ mod tests {
             },
             Record {
                 id: "b".into(),
+                input: None,
                 body: Ok(Body::Judge(JudgeRecord {
                     scores: vec![("x".into(), score.clone())],
                     answer: None,
@@ -342,6 +426,7 @@ mod tests {
             },
             Record {
                 id: "c".into(),
+                input: None,
                 body: Ok(Body::BertScore(Prf {
                     p: 0.5,
                     r: 0.25,
@@ -351,6 +436,7 @@ mod tests {
             },
             Record {
                 id: "d".into(),
+                input: None,
                 body: Err("no context turn".into()),
                 provenance: provenance(Task::BertScore),
             },
@@ -367,6 +453,27 @@ mod tests {
         assert_eq!(e.field, "scores.x.expected");
         let line = r#"{"id":"a","bertscore":{"P":1,"R":1},"provenance":{"hyoka":"t","task":"bertscore","models":[],"dtype":"f32","device":"cpu"}}"#;
         assert_eq!(Record::parse(line).expect_err("no F").field, "bertscore.F");
+        // A score off the aspect's scale (0–1), an expected score beyond it, a probability
+        // above 1: each named down to its field.
+        for (scores, field) in [
+            (
+                r#"{"score":7,"expected":0.5,"distribution":{"0":0.5,"1":0.5},"off_scale":0}"#,
+                "scores.x.score",
+            ),
+            (
+                r#"{"score":1,"expected":1.5,"distribution":{"0":0.5,"1":0.5},"off_scale":0}"#,
+                "scores.x.expected",
+            ),
+            (
+                r#"{"score":1,"expected":0.5,"distribution":{"0":-0.5,"1":1.5},"off_scale":0}"#,
+                "scores.x.distribution",
+            ),
+        ] {
+            let line = format!(
+                r#"{{"id":"a","scores":{{"x":{scores}}},"provenance":{{"hyoka":"t","task":"judge","models":[],"dtype":"f32","device":"cpu"}}}}"#
+            );
+            assert_eq!(Record::parse(&line).expect_err(field).field, field);
+        }
         let line = r#"{"id":"a","provenance":{"hyoka":"t","task":"rouge","models":[],"dtype":"f32","device":"cpu"}}"#;
         assert_eq!(Record::parse(line).expect_err("task").field, "provenance");
     }

@@ -7,6 +7,7 @@ use super::file::ResultsFile;
 use super::provenance::Provenance;
 use super::record::{self, Body};
 use crate::data::Item;
+use std::collections::HashMap;
 use std::path::Path;
 
 /// A scorer, as the runner sees it.
@@ -58,6 +59,9 @@ pub struct RunSummary {
     pub skipped_finished: usize,
     /// Error lines of an earlier run taken out of the file, their items scored again.
     pub retried: usize,
+    /// Items changed since an earlier run scored them (same id, other text): their lines were
+    /// taken out and the items scored again.
+    pub changed: Vec<String>,
     /// "id: why" of each failed item.
     pub failed: Vec<String>,
     /// "id: why" of each item with nothing to score.
@@ -75,13 +79,23 @@ pub fn run<T: ScoreTask>(
 ) -> Result<RunSummary, RunError<T::Error>> {
     let provenance = task.provenance();
     let provenance_json = serde_json::to_value(&provenance).expect("provenance serialises");
-    let mut file = ResultsFile::open(output, &provenance, overwrite)?;
+    let inputs: Vec<String> = items
+        .iter()
+        .map(|item| super::inputs::digest(&provenance, item))
+        .collect();
+    let current: HashMap<&str, String> = items
+        .iter()
+        .zip(&inputs)
+        .map(|(item, input)| (item.id.as_str(), input.clone()))
+        .collect();
+    let mut file = ResultsFile::open(output, &provenance, overwrite, &current)?;
     let todo: Vec<usize> = (0..items.len())
         .filter(|&i| !file.finished.contains(&items[i].id))
         .collect();
     let mut summary = RunSummary {
         skipped_finished: items.len() - todo.len(),
         retried: file.retried(),
+        changed: file.changed().to_vec(),
         ..Default::default()
     };
     let chunks = task.plan(items, &todo).map_err(RunError::Task)?;
@@ -108,7 +122,12 @@ pub fn run<T: ScoreTask>(
                     Err(why)
                 }
             };
-            lines.push(record::line(id, &body, &provenance_json));
+            lines.push(record::line(
+                &items[i].id_json(),
+                Some(&inputs[i]),
+                &body,
+                &provenance_json,
+            ));
         }
         file.append(&lines)?;
         done += chunk.len();

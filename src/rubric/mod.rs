@@ -26,6 +26,8 @@ pub enum RubricError {
     },
     #[error("no built-in rubric named {name:?} and no such file (built-in: {})", builtin_names().join(", "))]
     Unknown { name: String },
+    #[error("{}: a folder, not a rubric file: name a .toml or .json file in it", path.display())]
+    Folder { path: PathBuf },
 }
 
 /// How the judge answers.
@@ -137,6 +139,11 @@ impl Rubric {
         let path = Path::new(name_or_path);
         if path.is_file() {
             return Ok((Rubric::from_file(path)?, path.display().to_string()));
+        }
+        if path.is_dir() {
+            return Err(RubricError::Folder {
+                path: path.to_path_buf(),
+            });
         }
         Err(RubricError::Unknown {
             name: name_or_path.to_string(),

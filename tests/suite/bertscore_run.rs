@@ -143,7 +143,7 @@ fn items_without_a_reference_are_reported_not_fatal() {
         "-o",
         out.to_str().unwrap(),
     ]);
-    assert_eq!(r.status.code(), Some(1));
+    assert_eq!(r.status.code(), Some(2), "a usage error");
     assert!(String::from_utf8_lossy(&r.stderr).contains("pass --layer N"));
 }
 

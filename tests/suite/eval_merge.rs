@@ -19,7 +19,9 @@ fn meta_fixture(name: &str) -> std::path::PathBuf {
     common::fixtures().join("meta").join(name)
 }
 
-/// Split the meta fixture into shard folders the way `hyoka eval --shard K/N` does.
+/// Split the meta fixture into shard folders the way `hyoka eval --shard K/N` does. The
+/// fixture's item without results lines (C/99/0) is left out: a shard holds the items its
+/// run scored.
 fn make_shards(root: &Path, count: usize) -> Vec<String> {
     let items = read_items(&meta_fixture("items.jsonl"), false)
         .expect("fixture items")
@@ -32,6 +34,7 @@ fn make_shards(root: &Path, count: usize) -> Vec<String> {
             .collect()
     };
     let (judge, bert) = (lines("judge.jsonl"), lines("bertscore.jsonl"));
+    let items: Vec<_> = items.into_iter().filter(|i| i.id != "C/99/0").collect();
     let mut dirs = Vec::new();
     for k in 1..=count {
         let part = Shard { index: k, count }.select(items.clone());
@@ -82,7 +85,14 @@ fn merged_shards_give_the_same_summary_as_the_whole() {
     let out_s = out.to_string_lossy().into_owned();
     args.extend(["-o", &out_s, "--bootstrap", "100"]);
     let o = hyoka(&args);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The fixture's judge failed on one item: written, listed, exit 4 (as its shard's eval).
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("failed: B/7/2: fixture failure"));
     // The whole, through `hyoka meta` on the unsplit fixture.
     let whole = tmp.path().join("whole.json");
     let o = hyoka(&[
@@ -129,7 +139,7 @@ fn merged_shards_give_the_same_summary_as_the_whole() {
     }
     // One scores line per item; the report is one offline file.
     let scores = std::fs::read_to_string(out.join("scores.jsonl")).expect("scores.jsonl");
-    assert_eq!(scores.lines().count(), 73);
+    assert_eq!(scores.lines().count(), 72);
     let first: Value = serde_json::from_str(scores.lines().next().expect("a line")).expect("JSON");
     assert!(
         first["scores"]["combined expected (w=10) · overall"].is_number()
@@ -160,11 +170,13 @@ fn merged_shards_give_the_same_summary_as_the_whole() {
 fn merge_refuses_another_run_and_repeated_items() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dirs = make_shards(tmp.path(), 2);
-    // Shard 2's judge lines from another model.
+    // Shard 2's judge lines from another model (another checksum: a name alone is no
+    // identity).
     let judge = Path::new(&dirs[1]).join("judge.jsonl");
-    let text = std::fs::read_to_string(&judge)
-        .expect("judge")
-        .replace("fixture-judge", "other-judge");
+    let text = std::fs::read_to_string(&judge).expect("judge").replace(
+        "fixture-judge\", \"sha256\": \"0\"",
+        "other-judge\", \"sha256\": \"1\"",
+    );
     std::fs::write(&judge, text).expect("write");
     let out = tmp.path().join("merged");
     let o = hyoka(&["merge", &dirs[0], &dirs[1], "-o", &out.to_string_lossy()]);
@@ -186,21 +198,104 @@ fn merge_refuses_another_run_and_repeated_items() {
         "nothing written on a refused merge"
     );
 
+    // A merge into the shards' own folder, then refused merges into it: each leaves every
+    // file as it was.
     let tmp = tempfile::tempdir().expect("tmp");
+    let root = tmp.path().to_string_lossy().into_owned();
     let dirs = make_shards(tmp.path(), 2);
     let o = hyoka(&[
         "merge",
         &dirs[0],
-        &dirs[0],
+        &dirs[1],
         "-o",
-        &tmp.path().join("m").to_string_lossy(),
+        &root,
+        "--bootstrap",
+        "10",
     ]);
     assert_eq!(
         o.status.code(),
-        Some(3),
-        "a shard given twice repeats its items"
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
     );
-    assert!(String::from_utf8_lossy(&o.stderr).contains("items.jsonl"));
+    assert!(Path::new(&root).join("summary.json").exists());
+    let refused = |args: &[&str], code: i32, says: &[&str]| {
+        let before = snapshot(tmp.path());
+        let o = hyoka(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        for s in says {
+            assert!(err.contains(s), "{args:?}: {err}");
+        }
+        let after = snapshot(tmp.path());
+        let changed: Vec<_> = after
+            .keys()
+            .chain(before.keys())
+            .filter(|k| after.get(*k) != before.get(*k))
+            .collect();
+        assert!(changed.is_empty(), "{args:?} wrote {changed:?}");
+    };
+    // The same shard twice.
+    refused(
+        &["merge", &dirs[0], &dirs[0], "-o", &root],
+        2,
+        &["give each shard once"],
+    );
+    // One shard of two: the other is named.
+    refused(
+        &["merge", &dirs[0], "-o", &root],
+        4,
+        &["missing: shard-2-of-2"],
+    );
+    // An item in two shards: the shard that brought it again is named, and the other.
+    let items1 = Path::new(&dirs[0]).join("items.jsonl");
+    let items2 = Path::new(&dirs[1]).join("items.jsonl");
+    let first_of_2 = std::fs::read_to_string(&items2).expect("items");
+    let first_of_2 = first_of_2.lines().next().expect("a line").to_string();
+    let kept1 = std::fs::read_to_string(&items1).expect("items");
+    std::fs::write(&items1, format!("{kept1}{first_of_2}\n")).expect("write");
+    let second = format!("{}", items2.display());
+    refused(
+        &["merge", &dirs[0], &dirs[1], "-o", &root],
+        3,
+        &[&second, "the same item in two shards"],
+    );
+    std::fs::write(&items1, kept1).expect("write");
+    // A shard stopped half-way (preempted): its items without lines are named.
+    let judge2 = Path::new(&dirs[1]).join("judge.jsonl");
+    let kept2 = std::fs::read_to_string(&judge2).expect("judge");
+    let half: String = kept2
+        .lines()
+        .take(kept2.lines().count() / 2)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&judge2, half).expect("write");
+    refused(
+        &["merge", &dirs[0], &dirs[1], "-o", &root],
+        4,
+        &[
+            "shard-2-of-2/judge.jsonl",
+            "items have no line",
+            "nothing written",
+        ],
+    );
+}
+
+/// Every file under `dir` with its bytes.
+fn snapshot(dir: &Path) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.insert(p.clone(), std::fs::read(&p).expect("read"));
+            }
+        }
+    }
+    files
 }
 
 /// The real models on a few DBDC3 items: the folder holds every output, a shard run and merge

@@ -54,6 +54,7 @@ fn item(id: &str, text: &str) -> Item {
         human: Default::default(),
         raters: vec![],
         meta: None,
+        numeric_id: false,
     }
 }
 

@@ -234,7 +234,7 @@ fn same_scores_whatever_the_batch_size() {
 }
 
 #[test]
-fn long_prompts_lose_old_turns_and_hopeless_ones_fail_alone() {
+fn long_prompts_lose_old_turns_and_a_limit_below_the_rubric_is_refused() {
     let Some(s) = Setup::new() else { return };
     // Enough for every prompt without context (47..54 tokens with SmolLM2's default system
     // prompt), not with all three turns.
@@ -252,17 +252,16 @@ fn long_prompts_lose_old_turns_and_hopeless_ones_fail_alone() {
             .any(|r| r["truncated"] == true && r["dropped_turns"].as_u64().unwrap() > 0),
         "{rows:?}"
     );
-    // Too small for any prompt: every item fails, the run still finishes (exit 4).
+    // Too small for the rubric's own prompt: no item could fit, a usage error (exit 2) with
+    // no line written.
     let out = s.judge("f.jsonl", &["--max-prompt-tokens", "5"]);
-    assert_eq!(out.status.code(), Some(4));
-    let rows = lines(Path::new(&s.path("f.jsonl")));
-    assert_eq!(rows.len(), 4);
-    assert!(rows.iter().all(|r| {
-        r["error"]
-            .as_str()
-            .unwrap()
-            .contains("more than the limit of 5")
-    }));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--max-prompt-tokens 5: the rubric's prompt alone"),
+        "{err}"
+    );
+    assert!(lines(Path::new(&s.path("f.jsonl"))).is_empty());
 }
 
 /// Two runs never write one file: while another process holds the output, a run is refused

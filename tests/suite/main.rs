@@ -8,6 +8,7 @@ mod common;
 
 mod attention_scale;
 mod backend_ops;
+mod batch_invariance;
 mod bertscore_parity;
 mod bertscore_run;
 mod breakdown_parity;
@@ -34,6 +35,7 @@ mod meta_parity;
 mod multilingual_encoder;
 mod prefill_gemm_bf16;
 mod prefill_gemm_int8;
+mod results_integrity;
 mod rope_scaling;
 mod rubrics;
 mod runtime_parity;

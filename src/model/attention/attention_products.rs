@@ -18,7 +18,7 @@ impl Kernels {
     pub fn for_this_cpu() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
+            if crate::model::backend::cpu::avx512() {
                 // SAFETY: the features the functions are compiled for were just detected.
                 return Kernels {
                     scores: |q, k, s| unsafe { avx512::scores(q, k, s) },

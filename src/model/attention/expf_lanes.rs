@@ -30,8 +30,7 @@ pub fn exp_in_place(xs: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 fn avx512_available() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512dq")
+    crate::model::backend::cpu::avx512()
         && std::arch::is_x86_feature_detected!("avx2")
         && std::arch::is_x86_feature_detected!("fma")
 }

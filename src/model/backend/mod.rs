@@ -1,5 +1,6 @@
 //! The device: placement, NVRTC compilation, stage timing.
 
+pub mod cpu;
 pub mod device;
 pub mod gpu_kernels;
 #[cfg(feature = "cuda")]

@@ -36,8 +36,8 @@ impl GatedWeights<'_> {
     /// products by row count) whose three products `prefill_gemm` computes.
     pub fn takes(&self, x: &Tensor, plan: Plan) -> bool {
         let rows = x.elem_count() / x.dims().last().copied().unwrap_or(1).max(1);
-        plan.products == Products::ByRowCount
-            && rows > DECODE_ROWS
+        (plan.products == Products::Prefill
+            || plan.products == Products::ByRowCount && rows > DECODE_ROWS)
             && [self.gate, self.up, self.down]
                 .iter()
                 .all(|w| prefill_gemm::takes(w, x))

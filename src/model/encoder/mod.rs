@@ -310,10 +310,12 @@ pub fn load_encoder_dir(
     let cfg = EncoderConfig::from_json(&v, &origin)?;
     let keep = layers.unwrap_or(cfg.layers);
     if keep > cfg.layers {
-        return Err(ModelError::Config {
-            origin,
-            field: "num_hidden_layers".into(),
-            message: format!("layer {keep} requested, the model has {}", cfg.layers),
+        return Err(ModelError::Setting {
+            flag: format!("--layer {keep}"),
+            message: format!(
+                "{origin} has {} layers (num_hidden_layers): give a layer from 0 (the embeddings) to {}",
+                cfg.layers, cfg.layers
+            ),
         });
     }
     let files = crate::model::load::checkpoint_files::safetensors_files(dir)?;

@@ -34,8 +34,41 @@ pub struct ModelFiles {
 
 const CHECKPOINT_FILES: &[&str] = &["config.json", "tokenizer.json", "tokenizer_config.json"];
 
+/// Whether `name` can only be a local path: it starts with `/`, `./`, `../` or `~`, or names a
+/// weights file (`.gguf`, `.safetensors`). Such a name is never looked up on the Hub, so a
+/// mistyped path in an air-gapped lab is a missing file, not a network error.
+pub fn is_path_only(name: &str) -> bool {
+    let lower = name.split(['@', ':']).next().unwrap_or(name).to_lowercase();
+    ["/", "./", "../", "~"].iter().any(|p| name.starts_with(p))
+        || name == "."
+        || name == ".."
+        || lower.ends_with(".gguf")
+        || lower.ends_with(".safetensors")
+        || name.contains('\\')
+}
+
+/// `~` or `~/…` with the home folder put in (as a shell would); any other name unchanged.
+fn expand_home(name: &str) -> PathBuf {
+    match (name.strip_prefix('~'), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) if rest.is_empty() || rest.starts_with('/') => {
+            PathBuf::from(home).join(rest.trim_start_matches('/'))
+        }
+        _ => PathBuf::from(name),
+    }
+}
+
 pub fn resolve(name: &str) -> Result<ModelFiles, ModelError> {
-    let local = Path::new(name);
+    let expanded = expand_home(name);
+    let local = expanded.as_path();
+    if !local.exists() && is_path_only(name) {
+        return Err(ModelError::Missing {
+            origin: name.into(),
+            message: format!(
+                "no such file or folder ({}); a name that starts with /, ./, ../ or ~, or ends in .gguf or .safetensors, is a local path, never a Hugging Face id",
+                local.display()
+            ),
+        });
+    }
     if local.exists() {
         let format = if local.is_dir() {
             Format::Safetensors
@@ -311,4 +344,33 @@ pub fn verify_sha256_files(paths: &[PathBuf], expected: &str) -> Result<String, 
         });
     }
     Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_never_taken_for_hub_ids() {
+        for path in [
+            "gg/nosuch.gguf",
+            "models/judge.Q4_K_M.GGUF",
+            "org/model.safetensors",
+            "./org/name",
+            "../org/name",
+            "/models/org/name",
+            "~/models/judge",
+        ] {
+            assert!(is_path_only(path), "{path}");
+            let e = resolve(path).expect_err("no such file");
+            assert!(e.to_string().contains("local path"), "{path}: {e}");
+        }
+        for id in [
+            "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+            "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            "org/name@main:Q4_K_M",
+        ] {
+            assert!(!is_path_only(id), "{id}");
+        }
+    }
 }

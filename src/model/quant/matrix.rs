@@ -67,6 +67,11 @@ pub enum Products {
     /// products with tokens in the lanes, or f32 products on weight rows expanded a few at a
     /// time, instead (`token_runs`).
     RowWise,
+    /// Expansion and GEMM (a prompt's prefill products) whatever the rows: a judge's scoring
+    /// pass, where a row's bits must not depend on how many rows the pass holds (a few in the
+    /// last layer of a lone item's pass, many in a batch's). On the CPU each row of the GEMM
+    /// keeps its bits whatever the rows beside it (`prefill_gemm`).
+    Prefill,
 }
 
 /// How one product chooses its kernels: the batch's `products`, for `RowWise` the run of

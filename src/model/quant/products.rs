@@ -165,6 +165,7 @@ impl Matrix {
             _ if prefill_gemm::takes(self, x) => {
                 prefill_gemm::product(self, x, plan.runs, plan.gemm)
             }
+            (Matrix::Dense(w), Products::Prefill) if w.dtype() == x.dtype() => x.matmul(&w.t()?),
             _ => x.matmul(&self.expand_with(x.dtype(), plan.gpu_kernels)?.t()?),
         }
     }
@@ -251,6 +252,7 @@ impl Matrix {
         let (out, _) = self.dims()?;
         if let Matrix::Dense(w) = self
             && w.dtype() == x.dtype()
+            && !prefill_gemm::takes(self, x)
         {
             return x.matmul(&w.t()?);
         }

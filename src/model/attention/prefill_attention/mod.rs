@@ -47,14 +47,7 @@ pub fn takes(q: &Tensor, n: usize) -> bool {
 }
 
 fn avx512_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::model::backend::cpu::avx512()
 }
 
 /// The attention of `Transformer::attend`: q (b, heads, len, d), after the `prefix` keys

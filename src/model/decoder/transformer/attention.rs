@@ -330,18 +330,26 @@ impl Transformer {
             let scaling = self.score_scaling();
             return prefill_attention::attend(q, shared, (k, v), prefix, &plan, mask, scaling);
         }
-        // Here the shared keys and values are copied before every row's own.
-        let (k, v) = after_shared(shared, k, v, b)?;
+        // One row at a time, over its own queries and keys only (no padding): every product's
+        // shape — and so gemm's blocking of its sums — is the row's own, so a row gets the
+        // same bits alone as in a batch. The shared keys and values go before the row's own.
         let group = heads / kv;
-        let mut row_outs = Vec::with_capacity(b.div_ceil(plan.rows));
-        for rows in plan.row_chunks() {
-            let nr = rows.len();
-            let (q, k, v) = (
-                q.narrow(0, rows.start, nr)?,
-                k.narrow(0, rows.start, nr)?,
-                v.narrow(0, rows.start, nr)?,
-            );
-            let mut outs = Vec::with_capacity(len.div_ceil(plan.queries));
+        let mut row_outs = Vec::with_capacity(b);
+        for r in 0..b {
+            let real = batch.lens.get(r).copied().unwrap_or(len).min(len);
+            if real == 0 {
+                row_outs.push(Tensor::zeros((1, heads, len, d), q.dtype(), q.device())?);
+                continue;
+            }
+            let q = q.narrow(0, r, 1)?.narrow(2, 0, real)?;
+            let (k, v) = after_shared(
+                shared,
+                &k.narrow(0, r, 1)?.narrow(2, 0, real)?,
+                &v.narrow(0, r, 1)?.narrow(2, 0, real)?,
+                1,
+            )?;
+            let plan = AttentionPlan::new(1, heads, real, prefix + real, self.attention_elements)?;
+            let mut outs = Vec::with_capacity(real.div_ceil(plan.queries));
             for queries in plan.query_blocks() {
                 let n = queries.len();
                 // Keys after the block's last query are masked for all of it: never computed.
@@ -351,7 +359,7 @@ impl Transformer {
                 let vb = v.narrow(2, 0, keys)?;
                 let scores = stage_times::time(&self.device, "attention: scores", || {
                     let qb = q.narrow(2, queries.start, n)?.contiguous()?.reshape((
-                        nr,
+                        1,
                         kv,
                         group * n,
                         d,
@@ -363,16 +371,23 @@ impl Transformer {
                     }
                 })?;
                 let mask = stage_times::time(&self.device, "attention: mask", || {
-                    batch.mask(window, rows.clone(), queries.clone(), keys)
+                    batch.mask(window, r..r + 1, queries.clone(), keys)
                 })?;
                 let probs = stage_times::time(&self.device, "attention: softmax", || {
-                    let scores = scores.reshape((nr, kv, group, n, keys))?;
+                    let scores = scores.reshape((1, kv, group, n, keys))?;
                     masked_softmax(scores, &mask)?.to_dtype(self.dtype)
                 })?;
                 let out = stage_times::time(&self.device, "attention: values", || {
-                    probs.reshape((nr, kv, group * n, keys))?.matmul(&vb)
+                    probs.reshape((1, kv, group * n, keys))?.matmul(&vb)
                 })?;
-                outs.push(out.reshape((nr, heads, n, d))?);
+                outs.push(out.reshape((1, heads, n, d))?);
+            }
+            if real < len {
+                outs.push(Tensor::zeros(
+                    (1, heads, len - real, d),
+                    q.dtype(),
+                    q.device(),
+                )?);
             }
             row_outs.push(cat_or_single(outs, 2)?);
         }

@@ -430,7 +430,45 @@ fn multiply(
 
 /// x (m, k) · wᵀ (w: (n, k), row-major) → (m, n): gemm called with the arguments candle's CPU
 /// `matmul` gives it for `x.matmul(&w.t())`; the vector has room for `room` ≥ m rows.
-fn gemm_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, room: usize) -> Vec<f32> {
+///
+/// A row's bits do not depend on m: gemm multiplies a few rows by other paths than many (a
+/// matrix-vector product for one, other blockings of k for a few) — other sums. Those shapes are
+/// multiplied with zero rows added (`gemm_rows`) and the added rows dropped, so a prompt's row
+/// gets the same bits alone as in a batch.
+pub(crate) fn gemm_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, room: usize) -> Vec<f32> {
+    let rows = gemm_rows(m, n, k);
+    if rows == m {
+        return gemm_t_as_given(x, m, k, w, n, room);
+    }
+    let mut padded = Vec::with_capacity(rows * k);
+    padded.extend_from_slice(x);
+    padded.resize(rows * k, 0.0);
+    let mut y = gemm_t_as_given(&padded, rows, k, w, n, rows);
+    y.truncate(m * n);
+    y.reserve(room.saturating_sub(m) * n);
+    y
+}
+
+/// The rows gemm is given for an (m, k) · (k, n) product so that it takes its general path,
+/// whose sums over k follow k and the caches only. gemm takes other paths for one row (a
+/// matrix-vector product), for at most 16 × 16 outputs (dot products along k) and for at most
+/// 64 rows and 64 columns (k blocked by 512): so at least 2 rows, more than 64 where n is at
+/// most 64, and more than 256 outputs. m itself otherwise (and 0 stays 0).
+pub(crate) fn gemm_rows(m: usize, n: usize, _k: usize) -> usize {
+    if m == 0 || n == 0 {
+        return m;
+    }
+    let mut rows = m.max(2);
+    if n <= 64 {
+        rows = rows.max(65);
+    }
+    if rows * n <= 256 {
+        rows = 256 / n + 1;
+    }
+    rows
+}
+
+fn gemm_t_as_given(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, room: usize) -> Vec<f32> {
     assert!(x.len() == m * k && w.len() == n * k, "operand sizes");
     let threads = candle_core::utils::get_num_threads();
     let parallelism = if threads > 1 {
@@ -477,7 +515,8 @@ mod tests {
     use std::sync::Arc;
 
     /// The same bits as expanding through candle and its `matmul`, for every kind of matrix;
-    /// a second, smaller product reuses the buffer the first grew.
+    /// a second, smaller product reuses the buffer the first grew. One row is candle's product
+    /// of that row among others (candle alone would multiply it as a matrix-vector product).
     #[test]
     fn products_are_candles_expansion_and_matmul_to_the_bit() {
         let dev = Device::Cpu;
@@ -505,8 +544,13 @@ mod tests {
             let x = x.narrow(0, 0, rows).unwrap();
             for (name, m) in &cases {
                 assert!(takes(m, &x), "{name}");
-                let want = x
+                let among = x
+                    .pad_with_zeros(0, 0, gemm_rows(rows, 160, 512) - rows)
+                    .unwrap();
+                let want = among
                     .matmul(&m.expand(DType::F32).unwrap().t().unwrap())
+                    .unwrap()
+                    .narrow(0, 0, rows)
                     .unwrap();
                 let got = product(m, &x, None, PrefillGemm::F32).unwrap();
                 assert_eq!(got.dims(), want.dims());
@@ -520,6 +564,31 @@ mod tests {
                         .all(|(a, b)| a.to_bits() == b.to_bits()),
                     "{name}, {rows} rows"
                 );
+            }
+        }
+    }
+
+    /// Each row's bits are the same whatever rows are multiplied beside it — one alone, a few,
+    /// many — for the shapes gemm treats apart (one row; at most 64 rows and columns with k
+    /// over 512) and the usual ones.
+    #[test]
+    fn a_rows_product_does_not_depend_on_the_rows_beside_it() {
+        let mut rng = SplitMix64(11);
+        for (n, k) in [(40, 600), (64, 1000), (160, 512), (16, 64), (300, 96)] {
+            let w = rng.symmetric_f32s(n * k);
+            let x = rng.symmetric_f32s(90 * k);
+            let all = gemm_t(&x, 90, k, &w, n, 90);
+            for rows in [1, 2, 5, 64, 65, 89] {
+                let start = 90 - rows;
+                let part = gemm_t(&x[start * k..], rows, k, &w, n, rows);
+                assert_eq!(part.len(), rows * n);
+                for (i, (a, b)) in part.iter().zip(&all[start * n..]).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "({n}, {k}), {rows} rows, value {i}"
+                    );
+                }
             }
         }
     }
