@@ -670,6 +670,23 @@ fn meta_tells_every_judge_apart_and_uses_nothing_it_cannot_trust() {
         md.contains("- [runA] judge:") && md.contains("- [runB] judge:"),
         "{md}"
     );
+    // Every coefficient with its n; the three systems' coefficients marked as too few units,
+    // the items' not.
+    let section = |title: &str| -> String {
+        md.split(title)
+            .nth(1)
+            .and_then(|rest| rest.split("###").next())
+            .unwrap_or_else(|| panic!("{title}: {md}"))
+            .to_string()
+    };
+    let systems = section("### System level");
+    assert!(systems.contains("(n=3) †"), "{systems}");
+    assert!(systems.contains("† fewer than 5 systems"), "{systems}");
+    let item_table = section("### Item level");
+    assert!(
+        item_table.contains("(n=7") && !item_table.contains('†'),
+        "{item_table}"
+    );
 
     // One file given twice (by two paths): refused.
     let o = hyoka(&[
