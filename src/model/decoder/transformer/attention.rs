@@ -334,6 +334,8 @@ impl Transformer {
         // shape — and so gemm's blocking of its sums — is the row's own, so a row gets the
         // same bits alone as in a batch. The shared keys and values go before the row's own.
         let group = heads / kv;
+        // k's keys before the queries' own (a cache's), part of the prefix like `shared`'s.
+        let before = k.dim(2)?.saturating_sub(len);
         let mut row_outs = Vec::with_capacity(b);
         for r in 0..b {
             let real = batch.lens.get(r).copied().unwrap_or(len).min(len);
@@ -344,8 +346,8 @@ impl Transformer {
             let q = q.narrow(0, r, 1)?.narrow(2, 0, real)?;
             let (k, v) = after_shared(
                 shared,
-                &k.narrow(0, r, 1)?.narrow(2, 0, real)?,
-                &v.narrow(0, r, 1)?.narrow(2, 0, real)?,
+                &k.narrow(0, r, 1)?.narrow(2, 0, before + real)?,
+                &v.narrow(0, r, 1)?.narrow(2, 0, before + real)?,
                 1,
             )?;
             let plan = AttentionPlan::new(1, heads, real, prefix + real, self.attention_elements)?;
