@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// Where a write to `path` lands: the file a symbolic link names (followed to the end), or
 /// `path` itself when it is no link.
-fn write_target(path: &Path) -> std::io::Result<PathBuf> {
+pub(crate) fn write_target(path: &Path) -> std::io::Result<PathBuf> {
     let mut target = path.to_path_buf();
     // A chain of links ends within the system's limit (40 on Linux); a loop is an error.
     for _ in 0..40 {

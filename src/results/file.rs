@@ -220,7 +220,7 @@ fn rewrite_without(
         path: path.to_path_buf(),
         source,
     };
-    let target = std::fs::canonicalize(path).map_err(io)?;
+    let target = crate::files::write_target(path).map_err(io)?;
     let mut name = target.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".hyoka-rewrite-{}", std::process::id()));
     let tmp = target.with_file_name(name);
@@ -263,7 +263,7 @@ impl ResultsFile {
         path: &Path,
         provenance: &Provenance,
         overwrite: bool,
-        current: &HashMap<&str, String>,
+        current: &HashMap<&str, &str>,
     ) -> Result<Self, ResultsError> {
         let io = |source| ResultsError::Io {
             path: path.to_path_buf(),
@@ -282,7 +282,7 @@ impl ResultsFile {
         let (kept, stale): (Vec<&KeptLine>, Vec<&KeptLine>) =
             kept.iter().partition(|l| match current.get(l.id.as_str()) {
                 None => true,
-                Some(now) => l.input.as_deref() == Some(now.as_str()),
+                Some(now) => l.input.as_deref() == Some(*now),
             });
         let mut unterminated = unterminated;
         if errors > 0 || !stale.is_empty() {

@@ -68,28 +68,14 @@ pub fn ensure_current(
 mod tests {
     use super::*;
     use crate::data::{HumanRating, Turn};
-    use crate::results::ModelId;
+    use crate::results::provenance::test_provenance;
 
     fn provenance(task: Task, against: Option<&str>) -> Provenance {
-        let mut settings = serde_json::Map::new();
+        let mut p = test_provenance(task);
         if let Some(a) = against {
-            settings.insert("against".into(), json!(a));
+            p.settings.insert("against".into(), json!(a));
         }
-        Provenance {
-            hyoka: "t".into(),
-            task,
-            rubric: None,
-            models: vec![ModelId {
-                name: "m".into(),
-                revision: None,
-                sha256: "0".into(),
-                arch: "llama".into(),
-                chat_template: None,
-            }],
-            dtype: "f32".into(),
-            device: "cpu".into(),
-            settings,
-        }
+        p
     }
 
     fn item() -> Item {

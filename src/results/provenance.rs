@@ -179,3 +179,23 @@ impl Expected {
 fn s<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }
+
+/// A provenance of `task` for tests: one model, f32 on the CPU, no rubric, no settings.
+#[cfg(test)]
+pub(crate) fn test_provenance(task: Task) -> Provenance {
+    Provenance {
+        hyoka: "test".into(),
+        task,
+        rubric: None,
+        models: vec![ModelId {
+            name: "m".into(),
+            revision: None,
+            sha256: "0".into(),
+            arch: "llama".into(),
+            chat_template: None,
+        }],
+        dtype: "f32".into(),
+        device: "cpu".into(),
+        settings: serde_json::Map::new(),
+    }
+}

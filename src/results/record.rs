@@ -369,25 +369,7 @@ fn read_prf(line: &Map<String, Value>) -> Result<Prf, FieldError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::ModelId;
-
-    fn provenance(task: Task) -> Provenance {
-        Provenance {
-            hyoka: "test".into(),
-            task,
-            rubric: None,
-            models: vec![ModelId {
-                name: "m".into(),
-                revision: None,
-                sha256: "0".into(),
-                arch: "llama".into(),
-                chat_template: None,
-            }],
-            dtype: "f32".into(),
-            device: "cpu".into(),
-            settings: Map::new(),
-        }
-    }
+    use crate::results::provenance::test_provenance as provenance;
 
     #[test]
     fn lines_read_back_as_written() {

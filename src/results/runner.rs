@@ -83,10 +83,10 @@ pub fn run<T: ScoreTask>(
         .iter()
         .map(|item| super::inputs::digest(&provenance, item))
         .collect();
-    let current: HashMap<&str, String> = items
+    let current: HashMap<&str, &str> = items
         .iter()
         .zip(&inputs)
-        .map(|(item, input)| (item.id.as_str(), input.clone()))
+        .map(|(item, input)| (item.id.as_str(), input.as_str()))
         .collect();
     let mut file = ResultsFile::open(output, &provenance, overwrite, &current)?;
     let todo: Vec<usize> = (0..items.len())

@@ -293,3 +293,39 @@ pub fn max_share_of_range(got: &[Vec<f32>], expected: &[Vec<f32>]) -> f32 {
         })
         .fold(0.0f32, f32::max)
 }
+
+/// Every file under `dir` with its bytes: what a refused command must leave unchanged.
+pub fn snapshot(dir: &std::path::Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.insert(p.clone(), std::fs::read(&p).expect("read"));
+            }
+        }
+    }
+    files
+}
+
+/// The files that differ between two snapshots (added, removed or changed), each once.
+pub fn changed(
+    before: &std::collections::BTreeMap<PathBuf, Vec<u8>>,
+    after: &std::collections::BTreeMap<PathBuf, Vec<u8>>,
+) -> Vec<PathBuf> {
+    let mut names: Vec<PathBuf> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|k| before.get(*k) != after.get(*k))
+        .cloned()
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}

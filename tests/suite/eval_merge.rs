@@ -220,19 +220,14 @@ fn merge_refuses_another_run_and_repeated_items() {
     );
     assert!(Path::new(&root).join("summary.json").exists());
     let refused = |args: &[&str], code: i32, says: &[&str]| {
-        let before = snapshot(tmp.path());
+        let before = common::snapshot(tmp.path());
         let o = hyoka(args);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
         for s in says {
             assert!(err.contains(s), "{args:?}: {err}");
         }
-        let after = snapshot(tmp.path());
-        let changed: Vec<_> = after
-            .keys()
-            .chain(before.keys())
-            .filter(|k| after.get(*k) != before.get(*k))
-            .collect();
+        let changed = common::changed(&before, &common::snapshot(tmp.path()));
         assert!(changed.is_empty(), "{args:?} wrote {changed:?}");
     };
     // The same shard twice.
@@ -279,23 +274,6 @@ fn merge_refuses_another_run_and_repeated_items() {
             "nothing written",
         ],
     );
-}
-
-/// Every file under `dir` with its bytes.
-fn snapshot(dir: &Path) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
-    let mut files = std::collections::BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("dir") {
-            let p = e.expect("entry").path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                files.insert(p.clone(), std::fs::read(&p).expect("read"));
-            }
-        }
-    }
-    files
 }
 
 /// The real models on a few DBDC3 items: the folder holds every output, a shard run and merge

@@ -3,6 +3,7 @@
 //! `meta` as users run them (the real SmolLM2 judge and MiniLM encoder; meta's fixtures).
 
 use crate::common;
+use common::{changed, snapshot};
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -44,41 +45,6 @@ fn scores_by_id(path: &Path) -> BTreeMap<String, String> {
             (id, body.expect("a body").to_string())
         })
         .collect()
-}
-
-/// The files that differ between two snapshots (added, removed or changed).
-fn changed(
-    before: &BTreeMap<PathBuf, Vec<u8>>,
-    after: &BTreeMap<PathBuf, Vec<u8>>,
-) -> Vec<PathBuf> {
-    let mut names: Vec<PathBuf> = before
-        .keys()
-        .chain(after.keys())
-        .filter(|k| before.get(*k) != after.get(*k))
-        .cloned()
-        .collect();
-    names.dedup();
-    names
-}
-
-/// Every file under `dir` with its bytes: a refused command must leave this unchanged.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries {
-            let p = e.expect("entry").path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                files.insert(p.clone(), std::fs::read(&p).expect("read"));
-            }
-        }
-    }
-    files
 }
 
 const ITEMS: [(&str, &str); 4] = [

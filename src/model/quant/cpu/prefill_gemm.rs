@@ -436,7 +436,7 @@ fn multiply(
 /// multiplied with zero rows added (`gemm_rows`) and the added rows dropped, so a prompt's row
 /// gets the same bits alone as in a batch.
 pub(crate) fn gemm_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, room: usize) -> Vec<f32> {
-    let rows = gemm_rows(m, n, k);
+    let rows = gemm_rows(m, n);
     if rows == m {
         return gemm_t_as_given(x, m, k, w, n, room);
     }
@@ -454,7 +454,7 @@ pub(crate) fn gemm_t(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, room: u
 /// matrix-vector product), for at most 16 × 16 outputs (dot products along k) and for at most
 /// 64 rows and 64 columns (k blocked by 512): so at least 2 rows, more than 64 where n is at
 /// most 64, and more than 256 outputs. m itself otherwise (and 0 stays 0).
-pub(crate) fn gemm_rows(m: usize, n: usize, _k: usize) -> usize {
+pub(crate) fn gemm_rows(m: usize, n: usize) -> usize {
     if m == 0 || n == 0 {
         return m;
     }
@@ -544,9 +544,7 @@ mod tests {
             let x = x.narrow(0, 0, rows).unwrap();
             for (name, m) in &cases {
                 assert!(takes(m, &x), "{name}");
-                let among = x
-                    .pad_with_zeros(0, 0, gemm_rows(rows, 160, 512) - rows)
-                    .unwrap();
+                let among = x.pad_with_zeros(0, 0, gemm_rows(rows, 160) - rows).unwrap();
                 let want = among
                     .matmul(&m.expand(DType::F32).unwrap().t().unwrap())
                     .unwrap()
