@@ -86,11 +86,13 @@ def _as_output(values: list[float], return_torch: bool) -> Any:
 class BERTScorer:
     """An encoder kept loaded between calls, as bert_score's `BERTScorer`.
 
-    model_type: a local folder (config.json, model.safetensors, tokenizer.json) or a Hugging Face
-        id; default: bert_score's model for `lang` (bert-base-multilingual-cased for ja), and
-        where the Hub cannot be reached, multilingual-e5-small at layer 12 from
-        `scripts/fetch_test_models.py`'s folder.
-    num_layers: the layer read; default bert_score's for the model (12 for multilingual-e5-small).
+    model_type: a local folder (config.json, model.safetensors, tokenizer.json), a Hugging Face
+        id, or one of bert_score's names (roberta-large: fetched from FacebookAI/roberta-large);
+        default: bert_score's model for `lang` (bert-base-multilingual-cased for ja), from the
+        Hub or its cache (HF_HUB_OFFLINE=1). A model that cannot be had raises NotFoundError
+        saying how to get it; no other model is used in its place.
+    num_layers: the layer read; default bert_score's for the model (9 for
+        bert-base-multilingual-cased; 12 for hyoka's multilingual-e5-small copy).
     lang: the language of the texts (default ja when neither it nor model_type is given);
         chooses the default model and the shipped rescaling baseline.
     idf: weight tokens by inverse document frequency, over `idf_sents` when given, else over each

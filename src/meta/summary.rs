@@ -442,8 +442,12 @@ fn describe_source(s: &Value) -> String {
         .map(|ms| {
             ms.iter()
                 .map(|m| {
+                    let what = m["description"]
+                        .as_str()
+                        .map(|d| format!(": {d}"))
+                        .unwrap_or_default();
                     format!(
-                        "{} (sha256 {:.12})",
+                        "{} (sha256 {:.12}{what})",
                         m["name"].as_str().unwrap_or("?"),
                         m["sha256"].as_str().unwrap_or("?")
                     )

@@ -65,6 +65,10 @@ pub struct ModelId {
     pub revision: Option<String>,
     pub sha256: String,
     pub arch: String,
+    /// What the weights are when they are a copy that differs from the model they are named
+    /// after (`model::load::known_copies`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub description: Option<String>,
     /// sha256 of the chat template the prompts went through.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub chat_template: Option<String>,
@@ -192,6 +196,7 @@ pub(crate) fn test_provenance(task: Task) -> Provenance {
             revision: None,
             sha256: "0".into(),
             arch: "llama".into(),
+            description: None,
             chat_template: None,
         }],
         dtype: "f32".into(),

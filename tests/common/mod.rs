@@ -329,3 +329,28 @@ pub fn changed(
     names.dedup();
     names
 }
+
+/// A Hugging Face cache (the `hub` folder under HF_HOME) holding `files` as revision main of
+/// `repo` at `commit`, laid out as huggingface_hub writes it: the bytes in `blobs/<sha256>`,
+/// the snapshot's files links to them, `refs/main` naming the commit.
+pub fn hub_cache(hf_home: &std::path::Path, repo: &str, commit: &str, files: &[PathBuf]) {
+    use sha2::Digest;
+    let folder = hf_home
+        .join("hub")
+        .join(format!("models--{}", repo.replace('/', "--")));
+    let snapshot = folder.join("snapshots").join(commit);
+    std::fs::create_dir_all(folder.join("refs")).unwrap();
+    std::fs::create_dir_all(folder.join("blobs")).unwrap();
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::write(folder.join("refs").join("main"), commit).unwrap();
+    for file in files {
+        let bytes = std::fs::read(file).unwrap();
+        let blob = hyoka::rubric::hex(&sha2::Sha256::digest(&bytes));
+        std::fs::write(folder.join("blobs").join(&blob), bytes).unwrap();
+        let link = snapshot.join(file.file_name().unwrap());
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(PathBuf::from("../../blobs").join(&blob), link).unwrap();
+        #[cfg(not(unix))]
+        std::fs::copy(folder.join("blobs").join(&blob), link).unwrap();
+    }
+}

@@ -147,11 +147,11 @@ fn items_without_a_reference_are_reported_not_fatal() {
     assert!(String::from_utf8_lossy(&r.stderr).contains("pass --layer N"));
 }
 
-/// `--lang ja` without `--model`, the Hub unreachable: bert_score's choice (mBERT) cannot be
-/// loaded, so the offline multilingual-e5-small is, at its layer (12), with numbers equal to
-/// bert_score's on that folder; `--rescale` uses the shipped Japanese baseline.
+/// The registry copy of multilingual-e5-small named with --model: its layer (12), numbers equal
+/// to bert_score's on that folder, its 4-bit origin in the provenance; `--rescale --lang ja`
+/// uses the shipped Japanese baseline.
 #[test]
-fn lang_ja_offline_uses_multilingual_e5_and_its_baseline() {
+fn the_named_e5_copy_scores_at_its_layer_with_its_baseline() {
     let Some(e5) = common::test_model("multilingual-e5-small") else {
         return;
     };
@@ -203,24 +203,30 @@ fn lang_ja_offline_uses_multilingual_e5_and_its_baseline() {
             .expect("hyoka runs");
         (o, out)
     };
+    let e5_name = e5.to_str().unwrap();
     for (name, extra) in [
-        ("e5-L12", &["--lang", "ja"][..]),
-        ("e5-rescaled", &["--lang", "ja", "--rescale"][..]),
+        ("e5-L12", &["--model", e5_name, "--lang", "ja"][..]),
+        (
+            "e5-rescaled",
+            &["--model", e5_name, "--lang", "ja", "--rescale"][..],
+        ),
     ] {
         let (o, out) = run(&format!("{name}.jsonl"), extra);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "{err}");
-        assert!(
-            err.contains("bert-base-multilingual-cased") && err.contains("multilingual-e5-small"),
-            "says what it fell back on: {err}"
-        );
         let expected = case(name);
         for (l, f) in lines(&out).iter().zip(expected["F"].as_array().unwrap()) {
+            let model = &l["provenance"]["models"][0];
             assert!(
-                l["provenance"]["models"][0]["name"]
+                model["name"]
                     .as_str()
                     .unwrap()
                     .ends_with("multilingual-e5-small"),
+                "{l}"
+            );
+            // The copy says what it is: not the upstream weights.
+            assert!(
+                model["description"].as_str().unwrap().contains("4-bit"),
                 "{l}"
             );
             assert_eq!(l["provenance"]["settings"]["layer"], 12);

@@ -277,9 +277,9 @@ fn merge_refuses_another_run_and_repeated_items() {
 }
 
 /// The real models on a few DBDC3 items: the folder holds every output, a shard run and merge
-/// give the same scores, and a second run resumes instead of rescoring. The Hub unreachable
-/// and no --bertscore-model: BERTScore uses the offline multilingual encoder for the rubric's
-/// language (ja), multilingual-e5-small at layer 12.
+/// give the same scores, and a second run resumes instead of rescoring. The registry copy of
+/// multilingual-e5-small named as the encoder: its layer 12, and its 4-bit origin said in the
+/// summary.
 #[test]
 fn eval_end_to_end_on_real_models_with_shards() {
     let (Some(judge), Some(encoder)) = (
@@ -311,6 +311,7 @@ fn eval_end_to_end_on_real_models_with_shards() {
         .to_string_lossy()
         .into_owned();
     let judge = judge.to_string_lossy().into_owned();
+    let encoder_name = encoder.to_string_lossy().into_owned();
     let offline = |c: &mut Command| {
         c.env("HF_HUB_OFFLINE", "1")
             .env("HF_HOME", tmp.path().join("empty-hf-cache"))
@@ -325,6 +326,8 @@ fn eval_end_to_end_on_real_models_with_shards() {
             &rubric,
             "--model",
             &judge,
+            "--bertscore-model",
+            &encoder_name,
             "--bootstrap",
             "50",
             "-o",
@@ -353,6 +356,11 @@ fn eval_end_to_end_on_real_models_with_shards() {
         "{provenance}"
     );
     assert_eq!(provenance["settings"]["layer"], 12);
+    let summary = std::fs::read_to_string(Path::new(&whole).join("summary.md")).expect("summary");
+    assert!(
+        summary.contains("4-bit weights expanded to f32"),
+        "{summary}"
+    );
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("| method |"),
         "the table is printed"

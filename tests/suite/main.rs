@@ -9,6 +9,7 @@ mod common;
 mod attention_scale;
 mod backend_ops;
 mod batch_invariance;
+mod bertscore_defaults;
 mod bertscore_parity;
 mod bertscore_run;
 mod breakdown_parity;

@@ -6,6 +6,7 @@ pub mod config;
 pub mod gguf_files;
 pub mod gguf_tensor_reads;
 pub(crate) mod gguf_types;
+pub mod known_copies;
 pub mod loaded_model;
 pub mod rope;
 pub(crate) mod safetensors_reads;

@@ -32,7 +32,10 @@ pub struct ModelFiles {
     pub revision: Option<String>,
 }
 
-const CHECKPOINT_FILES: &[&str] = &["config.json", "tokenizer.json", "tokenizer_config.json"];
+const CHECKPOINT_FILES: &[&str] = &["config.json", "tokenizer.json"];
+/// Fetched when the repository has them: some encoders' repositories (roberta-large) carry no
+/// tokenizer_config.json, and a judge without a chat template is refused where it is read.
+const OPTIONAL_FILES: &[&str] = &["tokenizer_config.json", "chat_template.jinja"];
 
 /// Whether `name` can only be a local path: it starts with `/`, `./`, `../` or `~`, or names a
 /// weights file (`.gguf`, `.safetensors`). Such a name is never looked up on the Hub, so a
@@ -136,7 +139,9 @@ pub fn resolve(name: &str) -> Result<ModelFiles, ModelError> {
             for f in CHECKPOINT_FILES {
                 fetcher.get(f).map_err(|e| fetcher.if_gguf_repository(e))?;
             }
-            let _ = fetcher.get("chat_template.jinja");
+            for f in OPTIONAL_FILES {
+                let _ = fetcher.get(f);
+            }
             let weights = match fetcher.get("model.safetensors") {
                 Ok(p) => vec![p],
                 Err(_) => {
