@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Check that `--features cuda` compiles, passes clippy and links on a machine without a GPU:
-# installs nvcc 13.0, cuBLAS and cuRAND from PyPI with a libcuda stub (scripts/cuda_toolchain.sh
-# --link), then builds every target once (the Python extension's too), linted by clippy on the way (clippy-driver as the
+# installs nvcc 13.0, cuBLAS, cuBLASLt, cuRAND and NVRTC from PyPI with a libcuda stub, the route
+# the docs give (scripts/cuda_toolchain.sh), then builds every target once (the Python extension's too), linted by clippy on the way (clippy-driver as the
 # workspace's compiler: warnings, clippy's included, are errors) and linked, with candle's CUDA
 # kernels (PTX, and the static MoE kernels for CUDA_COMPUTE_CAP), in the unoptimised
 # `cuda-check` profile, through nvcc with device optimisations off (scripts/nvcc_unoptimised.sh)
@@ -11,7 +11,7 @@
 # compute capability 7.5, 8.0 and 9.0 (scripts/nvrtc_compile.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-eval "$(scripts/cuda_toolchain.sh --link)"
+eval "$(scripts/cuda_toolchain.sh)"
 install -m 755 scripts/nvcc_unoptimised.sh "$CUDA_ROOT/bin/nvcc-unoptimised"
 export NVCC="$CUDA_ROOT/bin/nvcc-unoptimised" CUDAFORGE_THREADS="$(nproc)"
 RUSTFLAGS="${RUSTFLAGS:-} -D warnings" RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)" \

@@ -1,24 +1,22 @@
 #!/usr/bin/env bash
-# Install the CUDA 13.0 compiler from PyPI (no system CUDA needed) and print the environment that
-# `cargo build --features cuda` needs. Usage: eval "$(scripts/cuda_toolchain.sh [--link])"
-# Pinned to 13.0 (nvvm included: pip would pull a newer cicc that writes PTX 13.0's ptxas refuses):
-# the GPU machines run driver 580 (CUDA 13.0), which refuses PTX from a newer nvcc.
+# Install from PyPI what `cargo build --features cuda` compiles with and links against, and print
+# the environment it needs (no system CUDA toolkit needed). Usage: eval "$(scripts/cuda_toolchain.sh)"
+# Pinned to CUDA 13.0 (nvvm included: pip would pull a newer cicc that writes PTX 13.0's ptxas
+# refuses): drivers of the 580 series (CUDA 13.0) refuse PTX from a newer nvcc.
 #
-# --link: also what linking a CUDA binary on a machine without a GPU or system CUDA needs.
-# candle links cuBLAS, cuBLASLt and cuRAND (their 13.0 wheels) and the driver's libcuda.so.1,
-# which no wheel carries: a stub of it is built from the driver functions cudarc calls, for the
-# linker only, as CUDA's own `lib/stubs/libcuda.so` is. At run time the GPU machine's driver and
-# libraries are used (soname libcuda.so.1, libcublas.so.13, libcurand.so.10).
+# candle links cuBLAS, cuBLASLt, cuRAND and NVRTC (their 13.0 wheels, installed here) and the
+# driver's libcuda.so.1, which no wheel carries: a stub of it is built from the driver functions
+# cudarc calls, for the linker only, as CUDA's own `lib/stubs/libcuda.so` is. At run time the
+# machine's driver is used (soname libcuda.so.1), with the libraries installed here
+# (LD_LIBRARY_PATH) or the system's.
 set -euo pipefail
-link=0
-[ "${1:-}" = --link ] && link=1
 venv="${HYOKA_CUDA_VENV:-$HOME/.cache/hyoka/cuda-13.0}"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" >&2
 fi
 wheels=(nvidia-cuda-nvcc==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
-  nvidia-cuda-crt==13.0.88 nvidia-cuda-nvrtc==13.0.88 nvidia-nvvm==13.0.88)
-[ $link = 1 ] && wheels+=(nvidia-cublas==13.0.2.14 nvidia-curand==10.4.0.35)
+  nvidia-cuda-crt==13.0.88 nvidia-cuda-nvrtc==13.0.88 nvidia-nvvm==13.0.88
+  nvidia-cublas==13.0.2.14 nvidia-curand==10.4.0.35)
 "$venv/bin/pip" install -q --disable-pip-version-check "${wheels[@]}" >&2
 root=$(ls -d "$venv"/lib/python3*/site-packages/nvidia/cu13)
 # The wheels ship versioned libraries only (libcudart.so.13); linkers and cudarc look for the
@@ -28,7 +26,7 @@ for lib in "$root"/lib/lib*.so.*; do
   [ -e "$base" ] || ln -s "$(basename "$lib")" "$base"
 done
 [ -e "$root/lib64" ] || ln -s lib "$root/lib64"
-if [ $link = 1 ] && [ ! -e "$root/lib/stubs/libcuda.so" ]; then
+if [ ! -e "$root/lib/stubs/libcuda.so" ]; then
   # The driver functions cudarc can call, from its bindings (every CUDA version's names).
   cudarc=$(cargo metadata --format-version 1 --locked --features cuda --filter-platform "$(rustc -vV | sed -n "s/^host: //p")" \
     --manifest-path "$(dirname "$0")/../Cargo.toml" |

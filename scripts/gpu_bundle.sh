@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # Build, on a machine without a GPU, what scripts/gpu_check.sh needs on a GPU machine that has no
-# Rust toolchain, no network and takes a small upload (this project's lent GPU machines: CUDA
-# driver, PyTorch and transformers, 64 MiB carried): the CUDA build of hyoka and of the test
+# Rust toolchain, no network and takes a small upload (a CUDA driver, PyTorch and transformers
+# there; the bundle fits in 64 MiB): the CUDA build of hyoka and of the test
 # suite, stripped, with the inputs of the benchmarks. Writes .gpu/bundle.tar.xz (the binaries
 # share most of their bytes, and xz with a window larger than one binary keeps them once).
 #
 # Usage: scripts/gpu_bundle.sh            then, on the GPU machine, in the repository:
 #        HYOKA_GPU_BUNDLE=.gpu/bundle.tar.xz scripts/gpu_check.sh cuda
 # The CUDA build goes to target/cuda (the CPU build in target/release stays). Linking needs
-# cuBLAS/cuRAND and a libcuda stub, which scripts/cuda_toolchain.sh --link installs from PyPI.
+# cuBLAS/cuRAND and a libcuda stub, which scripts/cuda_toolchain.sh installs from PyPI.
 # HYOKA_BUNDLE_FEATURES= (empty) bundles a CPU build instead, to try the bundle's path of
 # gpu_check.sh on this machine (`HYOKA_GPU_BUNDLE=.gpu/bundle.tar.xz scripts/gpu_check.sh cpu`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 features="${HYOKA_BUNDLE_FEATURES-cuda}"
 if [ "$features" = cuda ]; then
-  eval "$(scripts/cuda_toolchain.sh --link)"
+  eval "$(scripts/cuda_toolchain.sh)"
   export CARGO_TARGET_DIR="${HYOKA_CUDA_TARGET:-target/cuda}"
 fi
 models="${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}"

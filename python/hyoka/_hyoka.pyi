@@ -1,5 +1,6 @@
 """The extension module (Rust, python/src/lib.rs)."""
 
+from collections.abc import Callable
 from typing import final
 
 __all__ = ["Encoder", "Job", "Judge", "default_device", "main", "rubrics", "run", "version"]
@@ -47,4 +48,6 @@ class Job:
 @final
 class Judge:
     def __new__(cls, argv: list[str]) -> Judge: ...
-    def score(self, items: str, output: str) -> list[str]: ...
+    def score(
+        self, items: str, output: str, progress: Callable[[int, int], object] | None = None
+    ) -> list[str]: ...

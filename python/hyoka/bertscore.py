@@ -9,13 +9,13 @@ against bert_score's own output) and makes it faster. What differs is written in
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from . import _hyoka
+from . import _progress as _bar
 from .errors import UsageError
 
 # Pairs scored per call into the extension: between two calls Ctrl-C is honoured and progress
@@ -48,30 +48,10 @@ def _device(device: str | None) -> str:
 
 
 def _progress(total: int, verbose: bool) -> Callable[[int], None] | None:
-    """tqdm when installed, else a line on stderr; shown when asked (verbose) or for long work
-    on a terminal."""
-    if not verbose and not (total >= 4 * _CHUNK and sys.stderr.isatty()):
+    """A bar over pairs, when asked (verbose), or for long work in a notebook or on a terminal."""
+    if not _bar.wanted(True if verbose else None, long=total >= 4 * _CHUNK):
         return None
-    try:
-        from tqdm.auto import tqdm  # type: ignore[import-untyped]
-
-        bar = tqdm(total=total, unit="pair", desc="bertscore")
-
-        def update(n: int) -> None:
-            bar.update(n)
-            if bar.n >= total:
-                bar.close()
-
-        return update
-    except ImportError:
-        done = [0]
-
-        def line(n: int) -> None:
-            done[0] += n
-            end = "\n" if done[0] >= total else "\r"
-            print(f"bertscore {done[0]}/{total} pairs", end=end, file=sys.stderr, flush=True)
-
-        return line
+    return _bar.Bar("bertscore", "pair", total).add
 
 
 def _as_output(values: list[float], return_torch: bool) -> Any:

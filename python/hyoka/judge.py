@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _hyoka
+from . import _progress as _bar
 from .errors import InvalidInputError
 
 
@@ -50,9 +51,11 @@ class Judge:
     """A judge model (or several, `model` a list: each one's scores and their mean) with a
     rubric, loaded once.
 
-    model: a local .gguf file or checkpoint folder, or a Hugging Face id (ORG/NAME[:Q4_K_M]).
+    model: a local .gguf file or checkpoint folder (`~` is the home folder), or a Hugging Face
+        id (ORG/NAME[:Q4_K_M]).
     rubric: a built-in rubric's name (`hyoka.rubrics()`) or a rubric file.
-    device, dtype: as `hyoka judge --device/--dtype` (default cpu; dtype by device).
+    device, dtype: as `hyoka judge --device/--dtype`: the CPU unless `device` is given (unlike
+        `bertscore`, which takes a GPU when there is one); dtype by device.
     options: any other `hyoka judge` option by name — weights="stored", prefill_gemm="int8",
         batch_tokens=4096, max_prompt_tokens=…, template_date="2024-01-01", tokenizer=…,
         chat_template=…, temperature=…, seed=…, greedy_baseline=…, sha256=…. They are in every
@@ -76,12 +79,20 @@ class Judge:
         self.rubric = os.fspath(rubric)
         self.models = [os.fspath(m) for m in models]
 
-    def score(self, items: Iterable[Mapping[str, Any]] | str | os.PathLike[str]) -> list[dict[str, Any]]:
+    def score(
+        self, items: Iterable[Mapping[str, Any]] | str | os.PathLike[str], verbose: bool | None = None
+    ) -> list[dict[str, Any]]:
         """Score items — dicts in the items format, or an items JSONL path — and return one
         dict per item, in input order, as `hyoka judge` writes its lines: per aspect `score`
         (most probable), `expected`, `distribution` over the valid scores and `off_scale`; in
         json mode also `reason` and `answer`; and the run's `provenance`. An item that fails has
-        an `error` instead."""
+        an `error` instead.
+
+        verbose: a progress bar over the items (tqdm when installed); default: shown in a
+            notebook or on a terminal. Ctrl-C stops the run after the batch in progress and
+            raises KeyboardInterrupt."""
+        bar = _bar.Bar("judging", "item") if _bar.wanted(verbose) else None
+        progress = None if bar is None else bar.to
         with tempfile.TemporaryDirectory(prefix="hyoka-judge-") as tmp:
             output = Path(tmp) / "judge.jsonl"
             if isinstance(items, (str, os.PathLike)):
@@ -90,7 +101,7 @@ class Judge:
                 source = Path(tmp) / "items.jsonl"
                 write_items(items, source)
             try:
-                ids = self._judge.score(str(source), str(output))
+                ids = self._judge.score(str(source), str(output), progress)
             except InvalidInputError as e:
                 if source.parent == Path(tmp):
                     raise InvalidInputError(name_by_index(str(e), source)) from None

@@ -354,14 +354,47 @@ impl Judge {
 
     /// Score the items JSONL `items` into `output` (continued when it holds lines of this
     /// run); the items' ids in input order (the output holds them as batches finish).
-    fn score(&self, py: Python<'_>, items: String, output: String) -> PyResult<Vec<String>> {
-        py.detach(|| -> anyhow::Result<Vec<String>> {
+    /// `progress(done, total)` is called between batches; Ctrl-C (or an exception raised by
+    /// `progress`) stops the run there and is raised.
+    #[pyo3(signature = (items, output, progress=None))]
+    fn score(
+        &self,
+        py: Python<'_>,
+        items: String,
+        output: String,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        let pending: std::sync::Mutex<Option<PyErr>> = std::sync::Mutex::new(None);
+        let result = py.detach(|| -> anyhow::Result<Vec<String>> {
             let read = hyoka::data::read_items(std::path::Path::new(&items), false)?;
+            let output = std::path::Path::new(&output);
+            let started = std::time::Instant::now();
+            let mut report = |done: usize, total: usize| {
+                Python::attach(|py| {
+                    let stop = py.check_signals().err().or_else(|| {
+                        let call = progress.as_ref()?.call1(py, (done, total));
+                        call.err()
+                    });
+                    match stop {
+                        Some(e) => {
+                            *pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                            std::ops::ControlFlow::Break(())
+                        }
+                        None => std::ops::ControlFlow::Continue(()),
+                    }
+                })
+            };
+            let summary = self.loaded.run_with(&read.items, output, &mut report);
             self.loaded
-                .run(&read.items, std::path::Path::new(&output))?;
+                .finish(summary, started.elapsed().as_secs_f64(), output)?;
             Ok(read.items.into_iter().map(|item| item.id).collect())
-        })
-        .map_err(|e| to_py(py, e))
+        });
+        result.map_err(
+            |e| match pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                Some(raised) => raised,
+                None => to_py(py, e),
+            },
+        )
     }
 }
 

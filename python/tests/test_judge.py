@@ -59,3 +59,42 @@ def test_meta_returns_the_summary_json(tmp_path: Path) -> None:
     assert got == json.loads(summary.read_text(encoding="utf-8"))
     # Results as lists of dicts, as Judge.score returns them.
     assert hyoka.meta(lines(items), lines(scores), bootstrap=200) == got
+
+
+def test_judge_shows_progress_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    """Progress reaches the callback per batch (verbose=True without tqdm: lines on stderr), and
+    SIGINT during a long score() raises KeyboardInterrupt after the batch in progress."""
+    import signal
+    import sys
+    import time
+
+    model = str(real_model("smollm2-135m-instruct-q4_1.gguf"))
+    item = lines(ITEMS)[0]
+    many = [dict(item, id=f"i{n}") for n in range(200)]
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(json.dumps(i, ensure_ascii=False) + "\n" for i in many), encoding="utf-8")
+    script = tmp_path / "long.py"
+    script.write_text(
+        "import sys, hyoka\n"
+        "sys.modules['tqdm'] = None  # the stderr line, whatever is installed\n"
+        f"judge = hyoka.Judge({model!r}, 'dialogue6-en', batch_tokens=256)\n"
+        "print(len(judge.score([dict(id='one', response=dict(speaker='A', text='Hi.'))], verbose=True)), flush=True)\n"
+        "print('start', flush=True)\n"
+        f"judge.score({str(items)!r}, verbose=True)\n"
+        "print('finished', flush=True)\n",
+        encoding="utf-8",
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "1"
+    assert proc.stdout.readline().strip() == "start"
+    # Planning the run takes a few seconds; then each batch (one item here) about as much.
+    time.sleep(10)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert "finished" not in out
+    assert "KeyboardInterrupt" in err, err[-2000:]
+    assert time.monotonic() - sent < 30
+    assert "judging 1/1 items" in err, err[-2000:]
+    assert "judging 0/200 items" in err, err[-2000:]

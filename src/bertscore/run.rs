@@ -101,7 +101,7 @@ impl BertScoreRun<'_> {
         items: &[Item],
         output: &Path,
         overwrite: bool,
-        progress: &mut dyn FnMut(usize, usize),
+        progress: &mut crate::results::Progress<'_>,
     ) -> Result<RunSummary, RunError<BertScoreError>> {
         let mut task = BertScoreTask {
             run: self,

@@ -163,14 +163,39 @@ impl LoadedJudge {
     /// Score `items` into `output` (continued when it holds lines of the same run), with a
     /// progress bar; prints the run's figures and returns the failed items' messages.
     pub fn run(&self, items: &[data::Item], output: &Path) -> anyhow::Result<Vec<String>> {
+        let (summary, secs) =
+            super::with_progress("judging", |progress| self.run_with(items, output, progress));
+        self.finish(summary, secs, output)
+    }
+
+    /// Score `items` into `output` with the caller's progress (which may stop the run).
+    pub fn run_with(
+        &self,
+        items: &[data::Item],
+        output: &Path,
+        progress: &mut hyoka::results::Progress<'_>,
+    ) -> Result<
+        (hyoka::results::RunSummary, hyoka::judge::run::JudgeStats),
+        hyoka::results::RunError<hyoka::judge::JudgeError>,
+    > {
         let judge = Judge {
             models: &self.models,
             rubric: &self.rubric,
             rubric_source: &self.rubric_source,
         };
-        let (summary, secs) = super::with_progress("judging", |progress| {
-            judge.run(items, output, &self.opts, progress)
-        });
+        judge.run(items, output, &self.opts, progress)
+    }
+
+    /// Report a finished run on stderr; the failed items' "id: why".
+    pub fn finish(
+        &self,
+        summary: Result<
+            (hyoka::results::RunSummary, hyoka::judge::run::JudgeStats),
+            hyoka::results::RunError<hyoka::judge::JudgeError>,
+        >,
+        secs: f64,
+        output: &Path,
+    ) -> anyhow::Result<Vec<String>> {
         let (summary, stats) = summary?;
         super::report_retried(&summary);
         eprintln!(

@@ -104,13 +104,14 @@ pub fn progress_bar(what: &str) -> indicatif::ProgressBar {
 /// Run `work` with a progress bar over its (done, total) items; its result and its seconds.
 pub fn with_progress<T>(
     what: &str,
-    work: impl FnOnce(&mut dyn FnMut(usize, usize)) -> T,
+    work: impl FnOnce(&mut hyoka::results::Progress<'_>) -> T,
 ) -> (T, f64) {
     let bar = progress_bar(what);
     let started = std::time::Instant::now();
     let out = work(&mut |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
+        std::ops::ControlFlow::Continue(())
     });
     bar.finish_and_clear();
     (out, started.elapsed().as_secs_f64())

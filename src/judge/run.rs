@@ -136,7 +136,7 @@ impl<'a> Judge<'a> {
         items: &[Item],
         output: &Path,
         opts: &RunOptions,
-        progress: &mut dyn FnMut(usize, usize),
+        progress: &mut crate::results::Progress<'_>,
     ) -> Result<(RunSummary, JudgeStats), RunError<JudgeError>> {
         let mut task = JudgeTask {
             judge: self,

@@ -13,7 +13,7 @@ pub mod runner;
 pub use file::ResultsFile;
 pub use provenance::{AspectTargets, Expected, ModelId, Provenance, RubricId, Task};
 pub use record::{Body, JudgeRecord, Record};
-pub use runner::{Outcome, RunError, RunSummary, ScoreTask};
+pub use runner::{Outcome, Progress, RunError, RunSummary, ScoreTask};
 
 use std::path::PathBuf;
 

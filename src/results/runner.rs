@@ -43,7 +43,14 @@ pub enum RunError<E: std::error::Error + 'static> {
     Task(E),
     #[error("results file")]
     Results(#[source] ResultsError),
+    /// The caller's progress callback asked to stop (Python's Ctrl-C): the lines of the items
+    /// finished are in the output, and a rerun continues from them.
+    #[error("interrupted after {done} of {total} items (their lines are kept: a rerun continues)")]
+    Interrupted { done: usize, total: usize },
 }
+
+/// Called with (items done, items to do) after each chunk of work; `Break` stops the run there.
+pub type Progress<'a> = dyn FnMut(usize, usize) -> std::ops::ControlFlow<()> + 'a;
 
 impl<E: std::error::Error + 'static> From<ResultsError> for RunError<E> {
     fn from(e: ResultsError) -> Self {
@@ -69,13 +76,13 @@ pub struct RunSummary {
 }
 
 /// Score every item of `items` not yet in `output` with `task`, writing one line per item.
-/// `progress` is called with (items done, items to do).
+/// `progress` is called with (items done, items to do) and may stop the run between chunks.
 pub fn run<T: ScoreTask>(
     task: &mut T,
     items: &[Item],
     output: &Path,
     overwrite: bool,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut Progress<'_>,
 ) -> Result<RunSummary, RunError<T::Error>> {
     let provenance = task.provenance();
     let provenance_json = serde_json::to_value(&provenance).expect("provenance serialises");
@@ -101,8 +108,10 @@ pub fn run<T: ScoreTask>(
     let chunks = task.plan(items, &todo).map_err(RunError::Task)?;
     let total: usize = chunks.iter().map(Vec::len).sum();
     let mut done = 0;
-    progress(0, total);
     for chunk in chunks {
+        if progress(done, total).is_break() {
+            return Err(RunError::Interrupted { done, total });
+        }
         let outcomes = task.score(items, &chunk).map_err(RunError::Task)?;
         assert_eq!(outcomes.len(), chunk.len(), "one outcome per item");
         let mut lines = Vec::with_capacity(chunk.len());
@@ -131,7 +140,7 @@ pub fn run<T: ScoreTask>(
         }
         file.append(&lines)?;
         done += chunk.len();
-        progress(done, total);
     }
+    let _ = progress(done, total);
     Ok(summary)
 }

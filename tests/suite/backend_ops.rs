@@ -19,7 +19,7 @@
 //! 1.0–1.1× for the K-quants, whose activations are rounded per 256 values as modelled,
 //! 0.5–0.7× for the 32-value blocks). A wrong block, sign, scale or min term (errors of the
 //! order of the product) fails both; a kernel 2× less exact than the rounding model fails the
-//! second; a 1% scale error in the 8-bit products passes (tried: RMS 1.07–1.3×). Both shares
+//! second; a 1% scale error in the 8-bit products passes (it gives RMS 1.07–1.3×). Both shares
 //! are printed per type: on a GPU they say which kernel is less exact than the CPU's. On an
 //! H200 (f32/bf16/f16): K-quants 0.5–0.7× (32-value activation blocks: finer than
 //! the CPU's 256), Q8_0 0.6–0.7×, but Q4_0/Q5_0 1.3–1.65× and Q4_1/Q5_1 0.9–1.1×, about twice

@@ -426,7 +426,7 @@ fn outputs_are_checked_before_models_load() {
 }
 
 /// A --dtype or --device this build cannot use is a bad flag value (exit 2, named as itself),
-/// and a json rubric's reason bound is checked (2^64 − 1 used to wrap the context arithmetic);
+/// and a json rubric's reason bound is checked (2^64 − 1 must not wrap the context arithmetic);
 /// `--json-cache-gib` takes a size above zero.
 #[test]
 fn bad_flag_values_exit_2_and_reason_bounds_are_checked() {
@@ -716,7 +716,7 @@ fn mock_hub(
     (endpoint, asked)
 }
 
-/// From the Hub (a local stand-in: the Hub is unreachable here), a split GGUF named by its
+/// From the Hub (a local stand-in, so that no network is needed), a split GGUF named by its
 /// quantization tag: hf-hub's real download code fetches every shard, the run scores, and the
 /// provenance holds the commit and the shards' sha256, and HF_TOKEN goes with every request
 /// (hf-hub alone reads only the token file); a GGUF repository named as a checkpoint is refused

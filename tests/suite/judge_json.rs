@@ -142,7 +142,11 @@ fn check_schema_within(
         decoding,
         json_cache_bytes: cache_bytes,
     };
-    let (summary, _) = judge.run(&items(n), &path, &opts, &mut |_, _| {}).unwrap();
+    let (summary, _) = judge
+        .run(&items(n), &path, &opts, &mut |_, _| {
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
     assert_eq!(summary.scored, n);
     let reason_key = &rubric.json.as_ref().unwrap().reason_key;
     let mut lines = Vec::new();

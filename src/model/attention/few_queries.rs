@@ -6,7 +6,7 @@
 //! no packing) and every output an accumulation of value rows, one task per key head (and run
 //! of rows). A task reads each cached key and value once for all the queries of the heads
 //! sharing it (7 heads × the step's tokens for Qwen2.5-0.5B), not once per query: a cache of
-//! 2,000 keys is 1 MB per key head in f32, the size of the L2 it was re-read from; and the
+//! 2,000 keys is 1 MB per key head in f32, the size of the L2 it would be re-read from; and the
 //! header's once for all the rows of a step (`attend_sequences`). With AVX-512, tiles of
 //! queries × keys, and of queries × value dimensions, stay in registers (`attention_products`):
 //! a json step's runs of 9 to 14 tokens come here too (through the general path, each copied
@@ -403,8 +403,8 @@ impl<'a> Rows<'a> {
 
 /// Softmax in place: max, e^(x − max) (libm's values, eight at a time: `expf_lanes`), sum,
 /// divide. The sum runs in 16 lanes (element i in lane i mod 16; the lanes then added in
-/// halves, the tail last): one sum in order was a chain of 2,000 dependent additions per query,
-/// 5% of a json step.
+/// halves, the tail last): one sum in order would be a chain of 2,000 dependent additions per
+/// query, 5% of a json step.
 fn softmax(xs: &mut [f32]) {
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let whole = xs.len() - xs.len() % LANES;
@@ -455,7 +455,7 @@ pub(crate) mod tests {
     use candle_core::{D, Device};
 
     /// A header read in place before each row's own keys gives the bits of a cache holding
-    /// the header's keys copied into every row (how the decoding cache was laid out before).
+    /// the header's keys copied into every row (the plain layout, as reference).
     #[test]
     fn a_shared_header_reads_as_if_copied_into_every_row() {
         // 24: the AVX2 products; 64, a multiple of 16: the AVX-512 ones where there are.

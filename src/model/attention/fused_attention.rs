@@ -17,8 +17,8 @@
 //! A prefix every row continues (a judge's header) is read from its one copy, and each row's own
 //! keys where they lie (a decoding cache's rows, strided): without copying either for every row
 //! and layer, as the unfused path does. (Rows that continue caches of different lengths can go
-//! in one call, `row_span`: json mode's decoding steps measured slower this way, 0.91 against
-//! 0.96 items/s, and do not call it; kept with its tests.
+//! in one call, `row_span`: json mode's decoding steps measure slower this way, 0.91 against
+//! 0.96 items/s, and do not call it.
 //! Decoding steps on a GPU go through `decode_attention`, a kernel made for a few queries.)
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};

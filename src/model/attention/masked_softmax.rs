@@ -4,7 +4,7 @@
 //! `softmax_last_dim`, whose `expf` is one libm call per score: together about a fifth of
 //! prefill attention (perf). On the CPU in f32 both run here in one pass per row, with the
 //! exponentials eight at a time (`expf_lanes`) and candle's own max and sum, so the result is
-//! candle's to the bit where libm is glibc's. Elsewhere candle's ops run as before.
+//! candle's to the bit where libm is glibc's. Elsewhere candle's own ops run.
 
 use crate::model::attention::expf_lanes::exp_in_place;
 use candle_core::cpu::kernels::VecOps;

@@ -369,7 +369,7 @@ impl Batch {
 mod tests {
     use super::*;
 
-    /// The rule written out per element, on the host (how masks were built before).
+    /// The rule written out per element, on the host: the reference the masks are checked against.
     fn reference(rows: &[Row], prefix: usize, window: Option<usize>) -> Vec<f32> {
         let len = rows.iter().map(Row::len).max().unwrap_or(0).max(1);
         let keys = prefix + len;

@@ -4,7 +4,7 @@
 //! libm `expf` call per value. On the CPU in f32 it runs here in one pass over chunks, the
 //! exponentials eight at a time (`expf_lanes`): per value candle's own operations,
 //! g / (1 + e^(−g)) then · u, so the result is candle's to the bit where libm is glibc's.
-//! Elsewhere candle's ops run as before.
+//! Elsewhere candle's own ops run.
 
 use crate::model::attention::expf_lanes::exp_in_place;
 use candle_core::{DType, Result, Storage, Tensor, bail};

@@ -2,7 +2,7 @@
 //! `kquant_dots::Q8KRows`): a block's largest magnitude, then each value scaled and rounded.
 //!
 //! They run on the calling thread before every decoding product while the other threads wait;
-//! compiled for the baseline x86-64 they were scalar (`roundf` called per value, a scalar
+//! compiled for the baseline x86-64 they are scalar (`roundf` called per value, a scalar
 //! maximum): 2.6% of a 16-row json decoding run. The AVX2 bodies give the same bytes: a
 //! maximum does not depend on the order it is taken in, and halves are rounded away from zero
 //! as `roundf` does (trunc(x + copysign(0.49999997, x)), exact below 2²³, LLVM's own lowering

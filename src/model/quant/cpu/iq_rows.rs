@@ -274,8 +274,8 @@ pub(crate) mod avx2 {
     /// grid indices (entry e: byte e of qs and the low three bits of nibble e of qh) and shift
     /// signs (bit e: entry e's shift is −1, the nibble's fourth bit). Entry by entry in scalars
     /// (`iquants::iq1_m_high`) IQ1_M's one-row product takes 0.31 ns a weight, this way
-    /// 0.20–0.22. Empty for the other kinds: theirs are read where they lie (the same done for
-    /// IQ3_S and IQ2_S was slower).
+    /// 0.20–0.22. Empty for the other kinds: theirs are read where they lie (an index for IQ3_S
+    /// and IQ2_S measures slower).
     pub(in crate::model) struct BlockIndex {
         index: [u16; 32],
         shifts: u32,

@@ -202,7 +202,7 @@ pub(crate) mod avx2 {
 
     /// A Q4_K / Q5_K block's 6-bit mins (8 × i16) and scales (16 × i16: the 8 scales twice),
     /// from its 12 bytes at offset 4: candle's `utmp` words, formed in the four lanes of one
-    /// register (as scalars they were some twenty instructions and four inserts a block, most
+    /// register (as scalars they would be some twenty instructions and four inserts a block, most
     /// of a batch-1 step's work on a block besides its products).
     #[target_feature(enable = "avx2,fma,f16c")]
     fn mins_and_scales(block: &[u8]) -> (__m128i, __m256i) {

@@ -13,7 +13,7 @@ pub fn read_f16(b: &[u8], at: usize) -> f32 {
 
 /// The f16 at `at` in all eight lanes. A scalar conversion, whatever the intrinsics
 /// (`read_f16`), compiles to `vpinsrw` into a register left as it was, often the kernel's
-/// accumulator: each block's scale then waited for the previous block's sum (perf, batch
+/// accumulator, so each block's scale would wait for the previous block's sum (perf, batch
 /// 1). Eight lanes asked for make LLVM load the value whole.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -431,6 +431,6 @@ pub(crate) const PREFETCH_BYTES: usize = 2048;
 /// flight for L2 than for L1, and with L1's alone two threads of decoding products read
 /// 21–25 GB/s of the 35 a plain read reaches on a Zen 4; with both, Q4_K 26–29 GB/s, Q6_K
 /// 24–35, Q8_0 27–31 (2 threads, `examples/bench_decode_products.rs`; Q4_0 and the i-quants,
-/// through `prefetch_ahead`, gain nothing). 4,096 and 16,384 bytes were no better than 8,192;
-/// L2 alone (no L1 request) was worse, 15 GB/s.
+/// through `prefetch_ahead`, gain nothing). 4,096 and 16,384 bytes measure no better than
+/// 8,192; L2 alone (no L1 request) measures worse, 15 GB/s.
 pub(crate) const L2_PREFETCH_BYTES: usize = 8192;

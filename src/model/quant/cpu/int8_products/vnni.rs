@@ -38,8 +38,8 @@ pub fn times(w: &Unpacked, lanes: &Lanes, columns: &Columns) {
 
 /// Two token groups at a time (32 tokens), through the task's rows four at a time, over
 /// `SPAN` blocks of k at a time: the two groups' span of activations (16 KiB) stays in L1 for
-/// all the rows. Going through all of k per tile of 4 rows and 16 tokens, as before, read
-/// 80 KiB from L2 per tile (perf: 23% of VNNI's peak on an 8B prefill).
+/// all the rows. Going through all of k per tile of 4 rows and 16 tokens would read 80 KiB
+/// from L2 per tile (perf: 23% of VNNI's peak on an 8B prefill).
 #[target_feature(enable = "avx512f,avx512vnni")]
 fn times_as<const HALVES: bool, const MIN: bool>(w: &Unpacked, lanes: &Lanes, columns: &Columns) {
     let (rows, n) = (w.rows(), columns.tokens());
@@ -48,8 +48,8 @@ fn times_as<const HALVES: bool, const MIN: bool>(w: &Unpacked, lanes: &Lanes, co
     // The last tile's rows past the last are zeros; their sums are dropped.
     let tiles: Vec<Rows> = (0..rows.div_ceil(ROWS)).map(|t| Rows::new(w, t)).collect();
     // A group's outputs gathered here (2 KiB, in L1), then written as one run of the task's
-    // columns per token: 16-byte stores tile by tile, each to another token's row of y, took
-    // more CPU time than the part-and-gather they replaced (perf, Qwen2.5-0.5B prefill).
+    // columns per token: 16-byte stores tile by tile, each to another token's row of y, take
+    // more CPU time than this part-and-gather (perf, Qwen2.5-0.5B prefill).
     let mut staged = [[0f32; TOKENS]; TASK_ROWS];
     for pair in (0..lanes.groups()).step_by(GROUPS) {
         let groups = (lanes.groups() - pair).min(GROUPS);
@@ -89,8 +89,8 @@ fn times_as<const HALVES: bool, const MIN: bool>(w: &Unpacked, lanes: &Lanes, co
 /// scale₁·dot₁, d_x, ·), one multiply by d_x a block; `MIN`: then − min·(d_x·Σx) per
 /// unit). The float work shares its ports with the integer instruction, so it is kept to
 /// what each block needs; one integer chain per unit, the blocks' chains overlapping in the
-/// core's window (two per 32 values, then added, were no faster). Not inlined, with its
-/// operands checked by their makers: inlined into its caller's loops the chains were kept in
+/// core's window (two per 32 values, then added, measure no faster). Not inlined, with its
+/// operands checked by their makers: inlined into its caller's loops the chains are kept in
 /// memory and the activations spilled (perf).
 #[inline(never)]
 #[target_feature(enable = "avx512f,avx512vnni")]
