@@ -30,7 +30,7 @@ with open(sys.argv[1], encoding="utf-8") as src, open(sys.argv[2], "w", encoding
         if json.loads(line)["context"]:
             dst.write(line)
 EOF
-$hyoka bertscore --lang ja --against last-turn -i "$out/items.jsonl" -o "$out/bertscore.jsonl" 2> "$out/bertscore.log"
+$hyoka bertscore --model "$models/multilingual-e5-small" --lang ja --against last-turn -i "$out/items.jsonl" -o "$out/bertscore.jsonl" 2> "$out/bertscore.log"
 
 judges=(qwen2.5-coder-0.5b-instruct-q4_k_m qwen2.5-coder-1.5b-instruct-q4_k_m)
 rubrics=(breakdown3-ja examples/breakdown-ja.toml dialogue6-ja)

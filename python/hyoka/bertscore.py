@@ -194,6 +194,8 @@ def score(
     """BERTScore of each candidate against its reference(s), as bert_score.score: (P, R, F), or
     ((P, R, F), hash) with return_hash. idf is computed from the references. The arguments are
     BERTScorer's; one call loads the encoder once (keep a BERTScorer for many calls)."""
+    # Bad texts are refused before an encoder is looked for.
+    _references(refs, len(_texts("cands", cands)))
     scorer = BERTScorer(
         model_type=model_type,
         num_layers=num_layers,

@@ -23,3 +23,20 @@ def real_model(name: str) -> Path:
             pytest.skip(f"{path} is missing (HYOKA_SKIP_MODEL_TESTS=1)")
         raise FileNotFoundError(f"{path} is missing: run `python3 scripts/fetch_test_models.py`")
     return path
+
+
+def hub_cache(hf_home, repo: str, commit: str, files: list) -> None:
+    """A Hugging Face cache as huggingface_hub writes it: blobs, snapshot links, refs/main."""
+    import hashlib
+
+    folder = hf_home / "hub" / ("models--" + repo.replace("/", "--"))
+    snapshot = folder / "snapshots" / commit
+    (folder / "refs").mkdir(parents=True)
+    (folder / "blobs").mkdir()
+    snapshot.mkdir(parents=True)
+    (folder / "refs" / "main").write_text(commit)
+    for path in files:
+        data = path.read_bytes()
+        blob = hashlib.sha256(data).hexdigest()
+        (folder / "blobs" / blob).write_bytes(data)
+        (snapshot / path.name).symlink_to(f"../../blobs/{blob}")

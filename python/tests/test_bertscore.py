@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hyoka
-from conftest import FIXTURES, real_model
+from conftest import FIXTURES, hub_cache, real_model
 
 TOL = 1e-5
 CASES = json.loads((FIXTURES / "bert" / "expected.json").read_text(encoding="utf-8"))["cases"]
@@ -84,23 +84,6 @@ def test_idf_sents_weigh_tokens_like_the_references_do() -> None:
                              idf_sents=["全然違う文です。", "まったく別の文。"], batch_size=4)
     _, _, F2 = other.score(case["cands"], refs)
     assert np.abs(F2 - np.asarray(case["F"])).max() > 1e-3, "idf_sents change the weights"
-
-
-def hub_cache(hf_home, repo: str, commit: str, files: list) -> None:
-    """A Hugging Face cache as huggingface_hub writes it: blobs, snapshot links, refs/main."""
-    import hashlib
-
-    folder = hf_home / "hub" / ("models--" + repo.replace("/", "--"))
-    snapshot = folder / "snapshots" / commit
-    (folder / "refs").mkdir(parents=True)
-    (folder / "blobs").mkdir()
-    snapshot.mkdir(parents=True)
-    (folder / "refs" / "main").write_text(commit)
-    for path in files:
-        data = path.read_bytes()
-        blob = hashlib.sha256(data).hexdigest()
-        (folder / "blobs" / blob).write_bytes(data)
-        (snapshot / path.name).symlink_to(f"../../blobs/{blob}")
 
 
 def test_lang_ja_is_bert_base_multilingual_cased_from_the_hub_cache(tmp_path, monkeypatch) -> None:
