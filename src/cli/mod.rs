@@ -45,7 +45,7 @@ pub enum Command {
     Import(data_cmd::Import),
     #[command(about = "Check an items JSONL file strictly and print what it holds")]
     Validate(data_cmd::Validate),
-    /// List, show and check rubrics, and print the exact prompt a judge would see.
+    /// List, show and check rubrics, and print the prompt a judge sees (exactly, with its chat template).
     #[command(subcommand)]
     Rubrics(rubrics_cmd::Rubrics),
     #[command(about = "Score items with LLM judges: valid integer scores and their distributions")]

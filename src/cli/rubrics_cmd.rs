@@ -12,7 +12,7 @@ use std::process::ExitCode;
 pub enum Rubrics {
     /// List the built-in rubrics.
     List,
-    /// Show a rubric (built-in name or TOML/JSON file) and the exact prompt a judge would see.
+    /// Show a rubric (built-in name or TOML/JSON file) and its prompt (exact with --chat-template).
     ///
     /// A rubric file is validated first: errors name the file and the field (exit code 3), so
     /// this is also how to check a rubric you wrote. The prompt is rendered for the item at
