@@ -77,7 +77,7 @@ case("minilm-multiref-idf", minilm, 4, True, cands, multi_refs2)
 case("minilm-rescaled", minilm, 4, True, cands, refs, baseline="baseline-minilm.tsv")
 
 # multilingual-e5-small as fetch_test_models.py assembles it (XLM-R SentencePiece vocabulary):
-# the offline default encoder, at its default layer (12) and another, idf, several references,
+# the registry copy of multilingual-e5-small (named by path), at its default layer (12) and another, idf, several references,
 # hyoka's shipped Japanese baseline, and 200 DBDC3-ja responses against their previous turn.
 e5 = os.path.join(models, "multilingual-e5-small")
 case("e5-L12", e5, 12, False, cands, refs)
