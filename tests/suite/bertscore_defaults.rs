@@ -219,8 +219,15 @@ fn a_default_that_cannot_be_had_stops_the_run_and_nothing_replaces_it() {
         err.contains("the default judge Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF"),
         "{err}"
     );
+    let offered = format!(
+        "--model {}",
+        registry
+            .join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+            .display()
+    );
+    assert!(err.contains(&offered), "{err}");
     assert!(
-        err.contains("--model ") && err.contains("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+        err.contains("huggingface-cli download Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
         "{err}"
     );
     assert!(
