@@ -183,8 +183,8 @@ fn ctrl_c_mid_run_then_resume() {
 }
 
 /// A response longer than any prompt of the limit can hold is refused at once, without being
-/// tokenized (a 50 MB response took 400 s and 6 GB before); a context turn that long is left
-/// out, the item scored with the turns after it.
+/// tokenized (tokenizing a 50 MB response whole takes minutes and gigabytes); a context turn that
+/// long is left out, the item scored with the turns after it.
 #[test]
 fn texts_too_long_to_fit_are_not_tokenized() {
     let huge = &"あ".repeat(8 << 20); // 24 MiB
