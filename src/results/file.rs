@@ -48,10 +48,27 @@ pub struct ResultsFile {
     pub finished: HashSet<String>,
     retried: usize,
     changed: Vec<String>,
+    /// What `begin` does to the file before the run's first line: a run refused before it
+    /// writes (a prompt limit too small, a bad setting found while planning, a model that
+    /// fails) leaves the file as it was.
+    pending: Option<Pending>,
+    /// The file did not exist before this run (`abandon` takes it away while it is empty).
+    created: bool,
+    written: bool,
+}
+
+/// The changes an open results file waits to make.
+enum Pending {
+    /// Take error lines and lines of changed items out (the kept lines, in order).
+    Rewrite(Vec<KeptLine>),
+    /// Cut the file after its finished lines (a killed write's partial line, or everything
+    /// with `overwrite`), then end the last line when it lacks its newline.
+    Cut { keep_bytes: u64, end_line: bool },
 }
 
 /// A scored line of a results file: its byte range (start, length), its item and the hash of
 /// what was read of it.
+#[derive(Clone)]
 struct KeptLine {
     start: u64,
     len: u64,
@@ -258,18 +275,16 @@ impl ResultsFile {
     /// when they were read from the item as it is now (`inputs`: the item's hash in `current`,
     /// by id); lines of changed items and error lines are taken out, so their items are scored
     /// again; a truncated last line (a killed write) is dropped; `overwrite` starts afresh. Lines
-    /// of ids not in `current` are kept. The file is locked while open.
+    /// of ids not in `current` are kept. The file is locked while open; it changes with the
+    /// first `append` (a file this run creates exists from here: `abandon` takes it away).
     pub fn open(
         path: &Path,
         provenance: &Provenance,
         overwrite: bool,
         current: &HashMap<&str, &str>,
     ) -> Result<Self, ResultsError> {
-        let io = |source| ResultsError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let mut out = open_locked(path, true)?;
+        let created = !path.exists();
+        let out = open_locked(path, true)?;
         let Scan {
             kept,
             unterminated,
@@ -279,38 +294,79 @@ impl ResultsFile {
         } else {
             scan(path, Some(provenance))?
         };
-        let (kept, stale): (Vec<&KeptLine>, Vec<&KeptLine>) =
-            kept.iter().partition(|l| match current.get(l.id.as_str()) {
-                None => true,
-                Some(now) => l.input.as_deref() == Some(*now),
-            });
-        let mut unterminated = unterminated;
-        if errors > 0 || !stale.is_empty() {
+        let (kept, stale): (Vec<KeptLine>, Vec<KeptLine>) =
+            kept.into_iter()
+                .partition(|l| match current.get(l.id.as_str()) {
+                    None => true,
+                    Some(now) => l.input.as_deref() == Some(*now),
+                });
+        let finished = kept.iter().map(|l| l.id.clone()).collect();
+        let changed = stale.iter().map(|l| l.id.clone()).collect();
+        let pending = if errors > 0 || !stale.is_empty() {
             // Error lines and lines of changed items are taken out so that their items are
             // scored again and the file ends with one line per item: the lines kept are copied
             // to a new file that replaces this one in one rename (a crash leaves one or the
             // other, whole).
-            out = rewrite_without(path, &kept, out)?;
-            unterminated = false;
+            Pending::Rewrite(kept)
         } else {
             // Keep the finished lines (none with `overwrite`), append after them.
             let keep_bytes = kept.last().map_or(0, |l| l.start + l.len);
-            out.set_len(keep_bytes).map_err(io)?;
-        }
-        let finished = kept.iter().map(|l| l.id.clone()).collect();
-        let changed = stale.iter().map(|l| l.id.clone()).collect();
-        use std::io::Seek;
-        out.seek(std::io::SeekFrom::End(0)).map_err(io)?;
-        if unterminated {
-            out.write_all(b"\n").map_err(io)?;
-        }
+            Pending::Cut {
+                keep_bytes,
+                end_line: unterminated,
+            }
+        };
         Ok(ResultsFile {
             path: path.to_path_buf(),
             out,
             finished,
             retried: errors,
             changed,
+            pending: Some(pending),
+            created,
+            written: false,
         })
+    }
+
+    /// Make the file ready for the run's lines: the changes `open` found needed (lines taken
+    /// out, a partial line cut, `overwrite`'s fresh start), made with the first `append`, so a
+    /// run that stops before its first line leaves the file as it was.
+    fn begin(&mut self) -> Result<(), ResultsError> {
+        let io = |source| ResultsError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let end_line = match self.pending.take() {
+            None => return Ok(()),
+            Some(Pending::Rewrite(kept)) => {
+                let old = self.out.try_clone().map_err(io)?;
+                let refs: Vec<&KeptLine> = kept.iter().collect();
+                self.out = rewrite_without(&self.path, &refs, old)?;
+                false
+            }
+            Some(Pending::Cut {
+                keep_bytes,
+                end_line,
+            }) => {
+                self.out.set_len(keep_bytes).map_err(io)?;
+                end_line
+            }
+        };
+        self.written = true;
+        use std::io::Seek;
+        self.out.seek(std::io::SeekFrom::End(0)).map_err(io)?;
+        if end_line {
+            self.out.write_all(b"\n").map_err(io)?;
+        }
+        Ok(())
+    }
+
+    /// End a run that stopped before writing: a file this run created and left empty is
+    /// taken away, so that a refused run leaves nothing behind.
+    pub fn abandon(self) {
+        if self.created && !self.written {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 
     /// Items whose lines were taken out because the item changed since they were written.
@@ -401,6 +457,7 @@ impl ResultsFile {
 
     /// Append lines and flush them to disk before returning.
     pub fn append(&mut self, lines: &[String]) -> Result<(), ResultsError> {
+        self.begin()?;
         let io = |source| ResultsError::Io {
             path: self.path.clone(),
             source,

@@ -105,7 +105,35 @@ pub fn run<T: ScoreTask>(
         changed: file.changed().to_vec(),
         ..Default::default()
     };
-    let chunks = task.plan(items, &todo).map_err(RunError::Task)?;
+    let result = score_into(
+        task,
+        items,
+        &todo,
+        &inputs,
+        &provenance_json,
+        &mut file,
+        &mut summary,
+        progress,
+    );
+    if result.is_err() {
+        file.abandon();
+    }
+    result.map(|()| summary)
+}
+
+/// Score the `todo` items in the task's chunks, appending each chunk's lines to `file`.
+#[allow(clippy::too_many_arguments)]
+fn score_into<T: ScoreTask>(
+    task: &mut T,
+    items: &[Item],
+    todo: &[usize],
+    inputs: &[String],
+    provenance_json: &serde_json::Value,
+    file: &mut ResultsFile,
+    summary: &mut RunSummary,
+    progress: &mut Progress<'_>,
+) -> Result<(), RunError<T::Error>> {
+    let chunks = task.plan(items, todo).map_err(RunError::Task)?;
     let total: usize = chunks.iter().map(Vec::len).sum();
     let mut done = 0;
     for chunk in chunks {
@@ -135,12 +163,12 @@ pub fn run<T: ScoreTask>(
                 &items[i].id_json(),
                 Some(&inputs[i]),
                 &body,
-                &provenance_json,
+                provenance_json,
             ));
         }
         file.append(&lines)?;
         done += chunk.len();
     }
     let _ = progress(done, total);
-    Ok(summary)
+    Ok(())
 }

@@ -252,8 +252,8 @@ fn long_prompts_lose_old_turns_and_a_limit_below_the_rubric_is_refused() {
             .any(|r| r["truncated"] == true && r["dropped_turns"].as_u64().unwrap() > 0),
         "{rows:?}"
     );
-    // Too small for the rubric's own prompt: no item could fit, a usage error (exit 2) with
-    // no line written.
+    // Too small for the rubric's own prompt: no item could fit, a usage error (exit 2), and no
+    // output file left behind.
     let out = s.judge("f.jsonl", &["--max-prompt-tokens", "5"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
@@ -261,7 +261,7 @@ fn long_prompts_lose_old_turns_and_a_limit_below_the_rubric_is_refused() {
         err.contains("--max-prompt-tokens 5: the rubric's prompt alone"),
         "{err}"
     );
-    assert!(lines(Path::new(&s.path("f.jsonl"))).is_empty());
+    assert!(!Path::new(&s.path("f.jsonl")).exists());
 }
 
 /// Two runs never write one file: while another process holds the output, a run is refused

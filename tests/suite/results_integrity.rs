@@ -811,3 +811,36 @@ fn numeric_ids_come_back_as_numbers() {
         serde_json::json!(10)
     );
 }
+
+/// A run refused once the model has loaded (here: a prompt limit the rubric's own prompt
+/// exceeds, found while planning) writes nothing: a new output is not left behind empty, and
+/// an existing one — with `--overwrite` too — keeps every byte until a first line is written.
+#[test]
+fn a_run_refused_while_planning_leaves_its_output_as_it_was() {
+    let Some(j) = Judge::new() else { return };
+    let o = j.judge("items.jsonl", "new.jsonl", &["--max-prompt-tokens", "10"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        !j.path("new.jsonl").exists(),
+        "a refused run left an output file"
+    );
+    let o = j.judge("items.jsonl", "out.jsonl", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A cut-off last line: a resumed run would cut it.
+    let mut text = std::fs::read_to_string(j.path("out.jsonl")).expect("read");
+    text.push_str("{\"id\": \"gone\", \"error\": \"x\", \"provenance\"");
+    std::fs::write(j.path("out.jsonl"), &text).expect("write");
+    // Without --overwrite the other setting is refused before the model loads (exit 3); with
+    // it, the limit is refused while planning (exit 2).
+    for (extra, code) in [(&[][..], 3), (&["--overwrite"][..], 2)] {
+        let mut args = vec!["--max-prompt-tokens", "10"];
+        args.extend_from_slice(extra);
+        let o = j.judge("items.jsonl", "out.jsonl", &args);
+        assert_eq!(o.status.code(), Some(code), "{}", stderr(&o));
+        assert_eq!(
+            std::fs::read_to_string(j.path("out.jsonl")).expect("read"),
+            text,
+            "{extra:?}: the refused run changed the file"
+        );
+    }
+}
