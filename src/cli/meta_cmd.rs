@@ -5,6 +5,7 @@ use clap::Args;
 use hyoka::data;
 use hyoka::meta::breakdown::LevelLabels;
 use hyoka::meta::{Bootstrap, BreakdownOptions, Frame, MetaOptions, Summary};
+use hyoka::results::reader::ResultsInput;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -168,9 +169,9 @@ impl StatsArgs {
 }
 
 /// The task a results file holds, from its first line (read bounded and typed).
-fn results_task(path: &Path) -> anyhow::Result<hyoka::results::Task> {
-    hyoka::results::reader::first_task(path)?
-        .ok_or_else(|| anyhow::anyhow!("{}: no results lines", path.display()))
+fn results_task(input: &ResultsInput) -> anyhow::Result<hyoka::results::Task> {
+    hyoka::results::reader::first_task(input)?
+        .ok_or_else(|| anyhow::anyhow!("{}: no results lines", input.path.display()))
 }
 
 /// One half of the dialogues, as --fit-w splits them.
@@ -206,9 +207,14 @@ fn load_frame_of(
         }
     }
     let mut frame = Frame::new(items);
-    let tasks: Vec<hyoka::results::Task> = scores
+    // Each file opened once: a stream (`-s <(…)`) is read then, and both passes read that.
+    let inputs: Vec<ResultsInput> = scores
         .iter()
-        .map(|p| results_task(p))
+        .map(|p| ResultsInput::open(p))
+        .collect::<Result<_, _>>()?;
+    let tasks: Vec<hyoka::results::Task> = inputs
+        .iter()
+        .map(results_task)
         .collect::<anyhow::Result<_>>()?;
     for (k, (path, task)) in scores.iter().zip(&tasks).enumerate() {
         let group: Vec<&Path> = scores
@@ -221,7 +227,7 @@ fn load_frame_of(
             let at = group.iter().position(|p| *p == path.as_path()).unwrap_or(k);
             run_names(&group)[at].clone()
         });
-        let added = frame.add_results(path, name.as_deref())?;
+        let added = frame.add_results_input(&inputs[k], name.as_deref())?;
         let n = frame.items.len();
         let scored = added.matched - added.errors;
         if scored == 0 {

@@ -2,7 +2,7 @@
 
 use super::MetaError;
 use crate::data::Item;
-use crate::results::reader::read_records;
+use crate::results::reader::read_input_records;
 use crate::results::{Body, Task};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -158,6 +158,17 @@ impl Frame {
     /// per item) and add its columns. `name` tells several judges apart in the labels (None:
     /// plain "judge"). Which human keys each aspect targets comes from the run's provenance.
     pub fn add_results(&mut self, path: &Path, name: Option<&str>) -> Result<Added, MetaError> {
+        let input = crate::results::reader::ResultsInput::open(path)?;
+        self.add_results_input(&input, name)
+    }
+
+    /// `add_results` of an opened input (a stream is read once, when it is opened).
+    pub fn add_results_input(
+        &mut self,
+        input: &crate::results::reader::ResultsInput,
+        name: Option<&str>,
+    ) -> Result<Added, MetaError> {
+        let path = input.path.as_path();
         let n = self.items.len();
         // Judge: per aspect (in first-seen order), argmax and expected columns; BERTScore: P, R, F.
         let mut judge: Vec<AspectColumns> = Vec::new();
@@ -165,7 +176,7 @@ impl Frame {
         let mut prf = [vec![None; n], vec![None; n], vec![None; n]];
         let mut added = Added::default();
         let items = &self.items;
-        let provenance = read_records(path, |number, _, record| {
+        let provenance = read_input_records(input, |number, _, record| {
             let Some(&row) = self.index.get(&record.id) else {
                 added.unmatched += 1;
                 return Ok(());

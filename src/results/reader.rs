@@ -7,12 +7,52 @@ use super::provenance::Provenance;
 use super::record::Record;
 use crate::data::lines::{Line, Lines, MAX_LINE_BYTES, ReadError};
 use std::collections::HashMap;
-use std::io::BufReader;
-use std::path::Path;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
 
-/// The task of the run that wrote `path`, from its first line (None: no lines).
-pub fn first_task(path: &Path) -> Result<Option<super::Task>, ResultsError> {
-    records(path)?
+/// A results file to read, perhaps more than once: by its path, or — a pipe or another stream
+/// (`meta -s <(…)`), which can be read only once — by its bytes, read on opening.
+pub struct ResultsInput {
+    pub path: PathBuf,
+    bytes: Option<Vec<u8>>,
+}
+
+impl ResultsInput {
+    pub fn open(path: &Path) -> Result<Self, ResultsError> {
+        let io = |source| ResultsError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let stream = std::fs::metadata(path).map_err(io)?.file_type();
+        let bytes = if stream.is_file() {
+            None
+        } else {
+            Some(std::fs::read(path).map_err(io)?)
+        };
+        Ok(ResultsInput {
+            path: path.to_path_buf(),
+            bytes,
+        })
+    }
+
+    fn reader(&self) -> Result<Box<dyn Read + '_>, ResultsError> {
+        Ok(match &self.bytes {
+            Some(bytes) => Box::new(bytes.as_slice()),
+            None => {
+                Box::new(
+                    std::fs::File::open(&self.path).map_err(|source| ResultsError::Io {
+                        path: self.path.clone(),
+                        source,
+                    })?,
+                )
+            }
+        })
+    }
+}
+
+/// The task of the run that wrote `input`, from its first line (None: no lines).
+pub fn first_task(input: &ResultsInput) -> Result<Option<super::Task>, ResultsError> {
+    records(input)?
         .next()
         .transpose()
         .map(|r| r.map(|(_, _, record)| record.task()))
@@ -22,8 +62,17 @@ pub fn first_task(path: &Path) -> Result<Option<super::Task>, ResultsError> {
 /// order; the provenance of its run (None: no lines).
 pub fn read_records(
     path: &Path,
+    each: impl FnMut(usize, &str, Record) -> Result<(), ResultsError>,
+) -> Result<Option<Provenance>, ResultsError> {
+    read_input_records(&ResultsInput::open(path)?, each)
+}
+
+/// `read_records` of an opened input.
+pub fn read_input_records(
+    input: &ResultsInput,
     mut each: impl FnMut(usize, &str, Record) -> Result<(), ResultsError>,
 ) -> Result<Option<Provenance>, ResultsError> {
+    let path = input.path.as_path();
     let corrupt = |line: usize, message: String| ResultsError::Corrupt {
         path: path.to_path_buf(),
         line,
@@ -31,7 +80,7 @@ pub fn read_records(
     };
     let mut first: Option<Provenance> = None;
     let mut seen: HashMap<String, usize> = HashMap::new();
-    for line in records(path)? {
+    for line in records(input)? {
         let (number, text, record) = line?;
         match &first {
             None => first = Some(record.provenance.clone()),
@@ -61,17 +110,14 @@ pub fn read_records(
     Ok(first)
 }
 
-/// The non-blank lines of `path` as (line number, text, record), read bounded and as UTF-8.
+/// The non-blank lines of `input` as (line number, text, record), read bounded and as UTF-8.
 fn records(
-    path: &Path,
-) -> Result<impl Iterator<Item = Result<(usize, String, Record), ResultsError>>, ResultsError> {
-    let path = path.to_path_buf();
-    let file = std::fs::File::open(&path).map_err(|source| ResultsError::Io {
-        path: path.clone(),
-        source,
-    })?;
+    input: &ResultsInput,
+) -> Result<impl Iterator<Item = Result<(usize, String, Record), ResultsError>> + '_, ResultsError>
+{
+    let path = input.path.clone();
     Ok(
-        Lines::new(BufReader::new(file), MAX_LINE_BYTES).filter_map(move |line| {
+        Lines::new(BufReader::new(input.reader()?), MAX_LINE_BYTES).filter_map(move |line| {
             let corrupt = |line: usize, message: String| ResultsError::Corrupt {
                 path: path.clone(),
                 line,

@@ -533,3 +533,55 @@ fn eval_checks_the_encoder_before_judging() {
         "no judging before the error: {err}"
     );
 }
+
+/// A results file that is a stream (`meta -s <(…)`, `-s /dev/stdin` from a pipe) is read once,
+/// and gives the summary the same file gives.
+#[test]
+fn meta_reads_a_piped_results_file_once() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let items = meta_fixture("items.jsonl").to_string_lossy().into_owned();
+    let (from_file, from_pipe) = (tmp.path().join("file.json"), tmp.path().join("pipe.json"));
+    let judge = meta_fixture("judge.jsonl");
+    let o = hyoka(&[
+        "meta",
+        "-i",
+        &items,
+        "-s",
+        &judge.to_string_lossy(),
+        "--json",
+        &from_file.to_string_lossy(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hyoka"))
+        .args([
+            "meta",
+            "-i",
+            &items,
+            "-s",
+            "/dev/stdin",
+            "--json",
+            &from_pipe.to_string_lossy(),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("hyoka runs");
+    let text = std::fs::read(&judge).expect("judge lines");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&text)
+        .expect("piped");
+    let o = child.wait_with_output().expect("hyoka ends");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = |p: &Path| -> serde_json::Value {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(p).expect("summary")).expect("json");
+        v["sources"] = serde_json::Value::Null; // the file's name differs, nothing else may
+        v
+    };
+    assert_eq!(summary(&from_pipe), summary(&from_file));
+}
