@@ -48,6 +48,9 @@ class Job:
 @final
 class Judge:
     def __new__(cls, argv: list[str]) -> Judge: ...
-    def score(
-        self, items: str, output: str, progress: Callable[[int, int], object] | None = None
+    def score_items(
+        self, items: list[str], progress: Callable[[int, int], object] | None = None
+    ) -> list[str]: ...
+    def score_file(
+        self, path: str, progress: Callable[[int, int], object] | None = None
     ) -> list[str]: ...

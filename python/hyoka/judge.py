@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -40,11 +38,6 @@ def write_items(items: Iterable[Mapping[str, Any]], path: Path) -> None:
             if not isinstance(item, Mapping):
                 raise InvalidInputError(f"items[{i}]: a dict in the items format, got {type(item).__name__}")
             out.write(json.dumps(item, ensure_ascii=False) + "\n")
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 class Judge:
@@ -93,26 +86,21 @@ class Judge:
             raises KeyboardInterrupt."""
         bar = _bar.Bar("judging", "item") if _bar.wanted(verbose) else None
         progress = None if bar is None else bar.to
-        with tempfile.TemporaryDirectory(prefix="hyoka-judge-") as tmp:
-            output = Path(tmp) / "judge.jsonl"
-            if isinstance(items, (str, os.PathLike)):
-                source = Path(items)
-            else:
-                source = Path(tmp) / "items.jsonl"
-                write_items(items, source)
-            try:
-                ids = self._judge.score(str(source), str(output), progress)
-            except InvalidInputError as e:
-                if source.parent == Path(tmp):
-                    raise InvalidInputError(name_by_index(str(e), source)) from None
-                raise
-            order = {item_id: n for n, item_id in enumerate(ids)}
-            return sorted(read_jsonl(output), key=lambda line: order[line["id"]])
+        if isinstance(items, (str, os.PathLike)):
+            lines = self._judge.score_file(os.fspath(items), progress)
+        else:
+            lines = self._judge.score_items(item_texts(items), progress)
+        return [json.loads(line) for line in lines]
 
 
-def name_by_index(message: str, file: Path) -> str:
-    """A message about line N of the temporary items file, about items[N - 1] instead."""
-    return re.sub(re.escape(str(file)) + r":(\d+)", lambda m: f"items[{int(m.group(1)) - 1}]", message)
+def item_texts(items: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Items (dicts in the items format) as JSON texts; a non-dict is refused by its index."""
+    texts = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise InvalidInputError(f"items[{i}]: a dict in the items format, got {type(item).__name__}")
+        texts.append(json.dumps(item, ensure_ascii=False))
+    return texts
 
 
 __all__ = ["Judge"]

@@ -352,22 +352,46 @@ impl Judge {
         Ok(Judge { loaded })
     }
 
-    /// Score the items JSONL `items` into `output` (continued when it holds lines of this
-    /// run); the items' ids in input order (the output holds them as batches finish).
+    /// Score items given as JSON texts (one item each, in the items format): the results line
+    /// `hyoka judge` would write for each, in the items' order, with no file read or written. A bad item is an InvalidInputError naming `items[N]` and the field.
     /// `progress(done, total)` is called between batches; Ctrl-C (or an exception raised by
     /// `progress`) stops the run there and is raised.
-    #[pyo3(signature = (items, output, progress=None))]
-    fn score(
+    #[pyo3(signature = (items, progress=None))]
+    fn score_items(
         &self,
         py: Python<'_>,
-        items: String,
-        output: String,
+        items: Vec<String>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        let parsed = parse_items(&items).map_err(|e| to_py(py, e))?;
+        self.score_in_memory(py, &parsed, progress)
+    }
+
+    /// Score the items of an items JSONL file (read as `hyoka judge -i` reads it) into memory,
+    /// as `score_items`.
+    #[pyo3(signature = (path, progress=None))]
+    fn score_file(
+        &self,
+        py: Python<'_>,
+        path: String,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        let read = py
+            .detach(|| hyoka::data::read_items(std::path::Path::new(&path), false))
+            .map_err(|e| to_py(py, e.into()))?;
+        self.score_in_memory(py, &read.items, progress)
+    }
+}
+
+impl Judge {
+    fn score_in_memory(
+        &self,
+        py: Python<'_>,
+        items: &[hyoka::data::Item],
         progress: Option<Py<PyAny>>,
     ) -> PyResult<Vec<String>> {
         let pending: std::sync::Mutex<Option<PyErr>> = std::sync::Mutex::new(None);
         let result = py.detach(|| -> anyhow::Result<Vec<String>> {
-            let read = hyoka::data::read_items(std::path::Path::new(&items), false)?;
-            let output = std::path::Path::new(&output);
             let started = std::time::Instant::now();
             let mut report = |done: usize, total: usize| {
                 Python::attach(|py| {
@@ -384,10 +408,12 @@ impl Judge {
                     }
                 })
             };
-            let summary = self.loaded.run_with(&read.items, output, &mut report);
-            self.loaded
-                .finish(summary, started.elapsed().as_secs_f64(), output)?;
-            Ok(read.items.into_iter().map(|item| item.id).collect())
+            let (summary, stats, lines) =
+                self.loaded
+                    .judge()
+                    .score_lines(items, &self.loaded.opts, &mut report)?;
+            cli::judge_cmd::report(&summary, &stats, started.elapsed().as_secs_f64(), "memory");
+            Ok(lines)
         });
         result.map_err(
             |e| match pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
@@ -396,6 +422,30 @@ impl Judge {
             },
         )
     }
+}
+
+/// Items given as JSON texts, read as an items file's lines are (the same checks, ids unique),
+/// a bad one named `items[N]`.
+fn parse_items(texts: &[String]) -> anyhow::Result<Vec<hyoka::data::Item>> {
+    let mut seen = std::collections::HashMap::new();
+    let mut items = Vec::with_capacity(texts.len());
+    for (n, text) in texts.iter().enumerate() {
+        let invalid = |field: String, message: String| hyoka::data::DataError::Field {
+            file: std::path::PathBuf::from(format!("items[{n}]")),
+            field,
+            message,
+        };
+        let item = hyoka::data::parse_item(text.trim()).map_err(|(f, m)| invalid(f, m))?;
+        if let Some(first) = seen.insert(item.id.clone(), n) {
+            return Err(invalid(
+                "id".into(),
+                format!("duplicate id {:?} (first in items[{first}])", item.id),
+            )
+            .into());
+        }
+        items.push(item);
+    }
+    Ok(items)
 }
 
 #[pymodule]

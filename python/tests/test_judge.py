@@ -41,8 +41,17 @@ def test_judge_equals_the_command_line(tmp_path: Path, rubric: str) -> None:
     order = {item["id"]: n for n, item in enumerate(items)}
     want = sorted(lines(out), key=lambda line: order[line["id"]])
     judge = hyoka.Judge(model, rubric_arg, batch_tokens=512)
-    # The items in another order give the same lines, in that order.
-    got = judge.score(list(reversed(items)))
+    # The items in another order give the same lines, in that order — in memory: no file is
+    # written or read on the way.
+    import tempfile
+
+    def no_files(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Judge.score made a temporary file")
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("TemporaryDirectory", "mkdtemp", "mkstemp", "NamedTemporaryFile"):
+            patch.setattr(tempfile, name, no_files)
+        got = judge.score(list(reversed(items)))
     assert [g["id"] for g in got] == [i["id"] for i in reversed(items)]
     assert got == list(reversed(want))  # scores, distributions and provenance, to the bit
     # A path to the items gives them too.

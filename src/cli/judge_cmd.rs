@@ -178,12 +178,16 @@ impl LoadedJudge {
         (hyoka::results::RunSummary, hyoka::judge::run::JudgeStats),
         hyoka::results::RunError<hyoka::judge::JudgeError>,
     > {
-        let judge = Judge {
+        self.judge().run(items, output, &self.opts, progress)
+    }
+
+    /// The judge of these models, rubric and options (`Judge::run`, `Judge::score_lines`).
+    pub fn judge(&self) -> Judge<'_> {
+        Judge {
             models: &self.models,
             rubric: &self.rubric,
             rubric_source: &self.rubric_source,
-        };
-        judge.run(items, output, &self.opts, progress)
+        }
     }
 
     /// Report a finished run on stderr; the failed items' "id: why".
@@ -198,24 +202,33 @@ impl LoadedJudge {
     ) -> anyhow::Result<Vec<String>> {
         let (summary, stats) = summary?;
         super::report_retried(&summary);
-        eprintln!(
-            "scored {} items in {secs:.1}s ({:.2} items/s); {} already in {}; {} failed; {} truncated to fit",
-            summary.scored,
-            summary.scored as f64 / secs.max(1e-9),
-            summary.skipped_finished,
-            output.display(),
-            summary.failed.len(),
-            stats.truncated,
-        );
-        if stats.naive_tokens > 0 {
-            eprintln!(
-                "forward tokens: {} (one full prompt per aspect would be {}: {:.1}× fewer)",
-                stats.forward_tokens,
-                stats.naive_tokens,
-                stats.naive_tokens as f64 / stats.forward_tokens.max(1) as f64
-            );
-        }
+        report(&summary, &stats, secs, &output.display().to_string());
         Ok(summary.failed)
+    }
+}
+
+/// A run's figures on stderr; `place`: where its lines went.
+pub fn report(
+    summary: &hyoka::results::RunSummary,
+    stats: &hyoka::judge::run::JudgeStats,
+    secs: f64,
+    place: &str,
+) {
+    eprintln!(
+        "scored {} items in {secs:.1}s ({:.2} items/s); {} already in {place}; {} failed; {} truncated to fit",
+        summary.scored,
+        summary.scored as f64 / secs.max(1e-9),
+        summary.skipped_finished,
+        summary.failed.len(),
+        stats.truncated,
+    );
+    if stats.naive_tokens > 0 {
+        eprintln!(
+            "forward tokens: {} (one full prompt per aspect would be {}: {:.1}× fewer)",
+            stats.forward_tokens,
+            stats.naive_tokens,
+            stats.naive_tokens as f64 / stats.forward_tokens.max(1) as f64
+        );
     }
 }
 

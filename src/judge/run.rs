@@ -138,7 +138,26 @@ impl<'a> Judge<'a> {
         opts: &RunOptions,
         progress: &mut crate::results::Progress<'_>,
     ) -> Result<(RunSummary, JudgeStats), RunError<JudgeError>> {
-        let mut task = JudgeTask {
+        let mut task = self.task(opts)?;
+        let summary = runner::run(&mut task, items, output, opts.overwrite, progress)?;
+        Ok((summary, task.stats))
+    }
+
+    /// Score every item into memory: the line `run` would write for each item (the same
+    /// bits), in the items' order, with no file read or written.
+    pub fn score_lines(
+        &self,
+        items: &[Item],
+        opts: &RunOptions,
+        progress: &mut crate::results::Progress<'_>,
+    ) -> Result<(RunSummary, JudgeStats, Vec<String>), RunError<JudgeError>> {
+        let mut task = self.task(opts)?;
+        let (summary, lines) = runner::run_in_memory(&mut task, items, progress)?;
+        Ok((summary, task.stats, lines))
+    }
+
+    fn task<'j>(&'j self, opts: &'j RunOptions) -> Result<JudgeTask<'j, 'a>, RunError<JudgeError>> {
+        Ok(JudgeTask {
             judge: self,
             opts,
             builder: PromptBuilder::new(self.rubric)
@@ -147,9 +166,7 @@ impl<'a> Judge<'a> {
             formats: Vec::new(),
             scorers: Vec::new(),
             stats: JudgeStats::default(),
-        };
-        let summary = runner::run(&mut task, items, output, opts.overwrite, progress)?;
-        Ok((summary, task.stats))
+        })
     }
 
     fn aspect_keys(&self) -> impl Iterator<Item = String> + '_ {

@@ -121,7 +121,61 @@ pub fn run<T: ScoreTask>(
     result.map(|()| summary)
 }
 
-/// Score the `todo` items in the task's chunks, appending each chunk's lines to `file`.
+/// Score every item of `items` with `task` into memory: the line a results file would get for
+/// each item, in the items' order, with no file read or written.
+pub fn run_in_memory<T: ScoreTask>(
+    task: &mut T,
+    items: &[Item],
+    progress: &mut Progress<'_>,
+) -> Result<(RunSummary, Vec<String>), RunError<T::Error>> {
+    let provenance = task.provenance();
+    let provenance_json = serde_json::to_value(&provenance).expect("provenance serialises");
+    let inputs: Vec<String> = items
+        .iter()
+        .map(|item| super::inputs::digest(&provenance, item))
+        .collect();
+    let todo: Vec<usize> = (0..items.len()).collect();
+    let mut summary = RunSummary::default();
+    let mut lines: Vec<Option<String>> = vec![None; items.len()];
+    score_into(
+        task,
+        items,
+        &todo,
+        &inputs,
+        &provenance_json,
+        &mut lines,
+        &mut summary,
+        progress,
+    )?;
+    let lines = lines
+        .into_iter()
+        .map(|line| line.expect("every item is scored once"))
+        .collect();
+    Ok((summary, lines))
+}
+
+/// Where a run's lines go, a chunk at a time (each line with its item's index): a results
+/// file, in the order they finish, or memory, in the items' order.
+trait LineSink {
+    fn append(&mut self, items: &[usize], lines: Vec<String>) -> Result<(), ResultsError>;
+}
+
+impl LineSink for ResultsFile {
+    fn append(&mut self, _: &[usize], lines: Vec<String>) -> Result<(), ResultsError> {
+        ResultsFile::append(self, &lines)
+    }
+}
+
+impl LineSink for Vec<Option<String>> {
+    fn append(&mut self, items: &[usize], lines: Vec<String>) -> Result<(), ResultsError> {
+        for (&i, line) in items.iter().zip(lines) {
+            self[i] = Some(line);
+        }
+        Ok(())
+    }
+}
+
+/// Score the `todo` items in the task's chunks, appending each chunk's lines to `sink`.
 #[allow(clippy::too_many_arguments)]
 fn score_into<T: ScoreTask>(
     task: &mut T,
@@ -129,7 +183,7 @@ fn score_into<T: ScoreTask>(
     todo: &[usize],
     inputs: &[String],
     provenance_json: &serde_json::Value,
-    file: &mut ResultsFile,
+    sink: &mut dyn LineSink,
     summary: &mut RunSummary,
     progress: &mut Progress<'_>,
 ) -> Result<(), RunError<T::Error>> {
@@ -166,7 +220,7 @@ fn score_into<T: ScoreTask>(
                 provenance_json,
             ));
         }
-        file.append(&lines)?;
+        sink.append(&chunk, lines)?;
         done += chunk.len();
     }
     let _ = progress(done, total);
