@@ -187,7 +187,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     // folder (it takes new files), and existing results (locked by no other run, readable, of
     // this task, version and rubric).
     let (device, settings) = args.runtime.settings()?;
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let _created = CreatedFolders::create(&dir)?;
     hyoka::results::ResultsFile::preflight(
         &dir.join(JUDGE),
         args.overwrite,
@@ -340,6 +340,33 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(super::finish(&failed, 0))
+}
+
+/// The folders a run created for its output, taken away again when the run leaves them empty
+/// (a model that cannot be had, a refused setting): a refused run leaves nothing behind.
+struct CreatedFolders(Vec<PathBuf>);
+
+impl CreatedFolders {
+    fn create(dir: &Path) -> anyhow::Result<Self> {
+        let missing: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(CreatedFolders(missing))
+    }
+}
+
+impl Drop for CreatedFolders {
+    fn drop(&mut self) {
+        // Innermost first; a folder that holds anything stays, and so do those above it.
+        for folder in &self.0 {
+            if std::fs::remove_dir(folder).is_err() {
+                break;
+            }
+        }
+    }
 }
 
 /// Refuse an input that is one of the files written into `dir`.

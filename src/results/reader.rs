@@ -27,12 +27,38 @@ impl ResultsInput {
         let bytes = if stream.is_file() {
             None
         } else {
-            Some(std::fs::read(path).map_err(io)?)
+            Some(Self::hold(path)?)
         };
         Ok(ResultsInput {
             path: path.to_path_buf(),
             bytes,
         })
+    }
+
+    /// A stream's lines, read once and bounded as a file's are: an endless line is refused at
+    /// its line, not held until memory runs out.
+    fn hold(path: &Path) -> Result<Vec<u8>, ResultsError> {
+        let io = |source| ResultsError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let corrupt = |line: usize, message: String| ResultsError::Corrupt {
+            path: path.to_path_buf(),
+            line,
+            message,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut held = Vec::new();
+        for line in Lines::new(BufReader::new(file), MAX_LINE_BYTES) {
+            let Line { number, text, .. } = line.map_err(|e| match e {
+                ReadError::Io(source) => io(source),
+                ReadError::TooLong { line, .. } => corrupt(line, e.to_string()),
+            })?;
+            let text = text.map_err(|e| corrupt(number, e.to_string()))?;
+            held.extend_from_slice(text.as_bytes());
+            held.push(b'\n');
+        }
+        Ok(held)
     }
 
     fn reader(&self) -> Result<Box<dyn Read + '_>, ResultsError> {

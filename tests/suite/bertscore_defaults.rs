@@ -200,7 +200,9 @@ fn a_default_that_cannot_be_had_stops_the_run_and_nothing_replaces_it() {
     assert_eq!(run.status.code(), Some(1));
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(err.contains("FacebookAI/roberta-large"), "{err}");
-    // The default judge is the Hub's file or nothing.
+    // The default judge is the Hub's file or nothing; the output folders the run made are
+    // taken away again.
+    let new_out = out_dir.join("new").join("eval");
     let run = hyoka(
         &hf_home,
         &registry,
@@ -210,8 +212,12 @@ fn a_default_that_cannot_be_had_stops_the_run_and_nothing_replaces_it() {
             items.to_str().unwrap(),
             "--no-bertscore",
             "-o",
-            out_dir.to_str().unwrap(),
+            new_out.to_str().unwrap(),
         ],
+    );
+    assert!(
+        std::fs::read_dir(&out_dir).unwrap().next().is_none(),
+        "the refused eval left folders"
     );
     assert_eq!(run.status.code(), Some(1));
     let err = String::from_utf8_lossy(&run.stderr);
