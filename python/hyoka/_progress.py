@@ -4,7 +4,7 @@ stderr. Shown when asked, in a notebook, or for long work on a terminal."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from typing import Any
 
 
 def wanted(verbose: bool | None, long: bool = True) -> bool:
@@ -15,42 +15,35 @@ def wanted(verbose: bool | None, long: bool = True) -> bool:
 
 
 class Bar:
-    """A bar over `unit`s whose total is known at the first update (set_total) or given."""
+    """A bar over `unit`s whose total is given, or known at the first update (`to`)."""
 
     def __init__(self, desc: str, unit: str, total: int | None = None) -> None:
         self.desc, self.unit, self.total, self.done = desc, unit, total, 0
-        self._tqdm: object | None = None
-        self._line: Callable[[], None] | None = None
-
-    def _open(self) -> None:
-        try:
-            from tqdm.auto import tqdm  # type: ignore[import-untyped]
-
-            self._tqdm = tqdm(total=self.total, unit=self.unit, desc=self.desc)
-        except ImportError:
-            self._tqdm = None
+        self._tqdm: Any = None
+        self._started = False
 
     def to(self, done: int, total: int | None = None) -> None:
         """Move the bar to `done` of `total` (or of the total given before)."""
         if total is not None:
             self.total = total
-        if self._tqdm is None and self._line is None:
-            self._open()
-            if self._tqdm is None:
-                self._line = self._print_line
+        if not self._started:
+            self._started = True
+            try:
+                from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+                self._tqdm = tqdm(total=self.total, unit=self.unit, desc=self.desc)
+            except ImportError:
+                pass
         step, self.done = done - self.done, done
+        finished = self.total is not None and done >= self.total
         if self._tqdm is not None:
-            self._tqdm.total = self.total  # type: ignore[attr-defined]
-            self._tqdm.update(step)  # type: ignore[attr-defined]
-            if self.total is not None and done >= self.total:
-                self._tqdm.close()  # type: ignore[attr-defined]
-        elif self._line is not None:
-            self._line()
+            self._tqdm.total = self.total
+            self._tqdm.update(step)
+            if finished:
+                self._tqdm.close()
+        else:
+            print(f"{self.desc} {done}/{self.total} {self.unit}s", end="\n" if finished else "\r",
+                  file=sys.stderr, flush=True)
 
     def add(self, n: int) -> None:
         self.to(self.done + n)
-
-    def _print_line(self) -> None:
-        finished = self.total is not None and self.done >= self.total
-        print(f"{self.desc} {self.done}/{self.total} {self.unit}s", end="\n" if finished else "\r",
-              file=sys.stderr, flush=True)

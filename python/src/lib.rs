@@ -363,7 +363,7 @@ impl Judge {
         items: Vec<String>,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<Vec<String>> {
-        let parsed = parse_items(&items).map_err(|e| to_py(py, e))?;
+        let parsed = hyoka::data::parse_items(&items).map_err(|e| to_py(py, e.into()))?;
         self.score_in_memory(py, &parsed, progress)
     }
 
@@ -422,30 +422,6 @@ impl Judge {
             },
         )
     }
-}
-
-/// Items given as JSON texts, read as an items file's lines are (the same checks, ids unique),
-/// a bad one named `items[N]`.
-fn parse_items(texts: &[String]) -> anyhow::Result<Vec<hyoka::data::Item>> {
-    let mut seen = std::collections::HashMap::new();
-    let mut items = Vec::with_capacity(texts.len());
-    for (n, text) in texts.iter().enumerate() {
-        let invalid = |field: String, message: String| hyoka::data::DataError::Field {
-            file: std::path::PathBuf::from(format!("items[{n}]")),
-            field,
-            message,
-        };
-        let item = hyoka::data::parse_item(text.trim()).map_err(|(f, m)| invalid(f, m))?;
-        if let Some(first) = seen.insert(item.id.clone(), n) {
-            return Err(invalid(
-                "id".into(),
-                format!("duplicate id {:?} (first in items[{first}])", item.id),
-            )
-            .into());
-        }
-        items.push(item);
-    }
-    Ok(items)
 }
 
 #[pymodule]

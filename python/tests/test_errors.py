@@ -19,6 +19,9 @@ def test_bad_items_name_the_item_and_field() -> None:
     assert "items[1]" in str(e.value) and "response" in str(e.value)
     with pytest.raises(hyoka.InvalidInputError, match=r"items\[0\]"):
         judge.score(["not a dict"])  # type: ignore[list-item]
+    # One id twice, as an items file refuses it.
+    with pytest.raises(hyoka.InvalidInputError, match=r"items\[1\]: id: duplicate id"):
+        judge.score([good, good])
 
 
 def test_bad_items_file_names_file_and_line(tmp_path: Path) -> None:

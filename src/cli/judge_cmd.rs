@@ -163,22 +163,13 @@ impl LoadedJudge {
     /// Score `items` into `output` (continued when it holds lines of the same run), with a
     /// progress bar; prints the run's figures and returns the failed items' messages.
     pub fn run(&self, items: &[data::Item], output: &Path) -> anyhow::Result<Vec<String>> {
-        let (summary, secs) =
-            super::with_progress("judging", |progress| self.run_with(items, output, progress));
-        self.finish(summary, secs, output)
-    }
-
-    /// Score `items` into `output` with the caller's progress (which may stop the run).
-    pub fn run_with(
-        &self,
-        items: &[data::Item],
-        output: &Path,
-        progress: &mut hyoka::results::Progress<'_>,
-    ) -> Result<
-        (hyoka::results::RunSummary, hyoka::judge::run::JudgeStats),
-        hyoka::results::RunError<hyoka::judge::JudgeError>,
-    > {
-        self.judge().run(items, output, &self.opts, progress)
+        let (summary, secs) = super::with_progress("judging", |progress| {
+            self.judge().run(items, output, &self.opts, progress)
+        });
+        let (summary, stats) = summary?;
+        super::report_retried(&summary);
+        report(&summary, &stats, secs, &output.display().to_string());
+        Ok(summary.failed)
     }
 
     /// The judge of these models, rubric and options (`Judge::run`, `Judge::score_lines`).
@@ -188,22 +179,6 @@ impl LoadedJudge {
             rubric: &self.rubric,
             rubric_source: &self.rubric_source,
         }
-    }
-
-    /// Report a finished run on stderr; the failed items' "id: why".
-    pub fn finish(
-        &self,
-        summary: Result<
-            (hyoka::results::RunSummary, hyoka::judge::run::JudgeStats),
-            hyoka::results::RunError<hyoka::judge::JudgeError>,
-        >,
-        secs: f64,
-        output: &Path,
-    ) -> anyhow::Result<Vec<String>> {
-        let (summary, stats) = summary?;
-        super::report_retried(&summary);
-        report(&summary, &stats, secs, &output.display().to_string());
-        Ok(summary.failed)
     }
 }
 

@@ -10,7 +10,7 @@ use super::item::{HumanRating, Item, Turn};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Items read from a file, and the lines that were skipped (only with `skip_invalid`).
 #[derive(Debug, Default)]
@@ -76,6 +76,29 @@ pub fn read_items(path: &Path, skip_invalid: bool) -> Result<ReadItems, DataErro
         }
     }
     Ok(out)
+}
+
+/// Items given as JSON texts (a library caller's, Python's), read as an items file's lines are:
+/// the same checks, ids unique; a bad one named `items[N]` and its field.
+pub fn parse_items(texts: &[String]) -> Result<Vec<Item>, DataError> {
+    let mut seen = HashMap::new();
+    let mut items = Vec::with_capacity(texts.len());
+    for (n, text) in texts.iter().enumerate() {
+        let invalid = |field: String, message: String| DataError::Field {
+            file: PathBuf::from(format!("items[{n}]")),
+            field,
+            message,
+        };
+        let item = parse_item(text.trim()).map_err(|(f, m)| invalid(f, m))?;
+        if let Some(first) = seen.insert(item.id.clone(), n) {
+            return Err(invalid(
+                "id".into(),
+                format!("duplicate id {:?} (first in items[{first}])", item.id),
+            ));
+        }
+        items.push(item);
+    }
+    Ok(items)
 }
 
 /// A read that cannot go on, as a data error naming the file (and the line).

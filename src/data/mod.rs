@@ -7,7 +7,9 @@ pub mod lines;
 pub mod select;
 
 pub use item::{HumanRating, Item, Turn};
-pub use jsonl::{ReadItems, items_text, parse_item, read_item_at, read_items, write_items};
+pub use jsonl::{
+    ReadItems, items_text, parse_item, parse_items, read_item_at, read_items, write_items,
+};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

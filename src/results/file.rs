@@ -54,7 +54,6 @@ pub struct ResultsFile {
     pending: Option<Pending>,
     /// The file did not exist before this run (`abandon` takes it away while it is empty).
     created: bool,
-    written: bool,
 }
 
 /// The changes an open results file waits to make.
@@ -324,7 +323,6 @@ impl ResultsFile {
             changed,
             pending: Some(pending),
             created,
-            written: false,
         })
     }
 
@@ -352,7 +350,6 @@ impl ResultsFile {
                 end_line
             }
         };
-        self.written = true;
         use std::io::Seek;
         self.out.seek(std::io::SeekFrom::End(0)).map_err(io)?;
         if end_line {
@@ -364,7 +361,8 @@ impl ResultsFile {
     /// End a run that stopped before writing: a file this run created and left empty is
     /// taken away, so that a refused run leaves nothing behind.
     pub fn abandon(self) {
-        if self.created && !self.written {
+        // Still pending: nothing was written.
+        if self.created && self.pending.is_some() {
             let _ = std::fs::remove_file(&self.path);
         }
     }

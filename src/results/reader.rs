@@ -38,23 +38,13 @@ impl ResultsInput {
     /// A stream's lines, read once and bounded as a file's are: an endless line is refused at
     /// its line, not held until memory runs out.
     fn hold(path: &Path) -> Result<Vec<u8>, ResultsError> {
-        let io = |source| ResultsError::Io {
+        let file = std::fs::File::open(path).map_err(|source| ResultsError::Io {
             path: path.to_path_buf(),
             source,
-        };
-        let corrupt = |line: usize, message: String| ResultsError::Corrupt {
-            path: path.to_path_buf(),
-            line,
-            message,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
+        })?;
         let mut held = Vec::new();
         for line in Lines::new(BufReader::new(file), MAX_LINE_BYTES) {
-            let Line { number, text, .. } = line.map_err(|e| match e {
-                ReadError::Io(source) => io(source),
-                ReadError::TooLong { line, .. } => corrupt(line, e.to_string()),
-            })?;
-            let text = text.map_err(|e| corrupt(number, e.to_string()))?;
+            let (_, text) = line_text(path, line)?;
             held.extend_from_slice(text.as_bytes());
             held.push(b'\n');
         }
@@ -141,30 +131,41 @@ fn records(
     input: &ResultsInput,
 ) -> Result<impl Iterator<Item = Result<(usize, String, Record), ResultsError>> + '_, ResultsError>
 {
-    let path = input.path.clone();
+    let path = input.path.as_path();
     Ok(
         Lines::new(BufReader::new(input.reader()?), MAX_LINE_BYTES).filter_map(move |line| {
-            let corrupt = |line: usize, message: String| ResultsError::Corrupt {
-                path: path.clone(),
-                line,
-                message,
-            };
             let read = (|| {
-                let Line { number, text, .. } = line.map_err(|e| match e {
-                    ReadError::Io(source) => ResultsError::Io {
-                        path: path.clone(),
-                        source,
-                    },
-                    ReadError::TooLong { line, .. } => corrupt(line, e.to_string()),
-                })?;
-                let text = text.map_err(|e| corrupt(number, e.to_string()))?;
+                let (number, text) = line_text(path, line)?;
                 if text.trim().is_empty() {
                     return Ok(None);
                 }
-                let record = Record::parse(&text).map_err(|e| corrupt(number, e.to_string()))?;
+                let record = Record::parse(&text).map_err(|e| ResultsError::Corrupt {
+                    path: path.to_path_buf(),
+                    line: number,
+                    message: e.to_string(),
+                })?;
                 Ok(Some((number, text, record)))
             })();
             read.transpose()
         }),
     )
+}
+
+/// A line read bounded, as (line number, text): an I/O error, a line over the bound or one
+/// that is not UTF-8 is an error naming the file and line.
+fn line_text(path: &Path, line: Result<Line, ReadError>) -> Result<(usize, String), ResultsError> {
+    let corrupt = |line: usize, message: String| ResultsError::Corrupt {
+        path: path.to_path_buf(),
+        line,
+        message,
+    };
+    let Line { number, text, .. } = line.map_err(|e| match e {
+        ReadError::Io(source) => ResultsError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        ReadError::TooLong { line, .. } => corrupt(line, e.to_string()),
+    })?;
+    let text = text.map_err(|e| corrupt(number, e.to_string()))?;
+    Ok((number, text))
 }

@@ -84,18 +84,13 @@ pub fn run<T: ScoreTask>(
     overwrite: bool,
     progress: &mut Progress<'_>,
 ) -> Result<RunSummary, RunError<T::Error>> {
-    let provenance = task.provenance();
-    let provenance_json = serde_json::to_value(&provenance).expect("provenance serialises");
-    let inputs: Vec<String> = items
-        .iter()
-        .map(|item| super::inputs::digest(&provenance, item))
-        .collect();
+    let carried = Carried::new(task, items);
     let current: HashMap<&str, &str> = items
         .iter()
-        .zip(&inputs)
+        .zip(&carried.inputs)
         .map(|(item, input)| (item.id.as_str(), input.as_str()))
         .collect();
-    let mut file = ResultsFile::open(output, &provenance, overwrite, &current)?;
+    let mut file = ResultsFile::open(output, &carried.provenance, overwrite, &current)?;
     let todo: Vec<usize> = (0..items.len())
         .filter(|&i| !file.finished.contains(&items[i].id))
         .collect();
@@ -109,8 +104,7 @@ pub fn run<T: ScoreTask>(
         task,
         items,
         &todo,
-        &inputs,
-        &provenance_json,
+        &carried,
         &mut file,
         &mut summary,
         progress,
@@ -128,12 +122,7 @@ pub fn run_in_memory<T: ScoreTask>(
     items: &[Item],
     progress: &mut Progress<'_>,
 ) -> Result<(RunSummary, Vec<String>), RunError<T::Error>> {
-    let provenance = task.provenance();
-    let provenance_json = serde_json::to_value(&provenance).expect("provenance serialises");
-    let inputs: Vec<String> = items
-        .iter()
-        .map(|item| super::inputs::digest(&provenance, item))
-        .collect();
+    let carried = Carried::new(task, items);
     let todo: Vec<usize> = (0..items.len()).collect();
     let mut summary = RunSummary::default();
     let mut lines: Vec<Option<String>> = vec![None; items.len()];
@@ -141,8 +130,7 @@ pub fn run_in_memory<T: ScoreTask>(
         task,
         items,
         &todo,
-        &inputs,
-        &provenance_json,
+        &carried,
         &mut lines,
         &mut summary,
         progress,
@@ -152,6 +140,29 @@ pub fn run_in_memory<T: ScoreTask>(
         .map(|line| line.expect("every item is scored once"))
         .collect();
     Ok((summary, lines))
+}
+
+/// What every line of a run carries: the run's provenance, and each item's input hash.
+struct Carried {
+    provenance: super::Provenance,
+    provenance_json: serde_json::Value,
+    inputs: Vec<String>,
+}
+
+impl Carried {
+    fn new<T: ScoreTask>(task: &T, items: &[Item]) -> Self {
+        let provenance = task.provenance();
+        let provenance_json = serde_json::to_value(&provenance).expect("provenance serialises");
+        let inputs = items
+            .iter()
+            .map(|item| super::inputs::digest(&provenance, item))
+            .collect();
+        Carried {
+            provenance,
+            provenance_json,
+            inputs,
+        }
+    }
 }
 
 /// Where a run's lines go, a chunk at a time (each line with its item's index): a results
@@ -176,13 +187,11 @@ impl LineSink for Vec<Option<String>> {
 }
 
 /// Score the `todo` items in the task's chunks, appending each chunk's lines to `sink`.
-#[allow(clippy::too_many_arguments)]
 fn score_into<T: ScoreTask>(
     task: &mut T,
     items: &[Item],
     todo: &[usize],
-    inputs: &[String],
-    provenance_json: &serde_json::Value,
+    carried: &Carried,
     sink: &mut dyn LineSink,
     summary: &mut RunSummary,
     progress: &mut Progress<'_>,
@@ -215,9 +224,9 @@ fn score_into<T: ScoreTask>(
             };
             lines.push(record::line(
                 &items[i].id_json(),
-                Some(&inputs[i]),
+                Some(&carried.inputs[i]),
                 &body,
-                provenance_json,
+                &carried.provenance_json,
             ));
         }
         sink.append(&chunk, lines)?;

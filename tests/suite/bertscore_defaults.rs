@@ -27,6 +27,20 @@ fn hyoka(hf_home: &Path, registry: &Path, args: &[&str]) -> Output {
         .expect("hyoka runs")
 }
 
+/// `hyoka bertscore` of `items` into `out` with the encoder flags given.
+fn bertscore(
+    hf_home: &Path,
+    registry: &Path,
+    items: &Path,
+    out: &Path,
+    encoder: &[&str],
+) -> Output {
+    let mut args = vec!["bertscore"];
+    args.extend_from_slice(encoder);
+    args.extend(["-i", items.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    hyoka(hf_home, registry, &args)
+}
+
 fn write_items(path: &Path, fx: &Value) {
     let mut text = String::new();
     let pairs = fx["cands"]
@@ -66,19 +80,7 @@ fn lang_ja_reads_bert_base_multilingual_cased_from_the_hub_cache_as_bert_score()
     let items = dir.path().join("items.jsonl");
     write_items(&items, &fx);
     let out = dir.path().join("bertscore.jsonl");
-    let run = hyoka(
-        &hf_home,
-        &registry,
-        &[
-            "bertscore",
-            "--lang",
-            "ja",
-            "-i",
-            items.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ],
-    );
+    let run = bertscore(&hf_home, &registry, &items, &out, &["--lang", "ja"]);
     assert!(
         run.status.success(),
         "{}",
@@ -107,18 +109,12 @@ fn lang_ja_reads_bert_base_multilingual_cased_from_the_hub_cache_as_bert_score()
     }
     // bert_score's bare name is the same model.
     let out2 = dir.path().join("bare.jsonl");
-    let run = hyoka(
+    let run = bertscore(
         &hf_home,
         &registry,
-        &[
-            "bertscore",
-            "--model",
-            "bert-base-multilingual-cased",
-            "-i",
-            items.to_str().unwrap(),
-            "-o",
-            out2.to_str().unwrap(),
-        ],
+        &items,
+        &out2,
+        &["--model", "bert-base-multilingual-cased"],
     );
     assert!(
         run.status.success(),
@@ -154,19 +150,7 @@ fn a_default_that_cannot_be_had_stops_the_run_and_nothing_replaces_it() {
     let out_dir = dir.path().join("out");
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join("bertscore.jsonl");
-    let run = hyoka(
-        &hf_home,
-        &registry,
-        &[
-            "bertscore",
-            "--lang",
-            "ja",
-            "-i",
-            items.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ],
-    );
+    let run = bertscore(&hf_home, &registry, &items, &out, &["--lang", "ja"]);
     assert_eq!(run.status.code(), Some(1));
     let err = String::from_utf8_lossy(&run.stderr);
     for needed in [
@@ -184,18 +168,12 @@ fn a_default_that_cannot_be_had_stops_the_run_and_nothing_replaces_it() {
         "the refused run wrote files"
     );
     // bert_score's bare names are asked of their repositories, not refused as non-ids.
-    let run = hyoka(
+    let run = bertscore(
         &hf_home,
         &registry,
-        &[
-            "bertscore",
-            "--model",
-            "roberta-large",
-            "-i",
-            items.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ],
+        &items,
+        &out,
+        &["--model", "roberta-large"],
     );
     assert_eq!(run.status.code(), Some(1));
     let err = String::from_utf8_lossy(&run.stderr);
