@@ -8,7 +8,11 @@
 //! 8 metrics (`meta`) → 9 `report`.
 
 pub mod bertscore;
+pub mod checksum;
+pub mod cli;
 pub mod data;
+pub mod error_kind;
+pub mod error_text;
 pub mod files;
 pub mod heap;
 pub mod judge;
@@ -19,6 +23,8 @@ pub mod report;
 pub mod results;
 pub mod rng;
 pub mod rubric;
+
+pub use error_kind::{ErrorKind, UsageError};
 
 /// hyoka's version, recorded in every output.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

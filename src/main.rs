@@ -1,21 +1,13 @@
 //! The `hyoka` command line. It parses arguments, calls the library and maps failures to exit
 //! codes; no tensor or scoring code lives here.
 
-mod cli;
-
+use hyoka::cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     end_quietly_when_the_reader_goes();
     hyoka::heap::keep_freed_memory();
-    let args = cli::parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
-    match cli::run(args) {
-        Ok(code) => code,
-        Err(err) => {
-            eprintln!("error: {}", cli::message(&err));
-            ExitCode::from(cli::exit_code(&err))
-        }
-    }
+    ExitCode::from(cli::main_with(std::env::args_os()))
 }
 
 /// `hyoka validate --json F | head`: when the reader of stdout goes away, end as Unix tools do

@@ -186,7 +186,7 @@ fn split_ggufs_name_what_is_missing_mixed_or_renamed() {
     for shard in &shards {
         all.extend(std::fs::read(shard).unwrap());
     }
-    let expected = hyoka::rubric::sha256_hex(&all);
+    let expected = hyoka::checksum::sha256_hex(&all);
     // The fixture carries no chat template.
     let template = dir.path().join("template.jinja");
     std::fs::write(

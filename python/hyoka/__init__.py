@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from . import _hyoka, bertscore
 from .bertscore import BERTScorer
 from .errors import HyokaError, InvalidInputError, NotFoundError, UsageError
-from .judge import Judge, options_to_args, write_items
+from .judge import Judge, _settings
 
 __version__: str = _hyoka.version()
 
@@ -50,26 +48,21 @@ def meta(
     """
     if not scores:
         raise UsageError("meta needs at least one results list or file")
-    with tempfile.TemporaryDirectory(prefix="hyoka-meta-") as tmp:
-        folder = Path(tmp)
+    summary = _hyoka.meta(_source("items", items), [_source(f"scores[{n}]", s) for n, s in enumerate(scores)], _settings(options))
+    result: dict[str, Any] = json.loads(summary)
+    return result
 
-        def as_file(name: str, value: Any) -> str:
-            if isinstance(value, (str, os.PathLike)):
-                return os.fspath(value)
-            path = folder / name
-            write_items(value, path)
-            return str(path)
 
-        argv = ["hyoka", "meta", "-i", as_file("items.jsonl", items)]
-        for n, s in enumerate(scores):
-            argv += ["-s", as_file(f"scores-{n}.jsonl", s)]
-        summary = folder / "summary.json"
-        argv += ["--json", str(summary), "--markdown", str(folder / "summary.md")]
-        argv += options_to_args(options)
-        _hyoka.run(argv)
-        with open(summary, encoding="utf-8") as f:
-            result: dict[str, Any] = json.load(f)
-        return result
+def _source(name: str, value: Any) -> str | list[str]:
+    """A path as a string, or dicts (items, results lines) as JSON texts."""
+    if isinstance(value, (str, os.PathLike)):
+        return os.fspath(value)
+    texts = []
+    for i, line in enumerate(value):
+        if not isinstance(line, Mapping):
+            raise InvalidInputError(f"{name}[{i}]: a dict, got {type(line).__name__}")
+        texts.append(json.dumps(line, ensure_ascii=False))
+    return texts
 
 
 __all__ = [

@@ -13,33 +13,6 @@ from . import _progress as _bar
 from .errors import InvalidInputError
 
 
-def options_to_args(options: Mapping[str, Any]) -> list[str]:
-    """Keyword options as command-line flags: prefill_gemm="int8" → --prefill-gemm int8,
-    overwrite=True → --overwrite (False leaves it out), a list repeats the flag."""
-    args: list[str] = []
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if value is None or value is False:
-            continue
-        if value is True:
-            args.append(flag)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                args += [flag, os.fspath(v) if isinstance(v, os.PathLike) else str(v)]
-        else:
-            args += [flag, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
-    return args
-
-
-def write_items(items: Iterable[Mapping[str, Any]], path: Path) -> None:
-    """Items (dicts in the items format) as JSONL; a non-dict is refused by its index."""
-    with open(path, "w", encoding="utf-8") as out:
-        for i, item in enumerate(items):
-            if not isinstance(item, Mapping):
-                raise InvalidInputError(f"items[{i}]: a dict in the items format, got {type(item).__name__}")
-            out.write(json.dumps(item, ensure_ascii=False) + "\n")
-
-
 class Judge:
     """A judge model (or several, `model` a list: each one's scores and their mean) with a
     rubric, loaded once.
@@ -64,11 +37,8 @@ class Judge:
         **options: Any,
     ) -> None:
         models = model if isinstance(model, list) else [model]
-        argv = ["hyoka", "judge", "--rubric", os.fspath(rubric), "-i", "-", "-o", "-"]
-        for m in models:
-            argv += ["--model", os.fspath(m)]
-        argv += options_to_args({"device": device, "dtype": dtype, **options})
-        self._judge = _hyoka.Judge(argv)
+        given = {"device": device, "dtype": dtype, **options}
+        self._judge = _hyoka.Judge([os.fspath(m) for m in models], os.fspath(rubric), _settings(given))
         self.rubric = os.fspath(rubric)
         self.models = [os.fspath(m) for m in models]
 
@@ -91,6 +61,15 @@ class Judge:
         else:
             lines = self._judge.score_items(item_texts(items), progress)
         return [json.loads(line) for line in lines]
+
+
+def _settings(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Options as the extension takes them: paths as strings; None and False mean the default."""
+    return {
+        key: os.fspath(value) if isinstance(value, os.PathLike) else value
+        for key, value in options.items()
+        if value is not None and value is not False
+    }
 
 
 def item_texts(items: Iterable[Mapping[str, Any]]) -> list[str]:

@@ -1,100 +1,29 @@
-//! `hyoka._hyoka`: the Python package's extension module. Thin: BERTScore, the judge and every
-//! command run the library and the command line's own code paths (src/cli, compiled in here),
-//! so a result from Python is the result the `hyoka` command gives; the Python side (python/hyoka)
-//! shapes arguments and results.
+//! `hyoka._hyoka`: the Python package's extension module, a thin face of the hyoka library —
+//! as the command line is another. Keyword arguments become the library's settings
+//! (`JudgeSpec`, `MetaOptions`), items and results pass as JSON texts in memory, and the
+//! library's errors become the exceptions of their kind (hyoka.errors). The `hyoka` command the
+//! package installs is the library's command line (`hyoka::cli`).
 
-#[path = "../../src/cli/mod.rs"]
-mod cli;
+mod errors;
+mod judge;
+mod meta;
+mod options;
 
-use hyoka::bertscore::{Depth, Idf, LoadedScorer, Pairs, Prf, Sentences, best_of, pad_floors};
-use pyo3::exceptions::PyRuntimeError;
+use errors::{exception, raise, usage};
+use hyoka::bertscore::{
+    BertScoreError, Depth, Idf, LoadedScorer, Pairs, Sentences, load_encoder, pad_floors,
+    resolve_baseline,
+};
+use hyoka::results::prf::{Prf, best_of};
 use pyo3::prelude::*;
-use std::process::ExitCode;
 
-/// A failure as the Python exception of the same meaning (hyoka.errors): the exit code the
-/// command line would give decides the class; the message is the command line's text.
-fn to_py(py: Python<'_>, err: anyhow::Error) -> PyErr {
-    let message = cli::message(&err);
-    let class = match cli::exit_code(&err) {
-        cli::exit::EXIT_INVALID_INPUT => "InvalidInputError",
-        cli::exit::EXIT_USAGE => "UsageError",
-        _ if is_not_found(&err) => "NotFoundError",
-        _ => "HyokaError",
-    };
-    to_py_class(py, class, message)
-}
-
-/// A file or folder that is not there (std's NotFound anywhere in the chain).
-fn is_not_found(err: &anyhow::Error) -> bool {
-    err.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-    }) || err.chain().any(|c| {
-        // The encoder's errors hold the model's transparently: not a link of the chain.
-        let model =
-            c.downcast_ref::<hyoka::model::ModelError>().or(match c
-                .downcast_ref::<hyoka::bertscore::BertScoreError>()
-            {
-                Some(hyoka::bertscore::BertScoreError::Model(e)) => Some(e),
-                _ => None,
-            });
-        matches!(model, Some(hyoka::model::ModelError::Missing { .. }))
-    })
-}
-
-/// The exit status of a finished command.
-fn exit_status(code: ExitCode) -> u8 {
-    (0..=255u8)
-        .find(|n| ExitCode::from(*n) == code)
-        .unwrap_or(cli::exit::EXIT_FAILURE)
-}
-
-/// `hyoka ARGS…` as the command line runs it (argv[0] is the program name); its exit status.
-/// Errors are printed as the binary prints them.
+/// `hyoka ARGS…` as the command line runs it (argv[0] is the program name): its exit status.
 /// The process's heap is set up as the binary's (`keep_freed_memory`): this is the `hyoka`
 /// entry point's process, not a Python session's.
 #[pyfunction]
 fn main(py: Python<'_>, argv: Vec<String>) -> u8 {
     hyoka::heap::keep_freed_memory();
-    py.detach(|| {
-        let args = match cli::parse_from(&argv) {
-            Ok(args) => args,
-            Err(e) => {
-                let _ = e.print();
-                return e.exit_code() as u8;
-            }
-        };
-        match cli::run(args) {
-            Ok(code) => exit_status(code),
-            Err(err) => {
-                eprintln!("error: {}", cli::message(&err));
-                cli::exit_code(&err)
-            }
-        }
-    })
-}
-
-/// `hyoka ARGS…` for the Python API: its exit status, or the error raised as an exception
-/// (a bad option: UsageError with clap's message).
-#[pyfunction]
-fn run(py: Python<'_>, argv: Vec<String>) -> PyResult<u8> {
-    let args = cli::parse_from(&argv).map_err(|e| to_py_class(py, "UsageError", e.to_string()))?;
-    match py.detach(|| cli::run(args)) {
-        Ok(code) => Ok(exit_status(code)),
-        Err(err) => Err(to_py(py, err)),
-    }
-}
-
-/// An exception of hyoka.errors' `class` with `message`.
-fn to_py_class(py: Python<'_>, class: &str, message: String) -> PyErr {
-    match py
-        .import("hyoka.errors")
-        .and_then(|m| m.getattr(class))
-        .and_then(|c| c.call1((message.clone(),)))
-    {
-        Ok(exc) => PyErr::from_value(exc),
-        Err(_) => PyRuntimeError::new_err(message),
-    }
+    py.detach(|| hyoka::cli::main_with(&argv))
 }
 
 /// The built-in rubrics' names.
@@ -116,11 +45,11 @@ fn default_device() -> &'static str {
 /// The hyoka library's version.
 #[pyfunction]
 fn version() -> &'static str {
-    env!("CARGO_PKG_VERSION")
+    hyoka::VERSION
 }
 
-/// An encoder loaded for BERTScore, as `hyoka bertscore` loads it: `model` (folder or Hub id),
-/// else bert_score's encoder for `lang`, else the offline multilingual-e5-small.
+/// An encoder loaded for BERTScore (`bertscore::load_encoder`): `model` (folder, Hub id or
+/// bert_score's name), else bert_score's encoder for `lang`.
 #[pyclass(module = "hyoka._hyoka", name = "Encoder")]
 struct Encoder {
     loaded: LoadedScorer,
@@ -141,18 +70,12 @@ impl Encoder {
         batch_tokens: Option<usize>,
     ) -> PyResult<Self> {
         let loaded = py
-            .detach(|| -> anyhow::Result<LoadedScorer> {
+            .detach(|| -> Result<LoadedScorer, BertScoreError> {
                 let dev = hyoka::model::backend::device::parse_device(&device)?;
                 let dt = hyoka::model::backend::device::parse_dtype(Some(&dtype), &dev)?;
-                cli::bertscore_cmd::load_encoder(
-                    model.as_deref(),
-                    &lang,
-                    Depth::Layer(layer),
-                    dt,
-                    &dev,
-                )
+                load_encoder(model.as_deref(), &lang, Depth::Layer(layer), dt, &dev)
             })
-            .map_err(|e| to_py(py, e))?;
+            .map_err(raise(py))?;
         let batch_tokens = batch_tokens.unwrap_or_else(|| {
             hyoka::bertscore::run::default_batch_tokens(loaded.scorer.encoder.device())
         });
@@ -183,14 +106,14 @@ impl Encoder {
         lang: Option<String>,
         path: Option<String>,
     ) -> PyResult<(f64, f64, f64)> {
-        let found = cli::bertscore_cmd::resolve_baseline(
+        let found = resolve_baseline(
             path.as_deref().map(std::path::Path::new),
             true,
             lang.as_deref(),
             &self.loaded,
         )
-        .map_err(|e| to_py(py, e))?;
-        let (_, b) = found.ok_or_else(|| to_py_class(py, "UsageError", "no baseline".into()))?;
+        .map_err(raise(py))?;
+        let (_, b) = found.ok_or_else(|| usage(py, "no baseline".into()))?;
         Ok((b.p, b.r, b.f))
     }
 
@@ -210,7 +133,7 @@ impl Encoder {
         idf_sentences: Option<Vec<String>>,
     ) -> PyResult<Job> {
         if candidates.len() != references.len() {
-            return Err(to_py_class(
+            return Err(exception(
                 py,
                 "InvalidInputError",
                 format!(
@@ -248,7 +171,7 @@ impl Encoder {
                 scores,
             })
         })
-        .map_err(|e: hyoka::bertscore::BertScoreError| to_py(py, e.into()))
+        .map_err(raise::<BertScoreError>(py))
     }
 
     /// Score pairs start..end of `job` (the GIL released meanwhile).
@@ -269,7 +192,7 @@ impl Encoder {
                     batch_tokens,
                 )
             })
-            .map_err(|e| to_py(py, e.into()))?;
+            .map_err(raise::<BertScoreError>(py))?;
         for (slot, prf) in job.scores[start..end].iter_mut().zip(got) {
             *slot = Some(prf);
         }
@@ -304,7 +227,7 @@ impl Job {
         baseline: Option<(f64, f64, f64)>,
     ) -> PyResult<(Vec<f64>, Vec<f64>, Vec<f64>)> {
         let Some(prfs) = self.scores.iter().copied().collect::<Option<Vec<Prf>>>() else {
-            return Err(to_py_class(
+            return Err(exception(
                 py,
                 "HyokaError",
                 "not every pair has been scored".into(),
@@ -325,114 +248,15 @@ impl Job {
     }
 }
 
-/// A judge loaded as `hyoka judge ARGS…` loads it (the same options), kept between calls.
-#[pyclass(module = "hyoka._hyoka", name = "Judge")]
-struct Judge {
-    loaded: cli::judge_cmd::LoadedJudge,
-}
-
-#[pymethods]
-impl Judge {
-    /// `argv`: a `hyoka judge` command line; its --input and --output are ignored.
-    #[new]
-    fn new(py: Python<'_>, argv: Vec<String>) -> PyResult<Self> {
-        let args = match cli::parse_from(&argv) {
-            Ok(cli::Cli {
-                command: cli::Command::Judge(args),
-            }) => args,
-            Ok(_) => return Err(to_py_class(py, "UsageError", "not a judge command".into())),
-            Err(e) => return Err(to_py_class(py, "UsageError", e.to_string())),
-        };
-        let loaded = py
-            .detach(|| {
-                let rubric = hyoka::prompt::resolve_rubric(&args.rubric)?;
-                cli::judge_cmd::LoadedJudge::load(&args, rubric)
-            })
-            .map_err(|e| to_py(py, e))?;
-        Ok(Judge { loaded })
-    }
-
-    /// Score items given as JSON texts (one item each, in the items format): the results line
-    /// `hyoka judge` would write for each, in the items' order, with no file read or written. A bad item is an InvalidInputError naming `items[N]` and the field.
-    /// `progress(done, total)` is called between batches; Ctrl-C (or an exception raised by
-    /// `progress`) stops the run there and is raised.
-    #[pyo3(signature = (items, progress=None))]
-    fn score_items(
-        &self,
-        py: Python<'_>,
-        items: Vec<String>,
-        progress: Option<Py<PyAny>>,
-    ) -> PyResult<Vec<String>> {
-        let parsed = hyoka::data::parse_items(&items).map_err(|e| to_py(py, e.into()))?;
-        self.score_in_memory(py, &parsed, progress)
-    }
-
-    /// Score the items of an items JSONL file (read as `hyoka judge -i` reads it) into memory,
-    /// as `score_items`.
-    #[pyo3(signature = (path, progress=None))]
-    fn score_file(
-        &self,
-        py: Python<'_>,
-        path: String,
-        progress: Option<Py<PyAny>>,
-    ) -> PyResult<Vec<String>> {
-        let read = py
-            .detach(|| hyoka::data::read_items(std::path::Path::new(&path), false))
-            .map_err(|e| to_py(py, e.into()))?;
-        self.score_in_memory(py, &read.items, progress)
-    }
-}
-
-impl Judge {
-    fn score_in_memory(
-        &self,
-        py: Python<'_>,
-        items: &[hyoka::data::Item],
-        progress: Option<Py<PyAny>>,
-    ) -> PyResult<Vec<String>> {
-        let pending: std::sync::Mutex<Option<PyErr>> = std::sync::Mutex::new(None);
-        let result = py.detach(|| -> anyhow::Result<Vec<String>> {
-            let started = std::time::Instant::now();
-            let mut report = |done: usize, total: usize| {
-                Python::attach(|py| {
-                    let stop = py.check_signals().err().or_else(|| {
-                        let call = progress.as_ref()?.call1(py, (done, total));
-                        call.err()
-                    });
-                    match stop {
-                        Some(e) => {
-                            *pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                            std::ops::ControlFlow::Break(())
-                        }
-                        None => std::ops::ControlFlow::Continue(()),
-                    }
-                })
-            };
-            let (summary, stats, lines) =
-                self.loaded
-                    .judge()
-                    .score_lines(items, &self.loaded.opts, &mut report)?;
-            cli::judge_cmd::report(&summary, &stats, started.elapsed().as_secs_f64(), "memory");
-            Ok(lines)
-        });
-        result.map_err(
-            |e| match pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                Some(raised) => raised,
-                None => to_py(py, e),
-            },
-        )
-    }
-}
-
 #[pymodule]
 fn _hyoka(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(main, m)?)?;
-    m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(rubrics, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(default_device, m)?)?;
+    m.add_function(wrap_pyfunction!(meta::meta, m)?)?;
     m.add_class::<Encoder>()?;
     m.add_class::<Job>()?;
-    m.add_class::<Judge>()?;
+    m.add_class::<judge::Judge>()?;
     Ok(())
 }

@@ -4,7 +4,8 @@
 //! `get_rescale_baseline.py` computes it.
 
 use super::defaults::short_name;
-use super::{BertScoreError, BertScorer, Prf};
+use super::{BertScoreError, BertScorer};
+use crate::results::prf::Prf;
 use std::path::Path;
 
 /// All rows of a baseline file, by layer.

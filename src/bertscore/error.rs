@@ -10,4 +10,12 @@ pub enum BertScoreError {
     Model(#[from] crate::model::ModelError),
     #[error("{path}: {message}")]
     Baseline { path: String, message: String },
+    #[error(
+        "no baseline is shipped for {model} in {lang} (shipped: {shipped}): make one with `hyoka bertscore baseline` and pass --baseline FILE"
+    )]
+    NoBaseline {
+        model: String,
+        lang: String,
+        shipped: String,
+    },
 }

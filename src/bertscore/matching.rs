@@ -2,9 +2,9 @@
 //! embeddings kept on the device, and greedy matching of pairs there.
 
 use super::error::BertScoreError;
-use super::prf::Prf;
 use super::scorer::BertScorer;
 use super::sentences::{Idf, Sentences};
+use crate::results::prf::Prf;
 use candle_core::{D, DType, Tensor};
 use rayon::prelude::*;
 

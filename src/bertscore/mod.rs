@@ -18,14 +18,14 @@
 pub mod baseline;
 pub mod defaults;
 mod error;
+pub mod loading;
 mod matching;
-mod prf;
 pub mod run;
 mod scorer;
 mod sentences;
 
 pub use error::BertScoreError;
+pub use loading::{load_encoder, resolve_baseline};
 pub use matching::Embeddings;
-pub use prf::{Prf, best_of};
 pub use scorer::{BertScorer, Depth, LoadedScorer};
 pub use sentences::{Idf, Pairs, Sentences, pad_floors};

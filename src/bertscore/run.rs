@@ -1,7 +1,8 @@
 //! A whole BERTScore run: items → (candidate, references) pairs → scores.jsonl, resumable.
 
-use super::{BertScoreError, BertScorer, Prf};
+use super::{BertScoreError, BertScorer};
 use crate::data::Item;
+use crate::results::prf::{Prf, best_of};
 use crate::results::runner::{self, Outcome, RunError, RunSummary, ScoreTask};
 use crate::results::{Body, ModelId, Provenance, Task};
 use serde_json::{Map, json};
@@ -198,7 +199,7 @@ impl ScoreTask for BertScoreTask<'_, '_> {
                 Err(why) => Outcome::NotApplicable(why.clone()),
                 Ok(_) => {
                     let r = ranges.next().expect("one range per paired item");
-                    let best = super::best_of(&prfs[next..next + r.len()]);
+                    let best = best_of(&prfs[next..next + r.len()]);
                     next += r.len();
                     Outcome::Scored(Body::BertScore(match &self.run.baseline {
                         Some((_, b)) => best.rescale(b),

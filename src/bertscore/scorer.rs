@@ -1,9 +1,9 @@
 //! The scorer: sentences encoded once, pairs matched in batches, P/R/F per pair.
 
 use super::error::BertScoreError;
-use super::prf::{Prf, best_of};
 use super::sentences::{Idf, Pairs, Sentences, pad_floors};
 use crate::model::encoder::Encoder;
+use crate::results::prf::{Prf, best_of};
 use candle_core::DType;
 use std::collections::HashMap;
 use tokenizers::Tokenizer;

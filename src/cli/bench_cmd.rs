@@ -1,14 +1,14 @@
 //! `hyoka bench`: prefill speed on real judge prompts (a benchmark, never a test).
 
+use crate::data;
+use crate::judge::layout::{ItemLayout, TextFit, common_header, layout_item};
+use crate::judge::{Scorer, plan_batches};
+use crate::model::backend::device::{device_name, dtype_name};
+use crate::model::backend::stage_times;
+use crate::model::{Batch, KvCache, Products, Row, Transformer};
+use crate::prompt::PromptBuilder;
 use anyhow::Context;
 use clap::Args;
-use hyoka::data;
-use hyoka::judge::layout::{ItemLayout, TextFit, common_header, layout_item};
-use hyoka::judge::{Scorer, plan_batches};
-use hyoka::model::backend::device::{device_name, dtype_name};
-use hyoka::model::backend::stage_times;
-use hyoka::model::{Batch, KvCache, Products, Row, Transformer};
-use hyoka::prompt::PromptBuilder;
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,7 +27,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub model: String,
     #[command(flatten)]
-    pub runtime: super::RuntimeArgs,
+    pub runtime: super::runtime_args::RuntimeArgs,
     #[arg(long, default_value = "dialogue6-ja")]
     pub rubric: String,
     #[arg(long, short)]
@@ -56,7 +56,7 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    let (rubric, _) = hyoka::prompt::resolve_rubric(&args.rubric)?;
+    let (rubric, _) = crate::prompt::resolve_rubric(&args.rubric)?;
     let items = data::read_items(&args.input, false)?.items;
     if items.is_empty() {
         return Err(data::DataError::Format {
@@ -66,10 +66,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         .into());
     }
     let items = &items[..args.n.min(items.len())];
-    let (device, settings) = args.runtime.settings()?;
-    let model = args
-        .runtime
-        .load_model(&args.model, &device, &settings, None)?;
+    let runtime = args.runtime.options();
+    let (device, settings) = runtime.settings()?;
+    let model = runtime.load_model(&args.model, &device, &settings, None)?;
     let t = &model.transformer;
     let builder = PromptBuilder::new(&rubric)?;
     let fit = TextFit::new(&model.tokenizer, t.cfg.max_position);
@@ -88,7 +87,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     if let Some(path) = &args.dump_tokens {
-        hyoka::files::write_atomic(path, json!({"prompts": prompts}).to_string().as_bytes())
+        crate::files::write_atomic(path, json!({"prompts": prompts}).to_string().as_bytes())
             .with_context(|| path.display().to_string())?;
     }
     let tokens: usize = prompts.iter().map(Vec::len).sum();
@@ -180,7 +179,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         "model": args.model, "arch": t.cfg.arch.name(), "parameters": params, "device": device_name(&device),
         "dtype": dtype_name(settings.dtype), "weights": settings.weights.name(),
         "prefill_gemm": settings.prefill_gemm.name(), "gpu_kernels": settings.gpu_kernels.name(),
-        "int8_body": hyoka::model::quant::cpu::prefill_gemm::int8_body(),
+        "int8_body": crate::model::quant::cpu::prefill_gemm::int8_body(),
         "threads": rayon::current_num_threads(), "items": items.len(),
         "prompt_tokens": tokens, "mean_prompt_tokens": tokens as f64 / prompts.len() as f64,
         "prefill_batch1_tok_s": tokens as f64 / single,

@@ -1,10 +1,10 @@
 //! `hyoka bertscore` and `hyoka bertscore baseline`.
 
+use crate::bertscore::run::{Against, BERT_SCORE_BATCH, BertScoreRun, default_batch_tokens};
+use crate::bertscore::{BertScorer, Depth, LoadedScorer, baseline, load_encoder, resolve_baseline};
+use crate::data;
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use hyoka::bertscore::run::{Against, BERT_SCORE_BATCH, BertScoreRun, default_batch_tokens};
-use hyoka::bertscore::{BertScorer, Depth, LoadedScorer, Prf, baseline, defaults};
-use hyoka::data;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -134,86 +134,22 @@ impl EncoderArgs {
 }
 
 fn load(args: &EncoderArgs, all_layers: bool) -> anyhow::Result<LoadedScorer> {
-    let device = hyoka::model::backend::device::parse_device(&args.device)?;
-    let dtype = hyoka::model::backend::device::parse_dtype(Some(&args.dtype), &device)?;
-    hyoka::model::backend::device::set_tf32(&device, args.tf32)?;
+    let device = crate::model::backend::device::parse_device(&args.device)?;
+    let dtype = crate::model::backend::device::parse_dtype(Some(&args.dtype), &device)?;
+    crate::model::backend::device::set_tf32(&device, args.tf32)?;
     // A baseline covers every layer; scoring stops at the one it reads.
     let depth = if all_layers {
         Depth::All
     } else {
         Depth::Layer(args.layer)
     };
-    load_encoder(
+    Ok(load_encoder(
         args.model.as_deref(),
         args.lang.as_deref().unwrap_or("ja"),
         depth,
         dtype,
         &device,
-    )
-}
-
-/// The encoder `model`, or else bert_score's encoder for `lang` (from the Hub or its cache):
-/// never another in its place.
-pub fn load_encoder(
-    model: Option<&str>,
-    lang: &str,
-    depth: Depth,
-    dtype: candle_core::DType,
-    device: &candle_core::Device,
-) -> anyhow::Result<LoadedScorer> {
-    let load = |name: &str| {
-        BertScorer::load(name, depth, dtype, device)
-            .with_context(|| format!("loading encoder {name}"))
-    };
-    match model {
-        Some(name) => {
-            eprintln!("loading {name} ...");
-            load(name)
-        }
-        None => {
-            let name = defaults::encoder_for_lang(lang);
-            let repo = defaults::hub_repository(name).unwrap_or(name);
-            let layer = defaults::default_layer(name)
-                .map(|l| format!(", layer {l}"))
-                .unwrap_or_default();
-            super::load_default(
-                &format!(
-                    "the default encoder for lang {lang}, bert_score's {name} ({repo} on the Hugging Face Hub{layer})"
-                ),
-                repo,
-                super::running::ModelKind::Encoder,
-                "--model (Python: model_type=)",
-                load,
-            )
-        }
-    }
-}
-
-/// The rescaling baseline: a file, or with `rescale` the one shipped for (lang, model).
-pub fn resolve_baseline(
-    file: Option<&std::path::Path>,
-    rescale: bool,
-    lang: Option<&str>,
-    loaded: &LoadedScorer,
-) -> anyhow::Result<Option<(String, Prf)>> {
-    if let Some(p) = file {
-        return Ok(Some((
-            p.display().to_string(),
-            baseline::read_layer(p, loaded.layer)?,
-        )));
-    }
-    if !rescale {
-        return Ok(None);
-    }
-    let lang = lang.context("--rescale needs --lang")?;
-    let shipped = baseline::builtin_baseline(lang, &loaded.model.name).with_context(|| {
-        format!(
-            "no baseline is shipped for {} in {lang} (shipped: {}): make one with `hyoka bertscore baseline` and pass --baseline FILE",
-            loaded.model.name,
-            baseline::builtin_baselines().join(", ")
-        )
-    })?;
-    Ok(Some((shipped.source.clone(), shipped.layer(loaded.layer)?)))
+    )?)
 }
 
 pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
@@ -222,8 +158,8 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
     }
     let input = args.input.context("--input is required")?;
     let output = args.output.context("--output is required")?;
-    if hyoka::files::same_file(&input, &output) {
-        return Err(super::usage(format!(
+    if crate::files::same_file(&input, &output) {
+        return Err(super::exit::usage(format!(
             "the output {} is the input {}: name another output file",
             output.display(),
             input.display()
@@ -235,11 +171,11 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
     }
     // The output is checked (its folder writable, locked by no other run, readable, of this
     // task) before the encoder loads.
-    hyoka::results::ResultsFile::preflight(
+    crate::results::ResultsFile::preflight(
         &output,
         args.overwrite,
-        &hyoka::results::Expected {
-            task: hyoka::results::Task::BertScore,
+        &crate::results::Expected {
+            task: crate::results::Task::BertScore,
             rubric_hash: None,
         },
     )?;
@@ -260,11 +196,11 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         batch_tokens: args.encoder.batch_tokens(&loaded.scorer),
         emulate_batch: Some(args.bert_score_batch).filter(|b| *b > 0),
     };
-    let (summary, secs) = super::with_progress("bertscore", |progress| {
+    let (summary, secs) = super::running::with_progress("bertscore", |progress| {
         job.run(&read.items, &output, args.overwrite, progress)
     });
     let summary = summary?;
-    super::report_retried(&summary);
+    super::running::report_retried(&summary);
     eprintln!(
         "scored {} items in {secs:.2}s ({:.1} pairs/s, layer {}); {} already in {}; {} failed",
         summary.scored,
@@ -274,7 +210,7 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         output.display(),
         summary.failed.len() + summary.not_applicable.len()
     );
-    Ok(super::finish(
+    Ok(super::exit::finish(
         &[summary.failed, summary.not_applicable].concat(),
         read.skipped.len(),
     ))

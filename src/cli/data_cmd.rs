@@ -1,9 +1,9 @@
 //! `hyoka import` and `hyoka validate`.
 
-use super::EXIT_INVALID_INPUT;
+use super::exit::EXIT_INVALID_INPUT;
+use crate::data::{self, dbdc3};
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use hyoka::data::{self, dbdc3};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -238,7 +238,7 @@ fn every_documented_command_parses() {
         for found in commands_of(&doc, &read(&doc)) {
             count += 1;
             let argv = as_argv(&found.words);
-            if let Err(e) = super::command().try_get_matches_from(&argv) {
+            if let Err(e) = super::commands::command().try_get_matches_from(&argv) {
                 use clap::error::ErrorKind as K;
                 // `--help` and `--version` end parsing the way clap reports it; a mention may
                 // leave out required arguments, or end at a flag whose value it does not give.
@@ -267,7 +267,7 @@ fn every_documented_command_parses() {
 fn every_flag_is_documented() {
     let text: String = documents().iter().map(|d| read(d)).collect();
     let mut all = Vec::new();
-    flags(&super::command(), "hyoka", &mut all);
+    flags(&super::commands::command(), "hyoka", &mut all);
     let missing: Vec<String> = all
         .iter()
         .filter(|(_, long, short)| {
@@ -287,7 +287,7 @@ fn every_flag_is_documented() {
 
 /// The exit codes of `EXIT_CODES` with their first word(s) before the colon.
 fn exit_codes() -> Vec<(String, String)> {
-    super::EXIT_CODES
+    super::exit::EXIT_CODES
         .lines()
         .skip(1)
         .filter_map(|line| {

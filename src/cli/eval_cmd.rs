@@ -2,22 +2,18 @@
 //! `hyoka merge` (shards' folders → one folder and its report).
 
 use super::meta_cmd::{StatsArgs, load_frame};
+use crate::bertscore::Depth;
+use crate::bertscore::run::{Against, BERT_SCORE_BATCH, BertScoreRun, default_batch_tokens};
+use crate::data::select::{Shard, sample_dialogues};
+use crate::data::{self, Item, dbdc3};
+use crate::judge::JudgeSpec;
+use crate::judge::json::Decoding;
+use crate::meta::Summary;
+use crate::results::{Expected, Task};
 use anyhow::Context;
 use clap::Args;
-use hyoka::bertscore::Depth;
-use hyoka::bertscore::run::{Against, BERT_SCORE_BATCH, BertScoreRun, default_batch_tokens};
-use hyoka::data::select::{Shard, sample_dialogues};
-use hyoka::data::{self, Item, dbdc3};
-use hyoka::judge::json::Decoding;
-use hyoka::judge::run::Judge;
-use hyoka::meta::Summary;
-use hyoka::results::{Expected, Task};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-/// The default judge: a small model a CPU runs, from the Hugging Face Hub (or its cache).
-const DEFAULT_JUDGE: &str =
-    "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 
 pub(super) const ITEMS: &str = "items.jsonl";
 pub(super) const JUDGE: &str = "judge.jsonl";
@@ -100,7 +96,7 @@ pub struct EvalArgs {
     #[arg(long, short)]
     pub output: PathBuf,
     #[command(flatten)]
-    pub runtime: super::RuntimeArgs,
+    pub runtime: super::runtime_args::RuntimeArgs,
     #[command(flatten)]
     pub batching: super::judge_cmd::BatchArgs,
     #[command(flatten)]
@@ -147,9 +143,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         Some(s) => Some(s),
         None => Shard::from_slurm(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?,
     };
-    let (rubric, source) = hyoka::prompt::resolve_rubric(&args.rubric)?;
+    let (rubric, source) = crate::prompt::resolve_rubric(&args.rubric)?;
     args.stats
-        .check_breakdown_aspects(rubric.aspects.iter().map(|a| a.key.as_str()))?;
+        .options()
+        .breakdown
+        .check_aspects(rubric.aspects.iter().map(|a| a.key.as_str()))?;
     let dir = match shard {
         Some(s) => args.output.join(s.folder_name()),
         None => args.output.clone(),
@@ -186,9 +184,9 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     // Everything that can be checked is checked before any model loads: the settings, the
     // folder (it takes new files), and existing results (locked by no other run, readable, of
     // this task, version and rubric).
-    let (device, settings) = args.runtime.settings()?;
+    let (device, settings) = args.runtime.options().settings()?;
     let _created = CreatedFolders::create(&dir)?;
-    hyoka::results::ResultsFile::preflight(
+    crate::results::ResultsFile::preflight(
         &dir.join(JUDGE),
         args.overwrite,
         &Expected {
@@ -197,7 +195,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         },
     )?;
     if !args.no_bertscore {
-        hyoka::results::ResultsFile::preflight(
+        crate::results::ResultsFile::preflight(
             &dir.join(BERTSCORE),
             args.overwrite,
             &Expected {
@@ -211,56 +209,40 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let encoder = if args.no_bertscore {
         None
     } else {
-        let encoder_dtype = hyoka::model::backend::device::parse_dtype(Some("f32"), &device)?;
+        let encoder_dtype = crate::model::backend::device::parse_dtype(Some("f32"), &device)?;
         let lang = args
             .lang
             .as_deref()
             .or(rubric.language.as_deref())
             .unwrap_or("ja");
-        let loaded = super::bertscore_cmd::load_encoder(
+        let loaded = crate::bertscore::load_encoder(
             args.bertscore_model.as_deref(),
             lang,
             Depth::Layer(args.layer),
             encoder_dtype,
             &device,
         )?;
-        let baseline =
-            super::bertscore_cmd::resolve_baseline(None, args.rescale, Some(lang), &loaded)?;
+        let baseline = crate::bertscore::resolve_baseline(None, args.rescale, Some(lang), &loaded)?;
         Some((loaded, baseline))
     };
 
     // The judge.
-    let load_judge = |name: &str| args.runtime.load_model(name, &device, &settings, None);
-    let models = if args.model.is_empty() {
-        vec![super::load_default(
-            &format!("the default judge {DEFAULT_JUDGE}"),
-            DEFAULT_JUDGE,
-            super::running::ModelKind::Judge,
-            "--model",
-            load_judge,
-        )?]
-    } else {
-        args.model
-            .iter()
-            .map(|m| {
-                eprintln!("loading {m} ...");
-                load_judge(m)
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?
-    };
-    let judge = Judge {
-        models: &models,
-        rubric: &rubric,
-        rubric_source: &source,
-    };
-    let opts = args.batching.run_options(
-        args.overwrite,
-        None,
-        Decoding {
-            temperature: 0.0,
-            seed: 0,
-        },
-    );
+    let judge = JudgeSpec {
+        models: args.model.clone(),
+        rubric,
+        rubric_source: source,
+        runtime: args.runtime.options(),
+        sha256: None,
+        run: args.batching.run_options(
+            args.overwrite,
+            None,
+            Decoding {
+                temperature: 0.0,
+                seed: 0,
+            },
+        ),
+    }
+    .load_on(&device, &settings)?;
     let bertscore = encoder.as_ref().map(|(loaded, baseline)| BertScoreRun {
         scorer: &loaded.scorer,
         model: loaded.model.clone(),
@@ -279,9 +261,13 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     });
     // With the models loaded, the existing results are checked against the whole run before
     // anything is written: a refused run leaves the folder as it was.
-    hyoka::results::ResultsFile::check(&dir.join(JUDGE), &judge.provenance(&opts), args.overwrite)?;
+    crate::results::ResultsFile::check(
+        &dir.join(JUDGE),
+        &judge.judge().provenance(&judge.opts),
+        args.overwrite,
+    )?;
     if let Some(job) = &bertscore {
-        hyoka::results::ResultsFile::check(
+        crate::results::ResultsFile::check(
             &dir.join(BERTSCORE),
             &job.provenance(),
             args.overwrite,
@@ -290,9 +276,9 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     data::write_items(&dir.join(ITEMS), &items)?;
 
     let (summary, secs) =
-        super::with_progress("judging", |p| judge.run(&items, &dir.join(JUDGE), &opts, p));
+        super::running::with_progress("judging", |p| judge.run(&items, &dir.join(JUDGE), p));
     let (summary, _) = summary?;
-    super::report_retried(&summary);
+    super::running::report_retried(&summary);
     eprintln!(
         "judge: scored {} items in {secs:.1}s; {} already done; {} failed",
         summary.scored,
@@ -300,16 +286,16 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         summary.failed.len()
     );
     let mut failed = summary.failed;
-    drop(models);
+    drop(judge);
 
     // BERTScore.
     let mut results = vec![dir.join(JUDGE)];
     if let Some(job) = &bertscore {
-        let (summary, secs) = super::with_progress("bertscore", |p| {
+        let (summary, secs) = super::running::with_progress("bertscore", |p| {
             job.run(&items, &dir.join(BERTSCORE), args.overwrite, p)
         });
         let summary = summary?;
-        super::report_retried(&summary);
+        super::running::report_retried(&summary);
         eprintln!(
             "bertscore: scored {} items in {secs:.1}s (layer {}); {} already done; {} failed",
             summary.scored,
@@ -339,7 +325,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             write_all(&dir, written)?;
         }
     }
-    Ok(super::finish(&failed, 0))
+    Ok(super::exit::finish(&failed, 0))
 }
 
 /// The folders a run created for its output, taken away again when the run leaves them empty
@@ -373,8 +359,8 @@ impl Drop for CreatedFolders {
 fn refuse_input_as_output(dir: &Path, input: &Path) -> anyhow::Result<()> {
     for name in OUTPUTS {
         let output = dir.join(name);
-        if hyoka::files::same_file(&output, input) {
-            return Err(super::usage(format!(
+        if crate::files::same_file(&output, input) {
+            return Err(super::exit::usage(format!(
                 "the input {} is the output {}: name another output folder",
                 input.display(),
                 output.display()
@@ -388,7 +374,7 @@ fn refuse_input_as_output(dir: &Path, input: &Path) -> anyhow::Result<()> {
 pub(super) fn write_all(dir: &Path, files: Vec<(&'static str, String)>) -> anyhow::Result<()> {
     for (name, text) in files {
         let path = dir.join(name);
-        hyoka::files::write_atomic(&path, text.as_bytes())
+        crate::files::write_atomic(&path, text.as_bytes())
             .with_context(|| format!("{}", path.display()))?;
     }
     Ok(())
@@ -406,7 +392,7 @@ pub(super) fn report(
         eprintln!("the items have no human ratings: writing scores.jsonl only");
         return Ok(vec![(
             "scores.jsonl",
-            lines_text(&hyoka::report::score_lines(&frame)),
+            lines_text(&crate::report::score_lines(&frame)),
         )]);
     }
     let summary = Summary::compute(&mut frame, &stats.options())?;
@@ -414,17 +400,17 @@ pub(super) fn report(
     let files = vec![
         (
             "scores.jsonl",
-            lines_text(&hyoka::report::score_lines(&frame)),
+            lines_text(&crate::report::score_lines(&frame)),
         ),
         ("summary.json", json),
         ("summary.md", summary.markdown()),
-        ("report.html", hyoka::report::html(&summary, &frame)),
+        ("report.html", crate::report::html(&summary, &frame)),
     ];
     // The paper's table on stdout, at item level.
-    if let Some(table) = summary.level_table(hyoka::meta::Level::Item) {
+    if let Some(table) = summary.level_table(crate::meta::Level::Item) {
         println!(
             "### {}\n\n{}",
-            hyoka::meta::Level::Item.title(),
+            crate::meta::Level::Item.title(),
             table.trim_end()
         );
     }

@@ -1,7 +1,7 @@
 //! `hyoka export`: results in other tools' formats.
 
+use crate::meta::breakdown::LevelLabels;
 use clap::Subcommand;
-use hyoka::meta::breakdown::LevelLabels;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -41,7 +41,7 @@ pub fn run(cmd: Export) -> anyhow::Result<ExitCode> {
             levels,
         } => {
             let written =
-                hyoka::report::dbdc3::export(&scores, &output, aspect.as_deref(), levels.as_ref())?;
+                crate::report::dbdc3::export(&scores, &output, aspect.as_deref(), levels.as_ref())?;
             eprintln!(
                 "{} turns of {} dialogues ({} as {}) written to {}",
                 written.turns,

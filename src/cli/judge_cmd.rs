@@ -1,11 +1,12 @@
 //! `hyoka judge`.
 
+use crate::data;
+use crate::judge::JudgeSpec;
+use crate::judge::json::Decoding;
+use crate::judge::run::RunOptions;
+use crate::rubric::Rubric;
 use clap::Args;
-use hyoka::data;
-use hyoka::judge::json::Decoding;
-use hyoka::judge::run::{Judge, RunOptions};
-use hyoka::rubric::Rubric;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
@@ -45,7 +46,7 @@ pub struct JudgeArgs {
     #[arg(long, short)]
     pub output: PathBuf,
     #[command(flatten)]
-    pub runtime: super::RuntimeArgs,
+    pub runtime: super::runtime_args::RuntimeArgs,
     #[command(flatten)]
     pub batching: BatchArgs,
     /// Expected sha256 of the (first) model's weights file — of a split GGUF, of its shards'
@@ -95,13 +96,8 @@ pub struct BatchArgs {
     /// the weights once for all of them (up to the items of a batch, `--batch-tokens`). On a
     /// CPU the objects are the same bits whatever fits; on CUDA their scores' last bits can
     /// move with the rows decoded together (docs/rubrics.md, json rubrics).
-    #[arg(
-        long,
-        value_name = "GIB",
-        default_value_t = hyoka::judge::JSON_CACHE_BYTES as f64 / (1u64 << 30) as f64,
-        value_parser = gibibytes
-    )]
-    pub json_cache_gib: f64,
+    #[arg(long = "json-cache-gib", value_name = "GIB", default_value = "2", value_parser = gibibytes)]
+    pub json_cache_bytes: usize,
 }
 
 impl BatchArgs {
@@ -117,122 +113,76 @@ impl BatchArgs {
             overwrite,
             greedy_baseline,
             decoding,
-            json_cache_bytes: (self.json_cache_gib * (1u64 << 30) as f64) as usize,
+            json_cache_bytes: self.json_cache_bytes,
         }
     }
 }
 
-/// A judge command's models, rubric and options, loaded: what `hyoka judge` runs once and the
-/// Python package's `Judge` keeps between calls.
-pub struct LoadedJudge {
-    pub models: Vec<hyoka::model::LoadedModel>,
-    pub rubric: Rubric,
-    pub rubric_source: String,
-    pub opts: RunOptions,
-}
-
-impl LoadedJudge {
-    /// The models `args` name, with `rubric` (`Rubric::resolve` of `args.rubric`) and its source.
-    pub fn load(
-        args: &JudgeArgs,
-        (rubric, rubric_source): (Rubric, String),
-    ) -> anyhow::Result<Self> {
-        let (device, settings) = args.runtime.settings()?;
-        let mut models = Vec::with_capacity(args.model.len());
-        for (i, name) in args.model.iter().enumerate() {
-            eprintln!("loading {name} ...");
-            let expect = if i == 0 { args.sha256.as_deref() } else { None };
-            models.push(args.runtime.load_model(name, &device, &settings, expect)?);
-        }
-        let opts = args.batching.run_options(
-            args.overwrite,
-            args.greedy_baseline,
-            Decoding {
-                temperature: args.temperature,
-                seed: args.seed,
-            },
-        );
-        Ok(LoadedJudge {
-            models,
+impl JudgeArgs {
+    /// The library's judge these flags name, with `rubric` (`prompt::resolve_rubric` of
+    /// `--rubric`) and its source.
+    pub fn spec(&self, (rubric, rubric_source): (Rubric, String)) -> JudgeSpec {
+        JudgeSpec {
+            models: self.model.clone(),
             rubric,
             rubric_source,
-            opts,
-        })
-    }
-
-    /// Score `items` into `output` (continued when it holds lines of the same run), with a
-    /// progress bar; prints the run's figures and returns the failed items' messages.
-    pub fn run(&self, items: &[data::Item], output: &Path) -> anyhow::Result<Vec<String>> {
-        let (summary, secs) = super::with_progress("judging", |progress| {
-            self.judge().run(items, output, &self.opts, progress)
-        });
-        let (summary, stats) = summary?;
-        super::report_retried(&summary);
-        report(&summary, &stats, secs, &output.display().to_string());
-        Ok(summary.failed)
-    }
-
-    /// The judge of these models, rubric and options (`Judge::run`, `Judge::score_lines`).
-    pub fn judge(&self) -> Judge<'_> {
-        Judge {
-            models: &self.models,
-            rubric: &self.rubric,
-            rubric_source: &self.rubric_source,
+            runtime: self.runtime.options(),
+            sha256: self.sha256.clone(),
+            run: self.batching.run_options(
+                self.overwrite,
+                self.greedy_baseline,
+                Decoding {
+                    temperature: self.temperature,
+                    seed: self.seed,
+                },
+            ),
         }
     }
 }
 
 /// A run's figures on stderr; `place`: where its lines went.
-pub fn report(
-    summary: &hyoka::results::RunSummary,
-    stats: &hyoka::judge::run::JudgeStats,
+fn report(
+    summary: &crate::results::RunSummary,
+    stats: &crate::judge::run::JudgeStats,
     secs: f64,
     place: &str,
 ) {
-    eprintln!(
-        "scored {} items in {secs:.1}s ({:.2} items/s); {} already in {place}; {} failed; {} truncated to fit",
-        summary.scored,
-        summary.scored as f64 / secs.max(1e-9),
-        summary.skipped_finished,
-        summary.failed.len(),
-        stats.truncated,
-    );
-    if stats.naive_tokens > 0 {
-        eprintln!(
-            "forward tokens: {} (one full prompt per aspect would be {}: {:.1}× fewer)",
-            stats.forward_tokens,
-            stats.naive_tokens,
-            stats.naive_tokens as f64 / stats.forward_tokens.max(1) as f64
-        );
+    for line in stats.describe(summary, secs, place) {
+        eprintln!("{line}");
     }
 }
 
 pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
     // The rubric and the items are checked, and the output (locked by no other run, readable),
     // before models load.
-    if hyoka::files::same_file(&args.input, &args.output) {
-        return Err(super::usage(format!(
+    if crate::files::same_file(&args.input, &args.output) {
+        return Err(super::exit::usage(format!(
             "the output {} is the input {}: name another output file",
             args.output.display(),
             args.input.display()
         )));
     }
-    let rubric = hyoka::prompt::resolve_rubric(&args.rubric)?;
+    let rubric = crate::prompt::resolve_rubric(&args.rubric)?;
     let read = data::read_items(&args.input, args.skip_invalid)?;
     for e in &read.skipped {
         eprintln!("skipped: {e}");
     }
-    hyoka::results::ResultsFile::preflight(
+    crate::results::ResultsFile::preflight(
         &args.output,
         args.overwrite,
-        &hyoka::results::Expected {
-            task: hyoka::results::Task::Judge,
+        &crate::results::Expected {
+            task: crate::results::Task::Judge,
             rubric_hash: Some(rubric.0.hash()),
         },
     )?;
-    let judge = LoadedJudge::load(&args, rubric)?;
-    let failed = judge.run(&read.items, &args.output)?;
-    Ok(super::finish(&failed, read.skipped.len()))
+    let judge = args.spec(rubric).load()?;
+    let (summary, secs) = super::running::with_progress("judging", |progress| {
+        judge.run(&read.items, &args.output, progress)
+    });
+    let (summary, stats) = summary?;
+    super::running::report_retried(&summary);
+    report(&summary, &stats, secs, &args.output.display().to_string());
+    Ok(super::exit::finish(&summary.failed, read.skipped.len()))
 }
 
 /// A count of tokens: a whole number of at least 1.
@@ -243,12 +193,12 @@ fn at_least_one(s: &str) -> Result<usize, String> {
     }
 }
 
-/// A memory size in GiB: above zero, at most 2^20 (a PiB; NaN and infinities refused).
-fn gibibytes(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(g) if g > 0.0 && g <= (1u64 << 20) as f64 => Ok(g),
-        _ => Err(format!("must be a number of GiB above 0, got {s:?}")),
-    }
+/// A memory size in GiB, in bytes (`judge::json_cache_bytes`).
+fn gibibytes(s: &str) -> Result<usize, String> {
+    let gib = s
+        .parse::<f64>()
+        .map_err(|_| format!("must be a number of GiB above 0, got {s:?}"))?;
+    crate::judge::json_cache_bytes(gib).map_err(|e| e.to_string())
 }
 
 /// A finite temperature ≥ 0, checked before any model is loaded.

@@ -3,12 +3,12 @@
 
 use super::eval_cmd::{BERTSCORE, ITEMS, JUDGE, report, write_all};
 use super::meta_cmd::StatsArgs;
+use crate::data::select::Shard;
+use crate::data::{self, DataError, Item};
+use crate::results::Provenance;
+use crate::results::reader::read_records;
 use anyhow::Context;
 use clap::Args;
-use hyoka::data::select::Shard;
-use hyoka::data::{self, DataError, Item};
-use hyoka::results::Provenance;
-use hyoka::results::reader::read_records;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -46,16 +46,16 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
     for (i, dir) in args.shards.iter().enumerate() {
         if let Some(earlier) = args.shards[..i]
             .iter()
-            .find(|d| hyoka::files::same_file(d, dir))
+            .find(|d| crate::files::same_file(d, dir))
         {
-            return Err(super::usage(format!(
+            return Err(super::exit::usage(format!(
                 "{} and {} are one folder: give each shard once",
                 earlier.display(),
                 dir.display()
             )));
         }
-        if hyoka::files::same_file(dir, &args.output) {
-            return Err(super::usage(format!(
+        if crate::files::same_file(dir, &args.output) {
+            return Err(super::exit::usage(format!(
                 "the output {} is the shard folder {}: merge into another folder",
                 args.output.display(),
                 dir.display()
@@ -121,7 +121,7 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
                     Some(p) => p.ensure_same(&record.provenance, &path, number)?,
                 }
                 let Some(item) = index.get(record.id.as_str()) else {
-                    return Err(hyoka::results::ResultsError::Corrupt {
+                    return Err(crate::results::ResultsError::Corrupt {
                         path: path.clone(),
                         line: number,
                         message: format!(
@@ -131,7 +131,7 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
                         ),
                     });
                 };
-                hyoka::results::inputs::ensure_current(&record, item, &path, number)?;
+                crate::results::inputs::ensure_current(&record, item, &path, number)?;
                 if name == JUDGE
                     && let Err(why) = &record.body
                 {
@@ -165,7 +165,9 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
         merged.push((name, text));
     }
     args.stats
-        .check_breakdown_aspects(judge_aspects.iter().map(String::as_str))?;
+        .options()
+        .breakdown
+        .check_aspects(judge_aspects.iter().map(String::as_str))?;
     if !missing_shards.is_empty() || !unfinished.is_empty() {
         for s in &missing_shards {
             eprintln!("missing: {s}");
@@ -196,7 +198,7 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
         items.len(),
         args.output.display()
     );
-    Ok(super::finish(&failed, 0))
+    Ok(super::exit::finish(&failed, 0))
 }
 
 /// Write the merged items and results into `staging` and compute the report there: every file

@@ -1,11 +1,11 @@
 //! `hyoka meta`: correlations of score columns with human ratings.
 
+use crate::data;
+use crate::meta::breakdown::LevelLabels;
+use crate::meta::{Bootstrap, BreakdownOptions, Frame, Half, MetaOptions, Summary};
+use crate::results::reader::ResultsInput;
 use anyhow::Context;
 use clap::Args;
-use hyoka::data;
-use hyoka::meta::breakdown::LevelLabels;
-use hyoka::meta::{Bootstrap, BreakdownOptions, Frame, MetaOptions, Summary};
-use hyoka::results::reader::ResultsInput;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -90,7 +90,7 @@ pub struct StatsArgs {
     pub dbdc_threshold: f64,
     /// Breakdown detection for a judge aspect whose rubric maps no levels onto breakdown labels:
     /// ASPECT:SCORE=LABEL,… (e.g. `coherence:1=O,0=X`); repeat for several aspects.
-    #[arg(long, value_name = "ASPECT:MAP", value_parser = parse_levels)]
+    #[arg(long, value_name = "ASPECT:MAP", value_parser = crate::meta::parse_aspect_levels)]
     pub breakdown_levels: Vec<(String, LevelLabels)>,
 }
 
@@ -108,16 +108,6 @@ fn parse_share(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_levels(s: &str) -> Result<(String, LevelLabels), String> {
-    let (aspect, map) = s
-        .split_once(':')
-        .ok_or_else(|| format!("`{s}` is not ASPECT:SCORE=LABEL,… (e.g. coherence:1=O,0=X)"))?;
-    if aspect.trim().is_empty() {
-        return Err(format!("`{s}` names no aspect before ':'"));
-    }
-    Ok((aspect.trim().to_string(), LevelLabels::parse(map)?))
-}
-
 fn parse_confidence(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(c) if c > 0.0 && c < 1.0 => Ok(c),
@@ -126,28 +116,6 @@ fn parse_confidence(s: &str) -> Result<f64, String> {
 }
 
 impl StatsArgs {
-    /// Every --breakdown-levels names an aspect among `aspects` (the judge's); otherwise a
-    /// usage error, never a flag silently ignored.
-    pub fn check_breakdown_aspects<'a>(
-        &self,
-        aspects: impl Iterator<Item = &'a str> + Clone,
-    ) -> anyhow::Result<()> {
-        for (aspect, _) in &self.breakdown_levels {
-            if !aspects.clone().any(|a| a == aspect) {
-                let known: Vec<&str> = aspects.clone().collect();
-                return Err(super::usage(format!(
-                    "--breakdown-levels {aspect}:…: no judge aspect {aspect:?} (the judge's aspects: {})",
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                )));
-            }
-        }
-        Ok(())
-    }
-
     pub fn options(&self) -> MetaOptions {
         MetaOptions {
             w: (!self.no_combine).then_some(self.w),
@@ -168,23 +136,7 @@ impl StatsArgs {
     }
 }
 
-/// The task a results file holds, from its first line (read bounded and typed).
-fn results_task(input: &ResultsInput) -> anyhow::Result<hyoka::results::Task> {
-    hyoka::results::reader::first_task(input)?
-        .ok_or_else(|| anyhow::anyhow!("{}: no results lines", input.path.display()))
-}
-
-/// One half of the dialogues, as --fit-w splits them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Half {
-    Dev,
-    HeldOut,
-}
-
-/// Read items and results into a frame. Several results files of one task are told apart by
-/// the shortest end of their paths that differs (`runA` and `runB` for runA/judge.jsonl and
-/// runB/judge.jsonl); one file given twice is refused. With `strict` (`meta`), a file that
-/// gives no item a score is an error; otherwise (`eval`, `merge`) it is said on stderr.
+/// Read items and results files into a frame (`meta::join`), its notes said on stderr.
 pub fn load_frame(items: &Path, scores: &[PathBuf], strict: bool) -> anyhow::Result<Frame> {
     let items_read = data::read_items(items, false)?.items;
     load_frame_of(items_read, items, scores, strict)
@@ -192,126 +144,21 @@ pub fn load_frame(items: &Path, scores: &[PathBuf], strict: bool) -> anyhow::Res
 
 /// `load_frame` over items already read from `items_path`.
 fn load_frame_of(
-    items: Vec<hyoka::data::Item>,
+    items: Vec<crate::data::Item>,
     items_path: &Path,
     scores: &[PathBuf],
     strict: bool,
 ) -> anyhow::Result<Frame> {
-    for (i, a) in scores.iter().enumerate() {
-        if let Some(b) = scores[..i].iter().find(|b| hyoka::files::same_file(a, b)) {
-            return Err(super::usage(format!(
-                "{} and {} are one file: give each results file once",
-                b.display(),
-                a.display()
-            )));
-        }
-    }
-    let mut frame = Frame::new(items);
     // Each file opened once: a stream (`-s <(…)`) is read then, and both passes read that.
     let inputs: Vec<ResultsInput> = scores
         .iter()
         .map(|p| ResultsInput::open(p))
         .collect::<Result<_, _>>()?;
-    let tasks: Vec<hyoka::results::Task> = inputs
-        .iter()
-        .map(results_task)
-        .collect::<anyhow::Result<_>>()?;
-    for (k, (path, task)) in scores.iter().zip(&tasks).enumerate() {
-        let group: Vec<&Path> = scores
-            .iter()
-            .zip(&tasks)
-            .filter(|(_, t)| *t == task)
-            .map(|(p, _)| p.as_path())
-            .collect();
-        let name = (group.len() > 1).then(|| {
-            let at = group.iter().position(|p| *p == path.as_path()).unwrap_or(k);
-            run_names(&group)[at].clone()
-        });
-        let added = frame.add_results_input(&inputs[k], name.as_deref())?;
-        let n = frame.items.len();
-        let scored = added.matched - added.errors;
-        if scored == 0 {
-            let why = if added.matched == 0 {
-                format!(
-                    "none of its {} lines is for an item of {}",
-                    added.unmatched,
-                    items_path.display()
-                )
-            } else {
-                format!(
-                    "its {} lines for these items are all error lines",
-                    added.matched
-                )
-            };
-            let message = format!("{}: gives no item a score: {why}", path.display());
-            if strict {
-                return Err(hyoka::meta::MetaError::Input(message).into());
-            }
-            eprintln!("{message}");
-            continue;
-        }
-        let mut notes = Vec::new();
-        if added.matched < n {
-            notes.push(format!("{} of {n} items have a line", added.matched));
-        }
-        if added.errors > 0 {
-            notes.push(format!("{} of them error lines (no score)", added.errors));
-        }
-        if added.unmatched > 0 {
-            notes.push(format!(
-                "{} lines are for ids not among the items, left out",
-                added.unmatched
-            ));
-        }
-        if !notes.is_empty() {
-            eprintln!("{}: {}", path.display(), notes.join("; "));
-        }
+    let joined = crate::meta::join(items, &items_path.display().to_string(), &inputs, strict)?;
+    for note in &joined.notes {
+        eprintln!("{note}");
     }
-    Ok(frame)
-}
-
-/// Names that tell `paths` apart: the shortest ends of the paths (file extension left out; the
-/// file name too when every file has the same one) that differ, e.g. `runA` and `runB`.
-fn run_names(paths: &[&Path]) -> Vec<String> {
-    let parts: Vec<Vec<String>> = paths
-        .iter()
-        .map(|p| {
-            let mut parts: Vec<String> = p
-                .with_extension("")
-                .components()
-                .filter(|c| matches!(c, std::path::Component::Normal(_)))
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            if parts.is_empty() {
-                parts.push(p.display().to_string());
-            }
-            parts
-        })
-        .collect();
-    let same_stem = parts.windows(2).all(|w| w[0].last() == w[1].last());
-    let end = |p: &Vec<String>, k: usize| -> String {
-        let upto = if same_stem && p.len() > 1 {
-            p.len() - 1
-        } else {
-            p.len()
-        };
-        let from = upto.saturating_sub(k);
-        p[from..upto].join("/")
-    };
-    let longest = parts.iter().map(Vec::len).max().unwrap_or(1);
-    for k in 1..=longest {
-        let names: Vec<String> = parts.iter().map(|p| end(p, k)).collect();
-        let distinct: std::collections::HashSet<&String> = names.iter().collect();
-        if distinct.len() == names.len() {
-            return names;
-        }
-    }
-    // Paths whose every end agrees (another folder reached by another route): numbered.
-    parts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| format!("{}#{}", end(p, longest), i + 1))
-        .collect()
+    Ok(joined.frame)
 }
 
 pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
@@ -323,8 +170,8 @@ pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
     let inputs: Vec<&Path> = std::iter::once(args.items.as_path())
         .chain(args.scores.iter().map(PathBuf::as_path))
         .collect();
-    if let Some((output, input)) = hyoka::files::output_among_inputs(&outputs, &inputs) {
-        return Err(super::usage(format!(
+    if let Some((output, input)) = crate::files::output_among_inputs(&outputs, &inputs) {
+        return Err(super::exit::usage(format!(
             "{} is also an input ({}): write the outputs elsewhere",
             output.display(),
             input.display()
@@ -333,27 +180,22 @@ pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
     let mut items = data::read_items(&args.items, false)?.items;
     if let Some(half) = args.half {
         let seed = args.stats.seed;
-        items.retain(|i| hyoka::meta::item_in_dev_half(seed, i) == (half == Half::Dev));
-        if items.is_empty() {
-            return Err(super::usage(format!(
-                "--half {}: no item of {} falls in that half (seed {seed}); the halves split whole dialogues, so a file of one dialogue has one empty half",
-                if half == Half::Dev { "dev" } else { "held-out" },
-                args.items.display()
-            )));
-        }
+        crate::meta::select_half(&mut items, half, seed, &args.items.display().to_string())?;
         eprintln!(
             "{} items in the {} half (seed {seed})",
             items.len(),
-            if half == Half::Dev { "dev" } else { "held-out" }
+            half.name()
         );
     }
     let mut frame = load_frame_of(items, &args.items, &args.scores, true)?;
-    args.stats
-        .check_breakdown_aspects(frame.distributions.iter().map(|d| d.aspect.as_str()))?;
-    let summary = Summary::compute(&mut frame, &args.stats.options())?;
+    let options = args.stats.options();
+    options
+        .breakdown
+        .check_aspects(frame.distributions.iter().map(|d| d.aspect.as_str()))?;
+    let summary = Summary::compute(&mut frame, &options)?;
     write_outputs(&summary, args.json.as_deref(), args.markdown.as_deref())?;
     if let Some(p) = &args.html {
-        hyoka::files::write_atomic(p, hyoka::report::html(&summary, &frame).as_bytes())
+        crate::files::write_atomic(p, crate::report::html(&summary, &frame).as_bytes())
             .with_context(|| format!("{}", p.display()))?;
     }
     Ok(ExitCode::SUCCESS)
@@ -366,13 +208,13 @@ pub fn write_outputs(
 ) -> anyhow::Result<()> {
     let md = summary.markdown();
     match markdown {
-        Some(p) => hyoka::files::write_atomic(p, md.as_bytes())
+        Some(p) => crate::files::write_atomic(p, md.as_bytes())
             .with_context(|| format!("{}", p.display()))?,
         None => print!("{md}"),
     }
     if let Some(p) = json {
         let text = serde_json::to_string_pretty(summary).context("summary as JSON")?;
-        hyoka::files::write_atomic(p, (text + "\n").as_bytes())
+        crate::files::write_atomic(p, (text + "\n").as_bytes())
             .with_context(|| format!("{}", p.display()))?;
     }
     Ok(())

@@ -1,10 +1,10 @@
 //! `hyoka rubrics list|show`.
 
+use crate::data;
+use crate::prompt::{PromptBuilder, sample_item};
+use crate::rubric::{BUILTIN, OutputMode, Rubric};
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use hyoka::data;
-use hyoka::prompt::{PromptBuilder, sample_item};
-use hyoka::rubric::{BUILTIN, OutputMode, Rubric};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -41,7 +41,7 @@ pub fn run(cmd: Rubrics) -> anyhow::Result<ExitCode> {
     match cmd {
         Rubrics::List => {
             for (name, _) in BUILTIN {
-                let (r, _) = hyoka::prompt::resolve_rubric(name)?;
+                let (r, _) = crate::prompt::resolve_rubric(name)?;
                 let aspects: Vec<String> = r
                     .aspects
                     .iter()
@@ -64,7 +64,7 @@ pub fn run(cmd: Rubrics) -> anyhow::Result<ExitCode> {
             aspect,
             toml,
         } => {
-            let (r, source) = hyoka::prompt::resolve_rubric(&rubric)?;
+            let (r, source) = crate::prompt::resolve_rubric(&rubric)?;
             if toml {
                 print!("{}", ::toml::to_string(&r).context("rubric as TOML")?);
                 return Ok(ExitCode::SUCCESS);
@@ -80,7 +80,7 @@ pub fn run(cmd: Rubrics) -> anyhow::Result<ExitCode> {
             let prompt = builder.render(&item)?;
             let template = chat_template
                 .as_deref()
-                .map(hyoka::model::load::loaded_model::read_chat_template)
+                .map(crate::model::loaded_model::read_chat_template)
                 .transpose()?;
             if let Some(key) = aspect {
                 let Some(pos) = r.aspects.iter().position(|a| a.key == key) else {
@@ -156,15 +156,15 @@ fn mode(m: OutputMode) -> &'static str {
 /// `--item FILE:LINE`; a malformed one is a usage error (exit 2).
 fn parse_file_line(spec: &str) -> anyhow::Result<(PathBuf, usize)> {
     let (file, line) = spec.rsplit_once(':').ok_or_else(|| {
-        super::usage(format!(
+        super::exit::usage(format!(
             "--item {spec}: takes FILE:LINE (e.g. items.jsonl:3)"
         ))
     })?;
-    let line: usize = line
-        .parse()
-        .map_err(|_| super::usage(format!("--item {spec}: LINE must be a positive number")))?;
+    let line: usize = line.parse().map_err(|_| {
+        super::exit::usage(format!("--item {spec}: LINE must be a positive number"))
+    })?;
     if line == 0 {
-        return Err(super::usage(format!(
+        return Err(super::exit::usage(format!(
             "--item {spec}: lines are numbered from 1"
         )));
     }

@@ -38,7 +38,7 @@ pub struct RuntimeArgs {
     /// q8_0 GGUF (a 13B bf16 judge in about 14 GB, not 26; scores then those of that GGUF);
     /// GGUF files stay as stored.
     #[arg(long, value_enum, default_value = "stored")]
-    pub weights: hyoka::model::WeightsMode,
+    pub weights: crate::model::WeightsMode,
     /// The CPU's products for prompts (prefill, a judge's scored prompts; with --weights
     /// expanded, decoding's too): `f32` gives the expanded f32 model's numbers to the bit;
     /// `bf16` rounds both operands to bf16 and sums in f32 on AVX512-BF16, as a GPU's bf16 —
@@ -50,75 +50,27 @@ pub struct RuntimeArgs {
     /// provenance; measured in docs/benchmarks.md. Refused on CPUs without the
     /// instructions, on GPUs, and with --dtype other than f32.
     #[arg(long, value_enum, default_value = "f32")]
-    pub prefill_gemm: hyoka::model::quant::cpu::prefill_gemm::PrefillGemm,
+    pub prefill_gemm: crate::model::quant::cpu::prefill_gemm::PrefillGemm,
     /// On CUDA: `hyoka` runs hyoka's kernels where they apply (fused prefill attention,
     /// decoding attention, GGUF blocks expanded to bf16); `candle` runs candle's ops for all of
     /// them, to compare or to get around a fault in a kernel. The numbers differ in their last
     /// bits; `candle` is recorded in the provenance. Nothing changes on the CPU.
     #[arg(long, value_enum, default_value = "hyoka")]
-    pub gpu_kernels: hyoka::model::backend::gpu_kernels::GpuKernels,
+    pub gpu_kernels: crate::model::backend::gpu_kernels::GpuKernels,
 }
 
 impl RuntimeArgs {
-    /// Load judge model `name` on `device` with `settings` (`RuntimeArgs::settings`), and
-    /// these flags' tokenizer and chat template.
-    pub fn load_model(
-        &self,
-        name: &str,
-        device: &candle_core::Device,
-        settings: &hyoka::model::RuntimeSettings,
-        expect_sha256: Option<&str>,
-    ) -> anyhow::Result<hyoka::model::LoadedModel> {
-        use anyhow::Context;
-        let request = hyoka::model::ModelRequest {
-            name,
-            tokenizer: self.tokenizer.as_deref(),
-            chat_template: self.chat_template.as_deref(),
-            expect_sha256,
-        };
-        let model = hyoka::model::LoadedModel::load(&request, device, settings)
-            .with_context(|| format!("loading model {name}"))?;
-        if !model.iquants_converted.is_empty() {
-            let held: Vec<String> = model
-                .iquants_converted
-                .iter()
-                .map(|(t, n)| format!("{n} {} tensors as {:?}", t.name(), t.held_as()))
-                .collect();
-            eprintln!(
-                "{name}: {} blocks on the GPU (values slightly rounded: docs/models.md); \
-                 hyoka keeps i-quants in their own blocks on the CPU only; `--weights expanded` \
-                 reads their values exactly",
-                held.join(", ")
-            );
-        }
-        Ok(model)
-    }
-
-    /// The device these flags name and the runtime settings they give on it: the dtype by
-    /// device when not given, `--prefill-gemm` checked for the device, dtype and weights.
-    pub fn settings(&self) -> anyhow::Result<(candle_core::Device, hyoka::model::RuntimeSettings)> {
-        let device =
-            hyoka::model::backend::device::parse_device_for(&self.device, self.gpu_kernels)?;
-        let dtype = hyoka::model::backend::device::parse_dtype(self.dtype.as_deref(), &device)?;
-        use hyoka::model::quant::cpu::prefill_gemm::{advice, check_prefill_gemm};
-        check_prefill_gemm(self.prefill_gemm, &device, dtype, self.weights)?;
-        if let Some(word) = advice(self.prefill_gemm) {
-            eprintln!("{word}");
-        }
-        if self.dtype.is_none() && !device.is_cpu() {
-            eprintln!(
-                "dtype {} (the default on {}; --dtype overrides)",
-                hyoka::model::backend::device::dtype_name(dtype),
-                hyoka::model::backend::device::describe_device(&device)
-            );
-        }
-        let settings = hyoka::model::RuntimeSettings {
-            dtype,
+    /// The library's runtime options these flags name.
+    pub fn options(&self) -> crate::model::RuntimeOptions {
+        crate::model::RuntimeOptions {
+            device: self.device.clone(),
+            dtype: self.dtype.clone(),
             weights: self.weights,
             prefill_gemm: self.prefill_gemm,
             gpu_kernels: self.gpu_kernels,
             template_date: self.template_date.clone(),
-        };
-        Ok((device, settings))
+            tokenizer: self.tokenizer.clone(),
+            chat_template: self.chat_template.clone(),
+        }
     }
 }

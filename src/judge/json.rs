@@ -8,10 +8,11 @@
 //! Each integer is read exactly as in score mode (`ScoreTargets`): its distribution over the
 //! valid scores, then the argmax (greedy) or a draw (sampling) is written.
 
+use super::JudgeError;
 use super::targets::ScoreTargets;
 use super::token_bytes::{TokenBytes, encode_exact};
-use super::{AspectScore, JudgeError};
 use crate::model::{KvCache, PrefixKv, Products, Row, Transformer};
+use crate::results::scores::AspectScore;
 use crate::rng::SplitMix64;
 use crate::rubric::Rubric;
 use candle_core::Tensor;

@@ -6,12 +6,12 @@
 mod error;
 pub mod json;
 pub mod layout;
+mod loaded;
 pub mod run;
 mod scorer;
-mod scores;
 pub mod targets;
 pub mod token_bytes;
 
 pub use error::JudgeError;
+pub use loaded::{DEFAULT_JUDGE, JudgeSpec, LoadedJudge, json_cache_bytes};
 pub use scorer::{JSON_CACHE_BYTES, Scorer, parse_score, plan_batches};
-pub use scores::{AspectScore, Greedy};

@@ -2,18 +2,20 @@
 
 use super::json::{Decoding, JsonFormat, JsonJudgment, item_seed};
 use super::layout::{ItemLayout, TextFit, common_header, layout_item, layout_prompt};
-use super::{AspectScore, JudgeError, Scorer, plan_batches};
+use super::{JudgeError, Scorer, plan_batches};
 use crate::data::Item;
 use crate::model::LoadedModel;
 use crate::model::backend::device::{device_name, dtype_name};
 use crate::prompt::PromptBuilder;
 use crate::results::record::{Answer, JudgeAnswer};
 use crate::results::runner::{self, Outcome, RunError, RunSummary, ScoreTask};
+use crate::results::scores::{AspectScore, Greedy};
 use crate::results::{AspectTargets, Body, JudgeRecord, ModelId, Provenance, RubricId, Task};
 use crate::rubric::{OutputMode, Rubric};
 use serde_json::{Map, json};
 use std::path::Path;
 
+#[derive(Clone, Debug)]
 pub struct RunOptions {
     /// Padded tokens per forward pass.
     pub batch_tokens: usize,
@@ -57,6 +59,30 @@ pub struct JudgeStats {
     pub forward_tokens: usize,
     pub naive_tokens: usize,
     pub truncated: usize,
+}
+
+impl JudgeStats {
+    /// A run's figures for the user: items scored and their rate, already done, failed,
+    /// truncated; the forward tokens the shared prefixes saved. `place`: where the lines went.
+    pub fn describe(&self, summary: &RunSummary, secs: f64, place: &str) -> Vec<String> {
+        let mut lines = vec![format!(
+            "scored {} items in {secs:.1}s ({:.2} items/s); {} already in {place}; {} failed; {} truncated to fit",
+            summary.scored,
+            summary.scored as f64 / secs.max(1e-9),
+            summary.skipped_finished,
+            summary.failed.len(),
+            self.truncated,
+        )];
+        if self.naive_tokens > 0 {
+            lines.push(format!(
+                "forward tokens: {} (one full prompt per aspect would be {}: {:.1}× fewer)",
+                self.forward_tokens,
+                self.naive_tokens,
+                self.naive_tokens as f64 / self.forward_tokens.max(1) as f64
+            ));
+        }
+        lines
+    }
 }
 
 pub struct Judge<'a> {
@@ -118,7 +144,7 @@ impl<'a> Judge<'a> {
                     arch: m.transformer.cfg.arch.name().into(),
                     description: crate::model::load::known_copies::description(&m.sha256)
                         .map(str::to_string),
-                    chat_template: Some(crate::rubric::sha256_hex(
+                    chat_template: Some(crate::checksum::sha256_hex(
                         m.chat_template.source().as_bytes(),
                     )),
                 })
@@ -440,7 +466,7 @@ fn greedy_baseline(
                 .decode(&ids, true)
                 .map_err(|e| JudgeError::Tokenizer(e.to_string()))?;
             let valid = &l.aspects[a].scores;
-            score.greedy = Some(super::Greedy {
+            score.greedy = Some(Greedy {
                 score: super::parse_score(&text, valid),
                 text,
             });

@@ -3,8 +3,8 @@
 use super::error::JudgeError;
 use super::json;
 use super::layout::ItemLayout;
-use super::scores::AspectScore;
 use crate::model::{Batch, PrefixKv, Products, Transformer};
+use crate::results::scores::AspectScore;
 use candle_core::Tensor;
 
 /// Memory the keys and values of one json decoding batch may take unless told otherwise

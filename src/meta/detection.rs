@@ -26,6 +26,30 @@ pub struct BreakdownOptions {
     pub seed: u64,
 }
 
+impl BreakdownOptions {
+    /// Every label map names an aspect among `aspects` (the judge's); otherwise a usage error,
+    /// never a setting silently ignored.
+    pub fn check_aspects<'a>(
+        &self,
+        aspects: impl Iterator<Item = &'a str> + Clone,
+    ) -> Result<(), super::MetaError> {
+        for (aspect, _) in &self.levels {
+            if !aspects.clone().any(|a| a == aspect) {
+                let known: Vec<&str> = aspects.clone().collect();
+                return Err(super::MetaError::Usage(format!(
+                    "--breakdown-levels {aspect}:…: no judge aspect {aspect:?} (the judge's aspects: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What predicted a row's distributions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -9,7 +9,9 @@ pub mod calibrate;
 mod combine;
 mod detection;
 mod frame;
+mod inputs;
 mod levels;
+mod options;
 pub mod stats;
 mod summary;
 
@@ -17,7 +19,9 @@ pub use agreement::{AspectMatrix, HumanAspect, RaterBasis, aspect_matrix, rater_
 pub use combine::{FitW, W_GRID, add_combined, fit_w, in_dev_half, item_in_dev_half};
 pub use detection::{BreakdownEntry, BreakdownOptions, BreakdownRow, Predictor, TurnSet};
 pub use frame::{Added, Column, Distributions, Family, Frame, Statistic};
+pub use inputs::{Half, Joined, join, select_half};
 pub use levels::{Bootstrap, Cell, FEW_UNITS, Level, Stat, correlate};
+pub use options::parse_aspect_levels;
 pub use summary::{MetaOptions, Summary, format_r};
 
 use std::path::PathBuf;
@@ -42,4 +46,8 @@ pub enum MetaError {
     Results(#[from] crate::results::ResultsError),
     #[error("{0}")]
     Input(String),
+    /// A setting or a set of inputs that cannot be used as given (one file given twice, a
+    /// half with no item): a usage error.
+    #[error("{0}")]
+    Usage(String),
 }

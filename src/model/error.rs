@@ -37,3 +37,10 @@ pub enum ModelError {
     #[error(transparent)]
     Template(#[from] crate::prompt::TemplateError),
 }
+
+impl ModelError {
+    /// The model's files are not there.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, ModelError::Missing { .. })
+    }
+}

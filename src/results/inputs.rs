@@ -40,7 +40,7 @@ pub fn digest(provenance: &Provenance, item: &Item) -> String {
             json!({"response": item.response.text, "compared": compared})
         }
     };
-    crate::rubric::sha256_hex(read.to_string().as_bytes())
+    crate::checksum::sha256_hex(read.to_string().as_bytes())
 }
 
 /// An error naming `path:line` when `record` (read there) was scored from another version of

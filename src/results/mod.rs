@@ -2,13 +2,17 @@
 //! typed records (`record::Record`); one runner owns the output file (`file::ResultsFile`:
 //! locked, append-only, resumable, error lines retried); `reader` reads results back for
 //! `meta`, `merge` and `eval`, refusing a second line for an item and lines of another run.
+//! The scorers' results are typed here: `scores::AspectScore` (a judge's aspect), `prf::Prf`
+//! (BERTScore).
 
 mod file;
 pub mod inputs;
+pub mod prf;
 mod provenance;
 pub mod reader;
 pub mod record;
 pub mod runner;
+pub mod scores;
 
 pub use file::ResultsFile;
 pub use provenance::{AspectTargets, Expected, ModelId, Provenance, RubricId, Task};

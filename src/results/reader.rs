@@ -35,6 +35,20 @@ impl ResultsInput {
         })
     }
 
+    /// Results lines held in memory (the Python package's lists of results), named `name` in
+    /// messages (`scores[0]`); each is checked as a file's line would be.
+    pub fn from_lines(name: &str, lines: &[String]) -> Self {
+        let mut bytes = Vec::new();
+        for line in lines {
+            bytes.extend_from_slice(line.as_bytes());
+            bytes.push(b'\n');
+        }
+        ResultsInput {
+            path: PathBuf::from(name),
+            bytes: Some(bytes),
+        }
+    }
+
     /// A stream's lines, read once and bounded as a file's are: an endless line is refused at
     /// its line, not held until memory runs out.
     fn hold(path: &Path) -> Result<Vec<u8>, ResultsError> {

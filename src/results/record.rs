@@ -4,9 +4,9 @@
 //! "provenance"}`. Lines are read by the provenance's task, field by field, so a bad line is
 //! named down to its field.
 
+use super::prf::Prf;
 use super::provenance::{Provenance, Task};
-use crate::bertscore::Prf;
-use crate::judge::AspectScore;
+use super::scores::AspectScore;
 use serde_json::{Map, Value, json};
 
 /// A results line.

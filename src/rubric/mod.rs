@@ -5,8 +5,8 @@ mod builtin;
 
 pub use builtin::{BUILTIN, builtin, builtin_names};
 
+use crate::checksum::sha256_hex;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -308,12 +308,4 @@ impl Rubric {
                 .as_bytes(),
         )
     }
-}
-
-pub fn sha256_hex(data: &[u8]) -> String {
-    hex(&Sha256::digest(data))
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -345,7 +345,7 @@ pub fn hub_cache(hf_home: &std::path::Path, repo: &str, commit: &str, files: &[P
     std::fs::write(folder.join("refs").join("main"), commit).unwrap();
     for file in files {
         let bytes = std::fs::read(file).unwrap();
-        let blob = hyoka::rubric::hex(&sha2::Sha256::digest(&bytes));
+        let blob = hyoka::checksum::hex(&sha2::Sha256::digest(&bytes));
         std::fs::write(folder.join("blobs").join(&blob), bytes).unwrap();
         let link = snapshot.join(file.file_name().unwrap());
         #[cfg(unix)]

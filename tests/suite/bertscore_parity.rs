@@ -7,7 +7,8 @@
 use crate::common;
 
 use candle_core::{DType, Device};
-use hyoka::bertscore::{BertScorer, Depth, Prf, baseline};
+use hyoka::bertscore::{BertScorer, Depth, baseline};
+use hyoka::results::prf::Prf;
 use serde_json::Value;
 use std::path::PathBuf;
 

@@ -80,7 +80,7 @@ fn templates_loaded_from_model_files_match_transformers() {
         let Some(path) = common::test_model(file) else {
             return;
         };
-        let t = hyoka::model::load::loaded_model::read_chat_template(&path).unwrap();
+        let t = hyoka::model::loaded_model::read_chat_template(&path).unwrap();
         let fx = fixture(name);
         assert_eq!(
             t.source(),

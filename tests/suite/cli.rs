@@ -695,7 +695,7 @@ fn mock_hub(
                 } else {
                     data.len()
                 };
-                let etag = hyoka::rubric::sha256_hex(data);
+                let etag = hyoka::checksum::sha256_hex(data);
                 let headers = format!(
                     "x-repo-commit: {commit}\r\netag: \"{etag}\"\r\ncontent-range: bytes {start}-{}/{}\r\n",
                     end - 1,
@@ -736,7 +736,7 @@ fn hub_downloads_every_shard_of_a_split_gguf_named_by_tag() {
     for (_, data) in &shards {
         all.extend_from_slice(data);
     }
-    let sha = hyoka::rubric::sha256_hex(&all);
+    let sha = hyoka::checksum::sha256_hex(&all);
     let mut files = shards.clone();
     files.push(("README.md".into(), b"# a GGUF repository".to_vec()));
     let (endpoint, asked) = mock_hub("hyoka-test/split-gguf", commit, files);

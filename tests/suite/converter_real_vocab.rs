@@ -207,7 +207,7 @@ fn judge_renders_with_the_chat_template_it_is_given() {
     let row: Value = serde_json::from_str(line.trim()).unwrap();
     assert_eq!(
         row["provenance"]["models"][0]["chat_template"],
-        hyoka::rubric::sha256_hex(template.as_bytes())
+        hyoka::checksum::sha256_hex(template.as_bytes())
     );
     assert!(row["scores"]["quality"]["score"].is_i64(), "{row}");
 }

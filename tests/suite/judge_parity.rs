@@ -6,9 +6,10 @@ use crate::common;
 
 use hyoka::data::{Item, Turn};
 use hyoka::judge::layout::{ItemLayout, TextFit, common_header, layout_item};
-use hyoka::judge::{AspectScore, Scorer, plan_batches};
+use hyoka::judge::{Scorer, plan_batches};
 use hyoka::model::LoadedModel;
 use hyoka::prompt::PromptBuilder;
+use hyoka::results::scores::AspectScore;
 use hyoka::rubric::Rubric;
 use serde_json::Value;
 

@@ -1,7 +1,7 @@
 //! `--device` and `--dtype`.
 
-use crate::model::ModelError;
 use crate::model::backend::gpu_kernels::GpuKernels;
+use crate::model::error::ModelError;
 use candle_core::{DType, Device};
 
 /// `cpu`, `cuda`, `cuda:N` or `metal`, opened for hyoka's own CUDA kernels (`parse_device_for`).

@@ -2,7 +2,7 @@
 //! `config.json` (both the classic keys and transformers 5's `rope_parameters`) or from GGUF
 //! metadata. The architectures differ only in the switches below.
 
-use crate::model::ModelError;
+use crate::model::error::ModelError;
 use crate::model::load::rope::{Rope, RopeScaling, gguf_yarn, rope_scaling};
 use candle_core::quantized::gguf_file;
 use serde_json::Value;

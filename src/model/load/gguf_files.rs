@@ -7,7 +7,7 @@
 //! `split.tensors.count`; the model's metadata is in the first shard only, and each tensor is in
 //! exactly one shard (the first may hold none: `--no-tensor-first-split`).
 
-use crate::model::ModelError;
+use crate::model::error::ModelError;
 use crate::model::load::gguf_tensor_reads::{
     IQUANT_CHUNK_BLOCKS, IQuantBlocks, iquant_to_held, read_in_place, read_iquant_bytes,
 };

@@ -3,11 +3,11 @@
 
 pub mod checkpoint_files;
 pub mod config;
+pub mod default_model;
 pub mod gguf_files;
 pub mod gguf_tensor_reads;
 pub(crate) mod gguf_types;
 pub mod known_copies;
-pub mod loaded_model;
 pub mod rope;
 pub(crate) mod safetensors_reads;
 pub mod source;

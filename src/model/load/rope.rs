@@ -2,7 +2,7 @@
 //! frequencies (linear, llama3, llama.cpp's per-frequency factors, YaRN), read from config.json
 //! or GGUF metadata and checked, and the frequencies they give.
 
-use crate::model::ModelError;
+use crate::model::error::ModelError;
 use serde_json::Value;
 
 /// Rotary embedding of one kind of layer.

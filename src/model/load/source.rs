@@ -7,9 +7,7 @@
 //! `…-00001-of-0000N.gguf`, fetches every shard) | `ORG/NAME[@REVISION]:TAG` (the GGUF file
 //! whose name holds a quantization tag such as Q4_K_M, as llama.cpp's `-hf` takes it).
 
-use crate::model::ModelError;
-use sha2::{Digest, Sha256};
-use std::io::Read;
+use crate::model::error::ModelError;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -305,23 +303,19 @@ pub fn sha256_file(path: &Path) -> Result<String, ModelError> {
 /// sha256 of files' bytes one after the other (a split GGUF's shards in order: what
 /// `cat PREFIX-*-of-*.gguf | sha256sum` gives), hex.
 pub fn sha256_files(paths: &[PathBuf]) -> Result<String, ModelError> {
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    for path in paths {
-        let io = |source| ModelError::Io {
-            path: path.clone(),
-            source,
-        };
-        let mut f = std::fs::File::open(path).map_err(io)?;
-        loop {
-            let n = f.read(&mut buf).map_err(io)?;
-            if n == 0 {
-                break;
-            }
-            h.update(&buf[..n]);
-        }
-    }
-    Ok(crate::rubric::hex(&h.finalize()))
+    let files = paths
+        .iter()
+        .map(|path| {
+            std::fs::File::open(path).map_err(|source| ModelError::Io {
+                path: path.clone(),
+                source,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    crate::checksum::sha256_readers(files).map_err(|(i, source)| ModelError::Io {
+        path: paths[i].clone(),
+        source,
+    })
 }
 
 /// Fail clearly when a file's sha256 is not the expected one.

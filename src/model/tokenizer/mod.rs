@@ -3,7 +3,7 @@
 
 pub(crate) mod spm_gguf;
 
-use crate::model::ModelError;
+use crate::model::error::ModelError;
 use candle_core::quantized::gguf_file;
 use candle_core::quantized::tokenizer::TokenizerFromGguf;
 use std::path::Path;

@@ -8,7 +8,7 @@
 //! makes), as transformers' GGUF loader builds them. Unigram vocabularies, which GGUF does not
 //! mark but their scores show, take SentencePiece's highest-probability segmentation instead.
 
-use crate::model::ModelError;
+use crate::model::error::ModelError;
 use candle_core::quantized::gguf_file::{Content, Value};
 use std::collections::HashMap;
 use tokenizers::decoders::byte_fallback::ByteFallback;

@@ -1,4 +1,4 @@
-//! One aspect's result: the distribution over its valid scores.
+//! A judge's result for one aspect: the distribution over its valid scores.
 
 use serde::Serialize;
 

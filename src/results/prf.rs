@@ -1,4 +1,4 @@
-//! Precision, recall and F1.
+//! BERTScore's result: precision, recall and F1.
 
 /// Precision, recall and F1 of one candidate against its reference(s).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -12,7 +12,7 @@ pub struct Prf {
 }
 
 impl Prf {
-    pub(super) fn from_pr(p: f32, r: f32) -> Self {
+    pub(crate) fn from_pr(p: f32, r: f32) -> Self {
         // In f32 like bert_score; 0/0 (an empty side) is 0.
         let f = 2.0 * p * r / (p + r);
         Prf {
@@ -22,7 +22,7 @@ impl Prf {
         }
     }
 
-    pub(super) fn max(self, o: Prf) -> Prf {
+    pub(crate) fn max(self, o: Prf) -> Prf {
         Prf {
             p: self.p.max(o.p),
             r: self.r.max(o.r),

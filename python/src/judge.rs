@@ -1,0 +1,171 @@
+//! `hyoka.Judge`: the library's `JudgeSpec` built from keyword arguments, loaded once, scoring
+//! items held in memory.
+
+use crate::errors::{raise, to_py};
+use crate::options::Options;
+use hyoka::data::Item;
+use hyoka::judge::{JudgeSpec, LoadedJudge};
+use hyoka::model::runtime_options::parse_choice;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// The options `Judge` takes, as the command line's `hyoka judge` flags of the same names.
+const JUDGE_OPTIONS: &[&str] = &[
+    "device",
+    "dtype",
+    "weights",
+    "prefill_gemm",
+    "gpu_kernels",
+    "template_date",
+    "tokenizer",
+    "chat_template",
+    "batch_tokens",
+    "max_prompt_tokens",
+    "json_cache_gib",
+    "greedy_baseline",
+    "temperature",
+    "seed",
+    "sha256",
+];
+
+/// `options` (keyword arguments) into `spec`: each named setting replaces its default.
+fn apply(spec: &mut JudgeSpec, options: &mut Options<'_>) -> PyResult<()> {
+    let runtime = &mut spec.runtime;
+    if let Some(device) = options.take::<String>("device")? {
+        runtime.device = device;
+    }
+    runtime.dtype = options.take::<String>("dtype")?;
+    if let Some(w) = options.choice("weights", parse_choice)? {
+        runtime.weights = w;
+    }
+    if let Some(g) = options.choice("prefill_gemm", parse_choice)? {
+        runtime.prefill_gemm = g;
+    }
+    if let Some(k) = options.choice("gpu_kernels", parse_choice)? {
+        runtime.gpu_kernels = k;
+    }
+    runtime.template_date = options.take::<String>("template_date")?;
+    runtime.tokenizer = options.take::<PathBuf>("tokenizer")?;
+    runtime.chat_template = options.take::<PathBuf>("chat_template")?;
+    let run = &mut spec.run;
+    if let Some(n) = options.take::<usize>("batch_tokens")? {
+        run.batch_tokens = n;
+    }
+    run.max_prompt_tokens = options.take::<usize>("max_prompt_tokens")?;
+    if let Some(gib) = options.take::<f64>("json_cache_gib")? {
+        run.json_cache_bytes =
+            hyoka::judge::json_cache_bytes(gib).map_err(|e| to_py(options.py(), &e))?;
+    }
+    run.greedy_baseline = options.take::<usize>("greedy_baseline")?;
+    if let Some(t) = options.take::<f64>("temperature")? {
+        run.decoding.temperature = t;
+    }
+    if let Some(seed) = options.take::<u64>("seed")? {
+        run.decoding.seed = seed;
+    }
+    spec.sha256 = options.take::<String>("sha256")?;
+    Ok(())
+}
+
+/// A judge's models, rubric and settings, loaded once and kept between calls.
+#[pyclass(module = "hyoka._hyoka", name = "Judge")]
+pub struct Judge {
+    loaded: LoadedJudge,
+}
+
+#[pymethods]
+impl Judge {
+    /// `models`: local .gguf files or checkpoint folders, or Hub ids; `rubric`: a built-in
+    /// rubric's name or a rubric file; `options`: settings by name (`JUDGE_OPTIONS`).
+    #[new]
+    #[pyo3(signature = (models, rubric, options=None))]
+    fn new(
+        py: Python<'_>,
+        models: Vec<String>,
+        rubric: String,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let mut spec = JudgeSpec::new(&rubric, models).map_err(raise(py))?;
+        let mut options = Options::new(py, options)?;
+        apply(&mut spec, &mut options)?;
+        options.finish(JUDGE_OPTIONS)?;
+        let loaded = py.detach(|| spec.load()).map_err(raise(py))?;
+        Ok(Judge { loaded })
+    }
+
+    /// Score items given as JSON texts (one item each, in the items format): each item's
+    /// results line, the bits `hyoka judge` writes, in the items' order; no file read or
+    /// written. A bad item is an InvalidInputError naming `items[N]` and the field.
+    /// `progress(done, total)` is called between batches; Ctrl-C (or an exception raised by
+    /// `progress`) stops the run there and is raised.
+    #[pyo3(signature = (items, progress=None))]
+    fn score_items(
+        &self,
+        py: Python<'_>,
+        items: Vec<String>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        let parsed = hyoka::data::parse_items(&items).map_err(raise(py))?;
+        self.score_in_memory(py, &parsed, progress)
+    }
+
+    /// Score the items of an items JSONL file (read as `hyoka judge -i` reads it) into memory,
+    /// as `score_items`.
+    #[pyo3(signature = (path, progress=None))]
+    fn score_file(
+        &self,
+        py: Python<'_>,
+        path: PathBuf,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        let read = py
+            .detach(|| hyoka::data::read_items(&path, false))
+            .map_err(raise(py))?;
+        self.score_in_memory(py, &read.items, progress)
+    }
+}
+
+impl Judge {
+    fn score_in_memory(
+        &self,
+        py: Python<'_>,
+        items: &[Item],
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        // An exception of the callback (or Ctrl-C) stops the run, and is what is raised.
+        let pending: Mutex<Option<PyErr>> = Mutex::new(None);
+        let result = py.detach(|| {
+            let started = std::time::Instant::now();
+            let mut report = |done: usize, total: usize| {
+                Python::attach(|py| {
+                    let stop = py.check_signals().err().or_else(|| {
+                        let call = progress.as_ref()?.call1(py, (done, total));
+                        call.err()
+                    });
+                    match stop {
+                        Some(e) => {
+                            *pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                            ControlFlow::Break(())
+                        }
+                        None => ControlFlow::Continue(()),
+                    }
+                })
+            };
+            let (summary, stats, lines) = self.loaded.score_lines(items, &mut report)?;
+            let secs = started.elapsed().as_secs_f64();
+            for line in stats.describe(&summary, secs, "memory") {
+                eprintln!("{line}");
+            }
+            Ok(lines)
+        });
+        result.map_err(|e: hyoka::results::RunError<hyoka::judge::JudgeError>| {
+            match pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                Some(raised) => raised,
+                None => to_py(py, &e),
+            }
+        })
+    }
+}

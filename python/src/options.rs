@@ -1,0 +1,90 @@
+//! Keyword arguments as the library's settings: each option taken by name and type, a wrong
+//! type or an unknown name a UsageError that names it (as the command line's flag too).
+
+use crate::errors::usage;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// The keyword arguments not yet taken.
+pub struct Options<'py> {
+    py: Python<'py>,
+    left: Bound<'py, PyDict>,
+}
+
+impl<'py> Options<'py> {
+    pub fn new(py: Python<'py>, given: Option<&Bound<'py, PyDict>>) -> PyResult<Self> {
+        let left = match given {
+            Some(d) => d.copy()?,
+            None => PyDict::new(py),
+        };
+        Ok(Options { py, left })
+    }
+
+    pub fn py(&self) -> Python<'py> {
+        self.py
+    }
+
+    /// The option `key` as a `T`, when given and not None.
+    pub fn take<T>(&mut self, key: &str) -> PyResult<Option<T>>
+    where
+        T: for<'a> FromPyObject<'a, 'py>,
+    {
+        let Some(value) = self.left.get_item(key)? else {
+            return Ok(None);
+        };
+        self.left.del_item(key)?;
+        if value.is_none() {
+            return Ok(None);
+        }
+        value.extract::<T>().map(Some).map_err(|_| {
+            let got = value
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default();
+            usage(
+                self.py,
+                format!(
+                    "option {key} ({}): a {} is not a valid value",
+                    flag(key),
+                    got
+                ),
+            )
+        })
+    }
+
+    /// A named choice (weights="stored"), read by `parse` (the library's `parse_choice`).
+    pub fn choice<T>(
+        &mut self,
+        key: &str,
+        parse: fn(&str, &str) -> Result<T, hyoka::model::ModelError>,
+    ) -> PyResult<Option<T>> {
+        match self.take::<String>(key)? {
+            None => Ok(None),
+            Some(s) => parse(key, &s)
+                .map(Some)
+                .map_err(|e| crate::errors::to_py(self.py, &e)),
+        }
+    }
+
+    /// Every option has been taken; one left is unknown.
+    pub fn finish(self, known: &[&str]) -> PyResult<()> {
+        if let Some((key, _)) = self.left.iter().next() {
+            let key = key.to_string();
+            return Err(usage(
+                self.py,
+                format!(
+                    "unknown option {key} ({}); the options: {}",
+                    flag(&key),
+                    known.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The command line's flag of option `key`: prefill_gemm → --prefill-gemm.
+fn flag(key: &str) -> String {
+    format!("--{}", key.replace('_', "-"))
+}

@@ -1,0 +1,72 @@
+//! A meta-evaluation's settings as a user gives them: their defaults and their checks, the same
+//! for the command line's flags and the Python package's keyword arguments.
+
+use super::breakdown::LevelLabels;
+use super::{Bootstrap, BreakdownOptions, MetaError, MetaOptions};
+
+impl Default for MetaOptions {
+    fn default() -> Self {
+        MetaOptions {
+            w: Some(10.0),
+            combine_with: "F".into(),
+            fit_w: false,
+            bootstrap: Bootstrap {
+                resamples: 1000,
+                seed: 0,
+                confidence: 0.95,
+            },
+            breakdown: BreakdownOptions {
+                threshold: 0.0,
+                calibrate: false,
+                levels: Vec::new(),
+                seed: 0,
+            },
+        }
+    }
+}
+
+impl MetaOptions {
+    /// Each value in its range: a finite w, P/R/F to combine, a confidence level between 0 and
+    /// 1, a gold-label threshold that is a share. A value out of range is a usage error naming
+    /// its setting.
+    pub fn check(&self) -> Result<(), MetaError> {
+        let bad = |setting: &str, what: &str, value: String| {
+            Err(MetaError::Usage(format!(
+                "{setting}: `{value}` is not {what}"
+            )))
+        };
+        if let Some(w) = self.w
+            && !w.is_finite()
+        {
+            return bad("w", "a finite number", w.to_string());
+        }
+        if !["P", "R", "F"].contains(&self.combine_with.as_str()) {
+            return bad("combine_with", "P, R or F", self.combine_with.clone());
+        }
+        let c = self.bootstrap.confidence;
+        if !(c > 0.0 && c < 1.0) {
+            return bad(
+                "confidence",
+                "a level between 0 and 1 (e.g. 0.95)",
+                c.to_string(),
+            );
+        }
+        let t = self.breakdown.threshold;
+        if !(0.0..=1.0).contains(&t) {
+            return bad("dbdc_threshold", "a share between 0 and 1", t.to_string());
+        }
+        Ok(())
+    }
+}
+
+/// `ASPECT:SCORE=LABEL,…` (e.g. `coherence:1=O,0=X`): breakdown labels for the levels of a
+/// judge aspect whose rubric maps none.
+pub fn parse_aspect_levels(s: &str) -> Result<(String, LevelLabels), String> {
+    let (aspect, map) = s
+        .split_once(':')
+        .ok_or_else(|| format!("`{s}` is not ASPECT:SCORE=LABEL,… (e.g. coherence:1=O,0=X)"))?;
+    if aspect.trim().is_empty() {
+        return Err(format!("`{s}` names no aspect before ':'"));
+    }
+    Ok((aspect.trim().to_string(), LevelLabels::parse(map)?))
+}
