@@ -10,7 +10,7 @@
 
 use hyoka::model::quant::cpu::block_dots::{self, Q8Rows};
 use hyoka::model::quant::cpu::iq_dots::{self, Activations};
-use hyoka::model::quant::cpu::kquant_dots::{self, KQuantKind, Q8KRows};
+use hyoka::model::quant::cpu::kquant_dots::{KQuantKind, Q8KRows};
 use hyoka::model::quant::formats::iquants::IQuant;
 use hyoka::model::quant::formats::legacy::BlockKind;
 use rayon::prelude::*;
@@ -26,10 +26,10 @@ fn each_row(task: &[u8], row_bytes: usize, mut dot: impl FnMut(&[u8])) {
 }
 
 fn main() {
-    if !KQuantKind::available() {
+    let Some(kquant_rows) = hyoka::model::quant::cpu::kernels::kernels().kquant_rows else {
         eprintln!("the K-quant kernels need AVX2, FMA and F16C");
         return;
-    }
+    };
     let setting = |name: &str, default: usize| -> usize {
         std::env::var(name)
             .ok()
@@ -58,14 +58,10 @@ fn main() {
     );
     let kinds: [(&str, usize, TaskProduct); 6] = [
         ("Q4_K", q4k, &|w, out| {
-            each_row(w, q4k, |row| {
-                kquant_dots::dot_rows(KQuantKind::Q4K, row, &xs, out)
-            })
+            each_row(w, q4k, |row| kquant_rows(KQuantKind::Q4K, row, &xs, out))
         }),
         ("Q6_K", q6k, &|w, out| {
-            each_row(w, q6k, |row| {
-                kquant_dots::dot_rows(KQuantKind::Q6K, row, &xs, out)
-            })
+            each_row(w, q6k, |row| kquant_rows(KQuantKind::Q6K, row, &xs, out))
         }),
         ("Q4_0", BlockKind::Q4_0.row_bytes(cols), &|w, out| {
             block_kernel(BlockKind::Q4_0, w, &x8, out)

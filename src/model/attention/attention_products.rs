@@ -25,9 +25,7 @@ impl Kernels {
                     mix: |p, v, o| unsafe { avx512::mix(p, v, o) },
                 };
             }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
+            if crate::model::backend::cpu::features().avx2_fma {
                 // SAFETY: as above.
                 return Kernels {
                     scores: |q, k, s| scores_by(|a, b| unsafe { avx2::dot(a, b) }, q, k, s),

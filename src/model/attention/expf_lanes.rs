@@ -20,7 +20,7 @@ pub fn exp_in_place(xs: &mut [f32]) {
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    if crate::model::backend::cpu::features().avx2_fma {
         // SAFETY: the features the body is compiled for were just detected.
         unsafe { avx2::exp_in_place(xs) };
         return;
@@ -30,9 +30,8 @@ pub fn exp_in_place(xs: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 fn avx512_available() -> bool {
-    crate::model::backend::cpu::avx512()
-        && std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
+    let cpu = crate::model::backend::cpu::features();
+    cpu.avx512 && cpu.avx2_fma
 }
 
 /// Lanes of a chunk whose bit is set in `others` (outside the table's range): `f32::exp` of

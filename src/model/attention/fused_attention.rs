@@ -501,7 +501,7 @@ mod fma {
     impl Products {
         pub fn for_this_cpu() -> Self {
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("fma") {
+            if crate::model::backend::cpu::features().avx2_fma {
                 // SAFETY: the CPU has FMA, which the functions are compiled for.
                 return Products {
                     dot: |a, b| unsafe { dot_fma(a, b) },

@@ -100,7 +100,7 @@ mod lanes {
                     fn wide($($arg: $ty),*) {
                         body($($arg),*)
                     }
-                    if std::arch::is_x86_feature_detected!("avx2") {
+                    if crate::model::backend::cpu::features().avx2_fma {
                         // SAFETY: AVX2 was just detected.
                         return unsafe { wide($($arg),*) };
                     }

@@ -12,6 +12,7 @@
 //! them, on the device. A host mask of rows × len × keys was 4.3 GB for one 32k-token row.
 
 use crate::model::attention::decode_attention::{StepSegment, segment_table};
+use crate::model::attention::door::RowLayout;
 use crate::model::attention::plan::MASKED;
 use crate::model::backend::gpu_kernels::GpuKernels;
 use crate::model::quant::cpu::prefill_gemm::PrefillGemm;
@@ -362,6 +363,38 @@ impl Batch {
         seen.to_dtype(DType::F32)?
             .affine(-(MASKED as f64), MASKED as f64)?
             .unsqueeze(1)
+    }
+}
+
+impl RowLayout for Batch {
+    fn prefix_len(&self) -> usize {
+        self.prefix_len
+    }
+
+    fn lens(&self) -> &[usize] {
+        &self.lens
+    }
+
+    fn is_plain(&self) -> bool {
+        Batch::is_plain(self)
+    }
+
+    fn mask(
+        &self,
+        window: Option<usize>,
+        rows: Range<usize>,
+        queries: Range<usize>,
+        keys: usize,
+    ) -> Result<Tensor> {
+        Batch::mask(self, window, rows, queries, keys)
+    }
+
+    fn key_positions(&self) -> (&Tensor, &Tensor) {
+        Batch::key_positions(self)
+    }
+
+    fn segment_table(&self) -> Result<&Tensor> {
+        Batch::segment_table(self)
     }
 }
 

@@ -2,8 +2,9 @@
 //! trunk, or one branch), and the table of those attended in one launch on a GPU.
 
 use crate::model::attention::decode_attention::{DECODE_QUERIES, StepSegment, segment_table};
+use crate::model::attention::door::{CachedSegment, DecodeStep, OneLaunch};
 use crate::model::decoder::batch::{Batch, Row};
-use candle_core::{Device, Result, Tensor};
+use candle_core::{Device, Result};
 
 /// Tokens of one row that attention treats on its own: the trunk, or one branch.
 pub struct Segment {
@@ -26,18 +27,23 @@ pub struct Segments {
     pub one_launch: Option<OneLaunch>,
 }
 
-/// The segments of a step attended by `decode_attention` in one launch: their table, and that
-/// of the trunks among them, whose keys and values are written into the cache first.
-pub struct OneLaunch {
-    pub segments: Tensor,
-    /// Queries of the longest segment.
-    pub queries: usize,
-    /// None when no trunk is short (a zero-length buffer is an error on CUDA).
-    pub trunks: Option<Tensor>,
-    pub trunk_queries: usize,
-}
-
 impl Segments {
+    /// The step as attention reads it (`KeySource::Cached`).
+    pub fn step(&self) -> DecodeStep<'_> {
+        DecodeStep {
+            segments: (self.list.iter())
+                .map(|s| CachedSegment {
+                    row: s.row,
+                    start: s.start,
+                    len: s.len,
+                    slot: s.slot,
+                    rows: s.batch.as_ref().map(|b| b as _),
+                })
+                .collect(),
+            one_launch: self.one_launch.as_ref(),
+        }
+    }
+
     /// The segments of `rows` continuing from `next` (per row, its next position; `h` of them
     /// the header's); on a GPU whose kernels take this model (`decode_attention::takes`),
     /// those of at most `DECODE_QUERIES` tokens go in one launch.

@@ -4,8 +4,8 @@
 
 pub mod fused;
 
-use crate::model::ModelError;
 use crate::model::encoder::fused::{Dense, Epilogue, LayerNorm, TokenLayout};
+use crate::model::error::ModelError;
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::VarBuilder;
 use serde_json::Value;

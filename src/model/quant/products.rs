@@ -4,12 +4,12 @@
 use crate::model::backend::gpu_kernels::GpuKernels;
 use crate::model::backend::stage_times;
 use crate::model::quant::candle_products::quantized_product;
-use crate::model::quant::cpu::block_dots::{Q8Rows, dot_rows_kernel};
+use crate::model::quant::cpu::block_dots::Q8Rows;
 use crate::model::quant::cpu::dense_rows;
 use crate::model::quant::cpu::expand_blocks::expand_on_threads;
-use crate::model::quant::cpu::f32_dots::dot_kernel;
 use crate::model::quant::cpu::iq_dots;
-use crate::model::quant::cpu::kquant_dots::{self, KQuantKind, Q8KRows};
+use crate::model::quant::cpu::kernels::kernels;
+use crate::model::quant::cpu::kquant_dots::Q8KRows;
 use crate::model::quant::cpu::prefill_gemm;
 use crate::model::quant::cpu::prefill_gemm::PrefillGemm;
 use crate::model::quant::cpu::row_tasks::by_weight_rows;
@@ -197,7 +197,7 @@ impl Matrix {
                 data,
             }) => {
                 let acts = Q8Rows::quantize(&xs, k, kind.has_min());
-                let (dot, row_bytes) = (dot_rows_kernel(), kind.row_bytes(k));
+                let (dot, row_bytes) = (kernels().legacy_rows, kind.row_bytes(k));
                 // A task's rows at once: with one activation row, eight weight rows are
                 // multiplied together.
                 by_weight_rows(out, n, INT_DOT_ROWS, |rows, part| {
@@ -215,7 +215,7 @@ impl Matrix {
                 data,
             }) => {
                 let acts = iq_dots::Activations::quantize(kind, &xs, k);
-                let dot = iq_dots::dot_rows_kernel();
+                let dot = kernels().iquant_rows;
                 by_row_bytes(out, n, &data, kind.row_bytes(k), |w, part| {
                     dot(kind, w, &acts, part)
                 })?
@@ -225,12 +225,16 @@ impl Matrix {
                 data,
             }) => {
                 let acts = Q8KRows::quantize(&xs, k);
+                // `row_kernels` gives K-quant blocks only where this CPU has their kernel.
+                let dot = kernels().kquant_rows.ok_or_else(|| {
+                    candle_core::Error::Msg("no K-quant row kernel on this CPU".into())
+                })?;
                 by_row_bytes(out, n, &data, kind.row_bytes(k), |w, part| {
-                    kquant_dots::dot_rows(kind, w, &acts, part)
+                    dot(kind, w, &acts, part)
                 })?
             }
             None => {
-                let dot = dot_kernel();
+                let dot = kernels().f32_rows;
                 by_weight_rows(out, n, DOT_BLOCK_ROWS, |rows, part| {
                     // Each weight row expanded once and read once for every x row.
                     let ids = Tensor::arange(rows.start as u32, rows.end as u32, &Device::Cpu)?;
@@ -378,12 +382,7 @@ const INT_DOT_ROWS: usize = 32;
 /// Whether `Matrix::dots_t` multiplies this matrix in integers itself (`block_dots`,
 /// `kquant_dots`), several rows per pass over the weights.
 fn integer_products(q: &QTensor) -> bool {
-    q.device().is_cpu()
-        && match BlockFormat::of(q.dtype()) {
-            Some(BlockFormat::Legacy(_)) => true,
-            Some(BlockFormat::KQuant(_)) => KQuantKind::available(),
-            Some(BlockFormat::IQuant(_)) | None => false,
-        }
+    q.device().is_cpu() && BlockFormat::of(q.dtype()).is_some_and(|f| kernels().integer_rows(f))
 }
 
 #[cfg(test)]
@@ -464,7 +463,7 @@ mod tests {
             // K-quants: candle's kernels operation for operation; Q4_1/Q5_0/Q5_1: candle's
             // reference loop, which `block_dots` reproduces; Q4_0 and Q8_0: candle's AVX2
             // products, which sum a block's products in lanes (llama.cpp's order).
-            let exact = KQuantKind::of(dtype).is_some()
+            let exact = crate::model::quant::formats::kquants::KQuantKind::of(dtype).is_some()
                 || matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1);
             let tol = if exact { 0.0 } else { 1e-4 };
             let m = Matrix::Quantized(q);

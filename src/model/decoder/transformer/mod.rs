@@ -8,13 +8,14 @@
 
 mod attention;
 
-use crate::model::ModelError;
+use crate::model::attention::door::{AttentionKernels, KeySource};
 use crate::model::attention::plan::LayerKv;
 use crate::model::backend::gpu_kernels::GpuKernels;
 use crate::model::backend::stage_times;
 use crate::model::decoder::batch::Batch;
 use crate::model::decoder::layers::{Linear, Mlp, RmsNorm, inv_freq, rope_tables};
 use crate::model::decoder::segments::Segments;
+use crate::model::error::ModelError;
 use crate::model::load::config::TransformerConfig;
 use crate::model::load::weights::Weights;
 use crate::model::quant::cpu::prefill_gemm::{PrefillGemm, check_prefill_gemm};
@@ -59,13 +60,11 @@ pub struct Transformer {
     dtype: DType,
     device: Device,
     weights_mode: WeightsMode,
-    attention_elements: usize,
-    /// Attention of this many queries a row or more through `fused_attention`; None: never.
-    fused_from_queries: Option<usize>,
+    /// Attention's kernels: the fused op from how many queries, the scores of one block, and
+    /// whose kernels run on CUDA (`set_gpu_kernels`; also the linear maps').
+    attention: AttentionKernels,
     /// The precision of a prompt's products on the CPU (`set_prefill_gemm`).
     prefill_gemm: PrefillGemm,
-    /// Which kernels run on CUDA (`set_gpu_kernels`).
-    gpu_kernels: GpuKernels,
 }
 
 impl Transformer {
@@ -133,10 +132,12 @@ impl Transformer {
             dtype: w.dtype(),
             device: w.device().clone(),
             weights_mode: w.mode(),
-            attention_elements: ATTENTION_ELEMENTS,
-            fused_from_queries: w.device().is_cuda().then_some(FUSED_FROM_QUERIES),
+            attention: AttentionKernels {
+                fused_from_queries: w.device().is_cuda().then_some(FUSED_FROM_QUERIES),
+                score_limit: ATTENTION_ELEMENTS,
+                gpu_kernels: GpuKernels::Hyoka,
+            },
             prefill_gemm: PrefillGemm::F32,
-            gpu_kernels: GpuKernels::Hyoka,
             cfg,
         })
     }
@@ -188,13 +189,13 @@ impl Transformer {
     /// Which kernels run on CUDA: hyoka's (the default) or candle's, for every op that has
     /// both (attention of prompts and of decoding steps, GGUF expansion).
     pub fn set_gpu_kernels(&mut self, kernels: GpuKernels) {
-        self.gpu_kernels = kernels;
-        self.fused_from_queries =
+        self.attention.gpu_kernels = kernels;
+        self.attention.fused_from_queries =
             (self.device.is_cuda() && kernels.hyoka()).then_some(FUSED_FROM_QUERIES);
     }
 
     pub fn gpu_kernels(&self) -> GpuKernels {
-        self.gpu_kernels
+        self.attention.gpu_kernels
     }
 
     /// Bytes the weight matrices hold in memory (embeddings once when tied to the head).
@@ -295,23 +296,29 @@ impl Transformer {
         let tables: Vec<(Tensor, Tensor)> = (self.inv_freqs.iter().zip(&self.cfg.ropes))
             .map(|(f, rope)| rope_tables(f, &batch.positions, rope.attention_factor(), dtype))
             .collect::<Result<_>>()?;
+        let step = match past {
+            Past::Cached(_, _, segments) => Some(segments.step()),
+            _ => None,
+        };
         let mut kvs = Vec::with_capacity(self.blocks.len());
         let last = self.blocks.len().saturating_sub(1);
         for (i, block) in self.blocks.iter().enumerate() {
             let kind = &self.cfg.layers[i];
             // Past the last layer's keys and values, only the rows that are read.
             let plan = if i == last {
-                batch.last_plan(self.prefill_gemm, self.gpu_kernels)
+                batch.last_plan(self.prefill_gemm, self.attention.gpu_kernels)
             } else {
-                batch.plan(self.prefill_gemm, self.gpu_kernels)
+                batch.plan(self.prefill_gemm, self.attention.gpu_kernels)
             };
             let (cos, sin) = &tables[kind.rope];
-            let past = match past {
-                Past::Fresh => LayerPast::Fresh,
-                Past::Shared(p) => LayerPast::Shared(&p.layers[i]),
-                Past::Cached(layers, header, segments) => {
-                    LayerPast::Cached(&layers[i], header.map(|h| &h[i]), segments)
-                }
+            let past = match (past, &step) {
+                (Past::Shared(p), _) => KeySource::Shared(&p.layers[i]),
+                (Past::Cached(layers, header, _), Some(step)) => KeySource::Cached {
+                    cache: &layers[i],
+                    header: header.map(|h| &h[i]),
+                    step,
+                },
+                _ => KeySource::Fresh,
             };
             // Each temporary is moved into the step that reads it last, so that it is freed
             // there: a shadowed binding would live to the end of the layer (at 4,096 tokens of
@@ -340,13 +347,13 @@ impl Transformer {
     /// bf16. None: never. On CUDA it is `FUSED_FROM_QUERIES` from load (unless
     /// `--gpu-kernels candle`); elsewhere None.
     pub fn set_fused_attention(&mut self, from: Option<usize>) {
-        self.fused_from_queries = from;
+        self.attention.fused_from_queries = from;
     }
 
     /// The most attention scores (rows × heads × queries × keys) one block may hold; see
     /// `ATTENTION_ELEMENTS`. Lowered by tests to run the split path on small batches.
     pub fn set_attention_elements(&mut self, limit: usize) {
-        self.attention_elements = limit;
+        self.attention.score_limit = limit;
     }
 
     /// Compute the keys and values of a prefix once, to be continued by many rows.
@@ -487,13 +494,6 @@ fn to_stream(h: Tensor, norm: Option<&RmsNorm>, stream: DType) -> Result<Tensor>
         Some(n) => n.forward_as(&h, stream),
         None => h.to_dtype(stream),
     }
-}
-
-#[derive(Clone, Copy)]
-enum LayerPast<'a> {
-    Fresh,
-    Shared(&'a LayerKv),
-    Cached(&'a LayerKv, Option<&'a LayerKv>, &'a Segments),
 }
 
 /// Vocabulary rows of a quantized (or differently typed) output head expanded at once when all

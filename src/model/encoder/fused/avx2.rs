@@ -8,10 +8,7 @@ use std::arch::x86_64::*;
 
 /// Whether `attend` may run for heads of width `d`.
 pub fn available(d: usize) -> bool {
-    d > 0
-        && d.is_multiple_of(8)
-        && is_x86_feature_detected!("avx2")
-        && is_x86_feature_detected!("fma")
+    d > 0 && d.is_multiple_of(8) && crate::model::backend::cpu::features().avx2_fma
 }
 
 /// The attention of one sequence with `heads` heads of width `h`: `seq` its len q|k|v rows

@@ -75,7 +75,7 @@ macro_rules! multiversion {
                 fn avx2($($arg: $ty),*) {
                     $body($($arg),*)
                 }
-                if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                if crate::model::backend::cpu::features().avx2_fma {
                     // Safety: the CPU has the features `avx2` is compiled for.
                     return unsafe { avx2($($arg),*) };
                 }

@@ -8,7 +8,7 @@
 //! as `roundf` does (trunc(x + copysign(0.49999997, x)), exact below 2²³, LLVM's own lowering
 //! of `f32::round`).
 
-/// The bodies for one machine; [`Rounding::for_machine`] picks them once per product.
+/// The bodies for one machine; [`Rounding::for_machine`] picks them once per process.
 #[derive(Clone, Copy)]
 pub struct Rounding {
     /// max |xᵢ| (0 for no values), NaNs ignored as `f32::max` ignores them.
@@ -24,9 +24,15 @@ impl Rounding {
         round: round_portable,
     };
 
+    /// This machine's bodies, chosen once per process.
     pub fn for_machine() -> Rounding {
+        static CHOSEN: std::sync::OnceLock<Rounding> = std::sync::OnceLock::new();
+        *CHOSEN.get_or_init(Rounding::choose)
+    }
+
+    fn choose() -> Rounding {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if crate::model::backend::cpu::features().avx2_fma {
             // SAFETY (both): the feature the bodies are compiled for was just detected.
             return Rounding {
                 max_abs: |x| unsafe { avx2::max_abs(x) },

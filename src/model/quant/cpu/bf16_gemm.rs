@@ -28,12 +28,7 @@ pub const NR: usize = 32;
 
 /// Whether this CPU has the instructions (AVX-512F and AVX512-BF16).
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    crate::model::backend::cpu::features().avx512_bf16
 }
 
 /// Whether this CPU is Intel's: Sapphire and Emerald Rapids run `vdpbf16ps` at a quarter of

@@ -40,7 +40,7 @@ pub fn product(w: &Tensor, x: &Tensor) -> Result<Tensor> {
     let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
     // The SIMD kernels take inner dimensions in multiples of 16; the portable one any.
     let dots = match k.is_multiple_of(16) {
-        true => expanded_dots::kernel(),
+        true => crate::model::quant::cpu::kernels::kernels().expanded,
         false => expanded_dots::portable,
     };
     let w = w.contiguous()?;

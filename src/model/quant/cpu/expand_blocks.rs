@@ -1,7 +1,8 @@
 //! GGUF blocks expanded to f32 by candle's own block conversion (`GgmlType::to_float`, the
 //! values `QTensor::dequantize` gives), rows spread over the threads.
 
-use crate::model::quant::cpu::expanded_dots::{self, RowBlocks};
+use crate::model::quant::cpu::expanded_dots;
+use crate::model::quant::formats::block_format::BlockFormat;
 use crate::model::quant::formats::kquants::KQuantKind;
 use crate::model::quant::formats::legacy::BlockKind;
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -104,7 +105,7 @@ fn expand_blocks<T: candle_core::quantized::k_quants::GgmlType>(
             // Candle's values, the K-quants sixteen at a time and the 32-value blocks eight
             // at a time where the CPU can (Q5_0's loop was 1% of a json run).
             if let Some(kind) = block {
-                return expanded_dots::expand_row(RowBlocks::Blocks(kind, bytes), y);
+                return expanded_dots::expand_row(BlockFormat::Legacy(kind), bytes, y);
             }
             if !kquant
                 .is_some_and(|kind| crate::model::quant::cpu::kquant_expand::expand(kind, bytes, y))

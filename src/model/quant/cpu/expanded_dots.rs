@@ -10,23 +10,16 @@
 
 use crate::model::quant::cpu::iq_rows;
 use crate::model::quant::cpu::kquant_dots::KQuantKind;
-use crate::model::quant::formats::iquants::IQuant;
+use crate::model::quant::formats::block_format::BlockFormat;
 use crate::model::quant::formats::legacy::{BLOCK, BlockKind};
 use candle_core::quantized::k_quants::{self, GgmlType};
 use candle_core::{Result, bail};
 
-/// The blocks of one weight row.
-#[derive(Clone, Copy)]
-pub enum RowBlocks<'a> {
-    Blocks(BlockKind, &'a [u8]),
-    KQuants(KQuantKind, &'a [u8]),
-    Iq(IQuant, &'a [u8]),
-}
-
-/// One weight row's values in f32, exactly candle's `to_float` of its blocks.
-pub fn expand_row(row: RowBlocks<'_>, out: &mut [f32]) -> Result<()> {
-    match row {
-        RowBlocks::Blocks(kind, bytes) => {
+/// One weight row's values in f32 (`bytes`: the row's blocks of `format`), exactly candle's
+/// `to_float` of its blocks.
+pub fn expand_row(format: BlockFormat, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    match format {
+        BlockFormat::Legacy(kind) => {
             if bytes.len() != kind.row_bytes(out.len()) || !out.len().is_multiple_of(BLOCK) {
                 bail!(
                     "a {kind:?} row of {} bytes for {} values",
@@ -48,13 +41,13 @@ pub fn expand_row(row: RowBlocks<'_>, out: &mut [f32]) -> Result<()> {
                 BlockKind::Q8_0 => candle_row::<k_quants::BlockQ8_0>(bytes, out),
             }
         }
-        RowBlocks::Iq(kind, bytes) => iq_rows::expand_row(kind, bytes, out),
-        RowBlocks::KQuants(kind, bytes)
+        BlockFormat::IQuant(kind) => iq_rows::expand_row(kind, bytes, out),
+        BlockFormat::KQuant(kind)
             if crate::model::quant::cpu::kquant_expand::expand(kind, bytes, out) =>
         {
             Ok(())
         }
-        RowBlocks::KQuants(kind, bytes) => match kind {
+        BlockFormat::KQuant(kind) => match kind {
             KQuantKind::Q2K => candle_row::<k_quants::BlockQ2K>(bytes, out),
             KQuantKind::Q3K => candle_row::<k_quants::BlockQ3K>(bytes, out),
             KQuantKind::Q4K => candle_row::<k_quants::BlockQ4K>(bytes, out),
@@ -89,16 +82,16 @@ fn candle_row<T: GgmlType>(bytes: &[u8], out: &mut [f32]) -> Result<()> {
 /// `part[c·n + r] = x_r · w_c` for the n rows of k values in `xs` and the rows of `ws`.
 pub type Dots = fn(xs: &[f32], ws: &[f32], k: usize, part: &mut [f32]);
 
-/// The kernel for this machine, chosen once per product.
+/// The kernel for this machine (the table of `kernels` asks once per process).
 pub fn kernel() -> Dots {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        let cpu = crate::model::backend::cpu::features();
+        if cpu.avx512 {
             // SAFETY (both): the features the kernels are compiled for were just detected.
             return |xs, ws, k, part| unsafe { avx512::dots(xs, ws, k, part) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
+        if cpu.avx2_fma {
             return |xs, ws, k, part| unsafe { avx2::dots(xs, ws, k, part) };
         }
     }
@@ -385,12 +378,8 @@ mod tests {
             let mut got = vec![0f32; rows * cols];
             for (r, out) in got.chunks_exact_mut(cols).enumerate() {
                 let bytes = &data[r * row_bytes..(r + 1) * row_bytes];
-                let row = match (BlockKind::of(dtype), KQuantKind::of(dtype)) {
-                    (Some(kind), _) => RowBlocks::Blocks(kind, bytes),
-                    (_, Some(kind)) => RowBlocks::KQuants(kind, bytes),
-                    _ => unreachable!("a block or K-quant type"),
-                };
-                expand_row(row, out)?;
+                let format = BlockFormat::of(dtype).expect("a block or K-quant type");
+                expand_row(format, bytes, out)?;
             }
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "{dtype:?}");

@@ -7,10 +7,10 @@ pub(crate) type DotRows = fn(&[f32], &[f32], &mut Vec<f32>);
 /// Σ aᵢbᵢ per row, summed in an order fixed by the machine alone (never by what is computed
 /// beside it): fused multiply-adds in 4 × 8 lanes where the CPU has AVX2 and FMA — three rows
 /// at a time, each with its own accumulators, so a row's sum is the one it gets alone — else
-/// eight lanes the compiler vectorises. Chosen once per product, not per dot.
+/// eight lanes the compiler vectorises. Chosen once per process (`kernels`), not per dot.
 pub(crate) fn dot_kernel() -> DotRows {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    if crate::model::backend::cpu::features().avx2_fma {
         return |xs, w, out| {
             let k = w.len();
             let mut rows = xs.chunks_exact(k);

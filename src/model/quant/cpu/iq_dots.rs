@@ -70,7 +70,7 @@ impl Activations {
 /// `xs` quantized for its kind (`Activations::quantize`).
 pub type DotRows = fn(IQuant, &[u8], &Activations, &mut Vec<f32>);
 
-/// The kernel for this machine, chosen once per product.
+/// The kernel for this machine (the table of `kernels` asks once per process).
 pub fn dot_rows_kernel() -> DotRows {
     #[cfg(target_arch = "x86_64")]
     if crate::model::quant::cpu::block_dots::has_avx2_fma_f16c() {

@@ -13,6 +13,11 @@
 use crate::model::quant::cpu::act_rounding::Rounding;
 pub use crate::model::quant::formats::kquants::{KQuantKind, QK_K};
 
+/// Whether this CPU runs the K-quant products here (AVX2, FMA and F16C).
+pub fn available() -> bool {
+    crate::model::backend::cpu::features().avx2_fma_f16c
+}
+
 /// Activation rows that share one unpacking of a weight super-block.
 pub const ROWS_PER_LOAD: usize = 4;
 
@@ -87,22 +92,16 @@ impl Q8KRows {
 }
 
 /// Appends w · x_r for every row of `xs` (in order) to `out`; `w` is one weight row's blocks.
-/// Callers check [`KQuantKind::available`] first (AVX2, FMA and F16C).
-pub fn dot_rows(kind: KQuantKind, w: &[u8], xs: &Q8KRows, out: &mut Vec<f32>) {
+pub type DotRows = fn(KQuantKind, &[u8], &Q8KRows, &mut Vec<f32>);
+
+/// The kernel for this machine; None where it has no body (AVX2, FMA and F16C).
+pub fn dot_rows_kernel() -> Option<DotRows> {
     #[cfg(target_arch = "x86_64")]
-    {
-        assert!(
-            KQuantKind::available(),
-            "K-quant row kernels need AVX2, FMA and F16C"
-        );
-        // SAFETY: the features the kernel is compiled for were just checked.
-        unsafe { avx2::dot_rows(kind, w, xs, out) }
+    if available() {
+        // SAFETY: the features the kernel is compiled for were just detected.
+        return Some(|kind, w, xs, out| unsafe { avx2::dot_rows(kind, w, xs, out) });
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (kind, w, xs, out);
-        unreachable!("K-quant row kernels need AVX2, FMA and F16C");
-    }
+    None
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -367,7 +366,7 @@ pub(crate) mod avx2 {
         for (b, block) in w.chunks_exact(KQuantKind::Q3K.block_bytes()).enumerate() {
             prefetch_ahead(block);
             let xd = read_f16(block, 108);
-            let scales = crate::model::quant::cpu::kquant_expand::q3k_scales(&block[96..108]);
+            let scales = crate::model::quant::formats::kquants::q3k_scales(&block[96..108]);
             // SAFETY: 16 bytes of an array of 16.
             let scales = unsafe { _mm_loadu_si128(scales.as_ptr() as *const __m128i) };
             let sc = sixteen_scale_vectors(scales);
@@ -593,10 +592,9 @@ mod tests {
     /// bit, for 1 to 6 rows at once.
     #[test]
     fn products_are_candles_row_by_row() {
-        if !KQuantKind::available() {
-            eprintln!("no AVX2/FMA: the K-quant row kernels do not run on this machine");
+        let Some(dot) = dot_rows_kernel() else {
             return;
-        }
+        };
         let (out, cols) = (7, 512);
         let dev = Device::Cpu;
         let w = (Tensor::randn(0f32, 1.0, (out, cols), &dev).unwrap() + 0.2).unwrap();
@@ -619,7 +617,7 @@ mod tests {
                 let rows = Q8KRows::quantize(&xs[..n * cols], cols);
                 for v in 0..out {
                     let mut got = Vec::new();
-                    dot_rows(
+                    dot(
                         kind,
                         &data[v * row_bytes..(v + 1) * row_bytes],
                         &rows,

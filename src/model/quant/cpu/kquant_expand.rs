@@ -8,7 +8,7 @@
 //! Q4_K_M file, where the Q5_0 matrices' eight-wide body (`block_dots::avx2::expand`) took 3.3%
 //! for three times the values.
 
-use crate::model::quant::cpu::kquant_dots::{KQuantKind, QK_K};
+use crate::model::quant::formats::kquants::{KQuantKind, QK_K};
 
 /// Expand `bytes` (whole blocks of `kind`) into `out` (256 values per block) when this CPU has
 /// a body for the kind; false (nothing written) otherwise.
@@ -18,9 +18,9 @@ pub fn expand(kind: KQuantKind, bytes: &[u8], out: &mut [f32]) -> bool {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    if crate::model::backend::cpu::features().avx512 {
         match kind {
-            // SAFETY (all): avx512f was just detected; whole blocks into as many values.
+            // SAFETY (all): avx512f was detected; whole blocks into as many values.
             KQuantKind::Q2K => unsafe { avx512::q2k(bytes, out) },
             KQuantKind::Q3K => unsafe { avx512::q3k(bytes, out) },
             KQuantKind::Q4K => unsafe { avx512::q4k(bytes, out) },
@@ -32,55 +32,9 @@ pub fn expand(kind: KQuantKind, bytes: &[u8], out: &mut [f32]) -> bool {
     false
 }
 
-fn f16_at(bytes: &[u8], at: usize) -> f32 {
-    half::f16::from_bits(u16::from_le_bytes([bytes[at], bytes[at + 1]])).to_f32()
-}
-
-/// Scale and min `j` (0..8) of a Q4_K block's 12 packed 6-bit bytes (candle's
-/// `get_scale_min_k4`).
-pub(crate) fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
-    if j < 4 {
-        (q[j] & 63, q[j + 4] & 63)
-    } else {
-        (
-            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
-    }
-}
-
-/// The 16 scales of a Q3_K block (one per 16 values) from its 12 packed bytes, 6 bits each,
-/// minus 32 (candle's and llama.cpp's unpacking: low 4 bits from bytes 0–7, high 2 from 8–11).
-pub(crate) fn q3k_scales(packed: &[u8]) -> [i8; 16] {
-    const KMASK1: u32 = 0x0303_0303;
-    const KMASK2: u32 = 0x0f0f_0f0f;
-    let word = |i: usize| {
-        u32::from_le_bytes([
-            packed[4 * i],
-            packed[4 * i + 1],
-            packed[4 * i + 2],
-            packed[4 * i + 3],
-        ])
-    };
-    let (a0, a1, a2) = (word(0), word(1), word(2));
-    let words = [
-        (a0 & KMASK2) | ((a2 & KMASK1) << 4),
-        (a1 & KMASK2) | (((a2 >> 2) & KMASK1) << 4),
-        ((a0 >> 4) & KMASK2) | (((a2 >> 4) & KMASK1) << 4),
-        ((a1 >> 4) & KMASK2) | (((a2 >> 6) & KMASK1) << 4),
-    ];
-    let mut out = [0i8; 16];
-    for (i, w) in words.into_iter().enumerate() {
-        for (j, byte) in w.to_le_bytes().into_iter().enumerate() {
-            out[4 * i + j] = byte as i8 - 32;
-        }
-    }
-    out
-}
-
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{QK_K, f16_at, q3k_scales, scale_min};
+    use crate::model::quant::formats::kquants::{QK_K, f16_at, q3k_scales, scale_min};
     use std::arch::x86_64::*;
 
     /// 16 bytes from `bytes[at..]` as 16 lanes of i32.

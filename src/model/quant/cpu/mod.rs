@@ -10,6 +10,7 @@ pub(crate) mod f32_dots;
 pub(crate) mod int8_products;
 pub mod iq_dots;
 pub mod iq_rows;
+pub mod kernels;
 pub mod kquant_dots;
 pub(crate) mod kquant_expand;
 pub mod prefill_gemm;

@@ -16,11 +16,10 @@
 //! chosen by its run, which is the same alone, and both kernels give a row numbers that do
 //! not depend on the other rows.
 
-use crate::model::quant::cpu::expanded_dots::{self, RowBlocks, expand_row};
+use crate::model::quant::cpu::expanded_dots::expand_row;
 use crate::model::quant::cpu::int8_products;
 use crate::model::quant::cpu::prefill_gemm::with_expanded;
 use crate::model::quant::cpu::row_tasks::by_weight_rows;
-use crate::model::quant::formats::block_format::BlockFormat;
 use crate::model::quant::matrix::{Matrix, RowKernels};
 use candle_core::{DType, Device, Result, Tensor, bail};
 
@@ -102,14 +101,14 @@ impl Matrix {
 /// every row of xs.
 fn expanded_products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> Result<Vec<f32>> {
     let n = xs.len() / k.max(1);
-    let dots = expanded_dots::kernel();
+    let dots = crate::model::quant::cpu::kernels::kernels().expanded;
     by_weight_rows(out, n, EXPANDED_ROWS, |rows, part| {
         // The thread's kept buffer (467 KB for 24 rows of Qwen2.5-0.5B's 4,864-wide down
         // projection): a fresh one per task was mapped, faulted in and zeroed. Every value is
         // written by the expansion.
         with_expanded(rows.len() * k, |w| {
             for (v, buf) in rows.clone().zip(w.chunks_exact_mut(k)) {
-                expand_row(row_blocks(kernels, v, k), buf)?;
+                expand_row(kernels.format, row_bytes(kernels, v, k), buf)?;
             }
             part.resize(rows.len() * n, 0.0);
             dots(xs, w, k, part);
@@ -119,14 +118,9 @@ fn expanded_products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> 
 }
 
 /// Weight row v (of k values) of a matrix's blocks.
-fn row_blocks<'a>(kernels: &'a RowKernels<'_>, v: usize, k: usize) -> RowBlocks<'a> {
+fn row_bytes<'a>(kernels: &'a RowKernels<'_>, v: usize, k: usize) -> &'a [u8] {
     let b = kernels.format.row_bytes(k);
-    let bytes = &kernels.data[v * b..(v + 1) * b];
-    match kernels.format {
-        BlockFormat::Legacy(kind) => RowBlocks::Blocks(kind, bytes),
-        BlockFormat::KQuant(kind) => RowBlocks::KQuants(kind, bytes),
-        BlockFormat::IQuant(kind) => RowBlocks::Iq(kind, bytes),
-    }
+    &kernels.data[v * b..(v + 1) * b]
 }
 
 fn ids(rows: &[u32], device: &Device) -> Result<Tensor> {

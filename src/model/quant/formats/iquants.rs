@@ -517,7 +517,7 @@ mod tests {
     use super::*;
 
     /// `largest_integer` is the largest magnitude of each kind's table: the AVX2 8-bit
-    /// products' i16 sums rest on it (`int8_products::Form::i16_run`).
+    /// products' i16 sums rest on it (`int8_products::layout::i16_run`).
     #[test]
     fn largest_integers_are_the_tables() {
         let bytes = |table: &[u64]| -> usize {

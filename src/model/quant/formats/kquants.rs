@@ -57,15 +57,51 @@ impl KQuantKind {
     pub fn row_bytes(self, cols: usize) -> usize {
         cols / QK_K * self.block_bytes()
     }
+}
 
-    /// Whether this machine runs these kernels.
-    pub fn available() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        false
+/// The f16 at byte `at` of a block, as f32.
+pub(crate) fn f16_at(bytes: &[u8], at: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([bytes[at], bytes[at + 1]])).to_f32()
+}
+
+/// Scale and min `j` (0..8) of a Q4_K block's 12 packed 6-bit bytes (candle's
+/// `get_scale_min_k4`).
+pub(crate) fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
     }
+}
+
+/// The 16 scales of a Q3_K block (one per 16 values) from its 12 packed bytes, 6 bits each,
+/// minus 32 (candle's and llama.cpp's unpacking: low 4 bits from bytes 0–7, high 2 from 8–11).
+pub(crate) fn q3k_scales(packed: &[u8]) -> [i8; 16] {
+    const KMASK1: u32 = 0x0303_0303;
+    const KMASK2: u32 = 0x0f0f_0f0f;
+    let word = |i: usize| {
+        u32::from_le_bytes([
+            packed[4 * i],
+            packed[4 * i + 1],
+            packed[4 * i + 2],
+            packed[4 * i + 3],
+        ])
+    };
+    let (a0, a1, a2) = (word(0), word(1), word(2));
+    let words = [
+        (a0 & KMASK2) | ((a2 & KMASK1) << 4),
+        (a1 & KMASK2) | (((a2 >> 2) & KMASK1) << 4),
+        ((a0 >> 4) & KMASK2) | (((a2 >> 4) & KMASK1) << 4),
+        ((a1 >> 4) & KMASK2) | (((a2 >> 6) & KMASK1) << 4),
+    ];
+    let mut out = [0i8; 16];
+    for (i, w) in words.into_iter().enumerate() {
+        for (j, byte) in w.to_le_bytes().into_iter().enumerate() {
+            out[4 * i + j] = byte as i8 - 32;
+        }
+    }
+    out
 }

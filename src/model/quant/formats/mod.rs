@@ -1,7 +1,9 @@
 //! The block formats as stored: each family's layouts and sizes (`legacy`, `kquants`,
-//! `iquants`), every format as one type (`block_format`), and conversions between them.
+//! `iquants`), every format as one type (`block_format`), how its values read as bytes for the
+//! 8-bit products (`byte_form`), and conversions between them.
 
 pub mod block_format;
+pub mod byte_form;
 pub(crate) mod iquant_grids;
 pub mod iquant_held;
 pub mod iquants;

@@ -27,7 +27,7 @@ use crate::model::quant::formats::legacy::BlockKind;
 /// another) and every row r of `xs`, in (v, r) order, to `out`.
 pub type DotRows = fn(BlockKind, &[u8], &Q8Rows, &mut Vec<f32>);
 
-/// The kernel for this machine, chosen once per product.
+/// The kernel for this machine (the table of `kernels` asks once per process).
 pub fn dot_rows_kernel() -> DotRows {
     #[cfg(target_arch = "x86_64")]
     if has_avx512_vnni() {
@@ -45,21 +45,12 @@ pub fn dot_rows_kernel() -> DotRows {
 /// Whether the CPU also runs the AVX-512 VNNI body (on 256-bit registers).
 #[cfg(target_arch = "x86_64")]
 fn has_avx512_vnni() -> bool {
-    has_avx2_fma_f16c()
-        && std::arch::is_x86_feature_detected!("avx512vnni")
-        && std::arch::is_x86_feature_detected!("avx512vl")
+    crate::model::backend::cpu::features().avx512_vnni
 }
 
 /// Whether the CPU runs the AVX2 kernels here and in `kquant_dots` (AVX2, FMA, F16C).
 pub fn has_avx2_fma_f16c() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    crate::model::backend::cpu::features().avx2_fma_f16c
 }
 
 #[cfg(target_arch = "x86_64")]

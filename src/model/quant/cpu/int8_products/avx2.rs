@@ -4,8 +4,8 @@
 //! i16; `vpmaddwd` by ones adds the pairs into each token's i32. A group of sixteen tokens is
 //! two halves of eight.
 //!
-//! The i16 sums take `Form::i16_run` steps of four values before they are widened: each step
-//! adds at most 2 · 127 · `Form::largest_integer` to a lane, and a run stays within i16.
+//! The i16 sums take `layout::i16_run` steps of four values before they are widened: each step
+//! adds at most 2 · 127 · `BlockFormat::largest_integer` to a lane, and a run stays within i16.
 //! Signed forms (their integer + 128 under VNNI) are kept as the signed integers
 //! (`Unpacked::signed`) and multiply as |w| times x with w's sign (`vpsignb`), as llama.cpp's
 //! AVX2 kernels do: the unsigned operand |w| ≤ 128, the signed one |x| ≤ 127.
@@ -42,8 +42,8 @@ type Sums = [__m256; ROWS];
 /// from `first`) and each token.
 #[target_feature(enable = "avx2,fma")]
 pub fn times(w: &Unpacked, lanes: &Lanes, columns: &Columns) {
-    let run = w.form.i16_run();
-    match (w.form.halves(), w.form.has_min(), w.signed) {
+    let run = crate::model::quant::cpu::int8_products::layout::i16_run(w.form);
+    match (w.form.scales_per_16(), w.form.has_unit_min(), w.signed) {
         (true, true, true) => times_as::<true, true, true>(w, lanes, columns, run),
         (true, true, false) => times_as::<true, true, false>(w, lanes, columns, run),
         (true, false, true) => times_as::<true, false, true>(w, lanes, columns, run),

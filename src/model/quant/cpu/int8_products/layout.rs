@@ -1,12 +1,9 @@
-//! How the 8-bit products hold a run of weight rows: each type's form, the lanes of a tile,
-//! and the unpacked integers and scales a tile multiplies.
+//! How the 8-bit products hold a run of weight rows: the lanes of a tile, and the unpacked
+//! integers and scales a tile multiplies (each format's bytes as `formats::byte_form` says).
 
 use crate::model::quant::cpu::block_dots::Q8Rows;
-use crate::model::quant::cpu::kquant_dots::KQuantKind;
 use crate::model::quant::formats::block_format::BlockFormat;
-use crate::model::quant::formats::iquants::IQuant;
-use crate::model::quant::formats::legacy::{BLOCK, BlockKind};
-use crate::model::quant::matrix::RowKernels;
+use crate::model::quant::formats::legacy::BLOCK;
 use rayon::prelude::*;
 
 /// Tokens per lane group: one AVX-512 register of i32 (two AVX2 registers, `avx2`).
@@ -15,115 +12,15 @@ pub(super) const TOKENS: usize = 16;
 /// Weight rows per task: unpacked to bytes once, then multiplied with every token group.
 pub(super) const TASK_ROWS: usize = 32;
 
-/// How a weight type's values read as bytes: value = scale·(byte − offset) − min, one scale
-/// per `unit` values (32, or 16 for Q2_K, Q3_K and Q6_K), one min per unit (Q4_1, Q5_1, Q2_K,
-/// Q4_K, Q5_K).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Form {
-    Blocks(BlockKind),
-    Q2K,
-    Q3K,
-    Q4K,
-    Q5K,
-    Q6K,
-    /// An i-quant: a group's integers (IQ4's levels, IQ3's and IQ2's signed grid magnitudes,
-    /// IQ1's 8·grid ± 1) + 128, a scale per 32 (IQ2_XS, IQ2_S, IQ1_M: per 16) (`iq_rows`).
-    Iq(IQuant),
-}
-
-impl Form {
-    /// Every type with row kernels has a form: a type added there must be given one here.
-    pub(super) fn of(kernels: &RowKernels) -> Self {
-        match kernels.format {
-            BlockFormat::Legacy(kind) => Form::Blocks(kind),
-            BlockFormat::KQuant(KQuantKind::Q2K) => Form::Q2K,
-            BlockFormat::KQuant(KQuantKind::Q3K) => Form::Q3K,
-            BlockFormat::KQuant(KQuantKind::Q4K) => Form::Q4K,
-            BlockFormat::KQuant(KQuantKind::Q5K) => Form::Q5K,
-            BlockFormat::KQuant(KQuantKind::Q6K) => Form::Q6K,
-            BlockFormat::IQuant(kind) => Form::Iq(kind),
-        }
-    }
-
-    pub(super) fn offset(self) -> i32 {
-        match self {
-            Form::Blocks(kind) if !kind.has_min() => 128,
-            Form::Iq(_) => 128,
-            Form::Blocks(_) | Form::Q2K | Form::Q4K | Form::Q5K => 0,
-            Form::Q3K => 4,
-            Form::Q6K => 32,
-        }
-    }
-
-    /// Scales per 32 values: two where they change every 16.
-    pub(super) fn halves(self) -> bool {
-        match self {
-            Form::Q2K | Form::Q3K | Form::Q6K => true,
-            Form::Iq(kind) => !kind.one_scale_per_group(),
-            Form::Blocks(_) | Form::Q4K | Form::Q5K => false,
-        }
-    }
-
-    pub(super) fn has_min(self) -> bool {
-        match self {
-            Form::Blocks(kind) => kind.has_min(),
-            Form::Q2K | Form::Q4K | Form::Q5K => true,
-            Form::Q3K | Form::Q6K | Form::Iq(_) => false,
-        }
-    }
-
-    /// Whether a min multiplies llama.cpp's Q8_1 block sum s = f16(f16(Σx)·d_x), as the
-    /// single-token kernels of these blocks take it, rather than d_x·Σx in f32.
-    pub(super) fn takes_q8_1_sums(self) -> bool {
-        matches!(self, Form::Blocks(kind) if kind.has_min())
-    }
-
-    /// Units (scales) per 32 values.
-    pub(super) fn units(self) -> usize {
-        if self.halves() { 2 } else { 1 }
-    }
-
-    /// The largest magnitude a weight's integer takes in the AVX2 body's multiply: the byte
-    /// for forms with a smaller offset than 128, |integer| for the others (Q8_0's −128: 128).
-    pub(super) fn largest_integer(self) -> usize {
-        match self {
-            Form::Blocks(BlockKind::Q4_0) => 8,
-            Form::Blocks(BlockKind::Q4_1) => 15,
-            Form::Blocks(BlockKind::Q5_0) => 16,
-            Form::Blocks(BlockKind::Q5_1) => 31,
-            Form::Blocks(BlockKind::Q8_0) => 128,
-            Form::Q2K => 3,
-            Form::Q3K => 7,
-            Form::Q4K => 15,
-            Form::Q5K => 31,
-            Form::Q6K => 63,
-            Form::Iq(kind) => kind.largest_integer(),
-        }
-    }
-
-    /// Steps of four values whose pair sums (`vpmaddubsw`, at most 2 · 127 · `largest_integer`
-    /// each) the AVX2 body adds in i16 before widening them: the most, a power of two within a
-    /// unit, that cannot pass 32767.
-    pub(super) fn i16_run(self) -> usize {
-        let (steps, per_step) = (8 / self.units(), 2 * 127 * self.largest_integer());
-        [8, 4, 2, 1]
-            .into_iter()
-            .find(|&run| run <= steps && run * per_step <= i16::MAX as usize)
-            .unwrap_or(1)
-    }
-
-    /// Values and bytes per block.
-    pub(super) fn block(self) -> (usize, usize) {
-        match self {
-            Form::Blocks(kind) => (BLOCK, kind.block_bytes()),
-            Form::Q2K => (256, KQuantKind::Q2K.block_bytes()),
-            Form::Q3K => (256, KQuantKind::Q3K.block_bytes()),
-            Form::Q4K => (256, KQuantKind::Q4K.block_bytes()),
-            Form::Q5K => (256, KQuantKind::Q5K.block_bytes()),
-            Form::Q6K => (256, KQuantKind::Q6K.block_bytes()),
-            Form::Iq(kind) => (kind.block_values(), kind.block_bytes()),
-        }
-    }
+/// Steps of four values whose pair sums (`vpmaddubsw`, at most 2 · 127 · `largest_integer`
+/// each) the AVX2 body adds in i16 before widening them: the most, a power of two within a
+/// unit, that cannot pass 32767.
+pub(super) fn i16_run(form: BlockFormat) -> usize {
+    let (steps, per_step) = (8 / form.scale_units(), 2 * 127 * form.largest_integer());
+    [8, 4, 2, 1]
+        .into_iter()
+        .find(|&run| run <= steps && run * per_step <= i16::MAX as usize)
+        .unwrap_or(1)
 }
 
 /// Activations of n tokens in groups of 16, interleaved for the lanes: per group and block of
@@ -141,11 +38,11 @@ pub(super) struct Lanes {
 }
 
 impl Lanes {
-    pub(super) fn new(acts: &Q8Rows, n: usize, k: usize, form: Form) -> Self {
+    pub(super) fn new(acts: &Q8Rows, n: usize, k: usize, form: BlockFormat) -> Self {
         let blocks = k / BLOCK;
         let groups = n.div_ceil(TOKENS);
-        let units = form.units();
-        let min = form.has_min();
+        let units = form.scale_units();
+        let min = form.has_unit_min();
         let mut lanes = Lanes {
             blocks,
             qs: vec![0; groups * blocks * BLOCK * TOKENS],
@@ -189,7 +86,7 @@ impl Lanes {
                         for (u, unit) in x.chunks_exact(BLOCK / units).enumerate() {
                             let at = (b * units + u) * TOKENS + t;
                             let sum = sum(unit);
-                            starts[at] = -form.offset() * sum;
+                            starts[at] = -form.byte_offset() * sum;
                             if min {
                                 d_sums[at] = if form.takes_q8_1_sums() {
                                     q8_1_sums[token * blocks + b]
@@ -218,7 +115,7 @@ impl Lanes {
 /// (four rows apart in memory, 4 and 14 KiB, the streams from L2 ran the kernel at ~40% of the
 /// instruction's rate). Rows past the last of the last tile are zeros.
 pub(super) struct Unpacked {
-    pub(super) form: Form,
+    pub(super) form: BlockFormat,
     pub(super) k: usize,
     pub(super) rows: usize,
     /// The bytes are the integers themselves, not + 128 (`Body::signed_bytes`).

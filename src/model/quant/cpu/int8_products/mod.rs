@@ -46,7 +46,8 @@ mod unpacked;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 
-use layout::{Form, Lanes, TASK_ROWS, Unpacked};
+use crate::model::quant::formats::block_format::BlockFormat;
+use layout::{Lanes, TASK_ROWS, Unpacked};
 
 /// The instructions the products run on. Both give the same bits: each unit's dot is an exact
 /// integer either way, and the float work is the same operations in the same order.
@@ -74,9 +75,7 @@ impl Body {
             let mut here = Vec::new();
             #[cfg(target_arch = "x86_64")]
             if block_dots::has_avx2_fma_f16c() {
-                if std::arch::is_x86_feature_detected!("avx512f")
-                    && std::arch::is_x86_feature_detected!("avx512vnni")
-                {
+                if crate::model::backend::cpu::features().avx512_vnni {
                     here.push(Body::Vnni);
                 }
                 here.push(Body::Avx2);
@@ -86,8 +85,8 @@ impl Body {
     }
 
     /// Whether a form's bytes are kept as its signed integers rather than + 128 (`avx2`).
-    fn signed_bytes(self, form: Form) -> bool {
-        self == Body::Avx2 && form.offset() == 128
+    fn signed_bytes(self, form: BlockFormat) -> bool {
+        self == Body::Avx2 && form.byte_offset() == 128
     }
 }
 
@@ -152,11 +151,11 @@ fn products_on(
     k: usize,
     xs: &[f32],
 ) -> Result<Vec<f32>> {
-    let (values, bytes) = Form::of(kernels).block();
+    let (values, bytes) = kernels.format.block_shape();
     if data_of(kernels).len() != out * (k / values.max(1) * bytes) {
         bail!(
             "8-bit run products: {out}×{k} {:?} weights in {} bytes",
-            Form::of(kernels),
+            kernels.format,
             data_of(kernels).len()
         );
     }
@@ -171,7 +170,7 @@ fn data_of<'a>(kernels: &'a RowKernels) -> &'a [u8] {
 /// n tokens' activations rounded and laid out for the products of one form of weights, once
 /// for every block of weight rows multiplied with them (`rows_products`).
 pub struct Activations {
-    form: Form,
+    form: BlockFormat,
     n: usize,
     k: usize,
     lanes: Lanes,
@@ -180,9 +179,9 @@ pub struct Activations {
 impl Activations {
     /// xs (n, k), for weights of `kernels`' form.
     pub fn new(kernels: &RowKernels, k: usize, xs: &[f32]) -> Result<Self> {
-        let form = Form::of(kernels);
+        let form = kernels.format;
         let n = xs.len() / k.max(1);
-        if !k.is_multiple_of(form.block().0) || xs.len() != n * k {
+        if !k.is_multiple_of(form.block_shape().0) || xs.len() != n * k {
             bail!(
                 "8-bit run products: {k} columns of {form:?} weights for {} values",
                 xs.len()
@@ -195,7 +194,7 @@ impl Activations {
 
     /// Whether these activations are laid out for `kernels`' weights.
     pub fn fit(&self, kernels: &RowKernels) -> bool {
-        Form::of(kernels) == self.form
+        kernels.format == self.form
     }
 }
 
@@ -226,13 +225,13 @@ fn rows_products_on(
         );
     }
     let (form, n, k, data) = (acts.form, acts.n, acts.k, data_of(kernels));
-    let (values, bytes) = form.block();
+    let (values, bytes) = form.block_shape();
     let row_bytes = k / values * bytes;
     if !acts.fit(kernels) || rows.start > rows.end || rows.end * row_bytes > data.len() {
         bail!(
             "8-bit run products: rows {rows:?} of {} bytes of {:?} weights for {k}-value {form:?} activations",
             data.len(),
-            Form::of(kernels),
+            kernels.format,
         );
     }
     let data = &data[rows.start * row_bytes..rows.end * row_bytes];
@@ -248,7 +247,7 @@ fn rows_products_on(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::quant::cpu::int8_products::layout::{Form, Unpacked};
+    use crate::model::quant::cpu::int8_products::layout::Unpacked;
     use crate::model::quant::cpu::kquant_dots::KQuantKind;
     use crate::model::quant::formats::block_format::BlockFormat;
     use crate::model::quant::formats::iquants::IQuant;
@@ -260,17 +259,17 @@ mod tests {
         crate::rng::SplitMix64(seed).symmetric_f32s(rows * cols)
     }
 
-    const FORMS: [(GgmlDType, Form); 10] = [
-        (GgmlDType::Q4_0, Form::Blocks(BlockKind::Q4_0)),
-        (GgmlDType::Q4_1, Form::Blocks(BlockKind::Q4_1)),
-        (GgmlDType::Q5_0, Form::Blocks(BlockKind::Q5_0)),
-        (GgmlDType::Q5_1, Form::Blocks(BlockKind::Q5_1)),
-        (GgmlDType::Q8_0, Form::Blocks(BlockKind::Q8_0)),
-        (GgmlDType::Q2K, Form::Q2K),
-        (GgmlDType::Q3K, Form::Q3K),
-        (GgmlDType::Q4K, Form::Q4K),
-        (GgmlDType::Q5K, Form::Q5K),
-        (GgmlDType::Q6K, Form::Q6K),
+    const FORMS: [(GgmlDType, BlockFormat); 10] = [
+        (GgmlDType::Q4_0, BlockFormat::Legacy(BlockKind::Q4_0)),
+        (GgmlDType::Q4_1, BlockFormat::Legacy(BlockKind::Q4_1)),
+        (GgmlDType::Q5_0, BlockFormat::Legacy(BlockKind::Q5_0)),
+        (GgmlDType::Q5_1, BlockFormat::Legacy(BlockKind::Q5_1)),
+        (GgmlDType::Q8_0, BlockFormat::Legacy(BlockKind::Q8_0)),
+        (GgmlDType::Q2K, BlockFormat::KQuant(KQuantKind::Q2K)),
+        (GgmlDType::Q3K, BlockFormat::KQuant(KQuantKind::Q3K)),
+        (GgmlDType::Q4K, BlockFormat::KQuant(KQuantKind::Q4K)),
+        (GgmlDType::Q5K, BlockFormat::KQuant(KQuantKind::Q5K)),
+        (GgmlDType::Q6K, BlockFormat::KQuant(KQuantKind::Q6K)),
     ];
 
     /// `out` random rows of k values (offset by 0.3, so that K-quants' mins matter), quantized by
@@ -306,7 +305,7 @@ mod tests {
     }
 
     /// A form, its weights' bytes and their values.
-    type Case = (Form, Vec<u8>, Vec<f32>);
+    type Case = (BlockFormat, Vec<u8>, Vec<f32>);
 
     /// Every form with its weights: candle's quantization of random rows, and the i-quant blocks.
     fn cases(out: usize, k: usize) -> anyhow::Result<Vec<Case>> {
@@ -317,13 +316,13 @@ mod tests {
         }
         for kind in IQuant::ALL {
             let (data, values) = iq_weights(kind, out, k)?;
-            cases.push((Form::Iq(kind), data, values));
+            cases.push((BlockFormat::IQuant(kind), data, values));
         }
         Ok(cases)
     }
 
-    fn unit(form: Form) -> usize {
-        BLOCK / form.units()
+    fn unit(form: BlockFormat) -> usize {
+        BLOCK / form.scale_units()
     }
 
     /// Each weight read back from its byte, scale and min is candle's value to the bit (i-quants:
@@ -337,7 +336,7 @@ mod tests {
         for (form, data, values) in cases(out, k)? {
             // The AVX2 body's signed bytes too (`Body::signed_bytes`).
             for signed in [false, true] {
-                if signed && form.offset() != 128 {
+                if signed && form.byte_offset() != 128 {
                     continue;
                 }
                 let w = Unpacked::new(form, &data, k, signed);
@@ -345,7 +344,7 @@ mod tests {
                     let (r, j) = (at / k, at % k);
                     let scale = w.scale_of(r, j);
                     let mut got = scale * w.integer(r, j) as f32;
-                    if form.has_min() {
+                    if form.has_unit_min() {
                         got -= w.min_of(r, j);
                     }
                     assert_eq!(
@@ -375,14 +374,18 @@ mod tests {
                 dot as f32
             };
             let (first, second) = (b * BLOCK, b * BLOCK + size);
-            if form.halves() {
+            if form.scales_per_16() {
                 let part = dot(first) * w.scale_of(r, first);
                 let part = dot(second).mul_add(w.scale_of(r, second), part);
                 acc = part.mul_add(dx, acc);
             } else {
                 acc = (w.scale_of(r, first) * dx).mul_add(dot(first), acc);
             }
-            let with_min = if form.has_min() { form.units() } else { 0 };
+            let with_min = if form.has_unit_min() {
+                form.scale_units()
+            } else {
+                0
+            };
             for start in [first, second].into_iter().take(with_min) {
                 let sum: i32 = x[start..start + size].iter().map(|&q| q as i32).sum();
                 let d_sum = if form.takes_q8_1_sums() {
@@ -409,18 +412,9 @@ mod tests {
         }
     }
 
-    fn kernels(form: Form, data: &[u8]) -> RowKernels<'_> {
+    fn kernels(form: BlockFormat, data: &[u8]) -> RowKernels<'_> {
         let data = std::borrow::Cow::from(data);
-        let format = match form {
-            Form::Blocks(kind) => BlockFormat::Legacy(kind),
-            Form::Q2K => BlockFormat::KQuant(KQuantKind::Q2K),
-            Form::Q3K => BlockFormat::KQuant(KQuantKind::Q3K),
-            Form::Q4K => BlockFormat::KQuant(KQuantKind::Q4K),
-            Form::Q5K => BlockFormat::KQuant(KQuantKind::Q5K),
-            Form::Q6K => BlockFormat::KQuant(KQuantKind::Q6K),
-            Form::Iq(kind) => BlockFormat::IQuant(kind),
-        };
-        RowKernels { format, data }
+        RowKernels { format: form, data }
     }
 
     /// Each product is `chain`, with the activations rounded as for single tokens, whatever the
@@ -462,7 +456,7 @@ mod tests {
                 // Signed forms: −largest (Q8_0's −128); the others: their largest byte.
                 let byte = if signed {
                     (-largest) as i8 as u8
-                } else if form.offset() == 128 {
+                } else if form.byte_offset() == 128 {
                     (128 - largest) as u8
                 } else {
                     largest as u8
@@ -485,7 +479,7 @@ mod tests {
                         Ok(())
                     })?;
                     let w = extreme(0..out);
-                    let multiplied = if form.offset() == 128 {
+                    let multiplied = if form.byte_offset() == 128 {
                         w.integer(0, 0).unsigned_abs() as usize
                     } else {
                         w.bytes[0] as usize

@@ -2,7 +2,8 @@
 //! pointers into `Unpacked` and `Lanes` checked once by their makers, so that the kernels' inner
 //! loops read without bounds checks.
 
-use crate::model::quant::cpu::int8_products::layout::{Form, Lanes, TILE, TOKENS, Unpacked};
+use crate::model::quant::cpu::int8_products::layout::{Lanes, TILE, TOKENS, Unpacked};
+use crate::model::quant::formats::block_format::BlockFormat;
 use crate::model::quant::formats::legacy::BLOCK;
 
 /// A tile's weight rows from block 0 (`Unpacked`'s layout): per block their bytes, then
@@ -18,11 +19,11 @@ pub struct Rows {
 impl Rows {
     /// Tile `t`: rows 4t..4t + 4 (`TILE`).
     pub fn new(w: &Unpacked, t: usize) -> Self {
-        let (blocks, units) = (w.k / BLOCK, w.form.units());
+        let (blocks, units) = (w.k / BLOCK, w.form.scale_units());
         let per_tile = blocks * TILE;
         assert!(w.k == blocks * BLOCK && w.bytes.len() >= (t + 1) * per_tile * BLOCK);
         assert!(w.scales.len() >= (t + 1) * per_tile * units);
-        assert!(!w.form.has_min() || w.mins.len() >= (t + 1) * per_tile * units);
+        assert!(!w.form.has_unit_min() || w.mins.len() >= (t + 1) * per_tile * units);
         Rows {
             bytes: w.bytes[t * per_tile * BLOCK..].as_ptr(),
             scales: w.scales[t * per_tile * units..].as_ptr(),
@@ -45,11 +46,11 @@ pub struct Groups<const G: usize> {
 }
 
 impl<const G: usize> Groups<G> {
-    pub fn new(lanes: &Lanes, first: usize, form: Form) -> Self {
-        let units = form.units();
+    pub fn new(lanes: &Lanes, first: usize, form: BlockFormat) -> Self {
+        let units = form.scale_units();
         assert!(first + G <= lanes.groups());
         assert!(lanes.starts.len() == lanes.d.len() * units);
-        assert!(!form.has_min() || lanes.d_sums.len() == lanes.d.len() * units);
+        assert!(!form.has_unit_min() || lanes.d_sums.len() == lanes.d.len() * units);
         let at = |g: usize| (first + g) * lanes.blocks * TOKENS;
         Groups {
             qs: std::array::from_fn(|g| lanes.qs[at(g) * BLOCK..].as_ptr()),
@@ -57,7 +58,7 @@ impl<const G: usize> Groups<G> {
             starts: std::array::from_fn(|g| lanes.starts[at(g) * units..].as_ptr()),
             d_sums: std::array::from_fn(|g| lanes.d_sums.as_ptr().wrapping_add(at(g) * units)),
             blocks: lanes.blocks,
-            min: form.has_min(),
+            min: form.has_unit_min(),
             units,
         }
     }

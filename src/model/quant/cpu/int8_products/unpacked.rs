@@ -2,19 +2,24 @@
 //! this CPU runs.
 
 use crate::model::quant::cpu::block_dots;
-use crate::model::quant::cpu::int8_products::layout::{Form, Lanes, TILE, Unpacked};
+use crate::model::quant::cpu::int8_products::layout::{Lanes, TILE, Unpacked};
 use crate::model::quant::cpu::int8_products::{Body, avx2, unpack, vnni};
 use crate::model::quant::cpu::row_tasks::Columns;
+use crate::model::quant::formats::block_format::BlockFormat;
+use crate::model::quant::formats::kquants::KQuantKind;
 use crate::model::quant::formats::legacy::BLOCK;
 
 impl Unpacked {
-    pub(super) fn new(form: Form, data: &[u8], k: usize, signed: bool) -> Self {
-        let (values, block_bytes) = form.block();
+    pub(super) fn new(form: BlockFormat, data: &[u8], k: usize, signed: bool) -> Self {
+        let (values, block_bytes) = form.block_shape();
         let row_bytes = k / values * block_bytes;
         let rows = data.len() / row_bytes.max(1);
-        let (blocks, units) = (k / BLOCK, form.units());
+        let (blocks, units) = (k / BLOCK, form.scale_units());
         let padded = rows.next_multiple_of(TILE);
-        assert!(!signed || form.offset() == 128, "signed bytes of {form:?}");
+        assert!(
+            !signed || form.byte_offset() == 128,
+            "signed bytes of {form:?}"
+        );
         let mut w = Unpacked {
             form,
             k,
@@ -24,7 +29,7 @@ impl Unpacked {
             scales: vec![0.0; padded * blocks * units],
             mins: vec![
                 0.0;
-                if form.has_min() {
+                if form.has_unit_min() {
                     padded * blocks * units
                 } else {
                     0
@@ -37,7 +42,7 @@ impl Unpacked {
             let byte = |b: usize| ((tile * blocks + b) * TILE + i) * BLOCK;
             let scale = |b: usize, u: usize| ((tile * blocks + b) * units + u) * TILE + i;
             match form {
-                Form::Blocks(kind) => {
+                BlockFormat::Legacy(kind) => {
                     for (b, block) in row.chunks_exact(block_bytes).enumerate() {
                         #[cfg(target_arch = "x86_64")]
                         // SAFETY: callers detected AVX2, FMA and F16C (`products` checks
@@ -55,7 +60,7 @@ impl Unpacked {
                         }
                     }
                 }
-                Form::Q2K => {
+                BlockFormat::KQuant(KQuantKind::Q2K) => {
                     for (sb, block) in row.chunks_exact(block_bytes).enumerate() {
                         let (d, dmin) = (
                             block_dots::read_f16(block, 80),
@@ -74,11 +79,11 @@ impl Unpacked {
                         };
                     }
                 }
-                Form::Q3K => {
+                BlockFormat::KQuant(KQuantKind::Q3K) => {
                     for (sb, block) in row.chunks_exact(block_bytes).enumerate() {
                         let d = block_dots::read_f16(block, 108);
                         let scales =
-                            crate::model::quant::cpu::kquant_expand::q3k_scales(&block[96..108]);
+                            crate::model::quant::formats::kquants::q3k_scales(&block[96..108]);
                         for (s, &sc) in scales.iter().enumerate() {
                             w.scales[scale(sb * 8 + s / 2, s % 2)] = d * sc as f32;
                         }
@@ -89,17 +94,15 @@ impl Unpacked {
                         };
                     }
                 }
-                Form::Q4K | Form::Q5K => {
+                BlockFormat::KQuant(KQuantKind::Q4K) | BlockFormat::KQuant(KQuantKind::Q5K) => {
                     for (sb, block) in row.chunks_exact(block_bytes).enumerate() {
                         let (d, dmin) = (
                             block_dots::read_f16(block, 0),
                             block_dots::read_f16(block, 2),
                         );
                         for j in 0..8 {
-                            let (sc, m) = crate::model::quant::cpu::kquant_expand::scale_min(
-                                j,
-                                &block[4..16],
-                            );
+                            let (sc, m) =
+                                crate::model::quant::formats::kquants::scale_min(j, &block[4..16]);
                             w.scales[scale(sb * 8 + j, 0)] = d * sc as f32;
                             w.mins[scale(sb * 8 + j, 0)] = dmin * m as f32;
                         }
@@ -107,11 +110,15 @@ impl Unpacked {
                         #[cfg(target_arch = "x86_64")]
                         // SAFETY: as above.
                         unsafe {
-                            unpack::unpack_k(block, form == Form::Q5K, out)
+                            unpack::unpack_k(
+                                block,
+                                form == BlockFormat::KQuant(KQuantKind::Q5K),
+                                out,
+                            )
                         };
                     }
                 }
-                Form::Iq(kind) => {
+                BlockFormat::IQuant(kind) => {
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: as above.
                     unsafe {
@@ -127,7 +134,7 @@ impl Unpacked {
                         )
                     };
                 }
-                Form::Q6K => {
+                BlockFormat::KQuant(KQuantKind::Q6K) => {
                     for (sb, block) in row.chunks_exact(block_bytes).enumerate() {
                         let d = block_dots::read_f16(block, 208);
                         for (j, &sc) in block[192..208].iter().enumerate() {
@@ -179,14 +186,14 @@ impl Unpacked {
         if self.signed {
             byte as i8 as i32
         } else {
-            byte as i32 - self.form.offset()
+            byte as i32 - self.form.byte_offset()
         }
     }
 
     /// The scale of value j of row r.
     #[cfg(test)]
     pub(super) fn scale_of(&self, r: usize, j: usize) -> f32 {
-        let (blocks, units) = (self.k / BLOCK, self.form.units());
+        let (blocks, units) = (self.k / BLOCK, self.form.scale_units());
         let u = j % BLOCK / (BLOCK / units);
         self.scales[((r / TILE * blocks + j / BLOCK) * units + u) * TILE + r % TILE]
     }
@@ -194,7 +201,7 @@ impl Unpacked {
     /// The min of value j of row r (forms with a min).
     #[cfg(test)]
     pub(super) fn min_of(&self, r: usize, j: usize) -> f32 {
-        let (blocks, units) = (self.k / BLOCK, self.form.units());
+        let (blocks, units) = (self.k / BLOCK, self.form.scale_units());
         let u = j % BLOCK / (BLOCK / units);
         self.mins[((r / TILE * blocks + j / BLOCK) * units + u) * TILE + r % TILE]
     }

@@ -28,7 +28,7 @@ type Sums = [[__m512; GROUPS]; ROWS];
 /// from `first`) and each token.
 #[target_feature(enable = "avx512f,avx512vnni")]
 pub fn times(w: &Unpacked, lanes: &Lanes, columns: &Columns) {
-    match (w.form.halves(), w.form.has_min()) {
+    match (w.form.scales_per_16(), w.form.has_unit_min()) {
         (true, true) => times_as::<true, true>(w, lanes, columns),
         (true, false) => times_as::<true, false>(w, lanes, columns),
         (false, true) => times_as::<false, true>(w, lanes, columns),
