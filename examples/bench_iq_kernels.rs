@@ -1,8 +1,8 @@
 //! hyoka's i-quant decoding kernels (`model::iq_dots`) timed on the shapes and blocks
-//! scripts/bench_iq_kernels.c times llama.cpp's on: one thread (run with RAYON_NUM_THREADS=1;
+//! scripts/bench/bench_iq_kernels.c times llama.cpp's on: one thread (run with RAYON_NUM_THREADS=1;
 //! the kernels themselves are single-threaded), a 4096 × 14336 matrix of random blocks (d = 2^-12
 //! where the block starts with it), best of 20 passes, for 1 and 4 activation rows. Prints
-//! "KIND ROWS ns/weight". A benchmark, not a test: scripts/bench_iq_kernels.sh runs both.
+//! "KIND ROWS ns/weight". A benchmark, not a test: scripts/bench/bench_iq_kernels.sh runs both.
 
 use hyoka::model::quant::cpu::iq_dots::{self, Activations};
 use hyoka::model::quant::formats::iquants::IQuant;

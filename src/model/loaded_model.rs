@@ -9,8 +9,8 @@ use crate::model::load::checkpoint_files::{checkpoint_id_file, safetensors_files
 use crate::model::load::config::TransformerConfig;
 use crate::model::load::gguf_files::GgufFiles;
 use crate::model::load::{rope, source, weights};
-use crate::model::quant::formats::iquants;
-use crate::model::quant::matrix::WeightsMode;
+use crate::model::quant::WeightsMode;
+use crate::model::quant::iquants;
 use crate::model::settings::RuntimeSettings;
 use crate::model::tokenizer::{self, load_tokenizer};
 

@@ -6,8 +6,7 @@ use crate::model::backend::device::{describe_device, dtype_name, parse_device_fo
 use crate::model::backend::gpu_kernels::GpuKernels;
 use crate::model::error::ModelError;
 use crate::model::loaded_model::{LoadedModel, ModelRequest};
-use crate::model::quant::cpu::prefill_gemm::{advice, check_prefill_gemm};
-use crate::model::quant::matrix::{PrefillGemm, WeightsMode};
+use crate::model::quant::{PrefillGemm, WeightsMode, advice, check_prefill_gemm};
 use crate::model::settings::RuntimeSettings;
 use candle_core::Device;
 use std::path::PathBuf;

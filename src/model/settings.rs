@@ -4,8 +4,7 @@ use candle_core::DType;
 use serde_json::{Map, Value, json};
 
 use crate::model::backend::gpu_kernels::GpuKernels;
-use crate::model::quant::cpu::prefill_gemm::int8_body_override;
-use crate::model::quant::matrix::{PrefillGemm, WeightsMode};
+use crate::model::quant::{PrefillGemm, WeightsMode, int8_body_override};
 
 /// A judge model's runtime settings: built once (by the command line, the Python package or a
 /// library caller), given to `LoadedModel::load`, which applies each to the part it concerns,

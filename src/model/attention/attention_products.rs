@@ -34,7 +34,7 @@ impl Kernels {
             }
         }
         Kernels {
-            scores: |q, k, s| scores_by(crate::model::quant::cpu::f32_dots::dot_lanes, q, k, s),
+            scores: |q, k, s| scores_by(crate::model::quant::dot_lanes, q, k, s),
             mix: |p, v, o| {
                 mix_by(
                     |p, x, y| y.iter_mut().zip(x).for_each(|(y, x)| *y += p * x),
@@ -322,7 +322,7 @@ mod avx2 {
             }
             i += 8;
         }
-        let mut sum = crate::model::quant::cpu::expanded_dots::avx2::hsum(_mm256_add_ps(s0, s1));
+        let mut sum = crate::model::quant::hsum(_mm256_add_ps(s0, s1));
         for t in i..n {
             sum += a[t] * b[t];
         }

@@ -23,7 +23,7 @@ use crate::model::attention::plan::LayerKv;
 use crate::model::decoder::batch::{Batch, Row};
 use crate::model::decoder::segments::Segments;
 use crate::model::decoder::transformer::{PrefixKv, Transformer};
-use crate::model::quant::matrix::Products;
+use crate::model::quant::Products;
 use candle_core::{Result, Tensor};
 
 /// The keys and values of `rows` sequences: slot p of row r holds its token at position p.

@@ -13,10 +13,10 @@
 
 use crate::model::decoder::swiglu::silu_mul_into;
 use crate::model::load::config::Activation;
-use crate::model::quant::cpu::prefill_gemm::{
-    self, EXPANDED_VALUES, Operand, PrefillGemm, equal_blocks, on_real_rows, packed_product,
+use crate::model::quant::{
+    self, DECODE_ROWS, EXPANDED_VALUES, Matrix, Operand, Plan, PrefillGemm, Products, equal_blocks,
+    on_real_rows, packed_product,
 };
-use crate::model::quant::matrix::{DECODE_ROWS, Matrix, Plan, Products};
 use candle_core::op::{Gelu, UnaryOpT};
 use candle_core::{Result, Tensor, bail};
 use rayon::prelude::*;
@@ -40,7 +40,7 @@ impl GatedWeights<'_> {
             || plan.products == Products::ByRowCount && rows > DECODE_ROWS)
             && [self.gate, self.up, self.down]
                 .iter()
-                .all(|w| prefill_gemm::takes(w, x))
+                .all(|w| quant::prefill_takes(w, x))
     }
 
     /// down(act(x · Gᵀ) · (x · Uᵀ)) for x (rows, in): (rows, out), padding rows (run 0) zeros;
@@ -125,14 +125,13 @@ fn activate(act: Activation, g: &[f32], u: &[f32], out: &mut [f32]) {
 /// values than one expansion holds, nor of fewer than `BLOCK_ROWS_MIN` weight rows).
 fn blocks(width: usize, k: usize, rows: usize, block_values: usize) -> usize {
     let at_least = (rows * width).div_ceil(block_values.max(1));
-    prefill_gemm::weight_blocks(width, k, EXPANDED_VALUES, at_least)
+    quant::weight_blocks(width, k, EXPANDED_VALUES, at_least)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::decoder::swiglu::silu_mul;
-    use crate::model::quant::cpu::prefill_gemm::PrefillGemm;
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{DType, Device};
     use std::sync::Arc;

@@ -7,7 +7,7 @@ use crate::model::decoder::swiglu::silu_mul;
 use crate::model::load::config::Activation;
 use crate::model::load::rope::Rope;
 use crate::model::load::weights::Weights;
-use crate::model::quant::matrix::{Matrix, Plan};
+use crate::model::quant::{Matrix, Plan};
 use candle_core::{D, DType, Device, Module, Result, Tensor};
 
 pub struct Linear {

@@ -12,7 +12,7 @@ use crate::model::load::gguf_tensor_reads::{
     IQUANT_CHUNK_BLOCKS, IQuantBlocks, iquant_to_held, read_in_place, read_iquant_bytes,
 };
 use crate::model::load::gguf_types;
-use crate::model::quant::formats::iquants::{self, IQuant};
+use crate::model::quant::{IQuant, iquants};
 use candle_core::quantized::{QTensor, gguf_file};
 use candle_core::{Device, Error, Result};
 use rayon::prelude::*;

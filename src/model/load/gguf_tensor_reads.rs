@@ -1,9 +1,7 @@
 //! Reading a GGUF's tensors: blocks read from the file straight into the storage they are held
 //! in, and i-quant tensors read as stored, then held as the blocks candle multiplies.
 
-use crate::model::quant::formats::iquant_held;
-use crate::model::quant::formats::iquants::IQuant;
-use crate::model::quant::formats::q8_0_blocks;
+use crate::model::quant::{IQuant, iquant_held, q8_0_blocks};
 use candle_core::quantized::k_quants::BlockQ8_0;
 use candle_core::quantized::{GgmlDType, GgmlType, QStorage, QTensor, QuantizedType, gguf_file};
 use candle_core::{Device, Error, Result};

@@ -6,7 +6,7 @@
 //! 22–24 GB resident on the CPU, 16.1 GB when loaded onto a GPU. Read here, the file's pages are
 //! the kernel's cache, not the process's memory.
 
-use crate::model::quant::formats::q8_0_blocks;
+use crate::model::quant::q8_0_blocks;
 use candle_core::quantized::k_quants::BlockQ8_0;
 use candle_core::quantized::{GgmlType, QTensor};
 use candle_core::{DType, Device, Error, Result, Tensor};

@@ -11,9 +11,9 @@
 use crate::model::load::config::Arch;
 use crate::model::load::gguf_files::GgufFiles;
 use crate::model::load::safetensors_reads::SafetensorsReads;
-use crate::model::quant::cpu::iq_rows::IqMatrix;
-use crate::model::quant::formats::iquants::IQuant;
-use crate::model::quant::matrix::{Matrix, WeightsMode};
+use crate::model::quant::IQuant;
+use crate::model::quant::IqMatrix;
+use crate::model::quant::{Matrix, WeightsMode};
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Error, Result, Tensor};
 use std::path::PathBuf;

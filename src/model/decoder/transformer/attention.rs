@@ -7,7 +7,7 @@ use crate::model::attention::door::{AttentionParams, KeySource, run_attention};
 use crate::model::attention::plan::{LayerKv, ScoreScaling};
 use crate::model::backend::stage_times;
 use crate::model::decoder::batch::Batch;
-use crate::model::quant::matrix::Plan;
+use crate::model::quant::Plan;
 use candle_core::{Result, Tensor};
 
 impl Transformer {

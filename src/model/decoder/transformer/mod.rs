@@ -18,8 +18,7 @@ use crate::model::decoder::segments::Segments;
 use crate::model::error::ModelError;
 use crate::model::load::config::TransformerConfig;
 use crate::model::load::weights::Weights;
-use crate::model::quant::cpu::prefill_gemm::{PrefillGemm, check_prefill_gemm};
-use crate::model::quant::matrix::{Matrix, Products, WeightsMode};
+use crate::model::quant::{Matrix, PrefillGemm, Products, WeightsMode, check_prefill_gemm};
 use candle_core::{DType, Device, Result, Tensor};
 
 /// The keys and values of a shared prefix, for every layer (a clone shares the tensors).

@@ -24,7 +24,7 @@
 //! (`iq_rows::avx2::BlockIndex`) and d; the parity-completed sign sets of IQ3_XXS, IQ2_XXS and
 //! IQ2_XS come whole from a table of 128 (llama.cpp's `keven_signs_q2xs`), and the groups are
 //! taken two at a time. One thread, one activation row, against llama.cpp's own kernels in the
-//! same run (`scripts/bench_iq_kernels.sh`): 0.82–1.29× its speed, IQ1_S and IQ1_M the
+//! same run (`scripts/bench/bench_iq_kernels.sh`): 0.82–1.29× its speed, IQ1_S and IQ1_M the
 //! slowest.
 //!
 //! The f32 lanes are summed in a fixed order at the end. The portable body does the very same

@@ -1,5 +1,5 @@
 //! The lookup tables of llama.cpp's i-quants, from ggml's ggml-common.h (llama-cpp-python
-//! 0.3.36's vendored llama.cpp). Written by scripts/make_iquant_grids.py; do not edit.
+//! 0.3.36's vendored llama.cpp). Written by scripts/fixtures/make_iquant_grids.py; do not edit.
 //! A grid entry's bytes, little-endian, are the values of consecutive weights.
 
 /// IQ1_S and IQ1_M: eight values in {-1, 0, 1} (signed bytes) per entry. ggml's `iq1s_grid`.

@@ -1,5 +1,5 @@
 //! The lookup tables of llama.cpp's i-quants, from ggml's ggml-common.h (llama-cpp-python
-//! 0.3.36's vendored llama.cpp). Written by scripts/make_iquant_grids.py; do not edit.
+//! 0.3.36's vendored llama.cpp). Written by scripts/fixtures/make_iquant_grids.py; do not edit.
 //! A grid entry's bytes, little-endian, are the values of consecutive weights.
 
 /// Seven sign bits and their parity as the eighth (IQ2_XXS, IQ2_XS, IQ3_XXS). ggml's `ksigns_iq2xs`.
