@@ -141,7 +141,7 @@ fn hub_ids_resolve_from_a_copied_cache_offline() {
 }
 
 /// The qwen2 converter fixture's q4_k_m file split into 3 shards by llama.cpp's llama-gguf-split
-/// (scripts/make_split_gguf_fixtures.py).
+/// (scripts/fixtures/make_split_gguf_fixtures.py).
 fn split_shards() -> Vec<std::path::PathBuf> {
     let dir = common::fixtures().join("converter/qwen2/split");
     (1..=3)

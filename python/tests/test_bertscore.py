@@ -1,5 +1,5 @@
 """hyoka.bertscore against bert_score 0.3.13's own numbers on the same model files
-(tests/fixtures/bert/expected.json, written by scripts/make_bertscore_fixtures.py with bert_score:
+(tests/fixtures/bert/expected.json, written by scripts/fixtures/make_bertscore_fixtures.py with bert_score:
 all-MiniLM-L6-v2 and multilingual-e5-small, idf on and off, several references, rescaling)."""
 
 import json
@@ -89,7 +89,7 @@ def test_idf_sents_weigh_tokens_like_the_references_do() -> None:
 def test_lang_ja_is_bert_base_multilingual_cased_from_the_hub_cache(tmp_path, monkeypatch) -> None:
     """lang="ja" loads bert_score's encoder through the Hub code path (a cache read offline holds
     a tiny stand-in under its name) at layer 9, and gives bert_score's numbers for it
-    (tests/fixtures/bert/hub-default.json, scripts/make_hub_cache_fixtures.py)."""
+    (tests/fixtures/bert/hub-default.json, scripts/fixtures/make_hub_cache_fixtures.py)."""
     fx = json.loads((FIXTURES / "bert" / "hub-default.json").read_text(encoding="utf-8"))
     files = [FIXTURES / "bert" / "hub-default" / f for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")]
     hub_cache(tmp_path, "google-bert/bert-base-multilingual-cased", fx["commit"], files)

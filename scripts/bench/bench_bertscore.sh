@@ -2,12 +2,12 @@
 # BERTScore benchmark: hyoka against bert_score 0.3.13 on the same pairs (DBDC3-ja responses
 # against their last context turn), the same encoder (all-MiniLM-L6-v2, layer 6) and the same
 # thread count, in one run. Model loading is not timed on either side.
-# Usage: scripts/bench_bertscore.sh [N_PAIRS] [THREADS] [DEVICE]   (DEVICE: cpu or cuda)
+# Usage: scripts/bench/bench_bertscore.sh [N_PAIRS] [THREADS] [DEVICE]   (DEVICE: cpu or cuda)
 # Needs a release build, the test models, and bert-score in $HYOKA_REF_PYTHON (default python3).
 # HYOKA_BIN: the hyoka binary (default target/release/hyoka); HYOKA_ITEMS: DBDC3 items already
 # imported (default: imported from data/dbdc3-ja.tar.gz).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 n="${1:-1500}"
 threads="${2:-2}"
 device="${3:-cpu}"

@@ -5,8 +5,8 @@
 // bandwidth an expansion could reach. Median of 20 launches after 3. Correctness is
 // tests/suite/expand_kernels.rs's (bit for bit against the CPU); this program only times.
 //
-// Build (here, without a GPU; scripts/gpu_bundle.sh does it into the bundle):
-//   eval "$(scripts/cuda_toolchain.sh)"; nvcc -O3 -arch=sm_80 -o bench_expand scripts/bench_expand.cu
+// Build (here, without a GPU; scripts/gpu/gpu_bundle.sh does it into the bundle):
+//   eval "$(scripts/gpu/cuda_toolchain.sh)"; nvcc -O3 -arch=sm_80 -o bench_expand scripts/bench/bench_expand.cu
 // Run on the GPU machine: ./bench_expand
 #include <algorithm>
 #include <cstdio>

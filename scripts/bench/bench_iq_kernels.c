@@ -2,7 +2,7 @@
 // libggml-cpu), timed on the shapes and blocks examples/bench_iq_kernels.rs times hyoka's on:
 // one thread, a 4096 × 14336 matrix of random blocks (d = 2^-12 where the block starts with
 // it), one activation row rounded to Q8_K, best of 20 passes. Prints "KIND ns/weight".
-// Built and run by scripts/bench_iq_kernels.sh.
+// Built and run by scripts/bench/bench_iq_kernels.sh.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,16 +4,16 @@
 # one; hyoka's also four at once, its batched decoding), ns a weight, best of 20 passes.
 # llama.cpp's: ggml_vec_dot_iq*_q8_K of llama-cpp-python's libggml-cpu in $HYOKA_REF_PYTHON
 # (default python3; built with CMAKE_ARGS=-DGGML_NATIVE=ON for this machine), called from
-# scripts/bench_iq_kernels.c; hyoka's: examples/bench_iq_kernels.rs. Needs cc and cargo.
+# scripts/bench/bench_iq_kernels.c; hyoka's: examples/bench_iq_kernels.rs. Needs cc and cargo.
 # Both run alternately HYOKA_BENCH_REPEATS times (default 3), the least time of each kept: on a
 # shared machine a neighbour's burst lasts seconds, longer than the 20 passes of one run.
-# Usage: scripts/bench_iq_kernels.sh
+# Usage: scripts/bench/bench_iq_kernels.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 py="${HYOKA_REF_PYTHON:-python3}"
 lib=$("$py" -c "import llama_cpp, os; print(os.path.join(os.path.dirname(llama_cpp.__file__), 'lib'))")
 work=$(mktemp -d)
-cc -O2 scripts/bench_iq_kernels.c -o "$work/llama_kernels" -L"$lib" -lggml-cpu -lggml-base \
+cc -O2 scripts/bench/bench_iq_kernels.c -o "$work/llama_kernels" -L"$lib" -lggml-cpu -lggml-base \
   -Wl,-rpath,"$lib"
 cargo build --release --example bench_iq_kernels 2>/dev/null
 for _ in $(seq "${HYOKA_BENCH_REPEATS:-3}"); do

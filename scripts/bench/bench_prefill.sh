@@ -3,14 +3,14 @@
 # expanded at load (peak RSS of each), and llama.cpp on the same GGUF, token ids and threads
 # when llama-cpp-python is in $HYOKA_REF_PYTHON (default python3; install it with
 # CMAKE_ARGS=-DGGML_NATIVE=ON pip install llama-cpp-python).
-# Usage: scripts/bench_prefill.sh [N_ITEMS] [THREADS] [GGUF]
+# Usage: scripts/bench/bench_prefill.sh [N_ITEMS] [THREADS] [GGUF]
 # HYOKA_BENCH_WEIGHTS="stored" skips the expanded run (an 8B GGUF expanded to f32 needs ~32 GB);
 # a "+GEMM" variant (e.g. "stored stored+bf16 stored+int8") runs with --prefill-gemm GEMM;
 # HYOKA_TEST_INT8_BODY=avx2 runs int8 on the AVX2 body (what CPUs without AVX-512 VNNI get), and
 # LLAMA_CPP_LIB_PATH points llama-cpp-python at another build of llama.cpp (e.g. AVX2 only).
 # Needs a release build, the test models and DBDC3 items; /usr/bin/time (Debian's `time`).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 n="${1:-20}"
 threads="${2:-2}"
 models="${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}"
@@ -28,7 +28,7 @@ for variant in $variants; do
     --rubric "${HYOKA_BENCH_RUBRIC:-dialogue6-ja}" --dump-tokens "$work/tokens.json" --decode-tokens "$decode" > "$work/hyoka-$variant.json"
 done
 if "$py" -c "import llama_cpp" 2>/dev/null; then
-  "$py" scripts/bench_llama_cpp.py "$gguf" "$work/tokens.json" --threads "$threads" --decode-tokens "$decode" > "$work/llama.json"
+  "$py" scripts/bench/bench_llama_cpp.py "$gguf" "$work/tokens.json" --threads "$threads" --decode-tokens "$decode" > "$work/llama.json"
 fi
 python3 - "$work" "$(stat -c %s "$gguf")" $variants <<'PY'
 import json, os, sys

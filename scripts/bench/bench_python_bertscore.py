@@ -7,7 +7,7 @@ encoder included) and for a loaded scorer's `score()` (`BERTScorer`), the ratio,
 |ΔP|, |ΔR|, |ΔF| between the two. Needs torch and bert-score (scripts/requirements-reference.txt)
 and the hyoka package (`pip install .`) in one environment.
 
-Usage: python scripts/bench_python_bertscore.py [--pairs 1500] [--model DIR] [--layer 12]
+Usage: python scripts/bench/bench_python_bertscore.py [--pairs 1500] [--model DIR] [--layer 12]
        [--device cpu] [--runs 3]
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 from dbdc3_data import dialogues  # noqa: E402
 

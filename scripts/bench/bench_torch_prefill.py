@@ -5,7 +5,7 @@ Usage: bench_torch_prefill.py MODEL.gguf TOKENS.json [--device cuda] [--dtype bf
                               [--profile N]
 The model is a transformers LlamaForCausalLM / Qwen2ForCausalLM of the GGUF's shapes (read from its
 metadata), with random weights in --dtype: speed depends on the shapes, not on the values, and the
-GGUF may be a synthetic one (scripts/synthetic_gguf.py) whose blocks transformers would spend minutes
+GGUF may be a synthetic one (scripts/fixtures/synthetic_gguf.py) whose blocks transformers would spend minutes
 dequantizing. Prints JSON as bench_llama_cpp.py does: prefill tok/s, one prompt at a time (as
 `hyoka bench`'s batch-1 figure), and T greedy tokens after the first prompt, one per forward pass
 with the KV cache. Needs torch, transformers and gguf. --profile N: also the N kernels that took the

@@ -4,11 +4,11 @@
 # (Spearman, item level) with the raters' mean breakdown label on the development half of the
 # dialogues (the split `hyoka meta --fit-w` uses, seed 0) and reported on the held-out half.
 #
-# Usage: scripts/choose_encoder_layer.sh MODEL LAYERS [OUT_DIR]
-#   e.g. scripts/choose_encoder_layer.sh ~/.cache/hyoka/test-models/multilingual-e5-small "$(seq 1 12)"
+# Usage: scripts/bench/choose_encoder_layer.sh MODEL LAYERS [OUT_DIR]
+#   e.g. scripts/bench/choose_encoder_layer.sh ~/.cache/hyoka/test-models/multilingual-e5-small "$(seq 1 12)"
 # Needs a release build (cargo build --release) and data/dbdc3-ja.tar.gz.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 model=$1
 layers=$2
 out=${3:-target/choose-layer/$(basename "$model")}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One row of scripts/measure_judges.sh's table from the files it wrote for one judge × rubric.
+"""One row of scripts/bench/measure_judges.sh's table from the files it wrote for one judge × rubric.
 
 Usage: judge_table_row.py JUDGE RUBRIC ASPECT PREFIX
 Reads PREFIX.rho.json (meta --half held-out), PREFIX.breakdown.json (meta --calibrate) and

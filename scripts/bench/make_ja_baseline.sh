@@ -4,9 +4,9 @@
 # of all 150 dialogues) as the corpus, 100,000 random pairs (seed 0), every layer, the way
 # bert_score's get_rescale_baseline.py computes its baselines.
 #
-# Usage: scripts/make_ja_baseline.sh [MODEL_DIR]   (default: the offline multilingual-e5-small)
+# Usage: scripts/bench/make_ja_baseline.sh [MODEL_DIR]   (default: the offline multilingual-e5-small)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 model=${1:-${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}/multilingual-e5-small}
 corpus=target/dbdc3-ja-utterances.txt
 python3 - "$corpus" <<'PY'

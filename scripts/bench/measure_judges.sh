@@ -7,12 +7,12 @@
 # the development half, the dev-half prior as a baseline), BERTScore against the last turn beside
 # it, and the judging time per item. Writes OUT/table.md.
 #
-# Usage: scripts/measure_judges.sh [OUT] [DIALOGUES] [PREFILL_GEMM]
+# Usage: scripts/bench/measure_judges.sh [OUT] [DIALOGUES] [PREFILL_GEMM]
 #   defaults: measure-judges 40 int8 (int8: llama.cpp's 8-bit activation products; f32 is exact)
 # Needs: scripts/fetch_test_models.py --only qwen2.5-coder-0.5b-instruct-q4km \
 #          qwen2.5-coder-1.5b-instruct-q4km multilingual-e5-small
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${1:-measure-judges}
 dialogues=${2:-40}
 gemm=${3:-int8}
@@ -56,7 +56,7 @@ for judge in "${judges[@]}"; do
       --half held-out "${levels[@]}" --json "$out/$tag.rho.json" > "$out/$tag.rho.md"
     $hyoka meta -i "$out/items.jsonl" -s "$out/$tag.judge.jsonl" --calibrate "${levels[@]}" \
       --json "$out/$tag.breakdown.json" > "$out/$tag.breakdown.md"
-    python3 scripts/judge_table_row.py "$judge" "$rubric" "$aspect" "$out/$tag" >> "$out/table.md"
+    python3 scripts/bench/judge_table_row.py "$judge" "$rubric" "$aspect" "$out/$tag" >> "$out/table.md"
   done
 done
 cat "$out/table.md"

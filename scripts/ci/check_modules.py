@@ -335,7 +335,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--src", default=Path(__file__).resolve().parent.parent / "src", type=Path)
+    ap.add_argument("--src", default=Path(__file__).resolve().parents[2] / "src", type=Path)
     ap.add_argument("--graph", action="store_true", help="print every edge")
     args = ap.parse_args()
     self_test()

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Opens hyoka's HTML report in a real headless browser (Debian's chromium, installed when
 # missing) with the network cut off, and checks that it parses and renders on its own.
-#   scripts/check_report.sh [REPORT.html]
+#   scripts/ci/check_report.sh [REPORT.html]
 # Without an argument, it builds a report from the meta-evaluation fixtures first.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
-scripts/install_chromium.sh
+scripts/ci/install_chromium.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 report="${1:-}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's chromium, for scripts/check_report.sh (nothing when it is installed).
+# Debian's chromium, for scripts/ci/check_report.sh (nothing when it is installed).
 set -euo pipefail
 command -v chromium >/dev/null && exit 0
 sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -3,9 +3,9 @@
 # compiled dependencies), put beside python/hyoka in a scratch folder, then pytest (parity with
 # bert_score's fixtures, the judge and meta equal to the command line, errors) and mypy's
 # stubtest (python/hyoka/_hyoka.pyi against the compiled module) in a venv of the test tools.
-# Usage: scripts/test_python.sh [pytest args]
+# Usage: scripts/ci/test_python.sh [pytest args]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 venv=${HYOKA_PY_VENV:-$HOME/.cache/hyoka/py-venv}
 if [ ! -x "$venv/bin/pytest" ] || [ ! -x "$venv/bin/stubtest" ]; then
   python3 -m venv "$venv"

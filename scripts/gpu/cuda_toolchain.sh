@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install from PyPI what `cargo build --features cuda` compiles with and links against, and print
-# the environment it needs (no system CUDA toolkit needed). Usage: eval "$(scripts/cuda_toolchain.sh)"
+# the environment it needs (no system CUDA toolkit needed). Usage: eval "$(scripts/gpu/cuda_toolchain.sh)"
 # Pinned to CUDA 13.0 (nvvm included: pip would pull a newer cicc that writes PTX 13.0's ptxas
 # refuses): drivers of the 580 series (CUDA 13.0) refuse PTX from a newer nvcc.
 #
@@ -29,7 +29,7 @@ done
 if [ ! -e "$root/lib/stubs/libcuda.so" ]; then
   # The driver functions cudarc can call, from its bindings (every CUDA version's names).
   cudarc=$(cargo metadata --format-version 1 --locked --features cuda --filter-platform "$(rustc -vV | sed -n "s/^host: //p")" \
-    --manifest-path "$(dirname "$0")/../Cargo.toml" |
+    --manifest-path "$(dirname "$0")/../../Cargo.toml" |
     python3 -c 'import json,sys; print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "cudarc").rsplit("/", 1)[0])')
   mkdir -p "$root/lib/stubs"
   grep -oh 'load::<_F>("cu[A-Za-z0-9_]*")' "$cudarc/src/driver/sys/mod.rs" |

@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# Build, on a machine without a GPU, what scripts/gpu_check.sh needs on a GPU machine that has no
+# Build, on a machine without a GPU, what scripts/gpu/gpu_check.sh needs on a GPU machine that has no
 # Rust toolchain, no network and takes a small upload (a CUDA driver, PyTorch and transformers
 # there; the bundle fits in 64 MiB): the CUDA build of hyoka and of the test
 # suite, stripped, with the inputs of the benchmarks. Writes .gpu/bundle.tar.xz (the binaries
 # share most of their bytes, and xz with a window larger than one binary keeps them once).
 #
-# Usage: scripts/gpu_bundle.sh            then, on the GPU machine, in the repository:
-#        HYOKA_GPU_BUNDLE=.gpu/bundle.tar.xz scripts/gpu_check.sh cuda
+# Usage: scripts/gpu/gpu_bundle.sh            then, on the GPU machine, in the repository:
+#        HYOKA_GPU_BUNDLE=.gpu/bundle.tar.xz scripts/gpu/gpu_check.sh cuda
 # The CUDA build goes to target/cuda (the CPU build in target/release stays). Linking needs
-# cuBLAS/cuRAND and a libcuda stub, which scripts/cuda_toolchain.sh installs from PyPI.
+# cuBLAS/cuRAND and a libcuda stub, which scripts/gpu/cuda_toolchain.sh installs from PyPI.
 # HYOKA_BUNDLE_FEATURES= (empty) bundles a CPU build instead, to try the bundle's path of
-# gpu_check.sh on this machine (`HYOKA_GPU_BUNDLE=.gpu/bundle.tar.xz scripts/gpu_check.sh cpu`).
+# gpu_check.sh on this machine (`HYOKA_GPU_BUNDLE=.gpu/bundle.tar.xz scripts/gpu/gpu_check.sh cpu`).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 features="${HYOKA_BUNDLE_FEATURES-cuda}"
 if [ "$features" = cuda ]; then
-  eval "$(scripts/cuda_toolchain.sh)"
+  eval "$(scripts/gpu/cuda_toolchain.sh)"
   export CARGO_TARGET_DIR="${HYOKA_CUDA_TARGET:-target/cuda}"
 fi
 models="${HYOKA_TEST_MODELS:-$HOME/.cache/hyoka/test-models}"
@@ -34,8 +34,8 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         shutil.copy(m["executable"], sys.argv[1] + "/" + m["target"]["name"])
 ' "$stage/tests"
-# The expansion kernels timed alone (scripts/bench_expand.cu), for compute capability 8.0 and on.
-[ "$features" = cuda ] && nvcc -O3 -arch=sm_80 -o "$stage/bin/bench_expand" scripts/bench_expand.cu
+# The expansion kernels timed alone (scripts/bench/bench_expand.cu), for compute capability 8.0 and on.
+[ "$features" = cuda ] && nvcc -O3 -arch=sm_80 -o "$stage/bin/bench_expand" scripts/bench/bench_expand.cu
 strip --strip-all "$stage"/bin/* "$stage"/tests/*
 
 # Benchmark inputs that cannot be made there: DBDC3 items (imported here, where hyoka runs on
@@ -51,7 +51,7 @@ cp -r "$models/llama-3-tokenizer" "$stage/models/"
 # tensors (6 MB instead of 469). Not named as the model, which the tests would take for it.
 python3 -c '
 import sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/fixtures")
 from gguf import GGUFWriter
 from synthetic_gguf import copy_tokenizer
 w = GGUFWriter(sys.argv[2], "qwen2")

@@ -3,8 +3,8 @@
 # the CPU runs, device and dtype from HYOKA_TEST_DEVICE / HYOKA_TEST_DTYPE, tolerances per dtype
 # in each test), then the GPU benchmarks: BERTScore next to bert_score, judge prefill and decoding
 # next to transformers on the same tokens (Qwen2.5-0.5B when present, and a random-weight GGUF of
-# Llama-3.1-8B's shapes from scripts/synthetic_gguf.py).
-# Usage: scripts/gpu_check.sh [DEVICE]   (default cuda; metal on Apple GPUs)
+# Llama-3.1-8B's shapes from scripts/fixtures/synthetic_gguf.py).
+# Usage: scripts/gpu/gpu_check.sh [DEVICE]   (default cuda; metal on Apple GPUs)
 #   HYOKA_GPU_STEPS    which steps (default: "suites attention bench-bertscore bench-judge";
 #                      also "judge-e2e": `hyoka judge` on 10 items with the synthetic judges);
 #                      HYOKA_BENCH_PAIRS (20000), HYOKA_BENCH_ITEMS (20) size the benchmarks
@@ -19,16 +19,16 @@
 #   HYOKA_STEP_TIMEOUT seconds after which a step is stopped and counts as failed (default none)
 #   HYOKA_GPU_LOGS     the folder for the steps' logs (default: a new temporary one); a bundle
 #                      already unpacked there is used again (a second call on the same machine)
-#   HYOKA_GPU_BUNDLE   .gpu/bundle.tar.xz from scripts/gpu_bundle.sh: use its binaries instead of
+#   HYOKA_GPU_BUNDLE   .gpu/bundle.tar.xz from scripts/gpu/gpu_bundle.sh: use its binaries instead of
 #                      building (a GPU machine without cargo); its items, tokenizers and wheels
 #                      stand in for the dataset and test models; tests needing a model that is
 #                      not there are skipped (HYOKA_SKIP_MODEL_TESTS=1) and say so.
-# Otherwise needs cargo, nvcc (scripts/cuda_toolchain.sh installs one from PyPI) and the test
+# Otherwise needs cargo, nvcc (scripts/gpu/cuda_toolchain.sh installs one from PyPI) and the test
 # models (python3 scripts/fetch_test_models.py). The benchmarks need torch, transformers, gguf
 # and bert-score in $HYOKA_REF_PYTHON (default python3). Prints one PASS/FAIL line per step and
 # the worst differences seen; exits non-zero when a step fails.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 device="${1:-cuda}"
 feature="${device%%:*}"
 steps=" ${HYOKA_GPU_STEPS:-suites attention bench-bertscore bench-judge} "
@@ -72,7 +72,7 @@ print(":".join(sorted(dirs)))')
   export PYTHONPATH="$b/site:${PYTHONPATH:-}"
   suite_cmd() { cmd=("$b/tests/suite" "$1::" "${@:2}"); }
 else
-  if [ "$feature" = cuda ] && ! command -v nvcc > /dev/null; then eval "$(scripts/cuda_toolchain.sh)"; fi
+  if [ "$feature" = cuda ] && ! command -v nvcc > /dev/null; then eval "$(scripts/gpu/cuda_toolchain.sh)"; fi
   step build cargo build --release --features "$feature"
   bin=target/release/hyoka
   items="$log/items.jsonl"
@@ -109,7 +109,7 @@ transformers.BertModel(transformers.BertConfig.from_pretrained(sys.argv[1])).sav
       "$bench_models/all-MiniLM-L6-v2" > "$log/minilm.log" 2>&1
   fi
   step bench-bertscore env HYOKA_BIN="$bin" HYOKA_ITEMS="$items" HYOKA_TEST_MODELS="$bench_models" \
-    scripts/bench_bertscore.sh "${HYOKA_BENCH_PAIRS:-20000}" "$(nproc)" "$device"
+    scripts/bench/bench_bertscore.sh "${HYOKA_BENCH_PAIRS:-20000}" "$(nproc)" "$device"
   grep -h "pairs/s\|MiB" "$log/bench-bertscore.log" | grep -v "max |Δ" | sed 's/^/      /'
 fi
 watched() { # NAME COMMAND...: `step`, with the GPU's memory sampled every 100 ms into NAME.mem
@@ -127,7 +127,7 @@ bench_judge() { # NAME GGUF [hyoka flags...]: hyoka bench and transformers on th
   watched "$name" "${bench[@]}" --dump-tokens "$log/$name.tokens.json"
   local dtype  # hyoka's, for transformers too
   dtype=$(grep -o '"dtype": "[a-z0-9]*"' "$log/$name.log" | head -1 | cut -d'"' -f4)
-  step "$name-transformers" "$py" scripts/bench_torch_prefill.py "$gguf" "$log/$name.tokens.json" \
+  step "$name-transformers" "$py" scripts/bench/bench_torch_prefill.py "$gguf" "$log/$name.tokens.json" \
     --device "$device" --decode-tokens 64 ${dtype:+--dtype "$dtype"}
   rm -f "$log/$name-expanded.log" "$log/$name-stages.log" "$log/$name-stages-expanded.log"
   [ "${HYOKA_BENCH_EXPANDED:-0}" = 1 ] && watched "$name-expanded" "${bench[@]}" --weights expanded
@@ -188,12 +188,12 @@ synthetic() { # SHAPE [QUANT]: sets gguf (written once, in $synth_dir) and flags
   local source=(--models "$models")
   case "$1" in
     llama-8b) flags=(--tokenizer "$models/llama-3-tokenizer") ;;
-    # A bundle carries Qwen2.5's tokenizer alone (scripts/gpu_bundle.sh), not the Qwen model.
+    # A bundle carries Qwen2.5's tokenizer alone (scripts/gpu/gpu_bundle.sh), not the Qwen model.
     qwen-14b) [ -e "$models/qwen2.5-tokenizer.gguf" ] && source=(--tokenizer-from "$models/qwen2.5-tokenizer.gguf") ;;
   esac
   if [ ! -e "$gguf" ]; then
     mkdir -p "$synth_dir"
-    step "synthetic-$1-$quant" "$py" scripts/synthetic_gguf.py --shape "$1" --quant "$quant" -o "$gguf" "${source[@]}"
+    step "synthetic-$1-$quant" "$py" scripts/fixtures/synthetic_gguf.py --shape "$1" --quant "$quant" -o "$gguf" "${source[@]}"
   fi
 }
 shapes="${HYOKA_SYNTH_SHAPES:-llama-8b}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# nvcc for CUDA builds that are checked but never run (scripts/check_cuda.sh): the same
+# nvcc for CUDA builds that are checked but never run (scripts/gpu/check_cuda.sh): the same
 # compilation with the device code's optimisations off (cicc and ptxas at -O0, host code at
 # -O0), which compiles candle's template-heavy MMQ and MoE kernels about twice as fast. The
 # kernels are still compiled for the target and linked; only their speed would differ.

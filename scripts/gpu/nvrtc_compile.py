@@ -3,9 +3,9 @@
 no options but the architecture), for each compute capability given, on a machine without a GPU:
 NVRTC needs no device. A kernel that nvcc accepts can still fail here (NVRTC has no CUDA
 headers), and hyoka would then fail on the GPU at its first prefill. Needs libnvrtc on
-LD_LIBRARY_PATH (scripts/cuda_toolchain.sh installs it from PyPI).
+LD_LIBRARY_PATH (scripts/gpu/cuda_toolchain.sh installs it from PyPI).
 
-Usage: scripts/nvrtc_compile.py [ARCH ...]   (default: 75 80 90)
+Usage: scripts/gpu/nvrtc_compile.py [ARCH ...]   (default: 75 80 90)
 """
 import ctypes
 import pathlib
@@ -31,9 +31,9 @@ def main() -> int:
     try:
         lib = ctypes.CDLL("libnvrtc.so.13")
     except OSError as e:
-        print(f"nvrtc_compile: no libnvrtc ({e}); run scripts/cuda_toolchain.sh first")
+        print(f"nvrtc_compile: no libnvrtc ({e}); run scripts/gpu/cuda_toolchain.sh first")
         return 2
-    root = pathlib.Path(__file__).resolve().parent.parent
+    root = pathlib.Path(__file__).resolve().parents[2]
     failed = 0
     for path in sorted((root / "kernels").glob("*.cu")):
         for arch in archs:

@@ -21,7 +21,7 @@ Three measurements on the first N items: (1) one full prompt (first aspect) per 
 prefill per item, shared header once). Then decoding: --decode-tokens greedy tokens after \
 the first prompt alone, and after all N prompts together on one cache (json rubrics' path: rows \
 decoded together, each row's products on its own). With --dump-tokens the token ids of (1) are \
-written as JSON so that another engine (scripts/bench_llama_cpp.py) can run the very same tokens.")]
+written as JSON so that another engine (scripts/bench/bench_llama_cpp.py) can run the very same tokens.")]
 pub struct BenchArgs {
     /// Judge model: local folder or .gguf file, or Hugging Face id.
     #[arg(long)]
@@ -179,7 +179,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         "model": args.model, "arch": t.cfg.arch.name(), "parameters": params, "device": device_name(&device),
         "dtype": dtype_name(settings.dtype), "weights": settings.weights.name(),
         "prefill_gemm": settings.prefill_gemm.name(), "gpu_kernels": settings.gpu_kernels.name(),
-        "int8_body": crate::model::quant::cpu::prefill_gemm::int8_body(),
+        "int8_body": crate::model::quant::int8_body(),
         "threads": rayon::current_num_threads(), "items": items.len(),
         "prompt_tokens": tokens, "mean_prompt_tokens": tokens as f64 / prompts.len() as f64,
         "prefill_batch1_tok_s": tokens as f64 / single,

@@ -50,7 +50,7 @@ pub struct RuntimeArgs {
     /// provenance; measured in docs/benchmarks.md. Refused on CPUs without the
     /// instructions, on GPUs, and with --dtype other than f32.
     #[arg(long, value_enum, default_value = "f32")]
-    pub prefill_gemm: crate::model::quant::cpu::prefill_gemm::PrefillGemm,
+    pub prefill_gemm: crate::model::quant::PrefillGemm,
     /// On CUDA: `hyoka` runs hyoka's kernels where they apply (fused prefill attention,
     /// decoding attention, GGUF blocks expanded to bf16); `candle` runs candle's ops for all of
     /// them, to compare or to get around a fault in a kernel. The numbers differ in their last

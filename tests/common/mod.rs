@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 /// The repository the tests read from: cargo sets CARGO_MANIFEST_DIR when it runs a test, and
-/// a test binary carried to another machine (scripts/gpu_bundle.sh) is given it there; the
+/// a test binary carried to another machine (scripts/gpu/gpu_bundle.sh) is given it there; the
 /// path it was compiled in otherwise.
 pub fn repo_root() -> PathBuf {
     std::env::var_os("CARGO_MANIFEST_DIR")
@@ -16,7 +16,7 @@ pub fn fixtures() -> PathBuf {
     repo_root().join("tests").join("fixtures")
 }
 
-/// A tiny random model's folder (scripts/make_runtime_fixtures.py): its weights and config, and
+/// A tiny random model's folder (scripts/fixtures/make_runtime_fixtures.py): its weights and config, and
 /// transformers' logits for its prompts (`tiny_cases`).
 pub fn tiny_model(arch: &str) -> PathBuf {
     fixtures().join("tiny").join(arch)
@@ -157,7 +157,7 @@ definition = "overall"
 "#;
 
 /// The device the parity tests run on: HYOKA_TEST_DEVICE = cpu (default), cuda, cuda:N or metal
-/// (scripts/gpu_check.sh sets it).
+/// (scripts/gpu/gpu_check.sh sets it).
 pub fn device() -> candle_core::Device {
     let spec = std::env::var("HYOKA_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
     hyoka::model::backend::device::parse_device(&spec)

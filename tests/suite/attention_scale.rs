@@ -87,7 +87,7 @@ fn peak_rss_mb() -> f64 {
 fn a_batch_past_2_31_scores_runs_split_and_matches_its_rows_alone() {
     let dir = tempfile::tempdir().unwrap();
     write_model(dir.path());
-    // HYOKA_TEST_DEVICE / HYOKA_TEST_DTYPE: scripts/gpu_check.sh runs this on the GPU, where
+    // HYOKA_TEST_DEVICE / HYOKA_TEST_DTYPE: scripts/gpu/gpu_check.sh runs this on the GPU, where
     // the 32-bit index limit is.
     let (device, dtype) = (common::device(), common::dtype());
     let model = load_safetensors_dir(dir.path(), dtype, &device, Default::default()).unwrap();

@@ -1,5 +1,5 @@
 //! BERTScore against bert_score 0.3.13 (fast tokenizer): expected values written by
-//! scripts/make_bertscore_fixtures.py on all-MiniLM-L6-v2 and multilingual-e5-small (real
+//! scripts/fixtures/make_bertscore_fixtures.py on all-MiniLM-L6-v2 and multilingual-e5-small (real
 //! weights; Japanese and English, idf on and off, several references, rescaling — with hyoka's
 //! shipped Japanese baseline for e5 —, and 200 DBDC3-ja pairs for e5) and tiny random BERT,
 //! DistilBERT and XLM-RoBERTa encoders. Also: the same scores whatever the batching and the order.

@@ -1,6 +1,6 @@
 //! Breakdown detection with the DBDC challenge's metrics against an independent reference:
 //! scipy's jensenshannon (base 2, squared), numpy and scipy.optimize, in fixtures written by
-//! scripts/make_dbdc_fixtures.py; `hyoka meta` and `hyoka export dbdc3` on the same turns.
+//! scripts/fixtures/make_dbdc_fixtures.py; `hyoka meta` and `hyoka export dbdc3` on the same turns.
 
 use crate::common;
 

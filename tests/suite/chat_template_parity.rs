@@ -1,5 +1,5 @@
 //! Chat templates rendered by hyoka must be byte-identical to HF transformers'
-//! `apply_chat_template` (expected strings: scripts/make_chat_template_fixtures.py).
+//! `apply_chat_template` (expected strings: scripts/fixtures/make_chat_template_fixtures.py).
 
 use crate::common;
 

@@ -1,6 +1,6 @@
 //! The real vocabularies of the Llama 3 family (Llama-3.1-Swallow-8B, ELYZA-JP-8B) and of Mistral
 //! 7B (SentencePiece; Swallow-MS-7b and RakutenAI-7B extend it) through llama.cpp's own
-//! converter, in tiny random models (fixtures: scripts/make_real_vocab_fixtures.py). hyoka loads each q8_0 GGUF as a
+//! converter, in tiny random models (fixtures: scripts/fixtures/make_real_vocab_fixtures.py). hyoka loads each q8_0 GGUF as a
 //! user would — tokenizer, chat template and weights from the file alone — and must give the
 //! tokenizer.json's token ids for Japanese text (the tokenizers library, as transformers reads
 //! it), transformers' rendered judge chat and its ids, and transformers' logits, in both weights

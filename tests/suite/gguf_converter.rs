@@ -2,10 +2,10 @@
 //! for f16 and q8_0, its quantizer for q4_k_m, q5_k_m, q3_k_s, q2_k and the i-quant mixes iq4_xs,
 //! iq3_s, iq3_xxs, iq2_xxs, iq2_xs, iq2_m, iq1_s and iq1_m (the last six with an importance
 //! matrix); fixtures:
-//! scripts/make_converter_fixtures.py) of
+//! scripts/fixtures/make_converter_fixtures.py) of
 //! llama (llama3 rope), mistral, gemma2, gemma3, qwen2 and qwen3, against HF transformers on the
 //! weights it dequantizes from each file: every position's logits, in both weights modes.
-//! Device and dtype from HYOKA_TEST_DEVICE / HYOKA_TEST_DTYPE (scripts/gpu_check.sh runs them on
+//! Device and dtype from HYOKA_TEST_DEVICE / HYOKA_TEST_DTYPE (scripts/gpu/gpu_check.sh runs them on
 //! a GPU in bf16, f16 and f32).
 
 use crate::common;
@@ -257,7 +257,7 @@ fn qwen2_with_yarn_rope_scaling() {
 }
 
 /// A GGUF split into shards by llama.cpp's `llama-gguf-split` (as Qwen's repositories ship
-/// their 7B/14B files; scripts/make_split_gguf_fixtures.py), loaded from its first or its last
+/// their 7B/14B files; scripts/fixtures/make_split_gguf_fixtures.py), loaded from its first or its last
 /// shard: against transformers as the whole file is, in both weights modes, and bit for bit the
 /// whole file's logits. llama3-rope's first shard holds metadata only
 /// (`--no-tensor-first-split`), its `rope_freqs.weight` a later one.

@@ -1,6 +1,6 @@
 //! The real GGUF test models against HF transformers loading the same files (dequantized to
 //! float32): tokenization, next-token logits and greedy continuations on Japanese prompts
-//! (fixtures: scripts/make_gguf_fixtures.py).
+//! (fixtures: scripts/fixtures/make_gguf_fixtures.py).
 
 use crate::common;
 

@@ -264,7 +264,7 @@ fn token_cases(file: &str) -> Vec<(String, Vec<u32>)> {
 }
 
 /// A SentencePiece (`llama`) vocabulary as llama.cpp's converter writes it from a
-/// tokenizer.model (scripts/make_converter_fixtures.py: BPE with byte fallback trained on
+/// tokenizer.model (scripts/fixtures/make_converter_fixtures.py: BPE with byte fallback trained on
 /// Japanese, as the Llama-2-based Japanese models have) against the sentencepiece library's own
 /// ids: known pieces, unknown characters through bytes, digits, spaces and newlines.
 #[test]
@@ -283,7 +283,7 @@ fn sentencepiece_gguf_tokenizes_like_sentencepiece() {
 /// A SentencePiece *unigram* vocabulary (its default model type) as llama.cpp's
 /// converter writes it — `llama`, as for BPE vocabularies — trained on half of the DBDC3-ja
 /// utterances, against the sentencepiece library on the other half and on hand-written texts
-/// (scripts/make_unigram_fixtures.py). Merging the best-scored adjacent pair, as llama.cpp does
+/// (scripts/fixtures/make_unigram_fixtures.py). Merging the best-scored adjacent pair, as llama.cpp does
 /// for every `llama` vocabulary (and hyoka did), gave other ids on 2,087 of the 3,150 utterances.
 /// A segmentation may differ only where another has the same total score: float rounding
 /// breaks such ties differently in sentencepiece (f32 sums) and here.
@@ -323,7 +323,7 @@ fn unigram_gguf_tokenizes_like_sentencepiece() {
 }
 
 /// A byte-level BPE vocabulary with Qwen2.5's pre-tokenizer, as llama.cpp's converter writes
-/// it for Qwen2.5 and Qwen3 (`gpt2`, `qwen2`; scripts/make_converter_fixtures.py: trained on
+/// it for Qwen2.5 and Qwen3 (`gpt2`, `qwen2`; scripts/fixtures/make_converter_fixtures.py: trained on
 /// Japanese, chat special tokens after the vocabulary), against transformers' ids: NFC,
 /// digits one by one, English contractions, chat special tokens matched whole.
 #[test]

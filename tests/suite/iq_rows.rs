@@ -1,6 +1,6 @@
 //! I-quant matrices (all nine types) kept in their blocks (`model::iq_rows`): their values
 //! against gguf-py's decoding of the same blocks (llama.cpp's NumPy code; fixtures:
-//! scripts/make_iquant_fixtures.py), their decoding products (`model::iq_dots`) against those
+//! scripts/fixtures/make_iquant_fixtures.py), their decoding products (`model::iq_dots`) against those
 //! values times the activations rounded as ggml rounds them for each type (computed here, in
 //! f64: `quantize_row_q8_0_ref` for IQ4_NL, `quantize_row_q8_K_ref` for the others),
 //! and the matrix's products through `Matrix` against the same matrix given as its f32 values.

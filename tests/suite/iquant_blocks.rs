@@ -1,6 +1,6 @@
 //! llama.cpp's i-quant blocks decoded by hyoka (`model::iquants`) against gguf-py's decoding
 //! (llama.cpp's Python package, NumPy code written apart from ggml's C; fixtures:
-//! scripts/make_iquant_fixtures.py), and the Q8_0 (or Q5_0) blocks they are held in, read back by
+//! scripts/fixtures/make_iquant_fixtures.py), and the Q8_0 (or Q5_0) blocks they are held in, read back by
 //! candle's own Q8_0 dequantization.
 
 use crate::common;

@@ -1,5 +1,5 @@
 //! Score distributions against HF transformers on the real SmolLM2 GGUF (fixture:
-//! scripts/make_judge_fixtures.py), including a 0..10 scale whose "10" takes two tokens; the
+//! scripts/fixtures/make_judge_fixtures.py), including a 0..10 scale whose "10" takes two tokens; the
 //! same numbers whether items are scored together or alone, with or without the shared header.
 
 use crate::common;

@@ -8,7 +8,7 @@
 //! Every file either tokenizes every text to exactly the upstream ids, or is refused with an
 //! error naming its tokenizer model or pre-tokenizer: never a silent wrong tokenization. The
 //! Japanese texts of `tests/fixtures/llama_cpp_vocabs/ja.json` carry llama.cpp's own ids for
-//! the same files (scripts/make_llama_cpp_vocab_fixtures.py, through llama-cpp-python), checked
+//! the same files (scripts/fixtures/make_llama_cpp_vocab_fixtures.py, through llama-cpp-python), checked
 //! there against Hugging Face's tokenizer where the registries carry it.
 
 use crate::common;

@@ -1,4 +1,4 @@
-//! Meta-evaluation against scipy.stats and numpy: fixtures from scripts/make_meta_fixtures.py.
+//! Meta-evaluation against scipy.stats and numpy: fixtures from scripts/fixtures/make_meta_fixtures.py.
 
 use crate::common;
 

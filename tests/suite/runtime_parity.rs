@@ -1,5 +1,5 @@
 //! The runtime against HF transformers on tiny random-weight models of every architecture
-//! (fixtures: scripts/make_runtime_fixtures.py): every position's logits, alone and in padded
+//! (fixtures: scripts/fixtures/make_runtime_fixtures.py): every position's logits, alone and in padded
 //! batches, with and without a shared prefix.
 
 use crate::common;

@@ -176,11 +176,11 @@ fn gemma3_stored_weights() {
 /// quantized to Q8_0 at load, as llama.cpp's converter writes a q8_0 GGUF — 34 bytes per 32
 /// weights instead of the file's 128 — and the logits transformers computes on the same
 /// checkpoint with its matrices rounded by llama.cpp's Python quantizer
-/// (scripts/make_q8_0_fixtures.py): within 1e-4 at every kept position of the prompts longer
+/// (scripts/fixtures/make_q8_0_fixtures.py): within 1e-4 at every kept position of the prompts longer
 /// than a decoding step (prefill expands the blocks and multiplies in f32; shorter passes round
 /// activations to 8 bits in the integer kernels, checked on llama.cpp's q8_0 GGUFs in
 /// tests/suite/gguf_converter.rs). Far from the unquantized model's logits: the rounding happened.
-/// Device and dtype from HYOKA_TEST_DEVICE / HYOKA_TEST_DTYPE (scripts/gpu_check.sh): on a GPU
+/// Device and dtype from HYOKA_TEST_DEVICE / HYOKA_TEST_DTYPE (scripts/gpu/gpu_check.sh): on a GPU
 /// the blocks are quantized on the CPU and uploaded, as a q8_0 GGUF's are.
 #[test]
 fn safetensors_quantized_to_q8_0_at_load_match_llama_cpps_rounding() {
