@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Check the shape of src/: no import cycles among its files, and no file over the line limit.
+"""Check the shape of src/: no import cycles among its files nor among its modules (at every depth:
+model, model/quant, model/quant/cpu …), and no file over the line limit.
 
 The graph has an edge from file A to file B when A names an item that B defines, through a
 `use` or a path in code (`crate::…`, `super::…`, `self::…`, or a child module's name). A module
@@ -300,23 +301,55 @@ def sccs(graph: dict[Path, set[Path]]) -> list[list[Path]]:
     return out
 
 
+def module_of(file: Path, root_dir: Path, depth: int) -> str:
+    """The module, `depth` levels below the crate root, that `file` belongs to: its folder path
+    (a folder's mod.rs and a file `x.rs` beside folder `x/` are module x)."""
+    parts = list(file.relative_to(root_dir).with_suffix("").parts)
+    if parts[-1] in ("mod", "lib", "main"):
+        parts = parts[:-1]
+    return "/".join(parts[:depth])
+
+
+def module_cycles(graph: dict[Path, set[Path]], root_dir: Path) -> list[tuple[int, list[str]]]:
+    """Cycles among modules, at every depth: the file graph folded onto the modules `depth`
+    levels below the root (model, then model/quant, then model/quant/cpu …). Files of one
+    module may use each other; two modules may not use each other, directly or through others."""
+    out = []
+    deepest = max((len(p.relative_to(root_dir).parts) for p in graph), default=1)
+    for depth in range(1, deepest + 1):
+        folded: dict[str, set[str]] = {}
+        for a, targets in graph.items():
+            ma = module_of(a, root_dir, depth)
+            for b in targets:
+                mb = module_of(b, root_dir, depth)
+                if ma != mb:
+                    folded.setdefault(ma, set()).add(mb)
+        for comp in sccs(folded):  # type: ignore[arg-type]
+            out.append((depth, [str(c) for c in comp]))
+    return out
+
+
 def self_test() -> None:
     """The checker on small trees: a cycle through a `use` group, one through a path in code,
-    and the shapes that are not cycles (a table of contents re-exporting its children, a
+    modules that use each other without a file cycle, and the shapes that are not cycles (a table of contents re-exporting its children, a
     child's inline test module, a re-export followed to its definer)."""
     import tempfile
 
     cases = {
         "use group": ({"lib.rs": "mod a;\nmod b;\n", "a.rs": "use crate::{b::B, x};\npub struct A;\n",
-                       "b.rs": "use crate::a::A;\npub struct B;\n"}, 1),
+                       "b.rs": "use crate::a::A;\npub struct B;\n"}, (1, 1)),
         "path in code": ({"lib.rs": "mod a;\nmod b;\n", "a.rs": "pub fn f() { crate::b::g() }\n",
-                          "b.rs": "pub fn g() { super::a::f() }\n"}, 1),
+                          "b.rs": "pub fn g() { super::a::f() }\n"}, (1, 1)),
         "table of contents": ({"lib.rs": "mod m;\n", "m/mod.rs": "mod a;\nmod b;\npub use a::A;\npub use b::B;\n",
-                               "m/a.rs": "pub struct A;\n", "m/b.rs": "use super::A;\npub struct B(A);\n"}, 0),
+                               "m/a.rs": "pub struct A;\n", "m/b.rs": "use super::A;\npub struct B(A);\n"}, (0, 0)),
         "inline tests": ({"lib.rs": "mod a;\nmod b;\n", "a.rs": "use crate::b::B;\npub struct A;\n",
-                          "b.rs": "pub struct B;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"}, 0),
+                          "b.rs": "pub struct B;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"}, (0, 0)),
         "comment and string": ({"lib.rs": "mod a;\nmod b;\n", "a.rs": "use crate::b::B;\npub struct A;\n",
-                                "b.rs": "// crate::a::A\npub const S: &str = \"crate::a::A\";\npub struct B;\n"}, 0),
+                                "b.rs": "// crate::a::A\npub const S: &str = \"crate::a::A\";\npub struct B;\n"}, (0, 0)),
+        # No file cycle, but the modules x and y use each other (x/a -> y/b, y/c -> x/d).
+        "modules": ({"lib.rs": "mod x;\nmod y;\n", "x/mod.rs": "mod a;\nmod d;\n", "y/mod.rs": "mod b;\nmod c;\n",
+                     "x/a.rs": "use crate::y::b::B;\npub struct A;\n", "x/d.rs": "pub struct D;\n",
+                     "y/b.rs": "pub struct B;\n", "y/c.rs": "use crate::x::d::D;\npub struct C;\n"}, (0, 1)),
     }
     for name, (files, cycles) in cases.items():
         with tempfile.TemporaryDirectory() as d:
@@ -326,9 +359,11 @@ def self_test() -> None:
             modules = load_crate(Path(d) / "lib.rs")
             fill_reexports(modules, modules[0])
             graph = {m.file: edges_of(m, modules[0]) for m in modules}
-            found = len(sccs(graph))
+            found = (len(sccs(graph)), len(module_cycles(graph, Path(d))))
             if found != cycles:
-                raise SystemExit(f"self-test {name!r}: {found} cycles found, {cycles} expected")
+                raise SystemExit(
+                    f"self-test {name!r}: (file, module) cycles {found} found, {cycles} expected"
+                )
 
 
 def main() -> int:
@@ -357,6 +392,9 @@ def main() -> int:
             for a in comp:
                 for b in sorted(graph[a] & set(comp)):
                     print(f"  {names[a]} -> {names[b]}")
+        for depth, comp in module_cycles(graph, src):
+            bad += 1
+            print(f"modules that use each other (depth {depth}): {', '.join(comp)}")
     for f in sorted(src.rglob("*.rs")):
         lines = f.read_text().count("\n")
         if lines > MAX_LINES:

@@ -8,7 +8,7 @@ use super::run::{Judge, JudgeStats, RunOptions};
 use crate::data::Item;
 use crate::model::load::default_model::{HoldsModelError, ModelKind, load_default};
 use crate::model::{LoadedModel, ModelError, RuntimeOptions, RuntimeSettings};
-use crate::results::{Progress, RunError, RunSummary};
+use crate::results::{Progress, Record, ResultsError, RunError, RunSummary};
 use crate::rubric::Rubric;
 use candle_core::Device;
 use std::path::Path;
@@ -186,6 +186,28 @@ impl LoadedJudge {
         progress: &mut Progress<'_>,
     ) -> Result<(RunSummary, JudgeStats), RunError<JudgeError>> {
         self.judge().run(items, output, &self.opts, progress)
+    }
+
+    /// Score `items` in memory as typed results: each item's record (`score_lines`' lines, read
+    /// as `results::Record`, what `meta` and the readers take), in the items' order.
+    pub fn score_records(
+        &self,
+        items: &[Item],
+        progress: &mut Progress<'_>,
+    ) -> Result<(RunSummary, JudgeStats, Vec<Record>), RunError<JudgeError>> {
+        let (summary, stats, lines) = self.score_lines(items, progress)?;
+        let records = (lines.iter().enumerate())
+            .map(|(n, line)| {
+                Record::parse(line).map_err(|e| {
+                    RunError::Results(ResultsError::Corrupt {
+                        path: "items in memory".into(),
+                        line: n + 1,
+                        message: e.to_string(),
+                    })
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((summary, stats, records))
     }
 
     /// Score `items` in memory: each item's results line (the bits `run` writes), in the items'

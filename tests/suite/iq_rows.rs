@@ -9,8 +9,8 @@ use crate::common;
 
 use candle_core::{DType, Device, Tensor};
 use half::f16;
+use hyoka::model::quant::IqMatrix;
 use hyoka::model::quant::cpu::iq_dots::{self, Activations};
-use hyoka::model::quant::cpu::iq_rows::IqMatrix;
 use hyoka::model::quant::formats::iquants::IQuant;
 use hyoka::model::quant::matrix::{Matrix, Products};
 use std::sync::Arc;

@@ -484,3 +484,37 @@ fn int8_prefill_gemm_is_part_of_the_run() {
     s.assert_setting("scores.jsonl", "prefill_gemm", "int8");
     s.assert_settings_differ("scores.jsonl", &[]);
 }
+
+/// The library's judge, loaded from a `JudgeSpec` and scoring items held in memory, gives the
+/// command's results: each item's record equal to its line of `hyoka judge`'s file (read back
+/// by the same reader), in the items' order; nothing is written.
+#[test]
+fn the_library_judge_in_memory_gives_the_commands_records() {
+    let Some(s) = Setup::new() else { return };
+    let o = s.judge("cli.jsonl", &["--batch-tokens", "512"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(s.path("cli.jsonl")).unwrap();
+    let mut want: Vec<hyoka::results::Record> = text
+        .lines()
+        .map(|l| hyoka::results::Record::parse(l).unwrap())
+        .collect();
+    let items = hyoka::data::read_items(Path::new(&s.path("items.jsonl")), false)
+        .unwrap()
+        .items;
+    let order: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
+    want.sort_by_key(|r| order.iter().position(|id| *id == r.id));
+    let mut spec = hyoka::judge::JudgeSpec::new(
+        &s.path("rubric.toml"),
+        vec![s.model.to_str().unwrap().to_string()],
+    )
+    .unwrap();
+    spec.run.batch_tokens = 512;
+    let judge = spec.load().unwrap();
+    let before = common::snapshot(s.dir.path());
+    let (summary, _, got) = judge
+        .score_records(&items, &mut |_, _| std::ops::ControlFlow::Continue(()))
+        .unwrap();
+    assert_eq!(summary.scored, items.len());
+    assert_eq!(got, want);
+    assert_eq!(common::snapshot(s.dir.path()), before, "nothing written");
+}

@@ -4,23 +4,9 @@
 //! with a file of another type (TQ1_0, MXFP4…) needs to hear which type is the problem, which of
 //! its tensors hold it, and what to take instead.
 
+use crate::model::quant::ggml_type_name as type_name;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
-
-/// llama.cpp's name of a GGML type (ggml.h's `enum ggml_type`), or None for a number it
-/// does not define.
-pub fn type_name(id: u32) -> Option<&'static str> {
-    const NAMES: [&str; 43] = [
-        "F32", "F16", "Q4_0", "Q4_1", "", "", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K",
-        "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S",
-        "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16", "", "", "", "TQ1_0",
-        "TQ2_0", "", "", "", "MXFP4", "NVFP4", "Q1_0", "Q2_0",
-    ];
-    NAMES
-        .get(id as usize)
-        .copied()
-        .filter(|name| !name.is_empty())
-}
 
 /// The types hyoka reads (what candle's GGUF reader knows, and the i-quants), as a sentence.
 pub const READABLE: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the K-quants Q2_K, \

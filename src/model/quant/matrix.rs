@@ -15,8 +15,8 @@
 //! several tokens, multiplied in f32 (`token_runs`).
 
 use crate::model::backend::gpu_kernels::GpuKernels;
-use crate::model::quant::cpu::iq_rows::IqMatrix;
 use crate::model::quant::formats::block_format::BlockFormat;
+use crate::model::quant::formats::iquant_matrix::IqMatrix;
 use candle_core::Tensor;
 use candle_core::quantized::QTensor;
 use std::sync::Arc;

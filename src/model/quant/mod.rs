@@ -14,9 +14,10 @@ pub mod formats;
 pub mod matrix;
 pub mod products;
 
-pub use cpu::iq_rows::IqMatrix;
 pub use cpu::prefill_gemm::{advice, check_prefill_gemm, int8_body, int8_body_override};
+pub use formats::ggml_types::type_name as ggml_type_name;
 pub use formats::iquant_held;
+pub use formats::iquant_matrix::IqMatrix;
 pub use formats::iquants::{self, IQuant};
 pub(crate) use formats::q8_0_blocks;
 pub use matrix::{DECODE_ROWS, Matrix, Plan, PrefillGemm, Products, WeightsMode};

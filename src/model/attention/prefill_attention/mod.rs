@@ -24,7 +24,7 @@
 
 use crate::model::attention::few_queries::{FEW_QUERIES, Rows, with_rows};
 use crate::model::attention::plan::{AttentionPlan, LayerKv, ScoreScaling};
-use crate::model::encoder::fused::cpu::Data;
+use crate::model::backend::cpu_tensor::Data;
 use candle_core::{CpuStorage, DType, Result, Storage, Tensor, bail};
 use rayon::prelude::*;
 use std::ops::Range;

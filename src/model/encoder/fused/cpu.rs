@@ -5,12 +5,10 @@
 //! tiles (`avx2`) where the CPU and head width allow, else its two products per head as
 //! single-threaded GEMMs on strided views of the packed q|k|v rows.
 
+use crate::model::backend::cpu_tensor::Data;
 use crate::model::encoder::fused::math;
 use crate::model::encoder::fused::parts::{Dense, Epilogue, LayerNorm};
-use candle_core::{
-    CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Storage, StorageRef, Tensor,
-    bail,
-};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor, bail};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -30,36 +28,6 @@ fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> 
         bail!("{op}: contiguous input only")
     };
     Ok(&data[start..end])
-}
-
-/// A CPU f32 tensor's contiguous data (a weight the op holds, or an operand), borrowed for the
-/// op's duration.
-pub(crate) struct Data<'a> {
-    storage: StorageRef<'a>,
-    range: std::ops::Range<usize>,
-}
-
-impl<'a> Data<'a> {
-    pub(crate) fn of(t: &'a Tensor, op: &str) -> Result<Self> {
-        let (storage, layout) = t.storage_and_layout();
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            bail!("{op}: a tensor is not contiguous")
-        };
-        if !matches!(&*storage, Storage::Cpu(CpuStorage::F32(_))) {
-            bail!("{op}: a tensor is not f32 on the CPU");
-        }
-        Ok(Data {
-            storage,
-            range: start..end,
-        })
-    }
-
-    pub(crate) fn slice(&self) -> &[f32] {
-        match &*self.storage {
-            Storage::Cpu(CpuStorage::F32(v)) => &v[self.range.clone()],
-            _ => unreachable!("checked by Data::of"),
-        }
-    }
 }
 
 /// Defines `$name` as `$body` compiled twice, for AVX2 + FMA (taken when the CPU has them) and

@@ -37,13 +37,7 @@ use crate::model::quant::cpu::kquant_dots::{Q8KRows, QK_K};
 use crate::model::quant::formats::iquants::{IQuant, block_groups, unit_scale};
 use crate::model::quant::formats::legacy::BLOCK;
 
-/// Activation rows rounded to 8 bits the way a kind's products take them.
-pub enum Activations {
-    /// For IQ4_NL: per 32 values.
-    Q8_0(Q8Rows),
-    /// For the others: per 256 values.
-    Q8K(Q8KRows),
-}
+pub use crate::model::quant::formats::activations::Activations;
 
 impl Activations {
     /// `xs`: rows of `cols` values, `cols` a whole number of the kind's blocks.

@@ -14,6 +14,7 @@
 //!
 //! On a GPU the i-quants stay read into Q8_0 (IQ3_S and IQ1_S Q5_0): `IQuant::held_as`.
 
+use crate::model::quant::formats::iquant_matrix::IqMatrix;
 use crate::model::quant::formats::iquants::{
     self, IQuant, iq1_m_sub_scales, iq1_s_sub_scales, iq2_half_sub_scales, iq2_xxs_sub_scales,
     iq3_s_sub_scales, iq3_xxs_sub_scales, iq4_xs_sub_scales, unit_scale,
@@ -78,72 +79,25 @@ pub fn expand_row(kind: IQuant, row: &[u8], out: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
-/// A (rows, cols) matrix of an `IQuant` in its blocks, row after row, in host memory.
-pub struct IqMatrix {
-    kind: IQuant,
-    rows: usize,
-    cols: usize,
-    data: Vec<u8>,
-}
-
 impl IqMatrix {
-    pub fn new(kind: IQuant, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
-        let block = kind.block_values();
-        if !cols.is_multiple_of(block) || data.len() != rows * kind.row_bytes(cols) {
-            bail!(
-                "{} matrix {rows}×{cols}: {} bytes are not its whole {block}-value blocks",
-                kind.name(),
-                data.len()
-            );
-        }
-        Ok(IqMatrix {
-            kind,
-            rows,
-            cols,
-            data,
-        })
-    }
-
-    pub fn kind(&self) -> IQuant {
-        self.kind
-    }
-
-    pub fn dims(&self) -> (usize, usize) {
-        (self.rows, self.cols)
-    }
-
-    pub fn data(&self) -> &[u8] {
-        &self.data
-    }
-
-    fn row(&self, r: usize) -> &[u8] {
-        let b = self.kind.row_bytes(self.cols);
-        &self.data[r * b..(r + 1) * b]
-    }
-
     /// The whole matrix in f32 into `out` (rows × cols), rows spread over the threads.
     pub fn expand_into(&self, out: &mut [f32]) -> Result<()> {
-        self.expand_rows_into(0..self.rows, out)
+        self.expand_rows_into(0..self.dims().0, out)
     }
 
     /// Rows `range` in f32 into `out` (their count × cols), rows spread over the threads.
     pub fn expand_rows_into(&self, range: std::ops::Range<usize>, out: &mut [f32]) -> Result<()> {
-        if range.start > range.end || range.end > self.rows || out.len() != range.len() * self.cols
-        {
-            bail!(
-                "rows {range:?} of {}×{} into {} values",
-                self.rows,
-                self.cols,
-                out.len()
-            );
+        let (rows, cols) = self.dims();
+        if range.start > range.end || range.end > rows || out.len() != range.len() * cols {
+            bail!("rows {range:?} of {rows}×{cols} into {} values", out.len());
         }
         // About 256 KB of f32 per task.
-        let task_rows = (65_536 / self.cols.max(1)).max(1);
-        out.par_chunks_mut(task_rows * self.cols)
+        let task_rows = (65_536 / cols.max(1)).max(1);
+        out.par_chunks_mut(task_rows * cols)
             .enumerate()
             .try_for_each(|(t, y)| {
-                for (i, y) in y.chunks_exact_mut(self.cols).enumerate() {
-                    expand_row(self.kind, self.row(range.start + t * task_rows + i), y)?;
+                for (i, y) in y.chunks_exact_mut(cols).enumerate() {
+                    expand_row(self.kind(), self.row(range.start + t * task_rows + i), y)?;
                 }
                 Ok(())
             })
@@ -151,26 +105,15 @@ impl IqMatrix {
 
     /// Rows `ids` in f32, one after the other.
     pub fn rows_f32(&self, ids: &[u32]) -> Result<Vec<f32>> {
-        let mut out = vec![0f32; ids.len() * self.cols];
-        for (&r, y) in ids.iter().zip(out.chunks_exact_mut(self.cols.max(1))) {
-            if r as usize >= self.rows {
-                bail!("row {r} of a {}-row matrix", self.rows);
+        let (rows, cols) = self.dims();
+        let mut out = vec![0f32; ids.len() * cols];
+        for (&r, y) in ids.iter().zip(out.chunks_exact_mut(cols.max(1))) {
+            if r as usize >= rows {
+                bail!("row {r} of a {rows}-row matrix");
             }
-            expand_row(self.kind, self.row(r as usize), y)?;
+            expand_row(self.kind(), self.row(r as usize), y)?;
         }
         Ok(out)
-    }
-
-    /// The matrix with its rows reordered: row i of the result is row `order[i]` of this one.
-    pub fn permute_rows(&self, order: &[usize]) -> Result<Self> {
-        let mut data = Vec::with_capacity(order.len() * self.kind.row_bytes(self.cols));
-        for &r in order {
-            if r >= self.rows {
-                bail!("row {r} of a {}-row matrix", self.rows);
-            }
-            data.extend_from_slice(self.row(r));
-        }
-        IqMatrix::new(self.kind, order.len(), self.cols, data)
     }
 }
 

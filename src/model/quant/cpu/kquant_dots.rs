@@ -11,6 +11,7 @@
 //! does. x86-64 with AVX2, FMA and F16C only; elsewhere the caller keeps candle's kernels.
 
 use crate::model::quant::cpu::act_rounding::Rounding;
+pub use crate::model::quant::formats::activations::Q8KRows;
 pub use crate::model::quant::formats::kquants::{KQuantKind, QK_K};
 
 /// Whether this CPU runs the K-quant products here (AVX2, FMA and F16C).
@@ -20,16 +21,6 @@ pub fn available() -> bool {
 
 /// Activation rows that share one unpacking of a weight super-block.
 pub const ROWS_PER_LOAD: usize = 4;
-
-/// Activation rows rounded as candle's `BlockQ8K::from_float`: per 256 values, the value of
-/// largest magnitude m (the first such), q = round(−127/m · x) clamped to i8, d = 1/(−127/m),
-/// and the sums of each 16 q.
-pub struct Q8KRows {
-    cols: usize,
-    qs: Vec<i8>,
-    d: Vec<f32>,
-    bsums: Vec<i16>,
-}
 
 impl Q8KRows {
     /// `xs`: rows of `cols` values, `cols` a multiple of 256.

@@ -14,7 +14,7 @@
 //! a padding row's product. gemm's sums over k do not depend on how many rows it multiplies
 //! (its k blocking follows k and the caches only), so a real row keeps its bits.
 
-use crate::model::encoder::fused::cpu::Data;
+use crate::model::backend::cpu_tensor::Data;
 use crate::model::error::ModelError;
 use crate::model::quant::cpu::bf16_gemm;
 use crate::model::quant::cpu::expand_blocks::{expand_rows_into, expands_on_cpu};

@@ -63,7 +63,7 @@ impl BlockFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::load::gguf_types::type_name;
+    use crate::model::quant::formats::ggml_types::type_name;
 
     const EXPAND_CU: &str = include_str!("../../../../kernels/expand.cu");
 

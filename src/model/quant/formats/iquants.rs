@@ -568,7 +568,7 @@ mod tests {
         for id in 0..64 {
             if let Some(kind) = IQuant::from_type_id(id) {
                 assert_eq!(
-                    crate::model::load::gguf_types::type_name(id),
+                    crate::model::quant::formats::ggml_types::type_name(id),
                     Some(kind.name())
                 );
                 let (_, want) = bits.iter().find(|(n, _)| *n == kind.name()).unwrap();

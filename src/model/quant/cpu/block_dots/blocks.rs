@@ -4,19 +4,7 @@ use crate::model::quant::cpu::act_rounding::Rounding;
 use crate::model::quant::formats::legacy::BLOCK;
 use half::f16;
 
-/// Activation rows rounded to 8 bits as candle's `BlockQ8_0` / `BlockQ8_1::from_float` do:
-/// per 32 values, d = max|x| / 127 (kept as f16), q = round(x / d) (halves away from zero) and,
-/// for Q8_1, s = f16(Σq)·d in f16.
-pub struct Q8Rows {
-    pub(super) cols: usize,
-    pub(super) qs: Vec<i8>,
-    /// Per block: d as f32 (an f16 value).
-    pub(super) d: Vec<f32>,
-    /// Per block: s as f32 (an f16 value); empty for Q8_0.
-    pub(super) s: Vec<f32>,
-    /// Per block: Σq, exact.
-    pub(super) sum: Vec<i32>,
-}
+pub use crate::model::quant::formats::activations::Q8Rows;
 
 impl Q8Rows {
     /// `xs`: rows of `cols` values, `cols` a multiple of 32. `with_sums` for Q8_1.
