@@ -5,6 +5,7 @@ use crate::data::DataError;
 use crate::judge::JudgeError;
 use crate::meta::MetaError;
 use crate::model::ModelError;
+use crate::model::load::default_model::HoldsModelError;
 use crate::report::dbdc3::ExportError;
 use crate::results::{ResultsError, RunError};
 use crate::rubric::RubricError;
@@ -51,19 +52,14 @@ fn chain<'a>(err: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a (dyn Er
 }
 
 /// A model error, also where a scorer's error holds it transparently (not a link of the chain).
-pub fn model_error<'a>(cause: &'a (dyn Error + 'static)) -> Option<&'a ModelError> {
+fn model_error<'a>(cause: &'a (dyn Error + 'static)) -> Option<&'a ModelError> {
     cause
         .downcast_ref::<ModelError>()
-        .or(
-            match cause.downcast_ref::<crate::bertscore::BertScoreError>() {
-                Some(crate::bertscore::BertScoreError::Model(e)) => Some(e),
-                _ => None,
-            },
-        )
-        .or(match judge_error(cause) {
-            Some(JudgeError::Model(e)) => Some(e),
-            _ => None,
+        .or_else(|| {
+            (cause.downcast_ref::<crate::bertscore::BertScoreError>())
+                .and_then(HoldsModelError::model_error)
         })
+        .or_else(|| judge_error(cause).and_then(HoldsModelError::model_error))
 }
 
 /// A judge's error, also inside a run's (`RunError::Task` holds it transparently).
@@ -81,7 +77,7 @@ fn is_missing(cause: &(dyn Error + 'static)) -> bool {
     cause
         .downcast_ref::<std::io::Error>()
         .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-        || matches!(model_error(cause), Some(ModelError::Missing { .. }))
+        || model_error(cause).is_some_and(ModelError::is_missing)
 }
 
 /// What one link of a chain says of the kind, if anything. Data, rubric, results and meta

@@ -19,7 +19,7 @@ from typing import Any
 from . import _hyoka, bertscore
 from .bertscore import BERTScorer
 from .errors import HyokaError, InvalidInputError, NotFoundError, UsageError
-from .judge import Judge, _settings
+from .judge import Judge, _settings, json_texts
 
 __version__: str = _hyoka.version()
 
@@ -57,12 +57,7 @@ def _source(name: str, value: Any) -> str | list[str]:
     """A path as a string, or dicts (items, results lines) as JSON texts."""
     if isinstance(value, (str, os.PathLike)):
         return os.fspath(value)
-    texts = []
-    for i, line in enumerate(value):
-        if not isinstance(line, Mapping):
-            raise InvalidInputError(f"{name}[{i}]: a dict, got {type(line).__name__}")
-        texts.append(json.dumps(line, ensure_ascii=False))
-    return texts
+    return json_texts(name, value)
 
 
 __all__ = [

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from . import _hyoka
@@ -59,7 +58,7 @@ class Judge:
         if isinstance(items, (str, os.PathLike)):
             lines = self._judge.score_file(os.fspath(items), progress)
         else:
-            lines = self._judge.score_items(item_texts(items), progress)
+            lines = self._judge.score_items(json_texts("items", items), progress)
         return [json.loads(line) for line in lines]
 
 
@@ -72,13 +71,13 @@ def _settings(options: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def item_texts(items: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Items (dicts in the items format) as JSON texts; a non-dict is refused by its index."""
+def json_texts(name: str, dicts: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Dicts (items, results lines) as JSON texts; a non-dict is refused as `name[N]`."""
     texts = []
-    for i, item in enumerate(items):
-        if not isinstance(item, Mapping):
-            raise InvalidInputError(f"items[{i}]: a dict in the items format, got {type(item).__name__}")
-        texts.append(json.dumps(item, ensure_ascii=False))
+    for i, value in enumerate(dicts):
+        if not isinstance(value, Mapping):
+            raise InvalidInputError(f"{name}[{i}]: a dict, got {type(value).__name__}")
+        texts.append(json.dumps(value, ensure_ascii=False))
     return texts
 
 

@@ -12,25 +12,6 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-/// The options `Judge` takes, as the command line's `hyoka judge` flags of the same names.
-const JUDGE_OPTIONS: &[&str] = &[
-    "device",
-    "dtype",
-    "weights",
-    "prefill_gemm",
-    "gpu_kernels",
-    "template_date",
-    "tokenizer",
-    "chat_template",
-    "batch_tokens",
-    "max_prompt_tokens",
-    "json_cache_gib",
-    "greedy_baseline",
-    "temperature",
-    "seed",
-    "sha256",
-];
-
 /// `options` (keyword arguments) into `spec`: each named setting replaces its default.
 fn apply(spec: &mut JudgeSpec, options: &mut Options<'_>) -> PyResult<()> {
     let runtime = &mut spec.runtime;
@@ -79,7 +60,7 @@ pub struct Judge {
 #[pymethods]
 impl Judge {
     /// `models`: local .gguf files or checkpoint folders, or Hub ids; `rubric`: a built-in
-    /// rubric's name or a rubric file; `options`: settings by name (`JUDGE_OPTIONS`).
+    /// rubric's name or a rubric file; `options`: settings by name (those `apply` takes).
     #[new]
     #[pyo3(signature = (models, rubric, options=None))]
     fn new(
@@ -91,7 +72,7 @@ impl Judge {
         let mut spec = JudgeSpec::new(&rubric, models).map_err(raise(py))?;
         let mut options = Options::new(py, options)?;
         apply(&mut spec, &mut options)?;
-        options.finish(JUDGE_OPTIONS)?;
+        options.finish()?;
         let loaded = py.detach(|| spec.load()).map_err(raise(py))?;
         Ok(Judge { loaded })
     }

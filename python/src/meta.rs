@@ -4,24 +4,10 @@
 use crate::errors::{raise, to_py, usage};
 use crate::options::Options;
 use hyoka::meta::{Half, MetaError, MetaOptions, Summary, parse_aspect_levels};
+use hyoka::model::runtime_options::parse_choice;
 use hyoka::results::reader::ResultsInput;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-
-/// The options `meta` takes, as the command line's `hyoka meta` flags of the same names.
-const META_OPTIONS: &[&str] = &[
-    "w",
-    "no_combine",
-    "combine_with",
-    "fit_w",
-    "bootstrap",
-    "confidence",
-    "seed",
-    "calibrate",
-    "dbdc_threshold",
-    "breakdown_levels",
-    "half",
-];
 
 /// Items or results: a path, or JSON texts (one item or results line each).
 #[derive(FromPyObject)]
@@ -65,14 +51,7 @@ fn options_of(options: &mut Options<'_>) -> PyResult<(MetaOptions, Option<Half>)
             parse_aspect_levels(&map).map_err(|m| usage(py, format!("breakdown_levels: {m}")))?;
         o.breakdown.levels.push(levels);
     }
-    let half = match options.take::<String>("half")?.as_deref() {
-        None => None,
-        Some("dev") => Some(Half::Dev),
-        Some("held-out" | "held_out") => Some(Half::HeldOut),
-        Some(other) => {
-            return Err(usage(py, format!("half: `{other}` is not dev or held-out")));
-        }
-    };
+    let half = options.choice::<Half>("half", parse_choice)?;
     o.check().map_err(|e| to_py(py, &e))?;
     Ok((o, half))
 }
@@ -90,7 +69,7 @@ pub fn meta(
 ) -> PyResult<String> {
     let mut options = Options::new(py, options)?;
     let (opts, half) = options_of(&mut options)?;
-    options.finish(META_OPTIONS)?;
+    options.finish()?;
     let scores: Vec<Source> = scores.extract()?;
     if scores.is_empty() {
         return Err(usage(

@@ -5,10 +5,12 @@ use crate::errors::usage;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// The keyword arguments not yet taken.
+/// The keyword arguments not yet taken, and the options asked for so far (what an unknown one
+/// is told it could have been).
 pub struct Options<'py> {
     py: Python<'py>,
     left: Bound<'py, PyDict>,
+    asked: Vec<&'static str>,
 }
 
 impl<'py> Options<'py> {
@@ -17,7 +19,11 @@ impl<'py> Options<'py> {
             Some(d) => d.copy()?,
             None => PyDict::new(py),
         };
-        Ok(Options { py, left })
+        Ok(Options {
+            py,
+            left,
+            asked: Vec::new(),
+        })
     }
 
     pub fn py(&self) -> Python<'py> {
@@ -25,10 +31,11 @@ impl<'py> Options<'py> {
     }
 
     /// The option `key` as a `T`, when given and not None.
-    pub fn take<T>(&mut self, key: &str) -> PyResult<Option<T>>
+    pub fn take<T>(&mut self, key: &'static str) -> PyResult<Option<T>>
     where
         T: for<'a> FromPyObject<'a, 'py>,
     {
+        self.asked.push(key);
         let Some(value) = self.left.get_item(key)? else {
             return Ok(None);
         };
@@ -56,7 +63,7 @@ impl<'py> Options<'py> {
     /// A named choice (weights="stored"), read by `parse` (the library's `parse_choice`).
     pub fn choice<T>(
         &mut self,
-        key: &str,
+        key: &'static str,
         parse: fn(&str, &str) -> Result<T, hyoka::model::ModelError>,
     ) -> PyResult<Option<T>> {
         match self.take::<String>(key)? {
@@ -67,8 +74,8 @@ impl<'py> Options<'py> {
         }
     }
 
-    /// Every option has been taken; one left is unknown.
-    pub fn finish(self, known: &[&str]) -> PyResult<()> {
+    /// Every option given has been taken; one left is unknown.
+    pub fn finish(self) -> PyResult<()> {
         if let Some((key, _)) = self.left.iter().next() {
             let key = key.to_string();
             return Err(usage(
@@ -76,7 +83,7 @@ impl<'py> Options<'py> {
                 format!(
                     "unknown option {key} ({}); the options: {}",
                     flag(&key),
-                    known.join(", ")
+                    self.asked.join(", ")
                 ),
             ));
         }

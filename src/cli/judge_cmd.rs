@@ -201,10 +201,10 @@ fn gibibytes(s: &str) -> Result<usize, String> {
     crate::judge::json_cache_bytes(gib).map_err(|e| e.to_string())
 }
 
-/// A finite temperature ≥ 0, checked before any model is loaded.
+/// A temperature (`judge::check_temperature`), checked before any model is loaded.
 fn temperature(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(t) if t >= 0.0 && t.is_finite() => Ok(t),
-        _ => Err(format!("must be a finite number ≥ 0, got {s:?}")),
-    }
+    let t = s
+        .parse::<f64>()
+        .map_err(|_| format!("must be a finite number ≥ 0, got {s:?}"))?;
+    crate::judge::check_temperature(t).map_err(|e| e.to_string())
 }

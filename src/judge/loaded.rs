@@ -31,6 +31,18 @@ pub fn json_cache_bytes(gib: f64) -> Result<usize, ModelError> {
     }
 }
 
+/// A sampling temperature for json rubrics: finite and ≥ 0 (0: greedy).
+pub fn check_temperature(t: f64) -> Result<f64, ModelError> {
+    if t >= 0.0 && t.is_finite() {
+        Ok(t)
+    } else {
+        Err(ModelError::Setting {
+            flag: "temperature".into(),
+            message: format!("must be a finite number ≥ 0, got {t}"),
+        })
+    }
+}
+
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
@@ -96,19 +108,12 @@ impl JudgeSpec {
         if run.json_cache_bytes == 0 {
             return bad("json_cache_gib", "must be above 0".into());
         }
-        let t = run.decoding.temperature;
-        if !(t >= 0.0 && t.is_finite()) {
-            return bad(
-                "temperature",
-                format!("must be a finite number ≥ 0, got {t}"),
-            );
-        }
+        check_temperature(run.decoding.temperature)?;
         Ok(())
     }
 
     /// Load the models on the device the runtime options name.
     pub fn load(self) -> Result<LoadedJudge, JudgeError> {
-        self.check()?;
         let (device, settings) = self.runtime.settings()?;
         self.load_on(&device, &settings)
     }

@@ -13,5 +13,5 @@ pub mod targets;
 pub mod token_bytes;
 
 pub use error::JudgeError;
-pub use loaded::{DEFAULT_JUDGE, JudgeSpec, LoadedJudge, json_cache_bytes};
+pub use loaded::{DEFAULT_JUDGE, JudgeSpec, LoadedJudge, check_temperature, json_cache_bytes};
 pub use scorer::{JSON_CACHE_BYTES, Scorer, parse_score, plan_batches};

@@ -59,8 +59,9 @@ pub struct AttentionParams<'a> {
     pub kernels: AttentionKernels,
 }
 
-/// Where the keys and values besides k and v come from.
-pub enum KeySource<'a> {
+/// Where the keys and values besides k and v come from; `L`: the layout of a decoding step's
+/// segments (the decoder's `Batch`).
+pub enum KeySource<'a, L> {
     /// None: k and v are all (a prompt from its start).
     Fresh,
     /// A header every row continues ((1, kv_heads, h, d)), then k and v.
@@ -70,28 +71,30 @@ pub enum KeySource<'a> {
     Cached {
         cache: &'a LayerKv,
         header: Option<&'a LayerKv>,
-        step: &'a DecodeStep<'a>,
+        segments: &'a Segments<L>,
     },
 }
 
-/// A decoding step's segments as attention reads them.
-pub struct DecodeStep<'a> {
-    /// In row order.
-    pub segments: Vec<CachedSegment<'a>>,
-    pub one_launch: Option<&'a OneLaunch>,
-}
-
-/// Tokens of one row attended on their own: the trunk, or one branch.
-#[derive(Clone, Copy)]
-pub struct CachedSegment<'a> {
+/// Tokens of one row that attention treats on its own: the trunk, or one branch.
+pub struct Segment<L> {
     pub row: usize,
     /// Index within the row of its first token.
     pub start: usize,
     pub len: usize,
-    /// Slots of its row before it, the header's included.
+    /// Slots of its row before it, the header's included: its keys and values are written
+    /// there (a branch's only while it is read).
     pub slot: usize,
-    /// These tokens alone after `slot` slots; None: attended in the step's one launch.
-    pub rows: Option<&'a dyn RowLayout>,
+    /// These tokens alone after `slot` slots of their row: their masks (causal and sliding
+    /// window, by position). None: the segment is attended with the step's other short ones in
+    /// one launch (`Segments::one_launch`).
+    pub rows: Option<L>,
+}
+
+/// A decoding step's segments, in row order, and the table of those attended in one launch on
+/// a GPU.
+pub struct Segments<L> {
+    pub list: Vec<Segment<L>>,
+    pub one_launch: Option<OneLaunch>,
 }
 
 /// The segments of a step attended by `decode_attention` in one launch: their table, and that
@@ -107,11 +110,11 @@ pub struct OneLaunch {
 
 /// softmax(q·kᵀ·scale + mask)·v for q (b, heads, len, d) over the keys of `source` and k, v
 /// (b, kv_heads, keys, d): (b, heads, len, d).
-pub fn run_attention(
+pub fn run_attention<L: RowLayout>(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    source: KeySource<'_>,
+    source: KeySource<'_, L>,
     p: &AttentionParams<'_>,
 ) -> Result<Tensor> {
     match source {
@@ -120,8 +123,8 @@ pub fn run_attention(
         KeySource::Cached {
             cache,
             header,
-            step,
-        } => attend_segments(q, k, v, (cache, header), step, p),
+            segments,
+        } => attend_segments(q, k, v, (cache, header), segments, p),
     }
 }
 
@@ -131,18 +134,18 @@ pub fn run_attention(
 /// that row decoded alone, whatever else the batch holds. Padding queries get zeros. On a GPU
 /// the segments of a few tokens do so all in one launch (`decode_attention`), after their
 /// trunks are written.
-fn attend_segments(
+fn attend_segments<L: RowLayout>(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     ((ck, cv), header): (&LayerKv, Option<&LayerKv>),
-    step: &DecodeStep<'_>,
+    step: &Segments<L>,
     p: &AttentionParams<'_>,
 ) -> Result<Tensor> {
     let (b, heads, len, d) = q.dims4()?;
     // Trunks first: a longer branch below, and the launch's own branches, read them.
     if let Some((one, trunks)) =
-        (step.one_launch).and_then(|one| one.trunks.as_ref().map(|t| (one, t)))
+        (step.one_launch.as_ref()).and_then(|one| one.trunks.as_ref().map(|t| (one, t)))
     {
         let append = AppendKeys {
             queries: one.trunk_queries,
@@ -150,8 +153,8 @@ fn attend_segments(
         ck.inplace_op3(k, trunks, &append)?;
         cv.inplace_op3(v, trunks, &append)?;
     }
-    let alone: Vec<(&CachedSegment<'_>, &dyn RowLayout)> = (step.segments.iter())
-        .filter_map(|s| s.rows.map(|rows| (s, rows)))
+    let alone: Vec<(&Segment<L>, &dyn RowLayout)> = (step.list.iter())
+        .filter_map(|s| s.rows.as_ref().map(|rows| (s, rows as &dyn RowLayout)))
         .collect();
     let attended = attend_alone(q, k, v, (ck, cv), header, &alone, p)?;
     let mut parts: Vec<Vec<Tensor>> = vec![Vec::new(); b];
@@ -165,7 +168,7 @@ fn attend_segments(
         parts[s.row].push(out);
         filled[s.row] = s.start + s.len;
     }
-    let launched = match step.one_launch {
+    let launched = match &step.one_launch {
         Some(one) => Some(
             DecodeAttention {
                 header: header.cloned(),
@@ -207,13 +210,13 @@ fn attend_segments(
 /// every row's first, then every row's second… — since a row's branches write the same slots
 /// one after another; within a wave, those of a few queries on the CPU attend together
 /// (`few_queries::attend_sequences`: the header read once for all of them).
-fn attend_alone(
+fn attend_alone<L>(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     (ck, cv): (&Tensor, &Tensor),
     header: Option<&LayerKv>,
-    alone: &[(&CachedSegment<'_>, &dyn RowLayout)],
+    alone: &[(&Segment<L>, &dyn RowLayout)],
     p: &AttentionParams<'_>,
 ) -> Result<Vec<Tensor>> {
     let h = match header {

@@ -262,69 +262,6 @@ impl Batch {
         }
     }
 
-    /// Whether every row is one sequence (no branches): its queries and keys at positions equal
-    /// to their indices after the prefix.
-    pub fn is_plain(&self) -> bool {
-        self.plain
-    }
-
-    /// Every row as one segment of a step's attention (`decode_attention`): its `len` queries
-    /// after the prefix alone, as (rows, 4) u32 on the batch's device. Made once per batch.
-    pub fn segment_table(&self) -> Result<&Tensor> {
-        if let Some(t) = self.segment_table.get() {
-            return Ok(t);
-        }
-        let (rows, len) = self.ids.dims2()?;
-        let segments: Vec<StepSegment> = (0..rows)
-            .map(|row| StepSegment {
-                row,
-                start: 0,
-                len,
-                past: 0,
-            })
-            .collect();
-        let table = segment_table(&segments, self.ids.device())?;
-        Ok(self.segment_table.get_or_init(|| table))
-    }
-
-    /// (rows, prefix + len) f32: every key's position and segment, for a kernel that applies
-    /// `mask`'s rule itself (`fused_attention`).
-    pub fn key_positions(&self) -> (&Tensor, &Tensor) {
-        (&self.key_pos, &self.key_seg)
-    }
-
-    /// The additive f32 mask (rows, 1, queries, keys) of the batch rows `rows`, for the queries
-    /// `queries` (indices within the rows) against the first `keys` keys (prefix included),
-    /// for layers with sliding window `window` (None: full attention). Built on the device.
-    ///
-    /// A query sees a key when the key is not after it, within the window, and in the prefix,
-    /// the trunk or the query's own branch: with positions p and segments s,
-    /// `0 ≤ p_q − p_k < window` and `s_k · (s_k − s_q) = 0`.
-    pub fn mask(
-        &self,
-        window: Option<usize>,
-        rows: Range<usize>,
-        queries: Range<usize>,
-        keys: usize,
-    ) -> Result<Tensor> {
-        let key = (
-            window,
-            rows.start,
-            rows.len(),
-            queries.start,
-            queries.len(),
-            keys,
-        );
-        if let Some(m) = self.cache.borrow().get(&key) {
-            return Ok(m.clone());
-        }
-        let mask = self.build_mask(window, rows, queries, keys)?;
-        if self.cacheable {
-            self.cache.borrow_mut().insert(key, mask.clone());
-        }
-        Ok(mask)
-    }
-
     fn build_mask(
         &self,
         window: Option<usize>,
@@ -374,10 +311,44 @@ impl RowLayout for Batch {
         &self.lens
     }
 
+    /// Whether every row is one sequence (no branches): its queries and keys at positions equal
+    /// to their indices after the prefix.
     fn is_plain(&self) -> bool {
-        Batch::is_plain(self)
+        self.plain
     }
 
+    /// Every row as one segment of a step's attention (`decode_attention`): its `len` queries
+    /// after the prefix alone, as (rows, 4) u32 on the batch's device. Made once per batch.
+    fn segment_table(&self) -> Result<&Tensor> {
+        if let Some(t) = self.segment_table.get() {
+            return Ok(t);
+        }
+        let (rows, len) = self.ids.dims2()?;
+        let segments: Vec<StepSegment> = (0..rows)
+            .map(|row| StepSegment {
+                row,
+                start: 0,
+                len,
+                past: 0,
+            })
+            .collect();
+        let table = segment_table(&segments, self.ids.device())?;
+        Ok(self.segment_table.get_or_init(|| table))
+    }
+
+    /// (rows, prefix + len) f32: every key's position and segment, for a kernel that applies
+    /// `mask`'s rule itself (`fused_attention`).
+    fn key_positions(&self) -> (&Tensor, &Tensor) {
+        (&self.key_pos, &self.key_seg)
+    }
+
+    /// The additive f32 mask (rows, 1, queries, keys) of the batch rows `rows`, for the queries
+    /// `queries` (indices within the rows) against the first `keys` keys (prefix included),
+    /// for layers with sliding window `window` (None: full attention). Built on the device.
+    ///
+    /// A query sees a key when the key is not after it, within the window, and in the prefix,
+    /// the trunk or the query's own branch: with positions p and segments s,
+    /// `0 ≤ p_q − p_k < window` and `s_k · (s_k − s_q) = 0`.
     fn mask(
         &self,
         window: Option<usize>,
@@ -385,15 +356,22 @@ impl RowLayout for Batch {
         queries: Range<usize>,
         keys: usize,
     ) -> Result<Tensor> {
-        Batch::mask(self, window, rows, queries, keys)
-    }
-
-    fn key_positions(&self) -> (&Tensor, &Tensor) {
-        Batch::key_positions(self)
-    }
-
-    fn segment_table(&self) -> Result<&Tensor> {
-        Batch::segment_table(self)
+        let key = (
+            window,
+            rows.start,
+            rows.len(),
+            queries.start,
+            queries.len(),
+            keys,
+        );
+        if let Some(m) = self.cache.borrow().get(&key) {
+            return Ok(m.clone());
+        }
+        let mask = self.build_mask(window, rows, queries, keys)?;
+        if self.cacheable {
+            self.cache.borrow_mut().insert(key, mask.clone());
+        }
+        Ok(mask)
     }
 }
 

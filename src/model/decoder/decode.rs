@@ -19,9 +19,9 @@
 //! after two tokens, and judged score distributions by 0.056.
 
 use crate::model::attention::decode_attention;
+use crate::model::attention::door::Segments;
 use crate::model::attention::plan::LayerKv;
 use crate::model::decoder::batch::{Batch, Row};
-use crate::model::decoder::segments::Segments;
 use crate::model::decoder::transformer::{PrefixKv, Transformer};
 use crate::model::quant::Products;
 use candle_core::{Result, Tensor};

@@ -1,49 +1,13 @@
-//! A decoding step's segments: the tokens of one row that attention treats on its own (its
-//! trunk, or one branch), and the table of those attended in one launch on a GPU.
+//! A decoding step's segments (`attention::door::Segments`) made from its rows: the tokens of
+//! one row that attention treats on its own (its trunk, or one branch), each with its own
+//! masks, and the table of those attended in one launch on a GPU.
 
 use crate::model::attention::decode_attention::{DECODE_QUERIES, StepSegment, segment_table};
-use crate::model::attention::door::{CachedSegment, DecodeStep, OneLaunch};
+use crate::model::attention::door::{OneLaunch, Segment, Segments};
 use crate::model::decoder::batch::{Batch, Row};
 use candle_core::{Device, Result};
 
-/// Tokens of one row that attention treats on its own: the trunk, or one branch.
-pub struct Segment {
-    pub row: usize,
-    /// Index within the row of its first token.
-    pub start: usize,
-    pub len: usize,
-    /// Slots of its row before it, the header's included: its keys and values are written
-    /// there (a branch's only while it is read).
-    pub slot: usize,
-    /// These tokens alone after `slot` slots of their row: their masks (causal and sliding
-    /// window, by position). None: the segment is attended with the step's other short ones in
-    /// one launch (`Segments::one_launch`).
-    pub batch: Option<Batch>,
-}
-
-/// A step's segments, in row order, and the table of those attended in one launch on a GPU.
-pub struct Segments {
-    pub list: Vec<Segment>,
-    pub one_launch: Option<OneLaunch>,
-}
-
-impl Segments {
-    /// The step as attention reads it (`KeySource::Cached`).
-    pub fn step(&self) -> DecodeStep<'_> {
-        DecodeStep {
-            segments: (self.list.iter())
-                .map(|s| CachedSegment {
-                    row: s.row,
-                    start: s.start,
-                    len: s.len,
-                    slot: s.slot,
-                    rows: s.batch.as_ref().map(|b| b as _),
-                })
-                .collect(),
-            one_launch: self.one_launch.as_ref(),
-        }
-    }
-
+impl Segments<Batch> {
     /// The segments of `rows` continuing from `next` (per row, its next position; `h` of them
     /// the header's); on a GPU whose kernels take this model (`decode_attention::takes`),
     /// those of at most `DECODE_QUERIES` tokens go in one launch.
@@ -76,7 +40,7 @@ impl Segments {
                 start,
                 len: tokens.len(),
                 slot,
-                batch: match alone {
+                rows: match alone {
                     true => Some(Batch::new(&[tokens.to_vec()], slot, device)?),
                     false => None,
                 },

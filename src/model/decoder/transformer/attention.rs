@@ -22,7 +22,7 @@ impl Transformer {
         (cos, sin): (&Tensor, &Tensor),
         batch: &Batch,
         window: Option<usize>,
-        past: KeySource<'_>,
+        past: KeySource<'_, Batch>,
         (out_plan, keep): (Plan, bool),
     ) -> Result<(Tensor, Option<LayerKv>)> {
         let cfg = &self.cfg;

@@ -8,13 +8,12 @@
 
 mod attention;
 
-use crate::model::attention::door::{AttentionKernels, KeySource};
+use crate::model::attention::door::{AttentionKernels, KeySource, Segments};
 use crate::model::attention::plan::LayerKv;
 use crate::model::backend::gpu_kernels::GpuKernels;
 use crate::model::backend::stage_times;
 use crate::model::decoder::batch::Batch;
 use crate::model::decoder::layers::{Linear, Mlp, RmsNorm, inv_freq, rope_tables};
-use crate::model::decoder::segments::Segments;
 use crate::model::error::ModelError;
 use crate::model::load::config::TransformerConfig;
 use crate::model::load::weights::Weights;
@@ -264,7 +263,7 @@ impl Transformer {
         batch: &Batch,
         layers: &[LayerKv],
         header: Option<&[LayerKv]>,
-        segments: &Segments,
+        segments: &Segments<Batch>,
     ) -> Result<Tensor> {
         Ok(self
             .run(batch, Past::Cached(layers, header, segments), false)?
@@ -295,10 +294,6 @@ impl Transformer {
         let tables: Vec<(Tensor, Tensor)> = (self.inv_freqs.iter().zip(&self.cfg.ropes))
             .map(|(f, rope)| rope_tables(f, &batch.positions, rope.attention_factor(), dtype))
             .collect::<Result<_>>()?;
-        let step = match past {
-            Past::Cached(_, _, segments) => Some(segments.step()),
-            _ => None,
-        };
         let mut kvs = Vec::with_capacity(self.blocks.len());
         let last = self.blocks.len().saturating_sub(1);
         for (i, block) in self.blocks.iter().enumerate() {
@@ -310,14 +305,14 @@ impl Transformer {
                 batch.plan(self.prefill_gemm, self.attention.gpu_kernels)
             };
             let (cos, sin) = &tables[kind.rope];
-            let past = match (past, &step) {
-                (Past::Shared(p), _) => KeySource::Shared(&p.layers[i]),
-                (Past::Cached(layers, header, _), Some(step)) => KeySource::Cached {
+            let past = match past {
+                Past::Fresh => KeySource::Fresh,
+                Past::Shared(p) => KeySource::Shared(&p.layers[i]),
+                Past::Cached(layers, header, segments) => KeySource::Cached {
                     cache: &layers[i],
                     header: header.map(|h| &h[i]),
-                    step,
+                    segments,
                 },
-                _ => KeySource::Fresh,
             };
             // Each temporary is moved into the step that reads it last, so that it is freed
             // there: a shadowed binding would live to the end of the layer (at 4,096 tokens of
@@ -469,7 +464,7 @@ enum Past<'a> {
     Shared(&'a PrefixKv),
     /// Every row's own keys, preallocated (written in place), after those of a header every
     /// row continues (kept once), and the segments of the step.
-    Cached(&'a [LayerKv], Option<&'a [LayerKv]>, &'a Segments),
+    Cached(&'a [LayerKv], Option<&'a [LayerKv]>, &'a Segments<Batch>),
 }
 
 /// Attention scores one block may hold (rows × heads × queries × keys): 2^28, 1 GiB in f32. It

@@ -28,7 +28,7 @@ pub fn expand_row(format: BlockFormat, bytes: &[u8], out: &mut [f32]) -> Result<
                 );
             }
             #[cfg(target_arch = "x86_64")]
-            if crate::model::quant::cpu::block_dots::has_avx2_fma_f16c() {
+            if crate::model::backend::cpu::features().avx2_fma_f16c {
                 // SAFETY: the features it is compiled for were just detected; the sizes match.
                 unsafe { crate::model::quant::cpu::block_dots::avx2::expand(kind, bytes, out) };
                 return Ok(());

@@ -67,7 +67,7 @@ pub type DotRows = fn(IQuant, &[u8], &Activations, &mut Vec<f32>);
 /// The kernel for this machine (the table of `kernels` asks once per process).
 pub fn dot_rows_kernel() -> DotRows {
     #[cfg(target_arch = "x86_64")]
-    if crate::model::quant::cpu::block_dots::has_avx2_fma_f16c() {
+    if crate::model::backend::cpu::features().avx2_fma_f16c {
         // SAFETY: the features the kernel is compiled for were just detected.
         return |kind, w, xs, out| unsafe { avx2::dot_rows(kind, w, xs, out) };
     }

@@ -61,7 +61,7 @@ pub fn expand_row(kind: IQuant, row: &[u8], out: &mut [f32]) -> Result<()> {
         );
     }
     #[cfg(target_arch = "x86_64")]
-    if crate::model::quant::cpu::block_dots::has_avx2_fma_f16c() {
+    if crate::model::backend::cpu::features().avx2_fma_f16c {
         // SAFETY: the features it is compiled for were just detected; the sizes match.
         unsafe { avx2::expand(kind, row, out) };
         return Ok(());
@@ -566,7 +566,7 @@ mod tests {
     /// pattern of the scale fields).
     #[test]
     fn sub_scale_lanes_are_the_scalar_sub_scales() {
-        if !crate::model::quant::cpu::block_dots::has_avx2_fma_f16c() {
+        if !crate::model::backend::cpu::features().avx2_fma_f16c {
             return;
         }
         let mut rng = crate::rng::SplitMix64(11);

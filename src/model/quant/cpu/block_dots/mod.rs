@@ -30,27 +30,16 @@ pub type DotRows = fn(BlockKind, &[u8], &Q8Rows, &mut Vec<f32>);
 /// The kernel for this machine (the table of `kernels` asks once per process).
 pub fn dot_rows_kernel() -> DotRows {
     #[cfg(target_arch = "x86_64")]
-    if has_avx512_vnni() {
+    if crate::model::backend::cpu::features().avx512_vnni {
         // SAFETY: the features the kernel is compiled for were just detected.
         return |kind, w, xs, out| unsafe { avx2::dot_rows_vnni(kind, w, xs, out) };
     }
     #[cfg(target_arch = "x86_64")]
-    if has_avx2_fma_f16c() {
+    if crate::model::backend::cpu::features().avx2_fma_f16c {
         // SAFETY: the features the kernel is compiled for were just detected.
         return |kind, w, xs, out| unsafe { avx2::dot_rows(kind, w, xs, out) };
     }
     dot_rows_portable
-}
-
-/// Whether the CPU also runs the AVX-512 VNNI body (on 256-bit registers).
-#[cfg(target_arch = "x86_64")]
-fn has_avx512_vnni() -> bool {
-    crate::model::backend::cpu::features().avx512_vnni
-}
-
-/// Whether the CPU runs the AVX2 kernels here and in `kquant_dots` (AVX2, FMA, F16C).
-pub fn has_avx2_fma_f16c() -> bool {
-    crate::model::backend::cpu::features().avx2_fma_f16c
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -90,14 +79,14 @@ pub(crate) mod tests {
             ("portable", dot_rows_portable as DotRows),
         ];
         #[cfg(target_arch = "x86_64")]
-        if has_avx2_fma_f16c() {
+        if crate::model::backend::cpu::features().avx2_fma_f16c {
             // SAFETY: the features the kernel is compiled for were just detected.
             kernels.push(("avx2", |kind, w, xs, out| unsafe {
                 avx2::dot_rows(kind, w, xs, out)
             }));
         }
         #[cfg(target_arch = "x86_64")]
-        if has_avx512_vnni() {
+        if crate::model::backend::cpu::features().avx512_vnni {
             // SAFETY: as above.
             kernels.push(("vnni", |kind, w, xs, out| unsafe {
                 avx2::dot_rows_vnni(kind, w, xs, out)
@@ -184,7 +173,7 @@ pub(crate) mod tests {
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn the_vnni_body_gives_the_avx2_bits() {
-        if !has_avx512_vnni() {
+        if !crate::model::backend::cpu::features().avx512_vnni {
             eprintln!("no AVX-512 VNNI on this CPU: nothing to compare");
             return;
         }
@@ -219,7 +208,7 @@ pub(crate) mod tests {
                 for v in 0..out {
                     let weights = &data[v * row_bytes..(v + 1) * row_bytes];
                     let (mut a, mut b) = (Vec::new(), Vec::new());
-                    // SAFETY: both bodies' features were detected (has_avx512_vnni).
+                    // SAFETY: both bodies' features were detected (`avx512_vnni`).
                     unsafe {
                         avx2::dot_rows(kind, weights, &rows, &mut a);
                         avx2::dot_rows_vnni(kind, weights, &rows, &mut b);

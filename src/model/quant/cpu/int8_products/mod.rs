@@ -30,7 +30,7 @@
 //! token's result depends on its own activations only, not on the other tokens of its group or
 //! the tile.
 
-use crate::model::quant::cpu::block_dots::{self, Q8Rows};
+use crate::model::quant::cpu::block_dots::Q8Rows;
 use crate::model::quant::cpu::row_tasks::by_weight_columns;
 use crate::model::quant::matrix::RowKernels;
 use candle_core::{Result, bail};
@@ -74,7 +74,7 @@ impl Body {
         HERE.get_or_init(|| {
             let mut here = Vec::new();
             #[cfg(target_arch = "x86_64")]
-            if block_dots::has_avx2_fma_f16c() {
+            if crate::model::backend::cpu::features().avx2_fma_f16c {
                 if crate::model::backend::cpu::features().avx512_vnni {
                     here.push(Body::Vnni);
                 }
@@ -329,7 +329,7 @@ mod tests {
     /// gguf-py's).
     #[test]
     fn the_bytes_are_candles_values() -> anyhow::Result<()> {
-        if !block_dots::has_avx2_fma_f16c() {
+        if !crate::model::backend::cpu::features().avx2_fma_f16c {
             return Ok(());
         }
         let (out, k) = (7, 512);

@@ -46,7 +46,7 @@ impl Unpacked {
                     for (b, block) in row.chunks_exact(block_bytes).enumerate() {
                         #[cfg(target_arch = "x86_64")]
                         // SAFETY: callers detected AVX2, FMA and F16C (`products` checks
-                        // `available`; the tests `has_avx2_fma_f16c`).
+                        // `available`; the tests `features().avx2_fma_f16c`).
                         unsafe {
                             unpack::unpack_block(
                                 kind,
