@@ -124,7 +124,7 @@ fn kind_of_link(cause: &(dyn Error + 'static)) -> Option<ErrorKind> {
     {
         return Some(Usage);
     }
-    if let Some(JudgeError::PromptLimit { .. }) = judge_error(cause) {
+    if let Some(JudgeError::PromptLimit { .. } | JudgeError::RubricKind(_)) = judge_error(cause) {
         return Some(Usage);
     }
     if let Some(e) = cause.downcast_ref::<RubricError>() {

@@ -54,3 +54,9 @@ class Judge:
     def score_file(
         self, path: str, progress: Callable[[int, int], object] | None = None
     ) -> list[str]: ...
+    def compare_items(
+        self, items: list[str], baseline: str | None = None, progress: Callable[[int, int], object] | None = None
+    ) -> list[str]: ...
+    def compare_file(
+        self, path: str, baseline: str | None = None, progress: Callable[[int, int], object] | None = None
+    ) -> list[str]: ...

@@ -61,6 +61,29 @@ class Judge:
             lines = self._judge.score_items(json_texts("items", items), progress)
         return [json.loads(line) for line in lines]
 
+    def compare(
+        self,
+        items: Iterable[Mapping[str, Any]] | str | os.PathLike[str],
+        baseline: str | None = None,
+        verbose: bool | None = None,
+    ) -> list[dict[str, Any]]:
+        """Judge pairs of responses with a pairwise rubric (`hyoka compare`): items that share a
+        `context_id` are responses of different systems (each item's `system`) to one context;
+        pairs are every two systems of a context, or each against `baseline`. Returns one dict
+        per pair as `hyoka compare` writes its lines: `pair` (context_id, first, second) and per
+        aspect the order-averaged probabilities `first`, `second`, `tie`, the `verdict`, whether
+        both orders agree (`consistent`), the `position_bias` and each order's own
+        distribution; and the run's `provenance`. `hyoka.meta(items, results)` ranks the systems.
+
+        verbose: a progress bar over the pairs, as `score`."""
+        bar = _bar.Bar("comparing", "pair") if _bar.wanted(verbose) else None
+        progress = None if bar is None else bar.to
+        if isinstance(items, (str, os.PathLike)):
+            lines = self._judge.compare_file(os.fspath(items), baseline, progress)
+        else:
+            lines = self._judge.compare_items(json_texts("items", items), baseline, progress)
+        return [json.loads(line) for line in lines]
+
 
 def _settings(options: Mapping[str, Any]) -> dict[str, Any]:
     """Options as the extension takes them: paths as strings; None and False mean the default."""

@@ -3,7 +3,7 @@
 
 use crate::errors::{raise, to_py};
 use crate::options::Options;
-use hyoka::data::Item;
+use hyoka::data::{Item, Origin, Pairing, form_pairs};
 use hyoka::judge::{JudgeSpec, LoadedJudge};
 use hyoka::model::runtime_options::parse_choice;
 use pyo3::prelude::*;
@@ -93,6 +93,41 @@ impl Judge {
         self.score_in_memory(py, &parsed, progress)
     }
 
+    /// Judge the pairs of items given as JSON texts (items with the same `context_id` are
+    /// responses of different systems to one context): every two systems of a context, or each
+    /// against `baseline`. Each pair's results line, the bits `hyoka compare` writes, in the
+    /// pairs' order; no file read or written.
+    #[pyo3(signature = (items, baseline=None, progress=None))]
+    fn compare_items(
+        &self,
+        py: Python<'_>,
+        items: Vec<String>,
+        baseline: Option<String>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        let parsed = hyoka::data::parse_items(&items).map_err(raise(py))?;
+        self.compare_in_memory(py, &parsed, Origin::Memory, baseline, progress)
+    }
+
+    /// `compare_items` of an items JSONL file (read as `hyoka compare -i` reads it).
+    #[pyo3(signature = (path, baseline=None, progress=None))]
+    fn compare_file(
+        &self,
+        py: Python<'_>,
+        path: PathBuf,
+        baseline: Option<String>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        let read = py
+            .detach(|| hyoka::data::read_items(&path, false))
+            .map_err(raise(py))?;
+        let origin = Origin::File {
+            path: &path,
+            lines: &read.lines,
+        };
+        self.compare_in_memory(py, &read.items, origin, baseline, progress)
+    }
+
     /// Score the items of an items JSONL file (read as `hyoka judge -i` reads it) into memory,
     /// as `score_items`.
     #[pyo3(signature = (path, progress=None))]
@@ -110,11 +145,62 @@ impl Judge {
 }
 
 impl Judge {
+    fn compare_in_memory(
+        &self,
+        py: Python<'_>,
+        items: &[Item],
+        origin: Origin<'_>,
+        baseline: Option<String>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        let pairing = match baseline {
+            Some(b) => Pairing::Baseline(b),
+            None => Pairing::All,
+        };
+        let pairs = form_pairs(items, origin, &pairing).map_err(raise(py))?;
+        if pairs.pairs.is_empty() {
+            return Err(crate::errors::usage(
+                py,
+                "no context has responses of two systems to compare (items with the same context_id and different systems)".into(),
+            ));
+        }
+        self.in_memory(py, progress, "pairs", |report| {
+            let (summary, stats, lines) = self.loaded.comparer(&pairs).score_lines(
+                &pairs.pairs,
+                &self.loaded.opts,
+                report,
+            )?;
+            Ok((summary, stats, lines))
+        })
+    }
+
     fn score_in_memory(
         &self,
         py: Python<'_>,
         items: &[Item],
         progress: Option<Py<PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        self.in_memory(py, progress, "items", |report| {
+            self.loaded.score_lines(items, report)
+        })
+    }
+
+    /// Run `work` with the GIL released, `progress` called between batches.
+    fn in_memory(
+        &self,
+        py: Python<'_>,
+        progress: Option<Py<PyAny>>,
+        units: &str,
+        work: impl FnOnce(
+            &mut hyoka::results::Progress<'_>,
+        ) -> Result<
+            (
+                hyoka::results::RunSummary,
+                hyoka::judge::run::JudgeStats,
+                Vec<String>,
+            ),
+            hyoka::results::RunError<hyoka::judge::JudgeError>,
+        > + Send,
     ) -> PyResult<Vec<String>> {
         // An exception of the callback (or Ctrl-C) stops the run, and is what is raised.
         let pending: Mutex<Option<PyErr>> = Mutex::new(None);
@@ -135,9 +221,9 @@ impl Judge {
                     }
                 })
             };
-            let (summary, stats, lines) = self.loaded.score_lines(items, &mut report)?;
+            let (summary, stats, lines) = work(&mut report)?;
             let secs = started.elapsed().as_secs_f64();
-            for line in stats.describe(&summary, secs, "memory") {
+            for line in stats.describe_units(&summary, secs, "memory", units) {
                 eprintln!("{line}");
             }
             Ok(lines)

@@ -3,6 +3,7 @@
 
 use crate::errors::{raise, to_py, usage};
 use crate::options::Options;
+use hyoka::meta::pairwise::{PairwiseOptions, are_pairwise, read_records};
 use hyoka::meta::{Half, MetaError, MetaOptions, Summary, parse_aspect_levels};
 use hyoka::model::runtime_options::parse_choice;
 use hyoka::results::reader::ResultsInput;
@@ -16,7 +17,12 @@ pub enum Source {
     Path(std::path::PathBuf),
 }
 
-fn options_of(options: &mut Options<'_>) -> PyResult<(MetaOptions, Option<Half>)> {
+/// Pairwise results' settings: the statistics and the human preferences given per pair.
+type PairwiseSettings = (PairwiseOptions, Option<std::path::PathBuf>);
+
+fn options_of(
+    options: &mut Options<'_>,
+) -> PyResult<(MetaOptions, Option<Half>, PairwiseSettings)> {
     let py = options.py();
     let mut o = MetaOptions::default();
     if let Some(w) = options.take::<f64>("w")? {
@@ -53,7 +59,23 @@ fn options_of(options: &mut Options<'_>) -> PyResult<(MetaOptions, Option<Half>)
     }
     let half = options.choice::<Half>("half", parse_choice)?;
     o.check().map_err(|e| to_py(py, &e))?;
-    Ok((o, half))
+    let mut pairwise = PairwiseOptions {
+        bootstrap: o.bootstrap.resamples,
+        seed: o.bootstrap.seed,
+        level: o.bootstrap.confidence,
+        ..PairwiseOptions::default()
+    };
+    let preferences = options.take::<std::path::PathBuf>("preferences")?;
+    if let Some(m) = options.take::<f64>("tie_margin")? {
+        if !(m.is_finite() && m >= 0.0) {
+            return Err(usage(
+                py,
+                format!("tie_margin: must be a margin of 0 or more, got {m}"),
+            ));
+        }
+        pairwise.tie_margin = m;
+    }
+    Ok((o, half, (pairwise, preferences)))
 }
 
 /// Correlations of `scores` (results: paths or lists of lines) with the human ratings of
@@ -68,7 +90,7 @@ pub fn meta(
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<String> {
     let mut options = Options::new(py, options)?;
-    let (opts, half) = options_of(&mut options)?;
+    let (opts, half, (pairwise, preferences)) = options_of(&mut options)?;
     options.finish()?;
     let scores: Vec<Source> = scores.extract()?;
     if scores.is_empty() {
@@ -96,6 +118,28 @@ pub fn meta(
                 Source::Texts(t) => Ok(ResultsInput::from_lines(&format!("scores[{k}]"), t)),
             })
             .collect::<Result<Vec<_>, _>>()?;
+        for (k, input) in inputs.iter().enumerate() {
+            let records = read_records(input)?;
+            if are_pairwise(&records) {
+                if inputs.len() > 1 {
+                    return Err(MetaError::Usage(format!(
+                        "scores[{k}] holds pairwise results: give them to meta alone"
+                    )));
+                }
+                let mut frame = hyoka::meta::pairwise::join(&items, records, &input.path)?;
+                if let Some(p) = &preferences {
+                    frame.preferences = hyoka::meta::pairwise::Preferences::read(p)?;
+                }
+                let summary = hyoka::meta::pairwise::summarize(&frame, &pairwise);
+                return serde_json::to_string(&summary)
+                    .map_err(|e| MetaError::Input(format!("summary: {e}")));
+            }
+        }
+        if preferences.is_some() {
+            return Err(MetaError::Usage(
+                "preferences: human preferences per pair are for pairwise results".into(),
+            ));
+        }
         let mut joined = hyoka::meta::join(items, &origin, &inputs, true)?;
         for note in &joined.notes {
             eprintln!("{note}");

@@ -70,6 +70,39 @@ def test_meta_returns_the_summary_json(tmp_path: Path) -> None:
     assert hyoka.meta(lines(items), lines(scores), bootstrap=200) == got
 
 
+def test_compare_equals_the_command_line(tmp_path: Path) -> None:
+    """Judge.compare gives what `hyoka compare` writes (in the pairs' order), and hyoka.meta
+    ranks the systems as `hyoka meta --json` does from that file."""
+    model = str(real_model("smollm2-135m-instruct-q4_1.gguf"))
+    pairs_items = ROOT / "examples" / "pairs-ja.jsonl"
+    # Two contexts of the example: six pairs.
+    items = [i for i in lines(pairs_items) if i["context_id"] in ("food", "pet")]
+    path = tmp_path / "items.jsonl"
+    path.write_text("".join(json.dumps(i, ensure_ascii=False) + "\n" for i in items), encoding="utf-8")
+    out = tmp_path / "pairs.jsonl"
+    assert cli(["compare", "--rubric", "breakdown-pair-ja", "--model", model, "-i", str(path), "-o", str(out)]) == 0
+    judge = hyoka.Judge(model, "breakdown-pair-ja")
+    got = judge.compare(items)
+    assert [g["id"] for g in got] == [
+        "food|careful|offtopic", "food|careful|terse", "food|offtopic|terse",
+        "pet|careful|offtopic", "pet|careful|terse", "pet|offtopic|terse",
+    ]
+    written = {line["id"]: line for line in lines(out)}
+    assert got == [written[g["id"]] for g in got]  # to the bit, provenance included
+    assert judge.compare(path) == got
+    baseline = judge.compare(items, baseline="terse")
+    assert [g["id"] for g in baseline] == ["food|careful|terse", "food|offtopic|terse",
+                                            "pet|careful|terse", "pet|offtopic|terse"]
+    summary = tmp_path / "summary.json"
+    assert cli(["meta", "-i", str(path), "-s", str(out), "--json", str(summary), "--markdown",
+                str(tmp_path / "s.md"), "--bootstrap", "100"]) == 0
+    ranked = hyoka.meta(items, got, bootstrap=100)
+    assert ranked == json.loads(summary.read_text(encoding="utf-8"))
+    assert [s["system"] for s in ranked["aspects"][0]["systems"]] != []
+    with pytest.raises(hyoka.UsageError, match="pairwise"):
+        hyoka.Judge(model, "breakdown3-ja").compare(items)
+
+
 def test_judge_shows_progress_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     """Progress reaches the callback per batch (verbose=True without tqdm: lines on stderr), and
     SIGINT during a long score() raises KeyboardInterrupt after the batch in progress."""

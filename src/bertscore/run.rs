@@ -130,6 +130,7 @@ struct BertScoreTask<'r, 'a> {
 
 impl ScoreTask for BertScoreTask<'_, '_> {
     type Error = BertScoreError;
+    type Unit = Item;
 
     fn provenance(&self) -> Provenance {
         self.run.provenance()

@@ -3,8 +3,8 @@
 
 use super::exit::{EXIT_CODES, EXIT_FAILURE, exit_code, message};
 use super::{
-    bench_cmd, bertscore_cmd, data_cmd, eval_cmd, export_cmd, judge_cmd, merge_cmd, meta_cmd,
-    rubrics_cmd,
+    bench_cmd, bertscore_cmd, compare_cmd, data_cmd, eval_cmd, export_cmd, judge_cmd, merge_cmd,
+    meta_cmd, rubrics_cmd,
 };
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -37,6 +37,10 @@ pub enum Command {
     Rubrics(rubrics_cmd::Rubrics),
     #[command(about = "Score items with LLM judges: valid integer scores and their distributions")]
     Judge(judge_cmd::JudgeArgs),
+    #[command(
+        about = "Judge pairs of responses to one context: which is better, as exact probabilities, both orders"
+    )]
+    Compare(compare_cmd::CompareArgs),
     #[command(
         about = "BERTScore of responses against references or the last context turn (bert_score 0.3.13)"
     )]
@@ -111,6 +115,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Validate(cmd) => data_cmd::validate(cmd),
         Command::Rubrics(cmd) => rubrics_cmd::run(cmd),
         Command::Judge(args) => judge_cmd::run(args),
+        Command::Compare(args) => compare_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(args),
         Command::Bertscore(args) => bertscore_cmd::run(args),
         Command::Meta(args) => meta_cmd::run(args),

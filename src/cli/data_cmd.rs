@@ -46,10 +46,15 @@ reference string or list of strings: reference responses (BERTScore)\n  \
 setting   string: roleplay settings / character sheet\n  \
 system    string: which system produced the response\n  \
 dialogue  string: which dialogue the item belongs to\n  \
+context_id string: which context the response answers; items with the same context_id are \
+responses of different systems to one context (same context and setting), compared in pairs by \
+`hyoka compare`\n  \
 human     {aspect: number or list of numbers (one per rater)}\n  \
 raters    list of rater ids, aligned with every per-rater list in human\n  \
 meta      anything; carried through to the outputs\n\n\
-A bad line fails with FILE:LINE: FIELD: what is wrong (exit code 3). Blank lines are ignored.")]
+A bad line fails with FILE:LINE: FIELD: what is wrong (exit code 3). Blank lines are ignored. \
+Items with a context_id are also checked as pairs: each needs a system, a system answers a \
+context once, and a context's items show the same turns.")]
 pub struct Validate {
     /// Items JSONL file.
     pub file: PathBuf,
@@ -95,10 +100,24 @@ pub fn import(cmd: Import) -> anyhow::Result<ExitCode> {
 pub fn validate(cmd: Validate) -> anyhow::Result<ExitCode> {
     let read = data::read_items(&cmd.file, cmd.skip_invalid)?;
     let summary = data::summarize(&read.items);
+    // Items that name a context are checked as `hyoka compare` reads them.
+    let pairs = if read.items.iter().any(|i| i.context_id.is_some()) {
+        let origin = data::Origin::File {
+            path: &cmd.file,
+            lines: &read.lines,
+        };
+        Some(data::form_pairs(&read.items, origin, &data::Pairing::All)?)
+    } else {
+        None
+    };
+    let pairs_json = pairs.as_ref().map(|p| {
+        serde_json::json!({"contexts": p.contexts, "pairs": p.pairs.len(), "single": p.single.len()})
+    });
     if cmd.json {
         let out = serde_json::json!({
             "file": cmd.file.display().to_string(),
             "summary": summary,
+            "pairwise": pairs_json,
             "skipped": read.skipped.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
         });
         println!(
@@ -107,6 +126,14 @@ pub fn validate(cmd: Validate) -> anyhow::Result<ExitCode> {
         );
     } else {
         print_summary(&cmd.file, &summary);
+        if let Some(p) = &pairs {
+            println!(
+                "  pairwise: {} contexts, {} pairs of systems ({} contexts with one system)",
+                p.contexts,
+                p.pairs.len(),
+                p.single.len()
+            );
+        }
         if !read.skipped.is_empty() {
             println!("skipped {} invalid line(s):", read.skipped.len());
             for e in &read.skipped {

@@ -4,7 +4,7 @@
 use super::meta_cmd::{StatsArgs, load_frame};
 use crate::bertscore::Depth;
 use crate::bertscore::run::{Against, BERT_SCORE_BATCH, BertScoreRun, default_batch_tokens};
-use crate::data::select::{Shard, sample_dialogues};
+use crate::data::select::{Grouping, Shard, sample_groups};
 use crate::data::{self, Item, dbdc3};
 use crate::judge::JudgeSpec;
 use crate::judge::json::Decoding;
@@ -18,6 +18,7 @@ use std::process::ExitCode;
 pub(super) const ITEMS: &str = "items.jsonl";
 pub(super) const JUDGE: &str = "judge.jsonl";
 pub(super) const BERTSCORE: &str = "bertscore.jsonl";
+pub(super) const PAIRS: &str = "pairs.jsonl";
 
 #[derive(Args, Debug)]
 #[command(
@@ -106,7 +107,8 @@ pub struct EvalArgs {
     pub overwrite: bool,
 }
 
-fn read_or_import(args: &EvalArgs) -> anyhow::Result<Vec<Item>> {
+/// The items of `--input` or `--import`, sampled (`--sample-dialogues`) in whole groups.
+fn read_or_import(args: &EvalArgs, grouping: Grouping) -> anyhow::Result<Vec<Item>> {
     let items = match (&args.input, &args.import) {
         (Some(path), _) => {
             let read = data::read_items(path, false)?;
@@ -122,16 +124,17 @@ fn read_or_import(args: &EvalArgs) -> anyhow::Result<Vec<Item>> {
         (None, None) => anyhow::bail!("give --input or --import"),
     };
     Ok(match args.sample_dialogues {
-        Some(n) => sample_dialogues(items, n, args.sample_seed),
+        Some(n) => sample_groups(items, n, args.sample_seed, grouping),
         None => items,
     })
 }
 
 /// The files `eval` and `merge` write in their folder, each written whole.
-const OUTPUTS: [&str; 7] = [
+const OUTPUTS: [&str; 8] = [
     ITEMS,
     JUDGE,
     BERTSCORE,
+    PAIRS,
     "scores.jsonl",
     "summary.md",
     "summary.json",
@@ -155,7 +158,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     if let Some(input) = &args.input {
         refuse_input_as_output(&dir, input)?;
     }
-    let mut items = read_or_import(&args)?;
+    if rubric.pairwise.is_some() {
+        return run_pairwise(&args, rubric, source, &dir, shard);
+    }
+    let mut items = read_or_import(&args, Grouping::Dialogues)?;
     if let Some(s) = shard {
         items = s.select(items);
     }
@@ -326,6 +332,146 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(super::exit::finish(&failed, 0))
+}
+
+/// `eval` with a pairwise rubric: the items' pairs judged in both orders (pairs.jsonl), then
+/// the systems ranked and compared with human preferences (summary.md, summary.json,
+/// report.html). BERTScore scores single responses and is left out. `--sample-dialogues` and
+/// `--shard` take whole contexts.
+fn run_pairwise(
+    args: &EvalArgs,
+    rubric: crate::rubric::Rubric,
+    source: String,
+    dir: &Path,
+    shard: Option<Shard>,
+) -> anyhow::Result<ExitCode> {
+    let mut items = read_or_import(args, Grouping::Contexts)?;
+    if let Some(s) = shard {
+        items = s.select_groups(items, Grouping::Contexts);
+    }
+    if items.is_empty() {
+        if let Some(s) = shard {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            data::write_items(&dir.join(ITEMS), &items)?;
+            eprintln!(
+                "nothing to do: shard {s} holds no context (an empty share written to {})",
+                dir.display()
+            );
+        } else {
+            eprintln!("nothing to do: no items to evaluate");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Lines are named when the items are the file's own, in its order.
+    let origin_lines;
+    let origin = match &args.input {
+        Some(path) if args.sample_dialogues.is_none() && shard.is_none() => {
+            origin_lines = data::read_items(path, false)?.lines;
+            data::Origin::File {
+                path,
+                lines: &origin_lines,
+            }
+        }
+        _ => data::Origin::Memory,
+    };
+    let pairs = data::form_pairs(&items, origin, &data::Pairing::All)?;
+    eprintln!(
+        "{} items, {} contexts, {} pairs{} → {}{}",
+        items.len(),
+        pairs.contexts,
+        pairs.pairs.len(),
+        shard.map(|s| format!(" (shard {s})")).unwrap_or_default(),
+        dir.display(),
+        if args.no_bertscore {
+            ""
+        } else {
+            " (BERTScore scores single responses: left out of a pairwise run)"
+        }
+    );
+    if pairs.pairs.is_empty() && shard.is_none() {
+        return Err(super::exit::usage(
+            "no context has responses of two systems to compare (items with the same context_id and different systems)",
+        ));
+    }
+    let (device, settings) = args.runtime.options().settings()?;
+    let _created = CreatedFolders::create(dir)?;
+    let output = dir.join(PAIRS);
+    crate::results::ResultsFile::preflight(
+        &output,
+        args.overwrite,
+        &Expected {
+            task: Task::Compare,
+            rubric_hash: Some(rubric.hash()),
+        },
+    )?;
+    let judge = JudgeSpec {
+        models: args.model.clone(),
+        rubric,
+        rubric_source: source,
+        runtime: args.runtime.options(),
+        sha256: None,
+        run: args.batching.run_options(
+            args.overwrite,
+            None,
+            Decoding {
+                temperature: 0.0,
+                seed: 0,
+            },
+        ),
+    }
+    .load_on(&device, &settings)?;
+    crate::results::ResultsFile::check(
+        &output,
+        &judge.comparer(&pairs).provenance(&judge.opts),
+        args.overwrite,
+    )?;
+    data::write_items(&dir.join(ITEMS), &items)?;
+    let (summary, secs) =
+        super::running::with_progress("comparing", |p| judge.compare(&pairs, &output, p));
+    let (summary, _) = summary?;
+    super::running::report_retried(&summary);
+    eprintln!(
+        "compare: judged {} pairs in {secs:.1}s; {} already done; {} failed",
+        summary.scored,
+        summary.skipped_finished,
+        summary.failed.len()
+    );
+    drop(judge);
+    match shard {
+        Some(s) => eprintln!(
+            "shard {s} done; join the shards with `hyoka merge {}/shard-*-of-{} -o {}`",
+            args.output.display(),
+            s.count,
+            args.output.display()
+        ),
+        None => write_all(dir, pairwise_report(dir, &args.stats)?)?,
+    }
+    Ok(super::exit::finish(&summary.failed, 0))
+}
+
+/// summary.md, summary.json and report.html of the pairwise results in `dir` (its items.jsonl
+/// and pairs.jsonl): (file name, contents), for the caller to write. The ranking is printed.
+pub(super) fn pairwise_report(
+    dir: &Path,
+    stats: &StatsArgs,
+) -> anyhow::Result<Vec<(&'static str, String)>> {
+    let items = data::read_items(&dir.join(ITEMS), false)?.items;
+    let output = dir.join(PAIRS);
+    let records =
+        crate::meta::pairwise::read_records(&crate::results::reader::ResultsInput::open(&output)?)?;
+    let ranked = super::meta_cmd::pairwise_summary(&items, &output, records, stats)?;
+    let md = crate::meta::pairwise::markdown(&ranked);
+    print!("{md}");
+    let json = serde_json::to_string_pretty(&ranked).context("summary as JSON")? + "\n";
+    eprintln!(
+        "writing summary.md, summary.json and report.html to {}",
+        dir.display()
+    );
+    Ok(vec![
+        ("summary.md", md),
+        ("summary.json", json),
+        ("report.html", crate::report::pairwise_html(&ranked)),
+    ])
 }
 
 /// The folders a run created for its output, taken away again when the run leaves them empty

@@ -202,7 +202,7 @@ fn gibibytes(s: &str) -> Result<usize, String> {
 }
 
 /// A temperature (`judge::check_temperature`), checked before any model is loaded.
-fn temperature(s: &str) -> Result<f64, String> {
+pub(super) fn temperature(s: &str) -> Result<f64, String> {
     let t = s
         .parse::<f64>()
         .map_err(|_| format!("must be a finite number ≥ 0, got {s:?}"))?;

@@ -1,10 +1,10 @@
 //! `hyoka merge`: the folders of `hyoka eval --shard K/N` runs → one folder and its report.
 //! Everything is read and checked, and the report computed, before anything is written.
 
-use super::eval_cmd::{BERTSCORE, ITEMS, JUDGE, report, write_all};
+use super::eval_cmd::{BERTSCORE, ITEMS, JUDGE, PAIRS, pairwise_report, report, write_all};
 use super::meta_cmd::StatsArgs;
 use crate::data::select::Shard;
-use crate::data::{self, DataError, Item};
+use crate::data::{self, DataError, Item, Origin, Pair, Pairing, form_pairs};
 use crate::results::Provenance;
 use crate::results::reader::read_records;
 use anyhow::Context;
@@ -16,7 +16,8 @@ use std::process::ExitCode;
 #[derive(Args, Debug)]
 #[command(
     long_about = "Join the folders of `hyoka eval --shard K/N` runs into one folder and write \
-its report.\n\n\
+its report (of a pairwise rubric's shards, whose pairs.jsonl lines are checked against the \
+pairs their items form, the pairwise report).\n\n\
 Nothing is written unless the merge is whole and consistent. Items must not repeat across \
 shards, and every results line must come from the same run (model, rubric, dtype, settings, \
 hyoka version) as the first shard's and be for its shard's item as it is now (exit 3 \
@@ -95,7 +96,7 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
     let mut judge_aspects: Vec<String> = Vec::new();
     let mut unfinished: Vec<String> = Vec::new();
     let mut failed: Vec<String> = Vec::new();
-    for name in [JUDGE, BERTSCORE] {
+    for name in [JUDGE, BERTSCORE, PAIRS] {
         let with_items: Vec<&ShardItems> = shards.iter().filter(|s| !s.items.is_empty()).collect();
         let present = with_items
             .iter()
@@ -112,27 +113,47 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
                 unfinished.push(format!("{}: no {name}", shard.dir.display()));
                 continue;
             }
-            let index: HashMap<&str, &Item> =
-                shard.items.iter().map(|i| (i.id.as_str(), i)).collect();
+            // The units this file's lines are for: the shard's items, or the pairs they form.
+            let pairs = if name == PAIRS {
+                let pairing = recorded_pairing(&shards)?;
+                shard_pairs(shard, &pairing)?
+            } else {
+                Vec::new()
+            };
+            let units: HashMap<&str, &dyn CurrentCheck> = if name == PAIRS {
+                pairs
+                    .iter()
+                    .map(|p| (p.id.as_str(), p as &dyn CurrentCheck))
+                    .collect()
+            } else {
+                (shard.items.iter())
+                    .map(|i| (i.id.as_str(), i as &dyn CurrentCheck))
+                    .collect()
+            };
             let mut seen: BTreeSet<String> = BTreeSet::new();
             read_records(&path, |number, line, record| {
                 match &first {
                     None => first = Some(record.provenance.clone()),
                     Some(p) => p.ensure_same(&record.provenance, &path, number)?,
                 }
-                let Some(item) = index.get(record.id.as_str()) else {
+                let Some(unit) = units.get(record.id.as_str()) else {
                     return Err(crate::results::ResultsError::Corrupt {
                         path: path.clone(),
                         line: number,
                         message: format!(
-                            "id: {:?} is not an item of {}",
+                            "id: {:?} is not {} of {}",
                             record.id,
+                            if name == PAIRS {
+                                "a pair of the items"
+                            } else {
+                                "an item"
+                            },
                             shard.dir.join(ITEMS).display()
                         ),
                     });
                 };
-                crate::results::inputs::ensure_current(&record, item, &path, number)?;
-                if name == JUDGE
+                unit.ensure_current(&record, &path, number)?;
+                if name != BERTSCORE
                     && let Err(why) = &record.body
                 {
                     failed.push(format!("{}: {why}", record.id));
@@ -142,18 +163,18 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
                 text.push('\n');
                 Ok(())
             })?;
-            let missing: Vec<&str> = shard
-                .items
-                .iter()
-                .map(|i| i.id.as_str())
+            let missing: Vec<&str> = units
+                .keys()
+                .copied()
                 .filter(|id| !seen.contains(*id))
                 .collect();
-            if let Some(example) = missing.first() {
+            if let Some(example) = missing.iter().min() {
                 unfinished.push(format!(
-                    "{}: {} of {} items have no line (e.g. {example:?})",
+                    "{}: {} of {} {} have no line (e.g. {example:?})",
                     path.display(),
                     missing.len(),
-                    shard.items.len()
+                    units.len(),
+                    if name == PAIRS { "pairs" } else { "items" }
                 ));
             }
         }
@@ -220,8 +241,76 @@ fn stage(
             results.push(path);
         }
     }
-    files.extend(report(staging, &results, stats)?);
+    if files.iter().any(|(name, _)| *name == PAIRS) {
+        files.extend(pairwise_report(staging, stats)?);
+    } else {
+        files.extend(report(staging, &results, stats)?);
+    }
     Ok(files)
+}
+
+/// A unit whose results line must have been computed from it as it is now.
+trait CurrentCheck {
+    fn ensure_current(
+        &self,
+        record: &crate::results::Record,
+        path: &Path,
+        line: usize,
+    ) -> Result<(), crate::results::ResultsError>;
+}
+
+impl<U: crate::results::runner::Unit> CurrentCheck for U {
+    fn ensure_current(
+        &self,
+        record: &crate::results::Record,
+        path: &Path,
+        line: usize,
+    ) -> Result<(), crate::results::ResultsError> {
+        crate::results::inputs::ensure_current(record, self, path, line)
+    }
+}
+
+/// How the shards' pairs were formed, as the first pairwise results line of any shard
+/// records it (every line of a merge is of one run; without any line, every two systems).
+fn recorded_pairing(shards: &[ShardItems]) -> anyhow::Result<Pairing> {
+    for shard in shards {
+        let path = shard.dir.join(PAIRS);
+        if !path.exists() {
+            continue;
+        }
+        let mut pairing = None;
+        read_records(&path, |number, _, record| {
+            if pairing.is_none() {
+                let recorded = record.provenance.settings.get("pairing");
+                pairing = Some(
+                    recorded
+                        .and_then(|v| v.as_str())
+                        .and_then(Pairing::from_record)
+                        .ok_or_else(|| crate::results::ResultsError::Corrupt {
+                            path: path.clone(),
+                            line: number,
+                            message: "provenance.settings.pairing: missing or not a pairing".into(),
+                        })?,
+                );
+            }
+            Ok(())
+        })?;
+        if let Some(p) = pairing {
+            return Ok(p);
+        }
+    }
+    Ok(Pairing::All)
+}
+
+/// The pairs a shard's items form.
+fn shard_pairs(shard: &ShardItems, pairing: &Pairing) -> anyhow::Result<Vec<Pair>> {
+    let items_path = shard.dir.join(ITEMS);
+    let lines = data::read_items(&items_path, false)?.lines;
+    let origin = Origin::File {
+        path: &items_path,
+        lines: &lines,
+    };
+    Ok(form_pairs(&shard.items, origin, pairing)?.pairs)
 }
 
 /// The shards of each set `shard-K-of-N` that are not among `dirs` (by folder name); a folder

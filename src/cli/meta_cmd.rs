@@ -28,7 +28,12 @@ divergence and MSE of the O/T/X distribution, accuracy, precision/recall/F for X
 it the development half's mean distribution as a constant predictor, and with --calibrate a \
 calibration fitted on the development half, reported on the held-out half.\n\n\
 Undefined correlations (constant columns, fewer than 3 pairs) are shown as — and written as \
-null, never as 0. Prints Markdown; --json writes everything."
+null, never as 0. Prints Markdown; --json writes everything.\n\n\
+Pairwise results (`hyoka compare`, given alone): per aspect the systems' win, tie and loss \
+rates, Bradley–Terry strengths with ties (Davidson) fitted to the verdict probabilities with \
+bootstrap intervals over contexts, the judge's position consistency and bias, and agreement \
+with human preferences derived from the items' ratings of both responses (with and without \
+ties, Cohen's κ, and the Spearman ρ of strengths and the systems' mean ratings)."
 )]
 pub struct MetaArgs {
     /// Items JSONL with `human` ratings (and `system` / `dialogue` for those levels).
@@ -84,6 +89,14 @@ pub struct StatsArgs {
     /// raters' distributions) and report the held-out half raw and calibrated.
     #[arg(long)]
     pub calibrate: bool,
+    /// Pairwise results: human preferences given per pair, a JSONL file of
+    /// {"context_id", "first", "second", "human": {KEY: "first"|"second"|"tie" or a list, one
+    /// per rater}}; keys it has replace the preferences derived from the items' ratings.
+    #[arg(long, value_name = "FILE")]
+    pub preferences: Option<PathBuf>,
+    /// Pairwise results: human ratings of two responses closer than this are a tie.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_margin)]
+    pub tie_margin: f64,
     /// Breakdown detection: the share of raters a label needs to be the gold label (the DBDC
     /// challenge's `-t`; its default 0 takes the plain majority).
     #[arg(long, default_value_t = 0.0, value_parser = parse_share)]
@@ -98,6 +111,13 @@ fn parse_finite(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(x) if x.is_finite() => Ok(x),
         _ => Err(format!("`{s}` is not a finite number")),
+    }
+}
+
+fn parse_margin(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("`{s}` is not a margin of 0 or more")),
     }
 }
 
@@ -116,6 +136,15 @@ fn parse_confidence(s: &str) -> Result<f64, String> {
 }
 
 impl StatsArgs {
+    pub fn pairwise_options(&self) -> crate::meta::pairwise::PairwiseOptions {
+        crate::meta::pairwise::PairwiseOptions {
+            bootstrap: self.bootstrap,
+            seed: self.seed,
+            level: self.confidence,
+            tie_margin: self.tie_margin,
+        }
+    }
+
     pub fn options(&self) -> MetaOptions {
         MetaOptions {
             w: (!self.no_combine).then_some(self.w),
@@ -149,12 +178,26 @@ fn load_frame_of(
     scores: &[PathBuf],
     strict: bool,
 ) -> anyhow::Result<Frame> {
-    // Each file opened once: a stream (`-s <(…)`) is read then, and both passes read that.
-    let inputs: Vec<ResultsInput> = scores
+    frame_of_inputs(items, items_path, &open_inputs(scores)?, strict)
+}
+
+/// Each results file opened once: a stream (`-s <(…)`) is read then, and every later pass
+/// reads that.
+fn open_inputs(scores: &[PathBuf]) -> anyhow::Result<Vec<ResultsInput>> {
+    Ok(scores
         .iter()
         .map(|p| ResultsInput::open(p))
-        .collect::<Result<_, _>>()?;
-    let joined = crate::meta::join(items, &items_path.display().to_string(), &inputs, strict)?;
+        .collect::<Result<_, _>>()?)
+}
+
+/// `load_frame_of` over results inputs already opened.
+fn frame_of_inputs(
+    items: Vec<crate::data::Item>,
+    items_path: &Path,
+    inputs: &[ResultsInput],
+    strict: bool,
+) -> anyhow::Result<Frame> {
+    let joined = crate::meta::join(items, &items_path.display().to_string(), inputs, strict)?;
     for note in &joined.notes {
         eprintln!("{note}");
     }
@@ -169,6 +212,7 @@ pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
         .collect();
     let inputs: Vec<&Path> = std::iter::once(args.items.as_path())
         .chain(args.scores.iter().map(PathBuf::as_path))
+        .chain(args.stats.preferences.as_deref())
         .collect();
     if let Some((output, input)) = crate::files::output_among_inputs(&outputs, &inputs) {
         return Err(super::exit::usage(format!(
@@ -187,7 +231,16 @@ pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
             half.name()
         );
     }
-    let mut frame = load_frame_of(items, &args.items, &args.scores, true)?;
+    let inputs = open_inputs(&args.scores)?;
+    if let Some(records) = pairwise_records(&inputs)? {
+        return run_pairwise(&items, records, &args);
+    }
+    if args.stats.preferences.is_some() {
+        return Err(super::exit::usage(
+            "--preferences: human preferences per pair are for pairwise results (hyoka compare's)",
+        ));
+    }
+    let mut frame = frame_of_inputs(items, &args.items, &inputs, true)?;
     let options = args.stats.options();
     options
         .breakdown
@@ -199,6 +252,95 @@ pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("{}", p.display()))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A pairwise results file and its lines (with their numbers).
+pub type PairwiseLines = (PathBuf, Vec<(usize, crate::results::Record)>);
+
+/// The lines of the results file when it holds pairwise results (`hyoka compare`'s), which
+/// are meta-evaluated alone; None for judge and BERTScore results.
+fn pairwise_records(inputs: &[ResultsInput]) -> anyhow::Result<Option<PairwiseLines>> {
+    use crate::meta::pairwise::{are_pairwise, read_records};
+    for (n, input) in inputs.iter().enumerate() {
+        let records = read_records(input)?;
+        if are_pairwise(&records) {
+            if inputs.len() > 1 {
+                return Err(super::exit::usage(format!(
+                    "{} holds pairwise results (hyoka compare): give it to meta alone, without {}",
+                    input.path.display(),
+                    inputs[if n == 0 { 1 } else { 0 }].path.display()
+                )));
+            }
+            return Ok(Some((input.path.clone(), records)));
+        }
+    }
+    Ok(None)
+}
+
+/// The systems ranked from pairwise results and compared with human preferences.
+fn run_pairwise(
+    items: &[crate::data::Item],
+    (path, records): PairwiseLines,
+    args: &MetaArgs,
+) -> anyhow::Result<ExitCode> {
+    let summary = pairwise_summary(items, &path, records, &args.stats)?;
+    write_pairwise(
+        &summary,
+        args.json.as_deref(),
+        args.markdown.as_deref(),
+        args.html.as_deref(),
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `meta::pairwise::summarize` of these lines with the statistics flags, the lines left out
+/// said on stderr.
+pub fn pairwise_summary(
+    items: &[crate::data::Item],
+    path: &Path,
+    records: Vec<(usize, crate::results::Record)>,
+    stats: &StatsArgs,
+) -> anyhow::Result<crate::meta::pairwise::PairwiseSummary> {
+    let mut frame = crate::meta::pairwise::join(items, records, path)?;
+    if let Some(p) = &stats.preferences {
+        frame.preferences = crate::meta::pairwise::Preferences::read(p)?;
+    }
+    if frame.unmatched > 0 {
+        eprintln!(
+            "{}: {} pairs whose items are not in the items file were left out",
+            path.display(),
+            frame.unmatched
+        );
+    }
+    Ok(crate::meta::pairwise::summarize(
+        &frame,
+        &stats.pairwise_options(),
+    ))
+}
+
+/// summary.md (or stdout), the JSON and the HTML report of a pairwise meta-evaluation.
+pub fn write_pairwise(
+    summary: &crate::meta::pairwise::PairwiseSummary,
+    json: Option<&Path>,
+    markdown: Option<&Path>,
+    html: Option<&Path>,
+) -> anyhow::Result<()> {
+    let md = crate::meta::pairwise::markdown(summary);
+    match markdown {
+        Some(p) => crate::files::write_atomic(p, md.as_bytes())
+            .with_context(|| format!("{}", p.display()))?,
+        None => print!("{md}"),
+    }
+    if let Some(p) = json {
+        let text = serde_json::to_string_pretty(summary).context("summary as JSON")?;
+        crate::files::write_atomic(p, (text + "\n").as_bytes())
+            .with_context(|| format!("{}", p.display()))?;
+    }
+    if let Some(p) = html {
+        crate::files::write_atomic(p, crate::report::pairwise_html(summary).as_bytes())
+            .with_context(|| format!("{}", p.display()))?;
+    }
+    Ok(())
 }
 
 pub fn write_outputs(

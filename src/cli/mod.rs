@@ -5,6 +5,7 @@
 mod bench_cmd;
 mod bertscore_cmd;
 mod commands;
+mod compare_cmd;
 mod data_cmd;
 #[cfg(test)]
 mod docs_check;

@@ -1,7 +1,7 @@
 //! `hyoka rubrics list|show`.
 
 use crate::data;
-use crate::prompt::{PromptBuilder, sample_item};
+use crate::prompt::{PromptBuilder, sample_item, sample_pair};
 use crate::rubric::{BUILTIN, OutputMode, Rubric};
 use anyhow::{Context, bail};
 use clap::Subcommand;
@@ -49,8 +49,17 @@ pub fn run(cmd: Rubrics) -> anyhow::Result<ExitCode> {
                     .collect();
                 println!("{name}");
                 println!("  {}", r.description);
+                let kind = match r.pairwise {
+                    Some(v) => format!(
+                        "pairwise (hyoka compare; {} = first, {} = second{}), ",
+                        v.first,
+                        v.second,
+                        v.tie.map(|t| format!(", {t} = tie")).unwrap_or_default()
+                    ),
+                    None => String::new(),
+                };
                 println!(
-                    "  output: {}, aspects: {}",
+                    "  {kind}output: {}, aspects: {}",
                     mode(r.output),
                     aspects.join(", ")
                 );
@@ -69,15 +78,26 @@ pub fn run(cmd: Rubrics) -> anyhow::Result<ExitCode> {
                 print!("{}", ::toml::to_string(&r).context("rubric as TOML")?);
                 return Ok(ExitCode::SUCCESS);
             }
-            let item = match &item {
-                Some(spec) => {
-                    let (file, line) = parse_file_line(spec)?;
-                    data::read_item_at(&file, line)?
-                }
-                None => sample_item(),
-            };
             let builder = PromptBuilder::new(&r).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
-            let prompt = builder.render(&item)?;
+            let (shown_id, prompt) = match (&item, r.pairwise) {
+                (Some(spec), None) => {
+                    let (file, line) = parse_file_line(spec)?;
+                    let item = data::read_item_at(&file, line)?;
+                    (item.id.clone(), builder.render(&item)?)
+                }
+                (None, None) => (sample_item().id, builder.render(&sample_item())?),
+                (spec, Some(_)) => {
+                    let pair = match spec {
+                        Some(spec) => pair_at(spec)?,
+                        None => sample_pair(),
+                    };
+                    let keep = r.max_context_turns.unwrap_or(usize::MAX);
+                    (
+                        pair.id.clone(),
+                        builder.render_pair_keeping(&pair, false, keep)?,
+                    )
+                }
+            };
             let template = chat_template
                 .as_deref()
                 .map(crate::model::loaded_model::read_chat_template)
@@ -109,7 +129,7 @@ pub fn run(cmd: Rubrics) -> anyhow::Result<ExitCode> {
             print_rubric(&r, &source);
             println!(
                 "\n=== prompt for item {} ({} context turn(s) left out) ===",
-                item.id, prompt.dropped_turns
+                shown_id, prompt.dropped_turns
             );
             match &template {
                 Some(t) => {
@@ -151,6 +171,35 @@ fn mode(m: OutputMode) -> &'static str {
         OutputMode::Score => "score",
         OutputMode::Json => "json",
     }
+}
+
+/// A pairwise rubric's `--item FILE:LINE`: that item and the first other system's response to
+/// its context in the file, the item shown first.
+fn pair_at(spec: &str) -> anyhow::Result<crate::data::Pair> {
+    let (file, line) = parse_file_line(spec)?;
+    let item = data::read_item_at(&file, line)?;
+    let items = data::read_items(&file, false)?.items;
+    let context = item.context_id.clone();
+    let Some(other) = items
+        .into_iter()
+        .find(|o| context.is_some() && o.context_id == context && o.system != item.system)
+    else {
+        bail!(
+            "{spec}: a pairwise rubric shows two responses to one context, and no other system's item has context_id {:?}",
+            item.context_id.as_deref().unwrap_or_default()
+        );
+    };
+    Ok(crate::data::Pair {
+        id: format!(
+            "{}|{}|{}",
+            context.as_deref().unwrap_or_default(),
+            item.system.as_deref().unwrap_or_default(),
+            other.system.as_deref().unwrap_or_default()
+        ),
+        context_id: context.unwrap_or_default(),
+        first: item,
+        second: other,
+    })
 }
 
 /// `--item FILE:LINE`; a malformed one is a usage error (exit 2).

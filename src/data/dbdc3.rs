@@ -226,6 +226,7 @@ fn import_text(
                 setting: None,
                 system: system.clone(),
                 dialogue: Some(dialogue_id.clone()),
+                context_id: None,
                 human,
                 raters,
                 meta: None,

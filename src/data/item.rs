@@ -58,6 +58,11 @@ pub struct Item {
     /// Which dialogue the item belongs to (for within-dialogue meta-evaluation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dialogue: Option<String>,
+    /// Which shared context the response answers: items with the same `context_id` are
+    /// candidate responses of different systems to one context (`hyoka compare` judges them in
+    /// pairs). Their context and setting must be the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_id: Option<String>,
     /// Human ratings per aspect key.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub human: BTreeMap<String, HumanRating>,

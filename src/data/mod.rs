@@ -4,12 +4,14 @@ pub mod dbdc3;
 mod item;
 pub mod jsonl;
 pub mod lines;
+pub mod pairs;
 pub mod select;
 
 pub use item::{HumanRating, Item, Turn};
 pub use jsonl::{
     ReadItems, items_text, parse_item, parse_items, read_item_at, read_items, write_items,
 };
+pub use pairs::{Origin, Pair, Pairing, Pairs, form_pairs};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

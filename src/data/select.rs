@@ -10,14 +10,43 @@ fn dialogue_key(item: &Item) -> &str {
     item.dialogue.as_deref().unwrap_or(&item.id)
 }
 
+/// The context an item answers (its own id when it has none): a pairwise run keeps a
+/// context's candidates together.
+fn context_key(item: &Item) -> &str {
+    item.context_id.as_deref().unwrap_or(&item.id)
+}
+
+/// How items are kept together when a run covers some of them: whole dialogues (absolute
+/// scores, whose within-dialogue statistics need them), or whole contexts (pairwise runs,
+/// whose pairs need every candidate of a context).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grouping {
+    Dialogues,
+    Contexts,
+}
+
+impl Grouping {
+    fn key(self, item: &Item) -> &str {
+        match self {
+            Grouping::Dialogues => dialogue_key(item),
+            Grouping::Contexts => context_key(item),
+        }
+    }
+}
+
 /// Keep `n` whole dialogues chosen by `seed` (all items when there are at most `n`), in their
 /// original order. A dialogue is in or out by its own hash, so the choice is stable.
 pub fn sample_dialogues(items: Vec<Item>, n: usize, seed: u64) -> Vec<Item> {
-    let dialogues: BTreeSet<&str> = items.iter().map(dialogue_key).collect();
-    if dialogues.len() <= n {
+    sample_groups(items, n, seed, Grouping::Dialogues)
+}
+
+/// `sample_dialogues` with groups of either kind.
+pub fn sample_groups(items: Vec<Item>, n: usize, seed: u64, grouping: Grouping) -> Vec<Item> {
+    let groups: BTreeSet<&str> = items.iter().map(|i| grouping.key(i)).collect();
+    if groups.len() <= n {
         return items;
     }
-    let mut ranked: Vec<(u64, &str)> = dialogues
+    let mut ranked: Vec<(u64, &str)> = groups
         .into_iter()
         .map(|d| (keyed_hash(seed, d), d))
         .collect();
@@ -29,7 +58,7 @@ pub fn sample_dialogues(items: Vec<Item>, n: usize, seed: u64) -> Vec<Item> {
         .collect();
     items
         .into_iter()
-        .filter(|i| keep.contains(dialogue_key(i)))
+        .filter(|i| keep.contains(grouping.key(i)))
         .collect()
 }
 
@@ -106,14 +135,19 @@ impl Shard {
     /// shards are balanced, disjoint, cover everything, and within-dialogue statistics never
     /// need two shards.
     pub fn select(&self, items: Vec<Item>) -> Vec<Item> {
+        self.select_groups(items, Grouping::Dialogues)
+    }
+
+    /// `select` with groups of either kind (whole contexts for a pairwise run).
+    pub fn select_groups(&self, items: Vec<Item>, grouping: Grouping) -> Vec<Item> {
         let mut order: BTreeMap<String, usize> = BTreeMap::new();
         for item in &items {
             let next = order.len();
-            order.entry(dialogue_key(item).to_string()).or_insert(next);
+            order.entry(grouping.key(item).to_string()).or_insert(next);
         }
         items
             .into_iter()
-            .filter(|i| order[dialogue_key(i)] % self.count == self.index - 1)
+            .filter(|i| order[grouping.key(i)] % self.count == self.index - 1)
             .collect()
     }
 }
@@ -141,6 +175,7 @@ mod tests {
             setting: None,
             system: None,
             dialogue: Some(dialogue.into()),
+            context_id: None,
             human: Default::default(),
             raters: vec![],
             meta: None,

@@ -34,6 +34,9 @@ pub enum JudgeError {
         "--max-prompt-tokens {max}: the rubric's prompt alone, with a one-line response and no context, needs more ({why}); give at least a few hundred tokens"
     )]
     PromptLimit { max: usize, why: String },
+    /// A rubric used by the other kind of judge (pairwise by `judge`, absolute by `compare`).
+    #[error("{0}")]
+    RubricKind(String),
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(transparent)]

@@ -2,11 +2,12 @@
 //!
 //! The item's prompt (everything before the answer prefixes) is the trunk of one row; each
 //! aspect's answer prefix, and each multi-token score path, is a branch of that row. Leading
-//! tokens shared by every item (the rubric header) are cut off and computed once per run.
+//! tokens shared by every item (the rubric header) are cut off and computed once per run. A
+//! pair of responses (pairwise rubrics) is one row too: both orders share its trunk.
 
 use super::JudgeError;
 use super::targets::ScoreTargets;
-use crate::data::Item;
+use crate::data::{Item, Pair, Turn};
 use crate::model::Row;
 use crate::prompt::{ChatTemplate, PromptBuilder};
 use tokenizers::Tokenizer;
@@ -107,50 +108,120 @@ pub fn layout_item(
     item: &Item,
     fit: &TextFit,
 ) -> Result<ItemLayout, JudgeError> {
-    let rubric = builder.rubric();
-    fit_context(builder, item, fit, |prompt| {
-        let shared = template.render(&prompt.messages, true)?;
-        let mut per_aspect: Vec<Vec<Vec<u32>>> = Vec::with_capacity(rubric.aspects.len());
-        for (a, aspect) in rubric.aspects.iter().enumerate() {
-            let answer = &prompt.answers[a.min(prompt.answers.len() - 1)];
-            let seqs = aspect
-                .scores()
-                .iter()
-                .map(|s| encode(tokenizer, &format!("{shared}{answer}{s}")))
-                .collect::<Result<Vec<_>, _>>()?;
-            per_aspect.push(seqs);
-        }
-        let longest = per_aspect.iter().flatten().map(Vec::len).max().unwrap_or(0);
-        Ok((per_aspect, longest))
+    let shown = Shown::of_item(item);
+    fit_context(builder, &shown, fit, |keep| {
+        let prompt = builder.render_keeping(item, keep)?;
+        score_sequences(builder, template, tokenizer, &prompt)
     })
     .map(|(per_aspect, dropped_turns, truncated)| {
-        // The trunk: what every aspect's every score shares, less one token so that each
-        // aspect has something of its own to read from.
-        let all: Vec<&Vec<u32>> = per_aspect.iter().flatten().collect();
-        let shortest = all.iter().map(|s| s.len()).min().unwrap_or(0);
-        let lcp = (0..shortest)
-            .take_while(|&i| all.iter().all(|s| s[i] == all[0][i]))
-            .count();
-        let trunk_len = lcp.min(shortest.saturating_sub(1)).max(1);
-        let trunk = all[0][..trunk_len].to_vec();
-        let naive_tokens = per_aspect
-            .iter()
-            .map(|seqs| seqs.iter().map(Vec::len).min().unwrap_or(0) - 1)
-            .sum();
-        let aspects = rubric
-            .aspects
-            .iter()
-            .zip(&per_aspect)
-            .map(|(aspect, seqs)| ScoreTargets::new(aspect.scores(), seqs, trunk_len))
-            .collect();
-        ItemLayout {
-            trunk,
-            aspects,
-            dropped_turns,
-            truncated,
-            naive_tokens,
-        }
+        branch_layout(builder, per_aspect, dropped_turns, truncated)
     })
+}
+
+/// A pairwise rubric's layout of `pair`: both orders of its two responses in one row, whose
+/// trunk is what the orders share (the rubric's text and the context, up to the first
+/// response) and whose branches are each order's rest with each aspect's answer. `aspects`
+/// holds the rubric's aspects for one order, then for the other: the order that shows the
+/// lesser system name first leads (`leading_order`), so that the row — and its bits — are the
+/// same whichever system the pair names first.
+pub fn layout_pair(
+    builder: &PromptBuilder,
+    template: &ChatTemplate,
+    tokenizer: &Tokenizer,
+    pair: &Pair,
+    fit: &TextFit,
+) -> Result<ItemLayout, JudgeError> {
+    let shown = Shown::of_pair(pair);
+    let lead = leading_order(pair);
+    fit_context(builder, &shown, fit, |keep| {
+        let (mut seqs, a) = score_sequences(
+            builder,
+            template,
+            tokenizer,
+            &builder.render_pair_keeping(pair, lead, keep)?,
+        )?;
+        let (b_seqs, b) = score_sequences(
+            builder,
+            template,
+            tokenizer,
+            &builder.render_pair_keeping(pair, !lead, keep)?,
+        )?;
+        seqs.extend(b_seqs);
+        Ok((seqs, a.max(b)))
+    })
+    .map(|(per_aspect, dropped_turns, truncated)| {
+        branch_layout(builder, per_aspect, dropped_turns, truncated)
+    })
+}
+
+/// Which order of `pair` leads its row (`layout_pair`): whether it is the one that shows the
+/// second system first (the second's name is the lesser).
+pub fn leading_order(pair: &Pair) -> bool {
+    pair.second_system() < pair.first_system()
+}
+
+/// Per aspect, per score: the tokens of a prompt, its answer prefix and the score.
+type ScoreSequences = Vec<Vec<Vec<u32>>>;
+
+/// Per aspect of the rubric, the tokens of `prompt` + answer prefix + each score; and the
+/// longest.
+fn score_sequences(
+    builder: &PromptBuilder,
+    template: &ChatTemplate,
+    tokenizer: &Tokenizer,
+    prompt: &crate::prompt::JudgePrompt,
+) -> Result<(ScoreSequences, usize), JudgeError> {
+    let rubric = builder.rubric();
+    let shared = template.render(&prompt.messages, true)?;
+    let mut per_aspect: ScoreSequences = Vec::with_capacity(rubric.aspects.len());
+    for (a, aspect) in rubric.aspects.iter().enumerate() {
+        let answer = &prompt.answers[a.min(prompt.answers.len() - 1)];
+        let seqs = aspect
+            .scores()
+            .iter()
+            .map(|s| encode(tokenizer, &format!("{shared}{answer}{s}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        per_aspect.push(seqs);
+    }
+    let longest = per_aspect.iter().flatten().map(Vec::len).max().unwrap_or(0);
+    Ok((per_aspect, longest))
+}
+
+/// One row from score sequences (per aspect, in rubric order, repeated per order of a pair):
+/// the trunk is what every sequence shares, less one token so that each aspect has
+/// something of its own to read from.
+fn branch_layout(
+    builder: &PromptBuilder,
+    per_aspect: Vec<Vec<Vec<u32>>>,
+    dropped_turns: usize,
+    truncated: bool,
+) -> ItemLayout {
+    let all: Vec<&Vec<u32>> = per_aspect.iter().flatten().collect();
+    let shortest = all.iter().map(|s| s.len()).min().unwrap_or(0);
+    let lcp = (0..shortest)
+        .take_while(|&i| all.iter().all(|s| s[i] == all[0][i]))
+        .count();
+    let trunk_len = lcp.min(shortest.saturating_sub(1)).max(1);
+    let trunk = all[0][..trunk_len].to_vec();
+    let naive_tokens = per_aspect
+        .iter()
+        .map(|seqs| seqs.iter().map(Vec::len).min().unwrap_or(0) - 1)
+        .sum();
+    let aspects = builder
+        .rubric()
+        .aspects
+        .iter()
+        .cycle()
+        .zip(&per_aspect)
+        .map(|(aspect, seqs)| ScoreTargets::new(aspect.scores(), seqs, trunk_len))
+        .collect();
+    ItemLayout {
+        trunk,
+        aspects,
+        dropped_turns,
+        truncated,
+        naive_tokens,
+    }
 }
 
 /// json mode: the whole prompt (answer prefix included) as the trunk, dropping the oldest
@@ -163,26 +234,96 @@ pub fn layout_prompt(
     fit: &TextFit,
     reserve: usize,
 ) -> Result<ItemLayout, JudgeError> {
-    let (trunk, dropped_turns, truncated) = fit_context(builder, item, fit, |prompt| {
-        let trunk = encode(
-            tokenizer,
-            &format!(
-                "{}{}",
-                template.render(&prompt.messages, true)?,
-                prompt.answers[0]
-            ),
-        )?;
-        let needed = trunk.len() + reserve;
-        Ok((trunk, needed))
-    })?;
+    let (trunk, dropped_turns, truncated) =
+        fit_context(builder, &Shown::of_item(item), fit, |keep| {
+            let trunk = whole_prompt(template, tokenizer, &builder.render_keeping(item, keep)?)?;
+            let needed = trunk.len() + reserve;
+            Ok((trunk, needed))
+        })?;
+    Ok(prompt_layout(trunk, dropped_turns, truncated))
+}
+
+/// json mode, a pairwise rubric: the two orders' prompts (the first system's response shown
+/// first, then the second's), each a trunk as `layout_prompt`'s, with the same context turns.
+pub fn layout_pair_prompts(
+    builder: &PromptBuilder,
+    template: &ChatTemplate,
+    tokenizer: &Tokenizer,
+    pair: &Pair,
+    fit: &TextFit,
+    reserve: usize,
+) -> Result<[ItemLayout; 2], JudgeError> {
+    let ((a, b), dropped_turns, truncated) =
+        fit_context(builder, &Shown::of_pair(pair), fit, |keep| {
+            let render = |swapped| -> Result<Vec<u32>, JudgeError> {
+                let prompt = builder.render_pair_keeping(pair, swapped, keep)?;
+                whole_prompt(template, tokenizer, &prompt)
+            };
+            let (a, b) = (render(false)?, render(true)?);
+            let needed = a.len().max(b.len()) + reserve;
+            Ok(((a, b), needed))
+        })?;
+    Ok([
+        prompt_layout(a, dropped_turns, truncated),
+        prompt_layout(b, dropped_turns, truncated),
+    ])
+}
+
+fn whole_prompt(
+    template: &ChatTemplate,
+    tokenizer: &Tokenizer,
+    prompt: &crate::prompt::JudgePrompt,
+) -> Result<Vec<u32>, JudgeError> {
+    encode(
+        tokenizer,
+        &format!(
+            "{}{}",
+            template.render(&prompt.messages, true)?,
+            prompt.answers[0]
+        ),
+    )
+}
+
+fn prompt_layout(trunk: Vec<u32>, dropped_turns: usize, truncated: bool) -> ItemLayout {
     // One prompt for all aspects is what peers do in json mode too: nothing to compare.
-    Ok(ItemLayout {
+    ItemLayout {
         trunk,
         aspects: Vec::new(),
         dropped_turns,
         truncated,
         naive_tokens: 0,
-    })
+    }
+}
+
+/// What a layout shows of a unit, for fitting it: its id, its context turns and the bytes of
+/// the response(s) it shows in full.
+struct Shown<'a> {
+    id: &'a str,
+    context: &'a [Turn],
+    response_bytes: usize,
+}
+
+impl<'a> Shown<'a> {
+    fn of_item(item: &'a Item) -> Self {
+        Shown {
+            id: &item.id,
+            context: &item.context,
+            response_bytes: item.response.text.len(),
+        }
+    }
+
+    fn of_pair(pair: &'a Pair) -> Self {
+        Shown {
+            id: &pair.id,
+            context: &pair.first.context,
+            response_bytes: pair
+                .first
+                .response
+                .text
+                .len()
+                .saturating_add(pair.second.response.text.len()),
+        }
+    }
 }
 
 /// Render and tokenize with the most recent context turns the rubric allows, dropping the oldest
@@ -191,15 +332,15 @@ pub fn layout_prompt(
 /// responses) too long to fit whatever their tokens are never tokenized.
 fn fit_context<T>(
     builder: &PromptBuilder,
-    item: &Item,
+    item: &Shown,
     fit: &TextFit,
-    mut build: impl FnMut(&crate::prompt::JudgePrompt) -> Result<(T, usize), JudgeError>,
+    mut build: impl FnMut(usize) -> Result<(T, usize), JudgeError>,
 ) -> Result<(T, usize, bool), JudgeError> {
     let max_tokens = fit.max_tokens;
-    let response = item.response.text.len();
+    let response = item.response_bytes;
     if response > fit.max_bytes {
         return Err(JudgeError::TextTooLong {
-            item: item.id.clone(),
+            item: item.id.to_string(),
             bytes: response,
             max_bytes: fit.max_bytes,
             max: max_tokens,
@@ -222,13 +363,13 @@ fn fit_context<T>(
         .count();
     let mut keep = fitting;
     loop {
-        let (made, needed) = build(&builder.render_keeping(item, keep)?)?;
+        let (made, needed) = build(keep)?;
         if needed <= max_tokens {
             return Ok((made, item.context.len() - keep, keep < allowed));
         }
         if keep == 0 {
             return Err(JudgeError::TooLong {
-                item: item.id.clone(),
+                item: item.id.to_string(),
                 tokens: needed,
                 max: max_tokens,
             });

@@ -3,9 +3,10 @@
 //! `Judge` keeps.
 
 use super::JudgeError;
+use super::compare::Compare;
 use super::json::Decoding;
 use super::run::{Judge, JudgeStats, RunOptions};
-use crate::data::Item;
+use crate::data::{Item, Pairs};
 use crate::model::load::default_model::{HoldsModelError, ModelKind, load_default};
 use crate::model::{LoadedModel, ModelError, RuntimeOptions, RuntimeSettings};
 use crate::results::{Progress, Record, ResultsError, RunError, RunSummary};
@@ -193,6 +194,39 @@ impl LoadedJudge {
         self.judge().run(items, output, &self.opts, progress)
     }
 
+    /// The pairwise judge of these models and options for `pairs` (its rubric must be
+    /// pairwise).
+    pub fn comparer(&self, pairs: &Pairs) -> Compare<'_> {
+        Compare {
+            judge: self.judge(),
+            pairing: pairs.pairing.clone(),
+        }
+    }
+
+    /// Judge `pairs` (`data::form_pairs`) into the results file `output` (continued when it
+    /// holds lines of the same run).
+    pub fn compare(
+        &self,
+        pairs: &Pairs,
+        output: &Path,
+        progress: &mut Progress<'_>,
+    ) -> Result<(RunSummary, JudgeStats), RunError<JudgeError>> {
+        self.comparer(pairs)
+            .run(&pairs.pairs, output, &self.opts, progress)
+    }
+
+    /// Judge `pairs` in memory as typed results (`Body::Compare`), in the pairs' order.
+    pub fn compare_records(
+        &self,
+        pairs: &Pairs,
+        progress: &mut Progress<'_>,
+    ) -> Result<(RunSummary, JudgeStats, Vec<Record>), RunError<JudgeError>> {
+        let (summary, stats, lines) =
+            self.comparer(pairs)
+                .score_lines(&pairs.pairs, &self.opts, progress)?;
+        Ok((summary, stats, records_of(&lines)?))
+    }
+
     /// Score `items` in memory as typed results: each item's record (`score_lines`' lines, read
     /// as `results::Record`, what `meta` and the readers take), in the items' order.
     pub fn score_records(
@@ -201,18 +235,7 @@ impl LoadedJudge {
         progress: &mut Progress<'_>,
     ) -> Result<(RunSummary, JudgeStats, Vec<Record>), RunError<JudgeError>> {
         let (summary, stats, lines) = self.score_lines(items, progress)?;
-        let records = (lines.iter().enumerate())
-            .map(|(n, line)| {
-                Record::parse(line).map_err(|e| {
-                    RunError::Results(ResultsError::Corrupt {
-                        path: "items in memory".into(),
-                        line: n + 1,
-                        message: e.to_string(),
-                    })
-                })
-            })
-            .collect::<Result<_, _>>()?;
-        Ok((summary, stats, records))
+        Ok((summary, stats, records_of(&lines)?))
     }
 
     /// Score `items` in memory: each item's results line (the bits `run` writes), in the items'
@@ -224,4 +247,19 @@ impl LoadedJudge {
     ) -> Result<(RunSummary, JudgeStats, Vec<String>), RunError<JudgeError>> {
         self.judge().score_lines(items, &self.opts, progress)
     }
+}
+
+/// Results lines in memory read back as typed records.
+fn records_of(lines: &[String]) -> Result<Vec<Record>, RunError<JudgeError>> {
+    (lines.iter().enumerate())
+        .map(|(n, line)| {
+            Record::parse(line).map_err(|e| {
+                RunError::Results(ResultsError::Corrupt {
+                    path: "items in memory".into(),
+                    line: n + 1,
+                    message: e.to_string(),
+                })
+            })
+        })
+        .collect()
 }

@@ -3,6 +3,7 @@
 //! parsed; in json mode (`json`) a grammar lets the model write only a schema-valid object. Either
 //! way every item gets valid scores, and the expected scores come with them.
 
+pub mod compare;
 mod error;
 pub mod json;
 pub mod layout;
@@ -12,6 +13,7 @@ mod scorer;
 pub mod targets;
 pub mod token_bytes;
 
+pub use compare::Compare;
 pub use error::JudgeError;
 pub use loaded::{DEFAULT_JUDGE, JudgeSpec, LoadedJudge, check_temperature, json_cache_bytes};
 pub use scorer::{JSON_CACHE_BYTES, Scorer, parse_score, plan_batches};

@@ -65,8 +65,19 @@ impl JudgeStats {
     /// A run's figures for the user: items scored and their rate, already done, failed,
     /// truncated; the forward tokens the shared prefixes saved. `place`: where the lines went.
     pub fn describe(&self, summary: &RunSummary, secs: f64, place: &str) -> Vec<String> {
+        self.describe_units(summary, secs, place, "items")
+    }
+
+    /// `describe` of a run over other units than items (`pairs`).
+    pub fn describe_units(
+        &self,
+        summary: &RunSummary,
+        secs: f64,
+        place: &str,
+        units: &str,
+    ) -> Vec<String> {
         let mut lines = vec![format!(
-            "scored {} items in {secs:.1}s ({:.2} items/s); {} already in {place}; {} failed; {} truncated to fit",
+            "scored {} {units} in {secs:.1}s ({:.2} {units}/s); {} already in {place}; {} failed; {} truncated to fit",
             summary.scored,
             summary.scored as f64 / secs.max(1e-9),
             summary.skipped_finished,
@@ -183,6 +194,12 @@ impl<'a> Judge<'a> {
     }
 
     fn task<'j>(&'j self, opts: &'j RunOptions) -> Result<JudgeTask<'j, 'a>, RunError<JudgeError>> {
+        if self.rubric.pairwise.is_some() {
+            return Err(RunError::Task(JudgeError::RubricKind(format!(
+                "rubric {}: pairwise (it compares two responses): judge pairs with hyoka compare",
+                self.rubric.name
+            ))));
+        }
         Ok(JudgeTask {
             judge: self,
             opts,
@@ -214,104 +231,47 @@ struct JudgeTask<'j, 'a> {
 
 impl ScoreTask for JudgeTask<'_, '_> {
     type Error = JudgeError;
+    type Unit = Item;
 
     fn provenance(&self) -> Provenance {
         self.judge.provenance(self.opts)
     }
 
     fn plan(&mut self, items: &[Item], todo: &[usize]) -> Result<Vec<Vec<usize>>, JudgeError> {
-        let opts = self.opts;
         if todo.is_empty() {
             // Nothing left to score: no layouts, no header prefill.
             return Ok(Vec::new());
         }
-        // Lay out every item for every judge first (tokenization is cheap next to the model).
-        // The header computed once is what the rubric's prompts share (the tokens common to
-        // probe items that differ in every field), never what this file's items happen to
-        // share: an item's row, and so its score, is the same alone, among others, in a shard
-        // or after a resume.
-        let probes = crate::prompt::probe_items();
-        let mut headers = Vec::new();
-        for m in self.judge.models {
-            let max = opts
-                .max_prompt_tokens
-                .unwrap_or(m.transformer.cfg.max_position);
-            let format = match self.judge.rubric.output {
-                OutputMode::Json => Some(JsonFormat::new(self.judge.rubric, &m.tokenizer)?),
-                OutputMode::Score => None,
-            };
-            let reserve = format.as_ref().map(JsonFormat::reserve);
-            let fit = TextFit::new(&m.tokenizer, max);
-            let lay_out = |it: &Item| match reserve {
-                Some(reserve) => layout_prompt(
-                    &self.builder,
-                    &m.chat_template,
-                    &m.tokenizer,
-                    it,
-                    &fit,
-                    reserve,
-                ),
-                None => layout_item(&self.builder, &m.chat_template, &m.tokenizer, it, &fit),
-            };
-            let layouts: Vec<Result<ItemLayout, String>> = items
-                .iter()
-                .map(|it| lay_out(it).map_err(|e| e.to_string()))
-                .collect();
-            let probed: Vec<ItemLayout> = probes.iter().filter_map(|p| lay_out(p).ok()).collect();
-            if probed.is_empty()
-                && let Some(max) = opts.max_prompt_tokens
-            {
-                let why = probes
-                    .iter()
-                    .find_map(|p| lay_out(p).err())
-                    .map(|e| e.to_string())
-                    .unwrap_or_default();
-                return Err(JudgeError::PromptLimit { max, why });
-            }
-            self.formats.push(format);
-            // Items are kept in the count only as a guard: an item whose tokens leave the
-            // rubric's header part-way (a tokenizer merging across its first field) shortens
-            // it rather than being scored against a header it does not start with.
-            let shared: Vec<&ItemLayout> = probed
-                .iter()
-                .chain(layouts.iter().filter_map(|l| l.as_ref().ok()))
-                .collect();
-            let header = if probed.is_empty() {
-                0
-            } else {
-                common_header(&shared)
-            };
-            headers.push(
-                shared
-                    .first()
-                    .map(|l| l.trunk[..header].to_vec())
-                    .unwrap_or_default(),
-            );
-            self.per_model.push(layouts);
-        }
-        self.scorers = self
-            .judge
-            .models
-            .iter()
-            .zip(&headers)
-            .map(|(m, h)| Scorer::new(&m.transformer, h))
-            .collect::<Result<_, _>>()?;
-        self.stats.forward_tokens += headers.iter().map(Vec::len).sum::<usize>();
-
-        // Batches are planned on the first judge's layout; every judge scores the same chunk,
-        // and its lines are written once all judges are done with it.
-        let lens: Vec<usize> = todo
-            .iter()
-            .map(|&i| {
-                self.per_model[0][i]
-                    .as_ref()
-                    .map_or(1, |l| l.row_tokens(self.scorers[0].header_len()))
+        let builder = &self.builder;
+        let prepared = prepare(
+            self.judge,
+            self.opts,
+            items,
+            &crate::prompt::probe_items(),
+            |m, fit, reserve, it| {
+                Ok(vec![match reserve {
+                    Some(reserve) => {
+                        layout_prompt(builder, &m.chat_template, &m.tokenizer, it, fit, reserve)?
+                    }
+                    None => layout_item(builder, &m.chat_template, &m.tokenizer, it, fit)?,
+                }])
+            },
+        )?;
+        self.stats.forward_tokens += prepared.header_tokens;
+        let chunks = prepared.chunks(todo, self.opts.batch_tokens);
+        self.per_model = prepared
+            .per_model
+            .into_iter()
+            .map(|layouts| {
+                layouts
+                    .into_iter()
+                    .map(|l| l.map(|mut ls| ls.remove(0)))
+                    .collect()
             })
             .collect();
-        Ok(plan_batches(&lens, opts.batch_tokens)
-            .into_iter()
-            .map(|chunk| chunk.into_iter().map(|k| todo[k]).collect())
-            .collect())
+        self.formats = prepared.formats;
+        self.scorers = prepared.scorers;
+        Ok(chunks)
     }
 
     fn score(&mut self, items: &[Item], chunk: &[usize]) -> Result<Vec<Outcome>, JudgeError> {
@@ -440,6 +400,121 @@ impl JudgeTask<'_, '_> {
             dropped_turns,
             truncated,
         }
+    }
+}
+
+/// Every judge's layouts of a run's units, its json format and its scorer (with the rubric's
+/// header computed).
+pub(super) struct Prepared<'a> {
+    /// Per judge, per unit: its layouts (one row each), or why it has none.
+    pub per_model: Vec<Vec<Result<Vec<ItemLayout>, String>>>,
+    pub formats: Vec<Option<JsonFormat>>,
+    pub scorers: Vec<Scorer<'a>>,
+    /// Tokens of the judges' headers, prefilled once.
+    pub header_tokens: usize,
+}
+
+/// How a unit is laid out for one judge: (model, fit, json mode's answer reserve, unit).
+type LayOut<'f, U> =
+    dyn Fn(&LoadedModel, &TextFit, Option<usize>, &U) -> Result<Vec<ItemLayout>, JudgeError> + 'f;
+
+/// Lay out every unit for every judge (tokenization is cheap next to the model) and compute
+/// each judge's header. The header computed once is what the rubric's prompts share (the
+/// tokens common to `probes`, units that differ in every field), never what this file's units
+/// happen to share: a unit's row, and so its score, is the same alone, among others, in a
+/// shard or after a resume.
+pub(super) fn prepare<'a, U>(
+    judge: &Judge<'a>,
+    opts: &RunOptions,
+    units: &[U],
+    probes: &[U],
+    lay_out: impl Fn(&LoadedModel, &TextFit, Option<usize>, &U) -> Result<Vec<ItemLayout>, JudgeError>,
+) -> Result<Prepared<'a>, JudgeError> {
+    let lay_out: &LayOut<U> = &lay_out;
+    let mut prepared = Prepared {
+        per_model: Vec::new(),
+        formats: Vec::new(),
+        scorers: Vec::new(),
+        header_tokens: 0,
+    };
+    let mut headers = Vec::new();
+    for m in judge.models {
+        let max = opts
+            .max_prompt_tokens
+            .unwrap_or(m.transformer.cfg.max_position);
+        let format = match judge.rubric.output {
+            OutputMode::Json => Some(JsonFormat::new(judge.rubric, &m.tokenizer)?),
+            OutputMode::Score => None,
+        };
+        let reserve = format.as_ref().map(JsonFormat::reserve);
+        let fit = TextFit::new(&m.tokenizer, max);
+        let layouts: Vec<Result<Vec<ItemLayout>, String>> = units
+            .iter()
+            .map(|u| lay_out(m, &fit, reserve, u).map_err(|e| e.to_string()))
+            .collect();
+        let probed: Vec<ItemLayout> = probes
+            .iter()
+            .filter_map(|p| lay_out(m, &fit, reserve, p).ok())
+            .flatten()
+            .collect();
+        if probed.is_empty()
+            && let Some(max) = opts.max_prompt_tokens
+        {
+            let why = probes
+                .iter()
+                .find_map(|p| lay_out(m, &fit, reserve, p).err())
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            return Err(JudgeError::PromptLimit { max, why });
+        }
+        prepared.formats.push(format);
+        // Units are kept in the count only as a guard: a unit whose tokens leave the rubric's
+        // header part-way (a tokenizer merging across its first field) shortens it rather
+        // than being scored against a header it does not start with.
+        let shared: Vec<&ItemLayout> = probed
+            .iter()
+            .chain(layouts.iter().filter_map(|l| l.as_ref().ok()).flatten())
+            .collect();
+        let header = if probed.is_empty() {
+            0
+        } else {
+            common_header(&shared)
+        };
+        headers.push(
+            shared
+                .first()
+                .map(|l| l.trunk[..header].to_vec())
+                .unwrap_or_default(),
+        );
+        prepared.per_model.push(layouts);
+    }
+    prepared.scorers = judge
+        .models
+        .iter()
+        .zip(&headers)
+        .map(|(m, h)| Scorer::new(&m.transformer, h))
+        .collect::<Result<_, _>>()?;
+    prepared.header_tokens = headers.iter().map(Vec::len).sum();
+    Ok(prepared)
+}
+
+impl Prepared<'_> {
+    /// Batches of `todo` planned on the first judge's layouts: every judge scores the same
+    /// chunk, and its lines are written once all judges are done with it.
+    pub fn chunks(&self, todo: &[usize], batch_tokens: usize) -> Vec<Vec<usize>> {
+        let header = self.scorers[0].header_len();
+        let lens: Vec<usize> = todo
+            .iter()
+            .map(|&i| {
+                self.per_model[0][i].as_ref().map_or(1, |ls| {
+                    ls.iter().map(|l| l.row_tokens(header)).sum::<usize>()
+                })
+            })
+            .collect();
+        plan_batches(&lens, batch_tokens)
+            .into_iter()
+            .map(|chunk| chunk.into_iter().map(|k| todo[k]).collect())
+            .collect()
     }
 }
 

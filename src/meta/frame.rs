@@ -177,6 +177,13 @@ impl Frame {
         let mut added = Added::default();
         let items = &self.items;
         let provenance = read_input_records(input, |number, _, record| {
+            if record.task() == Task::Compare {
+                return Err(crate::results::ResultsError::Corrupt {
+                    path: path.to_path_buf(),
+                    line: number,
+                    message: "pairwise results (hyoka compare) are read as a comparison of systems, apart from items' scores: give them to meta without judge or BERTScore results".into(),
+                });
+            }
             let Some(&row) = self.index.get(&record.id) else {
                 added.unmatched += 1;
                 return Ok(());
@@ -205,6 +212,7 @@ impl Frame {
                         column[row] = Some(x);
                     }
                 }
+                Ok(Body::Compare(_)) => unreachable!("pairwise results are refused first"),
             }
             Ok(())
         })?;
@@ -263,6 +271,8 @@ impl Frame {
                     }
                 }
             }
+            // Refused above, line by line.
+            Task::Compare => unreachable!("pairwise results are refused before their columns"),
             Task::BertScore => {
                 for (statistic, values) in [Statistic::P, Statistic::R, Statistic::F]
                     .into_iter()
@@ -338,6 +348,7 @@ mod tests {
             setting: None,
             system: None,
             dialogue: None,
+            context_id: None,
             human: keys
                 .iter()
                 .map(|k| (k.to_string(), HumanRating::Single(1.0)))

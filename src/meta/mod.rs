@@ -12,6 +12,7 @@ mod frame;
 mod inputs;
 mod levels;
 mod options;
+pub mod pairwise;
 pub mod stats;
 mod summary;
 

@@ -6,7 +6,7 @@ pub mod pyjson;
 
 pub use chat_template::{ChatTemplate, Message, TemplateError};
 
-use crate::data::{Item, Turn};
+use crate::data::{Item, Pair, Turn};
 use crate::rubric::{Aspect, Level, OutputMode, Rubric, RubricError};
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
@@ -92,6 +92,9 @@ struct ItemView<'a> {
 struct Ctx<'a> {
     context: Vec<TurnView<'a>>,
     response: TurnView<'a>,
+    /// The responses under evaluation in the order shown: the response alone, or a pairwise
+    /// rubric's two candidates.
+    responses: Vec<TurnView<'a>>,
     setting: Option<&'a str>,
     reference: &'a [String],
     aspects: Vec<AspectView<'a>>,
@@ -162,11 +165,49 @@ impl PromptBuilder {
         item: &Item,
         keep_turns: usize,
     ) -> Result<JudgePrompt, PromptError> {
+        let view = ItemView {
+            id: &item.id,
+            system: item.system.as_deref(),
+            dialogue: item.dialogue.as_deref(),
+            meta: item.meta.as_ref(),
+        };
+        self.render_shown(item, &[&item.response], view, keep_turns)
+    }
+
+    /// A pairwise rubric's prompt for `pair`, keeping at most `keep_turns` context turns: the
+    /// first candidate shown first, or (`swapped`) the second. The item a template sees is the
+    /// pair (its id; no system, so that the judge is blind to who wrote which).
+    pub fn render_pair_keeping(
+        &self,
+        pair: &Pair,
+        swapped: bool,
+        keep_turns: usize,
+    ) -> Result<JudgePrompt, PromptError> {
+        let (a, b) = pair.shown(swapped);
+        let view = ItemView {
+            id: &pair.id,
+            system: None,
+            dialogue: pair.first.dialogue.as_deref(),
+            meta: None,
+        };
+        self.render_shown(a, &[&a.response, &b.response], view, keep_turns)
+    }
+
+    /// The prompt for `item`'s context and setting with `responses` shown in that order (the
+    /// first is `response`).
+    fn render_shown(
+        &self,
+        item: &Item,
+        responses: &[&Turn],
+        item_view: ItemView,
+        keep_turns: usize,
+    ) -> Result<JudgePrompt, PromptError> {
         let keep = keep_turns.min(item.context.len());
         let context = &item.context[item.context.len() - keep..];
         let mut order: Vec<&str> = Vec::new();
-        let labels = speaker_labels(context, &item.response, &mut order);
-        let turn_view = |t| turn_view(t, &order, &labels, &item.response.speaker);
+        let labels = speaker_labels(context, responses, &mut order);
+        let responder = &responses[0].speaker;
+        let turn_view = |t| turn_view(t, &order, &labels, responder);
         let aspects: Vec<AspectView> = self
             .rubric
             .aspects
@@ -176,22 +217,19 @@ impl PromptBuilder {
             .collect();
         let mut ctx = Ctx {
             context: context.iter().map(turn_view).collect(),
-            response: turn_view(&item.response),
+            response: turn_view(responses[0]),
+            responses: responses.iter().map(|t| turn_view(t)).collect(),
             setting: item.setting.as_deref(),
             reference: &item.reference,
             aspects,
-            item: ItemView {
-                id: &item.id,
-                system: item.system.as_deref(),
-                dialogue: item.dialogue.as_deref(),
-                meta: item.meta.as_ref(),
-            },
+            item: item_view,
             aspect: None,
         };
+        let id = ctx.item.id.to_string();
         let render = |name: &'static str, ctx: &Ctx| -> Result<String, PromptError> {
             let err = |source| PromptError::Render {
                 rubric: self.rubric.name.clone(),
-                item: item.id.clone(),
+                item: id.clone(),
                 field: name,
                 source,
             };
@@ -244,14 +282,14 @@ fn turn_view<'a>(t: &'a Turn, order: &[&str], labels: &[String], responder: &str
     }
 }
 
-/// Labels A, B, C… for the speakers of `context` then `response`, in order of first
+/// Labels A, B, C… for the speakers of `context` then `responses`, in order of first
 /// appearance; `order` receives the speakers in that order.
 fn speaker_labels<'a>(
     context: &'a [Turn],
-    response: &'a Turn,
+    responses: &[&'a Turn],
     order: &mut Vec<&'a str>,
 ) -> Vec<String> {
-    for t in context.iter().chain(std::iter::once(response)) {
+    for t in context.iter().chain(responses.iter().copied()) {
         if !order.contains(&t.speaker.as_str()) {
             order.push(&t.speaker);
         }
@@ -298,6 +336,7 @@ pub fn sample_item() -> Item {
         setting: None,
         system: None,
         dialogue: None,
+        context_id: None,
         human: Default::default(),
         raters: Vec::new(),
         meta: None,
@@ -355,17 +394,86 @@ pub fn probe_items() -> Vec<Item> {
     probes
 }
 
-/// Compile the rubric's templates and render them for a sample item (`PromptError::Template`,
-/// naming the field, on error).
+/// The sample item and a second response to its context: a pair to check pairwise templates
+/// with (`rubrics show` shows it).
+pub fn sample_pair() -> Pair {
+    let mut first = sample_item();
+    first.context_id = Some("example-1".into());
+    first.system = Some("system-1".into());
+    let mut second = first.clone();
+    second.id = "example-2".into();
+    second.system = Some("system-2".into());
+    second.response.text = "いや、特にしてないな。あなたは何かしてるんですか？".into();
+    pair_of(first, second)
+}
+
+fn pair_of(first: Item, second: Item) -> Pair {
+    Pair {
+        id: format!(
+            "{}|{}|{}",
+            first.context_id.as_deref().unwrap_or_default(),
+            first.system.as_deref().unwrap_or_default(),
+            second.system.as_deref().unwrap_or_default()
+        ),
+        context_id: first.context_id.clone().unwrap_or_default(),
+        first,
+        second,
+    }
+}
+
+/// `probe_items` as pairs, for a pairwise rubric's shared header: each probe against a second
+/// response that differs from it in its first character too.
+pub fn probe_pairs() -> Vec<Pair> {
+    probe_items()
+        .into_iter()
+        .enumerate()
+        .map(|(k, first)| {
+            let mut first = first;
+            first.context_id = Some(first.id.clone());
+            first.system = Some(format!("p{k}"));
+            let mut second = first.clone();
+            second.system = Some(format!("q{k}"));
+            second.response.text = ["~ tilde", "9 nine", "『二重』", "' quote"][k % 4].into();
+            pair_of(first, second)
+        })
+        .collect()
+}
+
+/// Compile the rubric's templates and render them for a sample item, or for a pairwise rubric
+/// a sample pair in both orders, which must differ (`PromptError::Template`, naming the field,
+/// on error).
 pub fn check_templates(rubric: &Rubric) -> Result<(), PromptError> {
     let builder = PromptBuilder::new(rubric)?;
     let mut item = sample_item();
     item.setting = Some("sample setting".into());
-    builder.render(&item).map(|_| ()).map_err(|e| match e {
+    let rendered = match rubric.pairwise {
+        None => builder.render(&item).map(|_| ()),
+        Some(_) => {
+            let mut pair = sample_pair();
+            pair.first.setting = item.setting.clone();
+            pair.second.setting = item.setting.clone();
+            let keep = rubric.max_context_turns.unwrap_or(usize::MAX);
+            builder
+                .render_pair_keeping(&pair, false, keep)
+                .and_then(|ab| Ok((ab, builder.render_pair_keeping(&pair, true, keep)?)))
+                .and_then(|(ab, ba)| {
+                    if ab == ba {
+                        Err(PromptError::Template {
+                            field: USER.into(),
+                            message: "a pairwise rubric shows both responses (responses[0], responses[1]): the two orders of a pair render the same prompt".into(),
+                        })
+                    } else {
+                        Ok(())
+                    }
+                })
+        }
+    };
+    rendered.map_err(|e| match e {
         PromptError::Render { field, source, .. } => PromptError::Template {
             field: field.to_string(),
             message: format!("{source}"),
         },
+        template @ PromptError::Template { .. } => template,
         other => PromptError::Template {
             field: "prompt".to_string(),
             message: other.to_string(),

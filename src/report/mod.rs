@@ -1,9 +1,13 @@
 //! Stage 9 — report: the joined per-item scores file and the self-contained HTML report (one
 //! file, inline SVG and CSS, no scripts or network) built from a meta-evaluation summary; a
-//! judge's breakdown labels in the DBDC challenge's run format (`dbdc3`).
+//! judge's breakdown labels in the DBDC challenge's run format (`dbdc3`); the pairwise report
+//! (`pairwise`).
 
 pub mod dbdc3;
+mod pairwise;
 mod svg;
+
+pub use pairwise::pairwise_html;
 
 use crate::meta::{BreakdownEntry, Family, Frame, Level, Statistic, Summary, format_r};
 use serde_json::{Map, Value, json};

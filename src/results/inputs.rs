@@ -13,19 +13,51 @@
 use super::ResultsError;
 use super::provenance::{Provenance, Task};
 use super::record::Record;
-use crate::data::Item;
+use crate::data::{Item, Pair};
 use serde_json::{Value, json};
 use std::path::Path;
+
+/// What a results line is written for: an item, or a pair of items (`data::Pair`).
+pub trait Unit {
+    fn id(&self) -> &str;
+    /// The id as the line writes it (an item's integer id stays an integer).
+    fn id_json(&self) -> serde_json::Value;
+    /// The hash of what a run of `provenance` reads of this unit (`inputs`).
+    fn input_digest(&self, provenance: &Provenance) -> String;
+}
+
+impl Unit for Item {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn id_json(&self) -> serde_json::Value {
+        Item::id_json(self)
+    }
+
+    fn input_digest(&self, provenance: &Provenance) -> String {
+        digest(provenance, self)
+    }
+}
+
+impl Unit for Pair {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn id_json(&self) -> serde_json::Value {
+        serde_json::Value::String(self.id.clone())
+    }
+
+    fn input_digest(&self, _: &Provenance) -> String {
+        pair_digest(self)
+    }
+}
 
 /// The hash of what a run of `provenance` reads of `item` (sha256, hex).
 pub fn digest(provenance: &Provenance, item: &Item) -> String {
     let read: Value = match provenance.task {
-        Task::Judge => {
-            let mut shown = item.clone();
-            shown.human.clear();
-            shown.raters.clear();
-            serde_json::to_value(&shown).expect("items serialise")
-        }
+        Task::Judge | Task::Compare => shown(item),
         Task::BertScore => {
             let against = provenance.settings.get("against").and_then(Value::as_str);
             let compared: Vec<&str> = match against {
@@ -43,23 +75,44 @@ pub fn digest(provenance: &Provenance, item: &Item) -> String {
     crate::checksum::sha256_hex(read.to_string().as_bytes())
 }
 
+/// Every field of an item a rubric's templates can show (its ratings are not shown).
+fn shown(item: &Item) -> Value {
+    let mut shown = item.clone();
+    shown.human.clear();
+    shown.raters.clear();
+    serde_json::to_value(&shown).expect("items serialise")
+}
+
+/// The hash of what a pairwise judge reads of `pair`: both candidates as a judge reads items.
+pub fn pair_digest(pair: &Pair) -> String {
+    let read = json!({
+        "context_id": pair.context_id,
+        "first": shown(&pair.first),
+        "second": shown(&pair.second),
+    });
+    crate::checksum::sha256_hex(read.to_string().as_bytes())
+}
+
 /// An error naming `path:line` when `record` (read there) was scored from another version of
-/// `item` than the one given. A line without a hash (written by another tool) is not checked.
+/// `unit` (an item, a pair) than the one given. A line without a hash (written by another tool)
+/// is not checked.
 pub fn ensure_current(
     record: &Record,
-    item: &Item,
+    unit: &impl Unit,
     path: &Path,
     line: usize,
 ) -> Result<(), ResultsError> {
     match &record.input {
-        Some(input) if *input != digest(&record.provenance, item) => Err(ResultsError::Corrupt {
-            path: path.to_path_buf(),
-            line,
-            message: format!(
-                "input_sha256: item {:?} has changed since this line was scored; run the scorer again on these items (it scores changed items again)",
-                record.id
-            ),
-        }),
+        Some(input) if *input != unit.input_digest(&record.provenance) => {
+            Err(ResultsError::Corrupt {
+                path: path.to_path_buf(),
+                line,
+                message: format!(
+                    "input_sha256: item {:?} has changed since this line was scored; run the scorer again on these items (it scores changed items again)",
+                    record.id
+                ),
+            })
+        }
         _ => Ok(()),
     }
 }
@@ -99,6 +152,7 @@ mod tests {
             setting: None,
             system: Some("sys".into()),
             dialogue: None,
+            context_id: None,
             human: [("x".to_string(), HumanRating::Single(1.0))].into(),
             raters: vec![],
             meta: None,

@@ -3,7 +3,7 @@
 //! locked, append-only, resumable, error lines retried); `reader` reads results back for
 //! `meta`, `merge` and `eval`, refusing a second line for an item and lines of another run.
 //! The scorers' results are typed here: `scores::AspectScore` (a judge's aspect), `prf::Prf`
-//! (BERTScore).
+//! (BERTScore), `verdicts::PairVerdict` (a pairwise judge's aspect).
 
 mod file;
 pub mod inputs;
@@ -13,10 +13,11 @@ pub mod reader;
 pub mod record;
 pub mod runner;
 pub mod scores;
+pub mod verdicts;
 
 pub use file::ResultsFile;
 pub use provenance::{AspectTargets, Expected, ModelId, Provenance, RubricId, Task};
-pub use record::{Body, JudgeRecord, Record};
+pub use record::{Body, CompareRecord, JudgeRecord, Record};
 pub use runner::{Outcome, Progress, RunError, RunSummary, ScoreTask};
 
 use std::path::PathBuf;

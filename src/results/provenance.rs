@@ -10,6 +10,8 @@ use std::path::Path;
 pub enum Task {
     Judge,
     BertScore,
+    /// A pairwise judge: per pair of responses, the verdicts in both orders.
+    Compare,
 }
 
 impl Task {
@@ -17,6 +19,7 @@ impl Task {
         match self {
             Task::Judge => "judge",
             Task::BertScore => "bertscore",
+            Task::Compare => "compare",
         }
     }
 }

@@ -7,6 +7,7 @@
 use super::prf::Prf;
 use super::provenance::{Provenance, Task};
 use super::scores::AspectScore;
+use super::verdicts::{PairVerdict, VerdictProbs};
 use serde_json::{Map, Value, json};
 
 /// A results line.
@@ -26,6 +27,25 @@ pub struct Record {
 pub enum Body {
     Judge(JudgeRecord),
     BertScore(Prf),
+    Compare(CompareRecord),
+}
+
+/// A pairwise judge's (or the mean of several judges') verdicts for one pair.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompareRecord {
+    pub context_id: String,
+    /// The pair's systems (`data::Pair`).
+    pub first: String,
+    pub second: String,
+    /// Per aspect key, in rubric order; with several judges, their mean.
+    pub verdicts: Vec<(String, PairVerdict)>,
+    /// json mode, one judge: what it wrote with the first system's response shown first, then
+    /// with the second's.
+    pub answers: Vec<Answer>,
+    /// Several judges: each one's own verdicts.
+    pub judges: Vec<(String, Vec<(String, PairVerdict)>)>,
+    pub dropped_turns: usize,
+    pub truncated: bool,
 }
 
 /// A judge's (or the mean of several judges') scores for one item.
@@ -126,6 +146,7 @@ impl Record {
             None => Ok(match provenance.task {
                 Task::Judge => Body::Judge(read_judge(&line)?),
                 Task::BertScore => Body::BertScore(read_prf(&line)?),
+                Task::Compare => Body::Compare(read_compare(&line)?),
             }),
         };
         Ok(Record {
@@ -180,6 +201,31 @@ pub fn line(
                 json!({"P": finite(prf.p), "R": finite(prf.r), "F": finite(prf.f)}),
             );
         }
+        Ok(Body::Compare(c)) => {
+            line.insert(
+                "pair".into(),
+                json!({"context_id": c.context_id, "first": c.first, "second": c.second}),
+            );
+            line.insert("verdicts".into(), verdicts_json(&c.verdicts));
+            if !c.answers.is_empty() {
+                let answers = c
+                    .answers
+                    .iter()
+                    .map(|a| json!({"reason": a.reason, "answer": a.text}))
+                    .collect();
+                line.insert("answers".into(), Value::Array(answers));
+            }
+            if !c.judges.is_empty() {
+                let judges = c
+                    .judges
+                    .iter()
+                    .map(|(model, v)| json!({"model": model, "verdicts": verdicts_json(v)}))
+                    .collect();
+                line.insert("judges".into(), Value::Array(judges));
+            }
+            line.insert("dropped_turns".into(), json!(c.dropped_turns));
+            line.insert("truncated".into(), json!(c.truncated));
+        }
     }
     line.insert("provenance".into(), provenance.clone());
     Value::Object(line).to_string()
@@ -189,6 +235,135 @@ pub fn line(
 /// so this only keeps a line valid JSON.
 fn finite(x: f64) -> Value {
     if x.is_finite() { json!(x) } else { Value::Null }
+}
+
+/// Per aspect: the order-averaged preference and what it says, then each order's own.
+fn verdicts_json(verdicts: &[(String, PairVerdict)]) -> Value {
+    Value::Object(
+        verdicts
+            .iter()
+            .map(|(k, v)| {
+                let pref = v.preference();
+                let value = json!({
+                    "first": pref.first,
+                    "second": pref.second,
+                    "tie": pref.tie,
+                    "verdict": pref.verdict(),
+                    "consistent": v.consistent(),
+                    "position_bias": v.position_bias(),
+                    "first_shown_first": v.first_shown_first,
+                    "second_shown_first": v.second_shown_first,
+                });
+                (k.clone(), value)
+            })
+            .collect(),
+    )
+}
+
+fn read_verdicts(v: Option<&Value>, at: &str) -> Result<Vec<(String, PairVerdict)>, FieldError> {
+    let verdicts = v
+        .and_then(Value::as_object)
+        .ok_or_else(|| field_error(at, "missing or not an object"))?;
+    let order = |v: &Value, at: String| -> Result<VerdictProbs, FieldError> {
+        let probs: VerdictProbs = v
+            .as_object()
+            .ok_or_else(|| field_error(&at, "missing or not an object"))
+            .and_then(|_| {
+                serde_json::from_value(v.clone()).map_err(|e| field_error(&at, e.to_string()))
+            })?;
+        for (key, p) in [
+            ("first", probs.first),
+            ("second", probs.second),
+            ("tie", probs.tie),
+            ("off_scale", probs.off_scale),
+        ] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(field_error(
+                    format!("{at}.{key}"),
+                    format!("not a probability: {p}"),
+                ));
+            }
+        }
+        Ok(probs)
+    };
+    verdicts
+        .iter()
+        .map(|(aspect, v)| {
+            let at = format!("{at}.{aspect}");
+            let get = |key: &str| order(v.get(key).unwrap_or(&Value::Null), format!("{at}.{key}"));
+            Ok((
+                aspect.clone(),
+                PairVerdict {
+                    first_shown_first: get("first_shown_first")?,
+                    second_shown_first: get("second_shown_first")?,
+                },
+            ))
+        })
+        .collect()
+}
+
+fn read_compare(line: &Map<String, Value>) -> Result<CompareRecord, FieldError> {
+    let pair = line
+        .get("pair")
+        .and_then(Value::as_object)
+        .ok_or_else(|| field_error("pair", "missing or not an object"))?;
+    let name = |key: &str| {
+        pair.get(key)
+            .and_then(Value::as_str)
+            .map(String::from)
+            .ok_or_else(|| field_error(format!("pair.{key}"), "missing or not a string"))
+    };
+    let answers = match line.get("answers") {
+        None => Vec::new(),
+        Some(Value::Array(a)) if a.len() == 2 => a
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let a = a
+                    .as_object()
+                    .ok_or_else(|| field_error(format!("answers[{i}]"), "not an object"))?;
+                read_answer(a, &format!("answers[{i}]."))?.ok_or_else(|| {
+                    field_error(format!("answers[{i}]"), "needs `reason` and `answer`")
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => {
+            return Err(field_error(
+                "answers",
+                "not a list of the two orders' answers",
+            ));
+        }
+    };
+    let judges = match line.get("judges") {
+        None => Vec::new(),
+        Some(Value::Array(js)) => js
+            .iter()
+            .enumerate()
+            .map(|(i, j)| {
+                let at = format!("judges[{i}]");
+                let model = j
+                    .get("model")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| field_error(format!("{at}.model"), "missing"))?;
+                Ok((
+                    model.to_string(),
+                    read_verdicts(j.get("verdicts"), &format!("{at}.verdicts"))?,
+                ))
+            })
+            .collect::<Result<_, FieldError>>()?,
+        Some(_) => return Err(field_error("judges", "not an array")),
+    };
+    let (dropped_turns, truncated) = read_fit(line)?;
+    Ok(CompareRecord {
+        context_id: name("context_id")?,
+        first: name("first")?,
+        second: name("second")?,
+        verdicts: read_verdicts(line.get("verdicts"), "verdicts")?,
+        answers,
+        judges,
+        dropped_turns,
+        truncated,
+    })
 }
 
 fn scores_json(scores: &[(String, AspectScore)]) -> Value {
@@ -330,6 +505,18 @@ fn read_judge(line: &Map<String, Value>) -> Result<JudgeRecord, FieldError> {
             .collect::<Result<_, FieldError>>()?,
         Some(_) => return Err(field_error("judges", "not an array")),
     };
+    let (dropped_turns, truncated) = read_fit(line)?;
+    Ok(JudgeRecord {
+        scores: read_scores(line.get("scores"), "scores")?,
+        answer: read_answer(line, "")?,
+        judges,
+        dropped_turns,
+        truncated,
+    })
+}
+
+/// `dropped_turns` and `truncated` (0 and false when absent).
+fn read_fit(line: &Map<String, Value>) -> Result<(usize, bool), FieldError> {
     let dropped_turns = match line.get("dropped_turns") {
         None => 0,
         Some(v) => v
@@ -343,13 +530,7 @@ fn read_judge(line: &Map<String, Value>) -> Result<JudgeRecord, FieldError> {
             .as_bool()
             .ok_or_else(|| field_error("truncated", "not true or false"))?,
     };
-    Ok(JudgeRecord {
-        scores: read_scores(line.get("scores"), "scores")?,
-        answer: read_answer(line, "")?,
-        judges,
-        dropped_turns,
-        truncated,
-    })
+    Ok((dropped_turns, truncated))
 }
 
 fn read_prf(line: &Map<String, Value>) -> Result<Prf, FieldError> {

@@ -4,15 +4,17 @@
 
 use super::ResultsError;
 use super::file::ResultsFile;
+pub use super::inputs::Unit;
 use super::provenance::Provenance;
 use super::record::{self, Body};
-use crate::data::Item;
 use std::collections::HashMap;
 use std::path::Path;
 
 /// A scorer, as the runner sees it.
 pub trait ScoreTask {
     type Error: std::error::Error + Send + Sync + 'static;
+    /// What it scores one line for.
+    type Unit: Unit;
 
     /// Every setting that changes a number (a rerun with any other is refused).
     fn provenance(&self) -> Provenance;
@@ -20,10 +22,15 @@ pub trait ScoreTask {
     /// Prepare to score `todo` (indices into `items`, the items not yet in the output; all of
     /// `items` may matter, e.g. a shared prompt header or idf weights) and return the chunks to
     /// score, in order: each is written (and synced) as soon as it is scored.
-    fn plan(&mut self, items: &[Item], todo: &[usize]) -> Result<Vec<Vec<usize>>, Self::Error>;
+    fn plan(
+        &mut self,
+        items: &[Self::Unit],
+        todo: &[usize],
+    ) -> Result<Vec<Vec<usize>>, Self::Error>;
 
     /// Score one chunk: one outcome per index of `chunk`, in its order.
-    fn score(&mut self, items: &[Item], chunk: &[usize]) -> Result<Vec<Outcome>, Self::Error>;
+    fn score(&mut self, items: &[Self::Unit], chunk: &[usize])
+    -> Result<Vec<Outcome>, Self::Error>;
 }
 
 /// What became of one item.
@@ -79,7 +86,7 @@ pub struct RunSummary {
 /// `progress` is called with (items done, items to do) and may stop the run between chunks.
 pub fn run<T: ScoreTask>(
     task: &mut T,
-    items: &[Item],
+    items: &[T::Unit],
     output: &Path,
     overwrite: bool,
     progress: &mut Progress<'_>,
@@ -88,11 +95,11 @@ pub fn run<T: ScoreTask>(
     let current: HashMap<&str, &str> = items
         .iter()
         .zip(&carried.inputs)
-        .map(|(item, input)| (item.id.as_str(), input.as_str()))
+        .map(|(item, input)| (item.id(), input.as_str()))
         .collect();
     let mut file = ResultsFile::open(output, &carried.provenance, overwrite, &current)?;
     let todo: Vec<usize> = (0..items.len())
-        .filter(|&i| !file.finished.contains(&items[i].id))
+        .filter(|&i| !file.finished.contains(items[i].id()))
         .collect();
     let mut summary = RunSummary {
         skipped_finished: items.len() - todo.len(),
@@ -119,7 +126,7 @@ pub fn run<T: ScoreTask>(
 /// each item, in the items' order, with no file read or written.
 pub fn run_in_memory<T: ScoreTask>(
     task: &mut T,
-    items: &[Item],
+    items: &[T::Unit],
     progress: &mut Progress<'_>,
 ) -> Result<(RunSummary, Vec<String>), RunError<T::Error>> {
     let carried = Carried::new(task, items);
@@ -150,12 +157,12 @@ struct Carried {
 }
 
 impl Carried {
-    fn new<T: ScoreTask>(task: &T, items: &[Item]) -> Self {
+    fn new<T: ScoreTask>(task: &T, items: &[T::Unit]) -> Self {
         let provenance = task.provenance();
         let provenance_json = serde_json::to_value(&provenance).expect("provenance serialises");
         let inputs = items
             .iter()
-            .map(|item| super::inputs::digest(&provenance, item))
+            .map(|item| item.input_digest(&provenance))
             .collect();
         Carried {
             provenance,
@@ -189,7 +196,7 @@ impl LineSink for Vec<Option<String>> {
 /// Score the `todo` items in the task's chunks, appending each chunk's lines to `sink`.
 fn score_into<T: ScoreTask>(
     task: &mut T,
-    items: &[Item],
+    items: &[T::Unit],
     todo: &[usize],
     carried: &Carried,
     sink: &mut dyn LineSink,
@@ -207,7 +214,7 @@ fn score_into<T: ScoreTask>(
         assert_eq!(outcomes.len(), chunk.len(), "one outcome per item");
         let mut lines = Vec::with_capacity(chunk.len());
         for (&i, outcome) in chunk.iter().zip(outcomes) {
-            let id = &items[i].id;
+            let id = items[i].id();
             let body = match outcome {
                 Outcome::Scored(body) => {
                     summary.scored += 1;

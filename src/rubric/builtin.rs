@@ -28,6 +28,22 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "breakdown3-en",
         include_str!("../../prompts/breakdown3-en.toml"),
     ),
+    (
+        "dialogue6-pair-ja",
+        include_str!("../../prompts/dialogue6-pair-ja.toml"),
+    ),
+    (
+        "dialogue6-pair-en",
+        include_str!("../../prompts/dialogue6-pair-en.toml"),
+    ),
+    (
+        "breakdown-pair-ja",
+        include_str!("../../prompts/breakdown-pair-ja.toml"),
+    ),
+    (
+        "breakdown-pair-en",
+        include_str!("../../prompts/breakdown-pair-en.toml"),
+    ),
 ];
 
 pub fn builtin_names() -> Vec<&'static str> {

@@ -112,6 +112,52 @@ fn default_reason_tokens() -> usize {
 /// The longest reason a json rubric may ask for, in tokens.
 pub const MAX_REASON_TOKENS: usize = 1 << 20;
 
+/// A pairwise rubric's verdicts as scores of its scale: which score says the response shown
+/// first is better, which the one shown second, and (where the rubric allows one) a tie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PairwiseVerdicts {
+    pub first: i64,
+    pub second: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tie: Option<i64>,
+}
+
+/// What one verdict score says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shown {
+    /// The response shown first is better.
+    First,
+    /// The response shown second is better.
+    Second,
+    Tie,
+}
+
+impl PairwiseVerdicts {
+    /// What `score` says (None: not a verdict score).
+    pub fn meaning(&self, score: i64) -> Option<Shown> {
+        if score == self.first {
+            Some(Shown::First)
+        } else if score == self.second {
+            Some(Shown::Second)
+        } else if Some(score) == self.tie {
+            Some(Shown::Tie)
+        } else {
+            None
+        }
+    }
+
+    /// The verdict scores, lowest first.
+    fn scale(&self) -> Vec<i64> {
+        let mut s: Vec<i64> = [Some(self.first), Some(self.second), self.tie]
+            .into_iter()
+            .flatten()
+            .collect();
+        s.sort_unstable();
+        s
+    }
+}
+
 /// A rubric as written in its TOML file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -127,6 +173,10 @@ pub struct Rubric {
     pub prompt: PromptTemplates,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json: Option<JsonOutput>,
+    /// A pairwise rubric (`hyoka compare`): its templates show two responses
+    /// (`responses[0]`, `responses[1]`) and every aspect's scale is these verdicts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pairwise: Option<PairwiseVerdicts>,
     pub aspects: Vec<Aspect>,
 }
 
@@ -264,6 +314,32 @@ impl Rubric {
                     f("levels"),
                     "`human` must be given for every level of the scale or for none".into(),
                 );
+            }
+        }
+        if let Some(v) = &self.pairwise {
+            let scale = v.scale();
+            if scale.windows(2).any(|w| w[0] == w[1]) {
+                return bad(
+                    "pairwise".into(),
+                    "first, second and tie must be three different scores".into(),
+                );
+            }
+            for (i, a) in self.aspects.iter().enumerate() {
+                if a.scores() != scale {
+                    return bad(
+                        format!("aspects[{i}].min"),
+                        format!(
+                            "a pairwise rubric's scale is its verdicts ({}): min = {} and max = {}, with no other score",
+                            scale
+                                .iter()
+                                .map(i64::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            scale[0],
+                            scale[scale.len() - 1]
+                        ),
+                    );
+                }
             }
         }
         match (self.output, &self.json) {

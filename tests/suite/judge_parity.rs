@@ -52,6 +52,7 @@ fn item(id: &str, text: &str) -> Item {
         setting: None,
         system: None,
         dialogue: None,
+        context_id: None,
         human: Default::default(),
         raters: vec![],
         meta: None,

@@ -34,6 +34,7 @@ mod last_layer_reads;
 mod llama_cpp_vocabs;
 mod meta_parity;
 mod multilingual_encoder;
+mod pairwise;
 mod prefill_gemm_bf16;
 mod prefill_gemm_int8;
 mod results_integrity;

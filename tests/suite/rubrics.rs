@@ -1,7 +1,7 @@
 //! The built-in rubrics follow the user's seed documents (../shared/seeds): checked here against
 //! the seed texts themselves, not against hyoka's own output.
 
-use hyoka::prompt::{PromptBuilder, sample_item};
+use hyoka::prompt::{PromptBuilder, sample_item, sample_pair};
 use hyoka::rubric::{OutputMode, Rubric, builtin_names};
 
 fn seed(prefix: &str) -> String {
@@ -20,14 +20,17 @@ fn rubric(name: &str) -> Rubric {
 
 #[test]
 fn every_builtin_validates() {
-    assert_eq!(builtin_names().len(), 6);
+    assert_eq!(builtin_names().len(), 10);
     for name in builtin_names() {
         let r = rubric(name);
         assert_eq!(r.name, name);
-        let prompt = PromptBuilder::new(&r)
-            .unwrap()
-            .render(&sample_item())
-            .unwrap();
+        let builder = PromptBuilder::new(&r).unwrap();
+        let prompt = match r.pairwise {
+            None => builder.render(&sample_item()).unwrap(),
+            Some(_) => builder
+                .render_pair_keeping(&sample_pair(), false, usize::MAX)
+                .unwrap(),
+        };
         let expect = if r.output == OutputMode::Score {
             r.aspects.len()
         } else {
@@ -67,6 +70,52 @@ fn dialogue6_scales_follow_table_2() {
                 assert_eq!(&a.name, name);
             }
         }
+    }
+}
+
+/// The pairwise versions ask about the paper's aspects (keys, names, definitions and the human
+/// ratings they are compared with, as the absolute rubrics checked above), each a verdict of
+/// response 1, response 2 or a tie; both responses are shown, in the order given.
+#[test]
+fn pairwise_rubrics_ask_about_the_absolute_rubrics_aspects() {
+    for (pair, single) in [
+        ("dialogue6-pair-ja", "dialogue6-ja"),
+        ("dialogue6-pair-en", "dialogue6-en"),
+        ("breakdown-pair-ja", "breakdown3-ja"),
+        ("breakdown-pair-en", "breakdown3-en"),
+    ] {
+        let (p, s) = (rubric(pair), rubric(single));
+        assert_eq!(p.language, s.language, "{pair}");
+        let v = p.pairwise.expect(pair);
+        assert_eq!((v.first, v.second, v.tie), (1, 2, Some(0)), "{pair}");
+        assert_eq!(p.aspects.len(), s.aspects.len(), "{pair}");
+        for (a, b) in p.aspects.iter().zip(&s.aspects) {
+            assert_eq!((&a.key, &a.human), (&b.key, &b.human), "{pair}");
+            if pair.starts_with("dialogue6") {
+                assert_eq!((&a.name, &a.definition), (&b.name, &b.definition), "{pair}");
+            }
+        }
+        let builder = PromptBuilder::new(&p).unwrap();
+        let pair_item = sample_pair();
+        let text = |swapped| {
+            let prompt = builder
+                .render_pair_keeping(&pair_item, swapped, usize::MAX)
+                .unwrap();
+            prompt.messages.last().unwrap().content.clone()
+        };
+        let (a, b) = (
+            &pair_item.first.response.text,
+            &pair_item.second.response.text,
+        );
+        let (ab, ba) = (text(false), text(true));
+        assert!(
+            ab.find(a.as_str()).unwrap() < ab.find(b.as_str()).unwrap(),
+            "{pair}"
+        );
+        assert!(
+            ba.find(b.as_str()).unwrap() < ba.find(a.as_str()).unwrap(),
+            "{pair}"
+        );
     }
 }
 
