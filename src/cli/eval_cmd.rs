@@ -41,7 +41,12 @@ items edited since. Everything that can be checked is checked before anything is
 refused for another rubric, model or setting leaves the folder as it was, and every file is \
 written whole. An empty input is nothing to do (exit 0). --shard K/N (or a SLURM array job) \
 scores whole dialogues 1 in N into OUT/shard-K-of-N (a share with no dialogue is an empty \
-folder, exit 0); `hyoka merge` joins the shards' folders and writes the report."
+folder, exit 0); `hyoka merge` joins the shards' folders and writes the report.\n\n\
+With a pairwise rubric (dialogue6-pair-ja …) the folder holds pairs.jsonl instead: the pairs of \
+items that share a context_id (every two systems, or each against --baseline) judged in both \
+orders, and summary.md, summary.json and report.html rank the systems and compare the verdicts \
+with human preferences (docs/pairwise.md); --sample-dialogues and --shard then take whole \
+contexts, and BERTScore is left out."
 )]
 pub struct EvalArgs {
     /// Items JSONL (see `hyoka validate --help`).
@@ -93,6 +98,10 @@ pub struct EvalArgs {
     /// Score only shard K of N (whole dialogues); default from SLURM_ARRAY_TASK_ID/COUNT.
     #[arg(long, value_name = "K/N", value_parser = Shard::parse)]
     pub shard: Option<Shard>,
+    /// Pairwise rubrics: compare each other system with this one only (default: every two
+    /// systems of a context).
+    #[arg(long, value_name = "SYSTEM")]
+    pub baseline: Option<String>,
     /// Output folder.
     #[arg(long, short)]
     pub output: PathBuf,
@@ -160,6 +169,12 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     }
     if rubric.pairwise.is_some() {
         return run_pairwise(&args, rubric, source, &dir, shard);
+    }
+    if args.baseline.is_some() {
+        return Err(super::exit::usage(format!(
+            "--baseline: pairs are for a pairwise rubric, and {} scores single responses",
+            rubric.name
+        )));
     }
     let mut items = read_or_import(&args, Grouping::Dialogues)?;
     if let Some(s) = shard {
@@ -337,7 +352,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
 /// `eval` with a pairwise rubric: the items' pairs judged in both orders (pairs.jsonl), then
 /// the systems ranked and compared with human preferences (summary.md, summary.json,
 /// report.html). BERTScore scores single responses and is left out. `--sample-dialogues` and
-/// `--shard` take whole contexts.
+/// `--shard` take whole contexts; `--baseline` pairs each system with one.
 fn run_pairwise(
     args: &EvalArgs,
     rubric: crate::rubric::Rubric,
@@ -374,7 +389,11 @@ fn run_pairwise(
         }
         _ => data::Origin::Memory,
     };
-    let pairs = data::form_pairs(&items, origin, &data::Pairing::All)?;
+    let pairing = match &args.baseline {
+        Some(b) => data::Pairing::Baseline(b.clone()),
+        None => data::Pairing::All,
+    };
+    let pairs = data::form_pairs(&items, origin, &pairing)?;
     eprintln!(
         "{} items, {} contexts, {} pairs{} → {}{}",
         items.len(),

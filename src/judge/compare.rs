@@ -150,13 +150,7 @@ impl ScoreTask for CompareTask<'_, '_> {
                     reserve,
                 )?
                 .into()),
-                None => Ok(vec![layout_pair(
-                    builder,
-                    &m.chat_template,
-                    &m.tokenizer,
-                    pair,
-                    fit,
-                )?]),
+                None => layout_pair(builder, &m.chat_template, &m.tokenizer, pair, fit),
             },
         )?;
         self.stats.forward_tokens += prepared.header_tokens;
@@ -213,19 +207,23 @@ impl ScoreTask for CompareTask<'_, '_> {
                         })
                         .collect()
                 }
-                None => scorer
-                    .score(&layouts)?
-                    .into_iter()
-                    .zip(&ok)
-                    .flat_map(|(mut lead, (j, _))| {
-                        let other = lead.split_off(aspects);
-                        if leading_order(&pairs[chunk[*j]]) {
-                            [(other, None), (lead, None)]
-                        } else {
-                            [(lead, None), (other, None)]
-                        }
-                    })
-                    .collect(),
+                None => {
+                    // Each pair's rows' scores, in order: the leading order's aspects, then
+                    // the other's (one row or two).
+                    let mut rows = scorer.score(&layouts)?.into_iter();
+                    ok.iter()
+                        .flat_map(|(j, ls)| {
+                            let mut lead: Vec<AspectScore> =
+                                rows.by_ref().take(ls.len()).flatten().collect();
+                            let other = lead.split_off(aspects);
+                            if leading_order(&pairs[chunk[*j]]) {
+                                [(other, None), (lead, None)]
+                            } else {
+                                [(lead, None), (other, None)]
+                            }
+                        })
+                        .collect()
+                }
             };
             let mut orders = per_order.into_iter();
             let mut ok_iter = ok.iter().map(|(j, _)| *j).peekable();

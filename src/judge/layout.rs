@@ -118,39 +118,57 @@ pub fn layout_item(
     })
 }
 
-/// A pairwise rubric's layout of `pair`: both orders of its two responses in one row, whose
-/// trunk is what the orders share (the rubric's text and the context, up to the first
-/// response) and whose branches are each order's rest with each aspect's answer. `aspects`
-/// holds the rubric's aspects for one order, then for the other: the order that shows the
-/// lesser system name first leads (`leading_order`), so that the row — and its bits — are the
-/// same whichever system the pair names first.
+/// A pairwise rubric's layout of `pair`: its two orders, laid out to prefill the fewer tokens.
+/// Either one row, whose trunk is what the orders share (the rubric's text and the context, up
+/// to the first response) and whose branches are each order's rest with each aspect's answer —
+/// the rest then repeats once per aspect; or two rows, one per order, each its whole prompt with
+/// the aspects' answers as branches — the context then repeats once. A rubric of one aspect
+/// takes the first, a rubric that asks several aspects after the responses the second. The
+/// choice counts only the pair's own tokens, so it is the same for the pair in any run. The
+/// layouts' aspects, in order, are the rubric's for one order, then for the other: the order
+/// that shows the lesser system name first leads (`leading_order`), so that the rows — and
+/// their bits — are the same whichever system the pair names first.
 pub fn layout_pair(
     builder: &PromptBuilder,
     template: &ChatTemplate,
     tokenizer: &Tokenizer,
     pair: &Pair,
     fit: &TextFit,
-) -> Result<ItemLayout, JudgeError> {
+) -> Result<Vec<ItemLayout>, JudgeError> {
     let shown = Shown::of_pair(pair);
     let lead = leading_order(pair);
     fit_context(builder, &shown, fit, |keep| {
-        let (mut seqs, a) = score_sequences(
+        let (seqs, a) = score_sequences(
             builder,
             template,
             tokenizer,
             &builder.render_pair_keeping(pair, lead, keep)?,
         )?;
-        let (b_seqs, b) = score_sequences(
+        let (other, b) = score_sequences(
             builder,
             template,
             tokenizer,
             &builder.render_pair_keeping(pair, !lead, keep)?,
         )?;
-        seqs.extend(b_seqs);
-        Ok((seqs, a.max(b)))
+        Ok(((seqs, other), a.max(b)))
     })
-    .map(|(per_aspect, dropped_turns, truncated)| {
-        branch_layout(builder, per_aspect, dropped_turns, truncated)
+    .map(|((seqs, other), dropped_turns, truncated)| {
+        let apart = [
+            branch_layout(builder, seqs.clone(), dropped_turns, truncated),
+            branch_layout(builder, other.clone(), dropped_turns, truncated),
+        ];
+        let together = branch_layout(
+            builder,
+            seqs.into_iter().chain(other).collect(),
+            dropped_turns,
+            truncated,
+        );
+        let apart_tokens: usize = apart.iter().map(|l| l.row_tokens(0)).sum();
+        if apart_tokens < together.row_tokens(0) {
+            apart.into()
+        } else {
+            vec![together]
+        }
     })
 }
 

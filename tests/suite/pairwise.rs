@@ -87,19 +87,46 @@ fn shown(p: &VerdictProbs, swapped: bool) -> [f64; 3] {
     }
 }
 
+/// The fixture's rubric: without the tail after the responses, or with it.
+fn fixture_rubric(fx: &Value, tail: bool) -> Rubric {
+    let key = if tail { "rubric_with_tail" } else { "rubric" };
+    Rubric::from_toml(fx[key].as_str().unwrap(), key).unwrap()
+}
+
+/// How many rows `layout_pair` lays the pair out in.
+fn rows(judge: &LoadedJudge, pair: &Pair) -> usize {
+    let m = &judge.models[0];
+    let builder = hyoka::prompt::PromptBuilder::new(&judge.rubric).unwrap();
+    let fit = hyoka::judge::layout::TextFit::new(&m.tokenizer, 8192);
+    hyoka::judge::layout::layout_pair(&builder, &m.chat_template, &m.tokenizer, pair, &fit)
+        .unwrap()
+        .len()
+}
+
+/// Both layouts of a pair — one row for the two orders (the rubric without a tail after the
+/// responses), one row per order (with it) — against transformers.
 #[test]
 fn verdict_distributions_match_transformers_in_both_orders() {
     let fx = fixture("judge/pairwise.json");
-    let rubric = Rubric::from_toml(fx["rubric"].as_str().unwrap(), "fixture").unwrap();
     let tol = common::tol(1e-4, 0.05, 0.01);
     for m in fx["models"].as_array().unwrap() {
         let Some(path) = common::test_model(m["model"].as_str().unwrap()) else {
             return;
         };
+        let tail = m["tail"].as_bool().unwrap();
         let cases = m["cases"].as_array().unwrap();
         let items = fixture_items(cases);
         let pairs = form_pairs(&items, Origin::Memory, &Pairing::All).unwrap();
-        let judge = judge(&path, rubric.clone(), 4096);
+        let judge = judge(&path, fixture_rubric(&fx, tail), 4096);
+        // With the tail every pair takes two rows; without, short pairs take one (a pair of
+        // long responses may still take two: the rest after the first response repeats per
+        // aspect).
+        let counts: Vec<usize> = pairs.pairs.iter().map(|p| rows(&judge, p)).collect();
+        if tail {
+            assert!(counts.iter().all(|&n| n == 2), "{counts:?}");
+        } else {
+            assert!(counts.contains(&1), "{counts:?}");
+        }
         let got = verdicts(&judge, &pairs);
         let mut worst = 0f64;
         for case in cases {
@@ -131,7 +158,7 @@ fn verdict_distributions_match_transformers_in_both_orders() {
                 }
             }
         }
-        eprintln!("{}: worst |Δp| {worst:.2e}", m["model"]);
+        eprintln!("{} (tail {tail}): worst |Δp| {worst:.2e}", m["model"]);
     }
 }
 
@@ -144,11 +171,17 @@ fn verdicts_are_the_same_bits_in_any_batch_order_and_naming() {
         return;
     }
     let fx = fixture("judge/pairwise.json");
+    for tail in [false, true] {
+        same_bits(&fx, tail);
+    }
+}
+
+fn same_bits(fx: &Value, tail: bool) {
     let m = &fx["models"][0];
     let Some(path) = common::test_model(m["model"].as_str().unwrap()) else {
         return;
     };
-    let rubric = Rubric::from_toml(fx["rubric"].as_str().unwrap(), "fixture").unwrap();
+    let rubric = fixture_rubric(fx, tail);
     let items = fixture_items(m["cases"].as_array().unwrap());
     let pairs = form_pairs(&items, Origin::Memory, &Pairing::All).unwrap();
     let together = verdicts(&judge(&path, rubric.clone(), 1 << 20), &pairs);
@@ -374,6 +407,59 @@ fn eval_with_a_pairwise_rubric_ranks_the_systems() {
         std::fs::read_to_string(merged.join("summary.json")).unwrap(),
         summary_text
     );
+    // Each system against a baseline: 2 pairs in each of the 8 contexts, the baseline second.
+    let against = tmp.path().join("baseline");
+    let mut args: Vec<&std::ffi::OsStr> = vec!["eval".as_ref(), "-i".as_ref(), input.as_ref()];
+    args.extend(
+        [
+            "--rubric",
+            "breakdown-pair-ja",
+            "--baseline",
+            "terse",
+            "--model",
+        ]
+        .map(std::ffi::OsStr::new),
+    );
+    args.extend([
+        model.as_os_str(),
+        "--bootstrap".as_ref(),
+        "50".as_ref(),
+        "-o".as_ref(),
+    ]);
+    args.push(against.as_ref());
+    let run = hyoka(&args);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let ids: Vec<String> = std::fs::read_to_string(against.join("pairs.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ids.len(), 16);
+    assert!(ids.iter().all(|id| id.ends_with("|terse")), "{ids:?}");
+    // A baseline for a rubric that scores single responses is refused before anything loads.
+    let absolute = hyoka(&[
+        "eval".as_ref(),
+        "-i".as_ref(),
+        input.as_ref(),
+        "--rubric".as_ref(),
+        "breakdown3-ja".as_ref(),
+        "--baseline".as_ref(),
+        "terse".as_ref(),
+        "-o".as_ref(),
+        tmp.path().join("refused").as_ref(),
+    ]);
+    assert_eq!(absolute.status.code(), Some(2));
+    assert!(!tmp.path().join("refused").exists());
+
     // A shard whose lines are missing is named, and nothing is written.
     std::fs::write(two.join("pairs.jsonl"), "").unwrap();
     let partial = tmp.path().join("partial");
