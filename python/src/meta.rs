@@ -121,6 +121,21 @@ pub fn meta(
         for (k, input) in inputs.iter().enumerate() {
             let records = read_records(input)?;
             if are_pairwise(&records) {
+                // By the names Python takes them (`--fit-w` is `fit_w`).
+                let mut unused: Vec<String> = opts
+                    .not_for_pairwise()
+                    .iter()
+                    .map(|flag| flag.trim_start_matches("--").replace('-', "_"))
+                    .collect();
+                if half.is_some() {
+                    unused.push("half".into());
+                }
+                if !unused.is_empty() {
+                    return Err(MetaError::Usage(format!(
+                        "{}: for judge and BERTScore results; pairwise results take bootstrap, confidence, seed, tie_margin and preferences",
+                        unused.join(", ")
+                    )));
+                }
                 if inputs.len() > 1 {
                     return Err(MetaError::Usage(format!(
                         "scores[{k}] holds pairwise results: give them to meta alone"
@@ -135,9 +150,9 @@ pub fn meta(
                     .map_err(|e| MetaError::Input(format!("summary: {e}")));
             }
         }
-        if preferences.is_some() {
+        if preferences.is_some() || pairwise.tie_margin != 0.0 {
             return Err(MetaError::Usage(
-                "preferences: human preferences per pair are for pairwise results".into(),
+                "preferences, tie_margin: human preferences are for pairwise results".into(),
             ));
         }
         let mut joined = hyoka::meta::join(items, &origin, &inputs, true)?;

@@ -170,9 +170,9 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     if rubric.pairwise.is_some() {
         return run_pairwise(&args, rubric, source, &dir, shard);
     }
-    if args.baseline.is_some() {
+    if args.baseline.is_some() || args.stats.preferences.is_some() || args.stats.tie_margin != 0.0 {
         return Err(super::exit::usage(format!(
-            "--baseline: pairs are for a pairwise rubric, and {} scores single responses",
+            "--baseline, --preferences, --tie-margin: pairs are for a pairwise rubric, and {} scores single responses",
             rubric.name
         )));
     }
@@ -360,6 +360,29 @@ fn run_pairwise(
     dir: &Path,
     shard: Option<Shard>,
 ) -> anyhow::Result<ExitCode> {
+    let bertscore_flags: Vec<&str> = [
+        ("--bertscore-model", args.bertscore_model.is_some()),
+        ("--lang", args.lang.is_some()),
+        ("--layer", args.layer.is_some()),
+        ("--rescale", args.rescale),
+        ("--against", args.against.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, set)| set.then_some(flag))
+    .collect();
+    if !bertscore_flags.is_empty() {
+        return Err(super::exit::usage(format!(
+            "{}: BERTScore scores single responses and is left out of a pairwise rubric's run",
+            bertscore_flags.join(", ")
+        )));
+    }
+    let unused = args.stats.options().not_for_pairwise();
+    if !unused.is_empty() {
+        return Err(super::exit::usage(format!(
+            "{}: for judge and BERTScore results; a pairwise rubric's run takes --bootstrap, --confidence, --seed, --tie-margin and --preferences",
+            unused.join(", ")
+        )));
+    }
     let mut items = read_or_import(args, Grouping::Contexts)?;
     if let Some(s) = shard {
         items = s.select_groups(items, Grouping::Contexts);

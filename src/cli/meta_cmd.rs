@@ -235,9 +235,9 @@ pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
     if let Some(records) = pairwise_records(&inputs)? {
         return run_pairwise(&items, records, &args);
     }
-    if args.stats.preferences.is_some() {
+    if args.stats.preferences.is_some() || args.stats.tie_margin != 0.0 {
         return Err(super::exit::usage(
-            "--preferences: human preferences per pair are for pairwise results (hyoka compare's)",
+            "--preferences, --tie-margin: human preferences are for pairwise results (hyoka compare's)",
         ));
     }
     let mut frame = frame_of_inputs(items, &args.items, &inputs, true)?;
@@ -283,6 +283,12 @@ fn run_pairwise(
     (path, records): PairwiseLines,
     args: &MetaArgs,
 ) -> anyhow::Result<ExitCode> {
+    if let Some(half) = args.half {
+        return Err(super::exit::usage(format!(
+            "--half {}: the development/held-out split is of dialogues, for judge and BERTScore results",
+            half.name()
+        )));
+    }
     let summary = pairwise_summary(items, &path, records, &args.stats)?;
     write_pairwise(
         &summary,
@@ -294,13 +300,20 @@ fn run_pairwise(
 }
 
 /// `meta::pairwise::summarize` of these lines with the statistics flags, the lines left out
-/// said on stderr.
+/// said on stderr. Flags for judge and BERTScore results only are refused.
 pub fn pairwise_summary(
     items: &[crate::data::Item],
     path: &Path,
     records: Vec<(usize, crate::results::Record)>,
     stats: &StatsArgs,
 ) -> anyhow::Result<crate::meta::pairwise::PairwiseSummary> {
+    let unused = stats.options().not_for_pairwise();
+    if !unused.is_empty() {
+        return Err(super::exit::usage(format!(
+            "{}: for judge and BERTScore results; pairwise results take --bootstrap, --confidence, --seed, --tie-margin and --preferences",
+            unused.join(", ")
+        )));
+    }
     let mut frame = crate::meta::pairwise::join(items, records, path)?;
     if let Some(p) = &stats.preferences {
         frame.preferences = crate::meta::pairwise::Preferences::read(p)?;

@@ -59,6 +59,39 @@ impl MetaOptions {
     }
 }
 
+impl MetaOptions {
+    /// The settings given away from their defaults that only judge and BERTScore results use
+    /// (the combination, breakdown detection): with pairwise results they would change nothing,
+    /// so they are refused rather than ignored. Named as the command line names them.
+    pub fn not_for_pairwise(&self) -> Vec<&'static str> {
+        let d = MetaOptions::default();
+        let mut set = Vec::new();
+        if self.w != d.w {
+            set.push(if self.w.is_none() {
+                "--no-combine"
+            } else {
+                "--w"
+            });
+        }
+        if self.combine_with != d.combine_with {
+            set.push("--combine-with");
+        }
+        if self.fit_w {
+            set.push("--fit-w");
+        }
+        if self.breakdown.calibrate {
+            set.push("--calibrate");
+        }
+        if self.breakdown.threshold != d.breakdown.threshold {
+            set.push("--dbdc-threshold");
+        }
+        if !self.breakdown.levels.is_empty() {
+            set.push("--breakdown-levels");
+        }
+        set
+    }
+}
+
 /// `ASPECT:SCORE=LABEL,…` (e.g. `coherence:1=O,0=X`): breakdown labels for the levels of a
 /// judge aspect whose rubric maps none.
 pub fn parse_aspect_levels(s: &str) -> Result<(String, LevelLabels), String> {

@@ -460,6 +460,35 @@ fn eval_with_a_pairwise_rubric_ranks_the_systems() {
     assert_eq!(absolute.status.code(), Some(2));
     assert!(!tmp.path().join("refused").exists());
 
+    // Settings a pairwise run would not use are refused, not ignored.
+    for extra in [["--fit-w", ""], ["--bertscore-model", "e5"]] {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["eval".as_ref(), "-i".as_ref(), input.as_ref()];
+        args.extend(["--rubric", "breakdown-pair-ja", "-o"].map(std::ffi::OsStr::new));
+        args.push(tmp.path().join("unused").into_os_string().leak());
+        args.extend(
+            extra
+                .iter()
+                .filter(|a| !a.is_empty())
+                .map(std::ffi::OsStr::new),
+        );
+        let run = hyoka(&args);
+        assert_eq!(run.status.code(), Some(2), "{extra:?}");
+        assert!(String::from_utf8_lossy(&run.stderr).contains(extra[0]));
+    }
+    let meta = hyoka(&[
+        "meta".as_ref(),
+        "-i".as_ref(),
+        input.as_ref(),
+        "-s".as_ref(),
+        out.join("pairs.jsonl").as_ref(),
+        "--calibrate".as_ref(),
+    ]);
+    assert_eq!(meta.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&meta.stderr)
+            .contains("--calibrate: for judge and BERTScore results")
+    );
+
     // A shard whose lines are missing is named, and nothing is written.
     std::fs::write(two.join("pairs.jsonl"), "").unwrap();
     let partial = tmp.path().join("partial");
