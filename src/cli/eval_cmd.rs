@@ -248,22 +248,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     };
 
     // The judge.
-    let judge = JudgeSpec {
-        models: args.model.clone(),
-        rubric,
-        rubric_source: source,
-        runtime: args.runtime.options(),
-        sha256: None,
-        run: args.batching.run_options(
-            args.overwrite,
-            None,
-            Decoding {
-                temperature: 0.0,
-                seed: 0,
-            },
-        ),
-    }
-    .load_on(&device, &settings)?;
+    let judge = judge_spec(&args, rubric, source).load_on(&device, &settings)?;
     let bertscore = encoder.as_ref().map(|(loaded, baseline)| BertScoreRun {
         scorer: &loaded.scorer,
         model: loaded.model.clone(),
@@ -383,7 +368,17 @@ fn run_pairwise(
             unused.join(", ")
         )));
     }
-    let mut items = read_or_import(args, Grouping::Contexts)?;
+    // Items read as they stand in the file keep their lines, for errors naming them.
+    let as_read = match &args.input {
+        Some(path) if args.sample_dialogues.is_none() && shard.is_none() => {
+            Some(data::read_items(path, false)?)
+        }
+        _ => None,
+    };
+    let mut items = match &as_read {
+        Some(read) => read.items.clone(),
+        None => read_or_import(args, Grouping::Contexts)?,
+    };
     if let Some(s) = shard {
         items = s.select_groups(items, Grouping::Contexts);
     }
@@ -400,16 +395,11 @@ fn run_pairwise(
         }
         return Ok(ExitCode::SUCCESS);
     }
-    // Lines are named when the items are the file's own, in its order.
-    let origin_lines;
-    let origin = match &args.input {
-        Some(path) if args.sample_dialogues.is_none() && shard.is_none() => {
-            origin_lines = data::read_items(path, false)?.lines;
-            data::Origin::File {
-                path,
-                lines: &origin_lines,
-            }
-        }
+    let origin = match (&as_read, &args.input) {
+        (Some(read), Some(path)) => data::Origin::File {
+            path,
+            lines: &read.lines,
+        },
         _ => data::Origin::Memory,
     };
     let pairing = match &args.baseline {
@@ -446,22 +436,7 @@ fn run_pairwise(
             rubric_hash: Some(rubric.hash()),
         },
     )?;
-    let judge = JudgeSpec {
-        models: args.model.clone(),
-        rubric,
-        rubric_source: source,
-        runtime: args.runtime.options(),
-        sha256: None,
-        run: args.batching.run_options(
-            args.overwrite,
-            None,
-            Decoding {
-                temperature: 0.0,
-                seed: 0,
-            },
-        ),
-    }
-    .load_on(&device, &settings)?;
+    let judge = judge_spec(args, rubric, source).load_on(&device, &settings)?;
     crate::results::ResultsFile::check(
         &output,
         &judge.comparer(&pairs).provenance(&judge.opts),
@@ -514,6 +489,25 @@ pub(super) fn pairwise_report(
         ("summary.json", json),
         ("report.html", crate::report::pairwise_html(&ranked)),
     ])
+}
+
+/// The judge `eval` loads: its models, the rubric, the runtime and batching flags; greedy.
+fn judge_spec(args: &EvalArgs, rubric: crate::rubric::Rubric, source: String) -> JudgeSpec {
+    JudgeSpec {
+        models: args.model.clone(),
+        rubric,
+        rubric_source: source,
+        runtime: args.runtime.options(),
+        sha256: None,
+        run: args.batching.run_options(
+            args.overwrite,
+            None,
+            Decoding {
+                temperature: 0.0,
+                seed: 0,
+            },
+        ),
+    }
 }
 
 /// The folders a run created for its output, taken away again when the run leaves them empty

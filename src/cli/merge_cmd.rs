@@ -105,6 +105,12 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
         if present == 0 {
             continue;
         }
+        // How the pairs were formed, read once for every shard.
+        let pairing = if name == PAIRS {
+            Some(recorded_pairing(&shards)?)
+        } else {
+            None
+        };
         let mut first: Option<Provenance> = None;
         let mut text = String::new();
         for shard in with_items {
@@ -114,11 +120,9 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
             // The units this file's lines are for: the shard's items, or the pairs they form.
-            let pairs = if name == PAIRS {
-                let pairing = recorded_pairing(&shards)?;
-                shard_pairs(shard, &pairing)?
-            } else {
-                Vec::new()
+            let pairs = match &pairing {
+                Some(pairing) if name == PAIRS => shard_pairs(shard, pairing)?,
+                _ => Vec::new(),
             };
             let units: HashMap<&str, &dyn CurrentCheck> = if name == PAIRS {
                 pairs

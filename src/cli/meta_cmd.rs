@@ -338,7 +338,26 @@ pub fn write_pairwise(
     markdown: Option<&Path>,
     html: Option<&Path>,
 ) -> anyhow::Result<()> {
-    let md = crate::meta::pairwise::markdown(summary);
+    write_summary(
+        &crate::meta::pairwise::markdown(summary),
+        summary,
+        json,
+        markdown,
+    )?;
+    if let Some(p) = html {
+        crate::files::write_atomic(p, crate::report::pairwise_html(summary).as_bytes())
+            .with_context(|| format!("{}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// A summary's Markdown to `markdown` (or stdout) and, when asked, its JSON to `json`.
+fn write_summary(
+    md: &str,
+    summary: &impl serde::Serialize,
+    json: Option<&Path>,
+    markdown: Option<&Path>,
+) -> anyhow::Result<()> {
     match markdown {
         Some(p) => crate::files::write_atomic(p, md.as_bytes())
             .with_context(|| format!("{}", p.display()))?,
@@ -347,10 +366,6 @@ pub fn write_pairwise(
     if let Some(p) = json {
         let text = serde_json::to_string_pretty(summary).context("summary as JSON")?;
         crate::files::write_atomic(p, (text + "\n").as_bytes())
-            .with_context(|| format!("{}", p.display()))?;
-    }
-    if let Some(p) = html {
-        crate::files::write_atomic(p, crate::report::pairwise_html(summary).as_bytes())
             .with_context(|| format!("{}", p.display()))?;
     }
     Ok(())
@@ -361,16 +376,5 @@ pub fn write_outputs(
     json: Option<&Path>,
     markdown: Option<&Path>,
 ) -> anyhow::Result<()> {
-    let md = summary.markdown();
-    match markdown {
-        Some(p) => crate::files::write_atomic(p, md.as_bytes())
-            .with_context(|| format!("{}", p.display()))?,
-        None => print!("{md}"),
-    }
-    if let Some(p) = json {
-        let text = serde_json::to_string_pretty(summary).context("summary as JSON")?;
-        crate::files::write_atomic(p, (text + "\n").as_bytes())
-            .with_context(|| format!("{}", p.display()))?;
-    }
-    Ok(())
+    write_summary(&summary.markdown(), summary, json, markdown)
 }
