@@ -9,6 +9,7 @@ use crate::model::load::default_model::HoldsModelError;
 use crate::report::dbdc3::ExportError;
 use crate::results::{ResultsError, RunError};
 use crate::rubric::RubricError;
+use crate::translate::TranslateError;
 use std::error::Error;
 
 /// A failure's kind, decided by the first link of its chain that says.
@@ -60,6 +61,7 @@ fn model_error<'a>(cause: &'a (dyn Error + 'static)) -> Option<&'a ModelError> {
                 .and_then(HoldsModelError::model_error)
         })
         .or_else(|| judge_error(cause).and_then(HoldsModelError::model_error))
+        .or_else(|| translate_error(cause).and_then(HoldsModelError::model_error))
 }
 
 /// A judge's error, also inside a run's (`RunError::Task` holds it transparently).
@@ -70,6 +72,16 @@ fn judge_error<'a>(cause: &'a (dyn Error + 'static)) -> Option<&'a JudgeError> {
             Some(RunError::Task(e)) => Some(e),
             _ => None,
         })
+}
+
+/// A translation's error, also inside a run's.
+fn translate_error<'a>(cause: &'a (dyn Error + 'static)) -> Option<&'a TranslateError> {
+    cause.downcast_ref::<TranslateError>().or(
+        match cause.downcast_ref::<RunError<TranslateError>>() {
+            Some(RunError::Task(e)) => Some(e),
+            _ => None,
+        },
+    )
 }
 
 /// A file or folder that is not there, or a model whose files cannot be had.
@@ -126,6 +138,11 @@ fn kind_of_link(cause: &(dyn Error + 'static)) -> Option<ErrorKind> {
     }
     if let Some(JudgeError::PromptLimit { .. } | JudgeError::RubricKind(_)) = judge_error(cause) {
         return Some(Usage);
+    }
+    match translate_error(cause) {
+        Some(TranslateError::Items(_)) => return Some(Usage),
+        Some(TranslateError::Prompt { .. }) => return Some(InvalidInput),
+        _ => {}
     }
     if let Some(e) = cause.downcast_ref::<RubricError>() {
         return io_or_invalid(matches!(e, RubricError::Io { .. }));

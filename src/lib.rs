@@ -23,6 +23,7 @@ pub mod report;
 pub mod results;
 pub mod rng;
 pub mod rubric;
+pub mod translate;
 
 pub use error_kind::{ErrorKind, UsageError};
 

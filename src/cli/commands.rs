@@ -4,7 +4,7 @@
 use super::exit::{EXIT_CODES, EXIT_FAILURE, exit_code, message};
 use super::{
     bench_cmd, bertscore_cmd, compare_cmd, data_cmd, eval_cmd, export_cmd, judge_cmd, merge_cmd,
-    meta_cmd, rubrics_cmd,
+    meta_cmd, rubrics_cmd, translate_cmd,
 };
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -35,6 +35,10 @@ pub enum Command {
     /// List, show and check rubrics, and print the prompt a judge sees (exactly, with its chat template).
     #[command(subcommand)]
     Rubrics(rubrics_cmd::Rubrics),
+    #[command(
+        about = "Translate items (every text once, the source kept) with a model hyoka runs, e.g. ja → en"
+    )]
+    Translate(translate_cmd::TranslateArgs),
     #[command(about = "Score items with LLM judges: valid integer scores and their distributions")]
     Judge(judge_cmd::JudgeArgs),
     #[command(
@@ -114,6 +118,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Import(cmd) => data_cmd::import(cmd),
         Command::Validate(cmd) => data_cmd::validate(cmd),
         Command::Rubrics(cmd) => rubrics_cmd::run(cmd),
+        Command::Translate(args) => translate_cmd::run(args),
         Command::Judge(args) => judge_cmd::run(args),
         Command::Compare(args) => compare_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(args),

@@ -18,5 +18,6 @@ mod meta_cmd;
 mod rubrics_cmd;
 mod running;
 mod runtime_args;
+mod translate_cmd;
 
 pub use commands::{Cli, Command, command, main_with, parse_from, run};

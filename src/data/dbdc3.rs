@@ -230,6 +230,7 @@ fn import_text(
                 human,
                 raters,
                 meta: None,
+                translation: None,
                 numeric_id: false,
             });
         }

@@ -73,9 +73,41 @@ pub struct Item {
     /// Anything else the user wants carried through to the outputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Value>,
+    /// Set on translated items: the texts they were translated from, and by what.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub translation: Option<Translation>,
     /// Whether the id was written as a JSON integer: outputs write it back as one.
     #[serde(skip)]
     pub numeric_id: bool,
+}
+
+/// Where a translated item's texts came from (`hyoka translate`, or a translation made
+/// elsewhere and written in this form).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Translation {
+    /// Language codes ("ja", "en").
+    pub from: String,
+    pub to: String,
+    /// The item's texts before translation, aligned with its own.
+    pub source: SourceTexts,
+    /// What translated them: `hyoka translate` writes its run's provenance (model and its
+    /// checksum, the prompt's hash, settings, version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<serde_json::Value>,
+}
+
+/// An item's texts in the language they were translated from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceTexts {
+    /// One text per context turn.
+    pub context: Vec<String>,
+    pub response: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reference: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setting: Option<String>,
 }
 
 impl Item {

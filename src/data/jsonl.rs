@@ -33,6 +33,7 @@ const FIELDS: &[&str] = &[
     "human",
     "raters",
     "meta",
+    "translation",
 ];
 
 /// Read every item of a JSONL file. Blank lines are allowed and ignored.
@@ -305,6 +306,10 @@ pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
             }
         }
     }
+    let translation = match obj.get("translation") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(parse_translation(v, &context, &reference, &obj)?),
+    };
     Ok(Item {
         id,
         context,
@@ -317,8 +322,44 @@ pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
         human,
         raters,
         meta: obj.get("meta").filter(|v| !v.is_null()).cloned(),
+        translation,
         numeric_id: matches!(obj.get("id"), Some(Value::Number(_))),
     })
+}
+
+/// An item's `translation`: its source texts must line up with the item's own.
+fn parse_translation(
+    v: &Value,
+    context: &[crate::data::Turn],
+    reference: &[String],
+    obj: &serde_json::Map<String, Value>,
+) -> Result<crate::data::Translation, (String, String)> {
+    let t: crate::data::Translation = serde_json::from_value(v.clone())
+        .map_err(|e| ("translation".to_string(), e.to_string()))?;
+    let counts = [
+        ("context", t.source.context.len(), context.len(), "turns"),
+        (
+            "reference",
+            t.source.reference.len(),
+            reference.len(),
+            "references",
+        ),
+    ];
+    for (field, source, own, what) in counts {
+        if source != own {
+            return Err((
+                format!("translation.source.{field}"),
+                format!("{source} {what}, but the item has {own}: each text needs its source"),
+            ));
+        }
+    }
+    if t.source.setting.is_some() != obj.get("setting").is_some_and(|s| !s.is_null()) {
+        return Err((
+            "translation.source.setting".into(),
+            "given for an item without a setting, or missing for one with a setting".into(),
+        ));
+    }
+    Ok(t)
 }
 
 fn parse_turn(v: &Value, field: &str) -> Result<Turn, (String, String)> {

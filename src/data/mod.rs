@@ -7,7 +7,7 @@ pub mod lines;
 pub mod pairs;
 pub mod select;
 
-pub use item::{HumanRating, Item, Turn};
+pub use item::{HumanRating, Item, SourceTexts, Translation, Turn};
 pub use jsonl::{
     ReadItems, items_text, parse_item, parse_items, read_item_at, read_items, write_items,
 };

@@ -250,6 +250,7 @@ mod tests {
             human: Default::default(),
             raters: Vec::new(),
             meta: None,
+            translation: None,
             numeric_id: false,
         }
     }

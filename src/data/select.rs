@@ -179,6 +179,7 @@ mod tests {
             human: Default::default(),
             raters: vec![],
             meta: None,
+            translation: None,
             numeric_id: false,
         }
     }

@@ -145,21 +145,7 @@ impl<'a> Judge<'a> {
                     })
                     .collect(),
             }),
-            models: self
-                .models
-                .iter()
-                .map(|m| ModelId {
-                    name: m.files.name.clone(),
-                    revision: m.files.revision.clone(),
-                    sha256: m.sha256.clone(),
-                    arch: m.transformer.cfg.arch.name().into(),
-                    description: crate::model::load::known_copies::description(&m.sha256)
-                        .map(str::to_string),
-                    chat_template: Some(crate::checksum::sha256_hex(
-                        m.chat_template.source().as_bytes(),
-                    )),
-                })
-                .collect(),
+            models: self.models.iter().map(model_id).collect(),
             dtype: dtype_name(first.dtype()).into(),
             device: device_name(first.device()),
             settings,
@@ -550,8 +536,23 @@ fn greedy_baseline(
     Ok(())
 }
 
+/// What identifies a loaded model in a provenance: its name, revision, checksum, architecture
+/// and chat template.
+pub fn model_id(m: &LoadedModel) -> ModelId {
+    ModelId {
+        name: m.files.name.clone(),
+        revision: m.files.revision.clone(),
+        sha256: m.sha256.clone(),
+        arch: m.transformer.cfg.arch.name().into(),
+        description: crate::model::load::known_copies::description(&m.sha256).map(str::to_string),
+        chat_template: Some(crate::checksum::sha256_hex(
+            m.chat_template.source().as_bytes(),
+        )),
+    }
+}
+
 /// Tokens that end an answer: the model's eos and the usual end-of-turn markers.
-fn stop_tokens(model: &LoadedModel) -> Vec<u32> {
+pub fn stop_tokens(model: &LoadedModel) -> Vec<u32> {
     let mut names: Vec<String> = model
         .chat_template
         .special_tokens()

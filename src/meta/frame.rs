@@ -184,6 +184,13 @@ impl Frame {
                     message: "pairwise results (hyoka compare) are read as a comparison of systems, apart from items' scores: give them to meta without judge or BERTScore results".into(),
                 });
             }
+            if record.task() == Task::Translate {
+                return Err(crate::results::ResultsError::Corrupt {
+                    path: path.to_path_buf(),
+                    line: number,
+                    message: "a store of translations (hyoka translate), not scores: give meta the translated items with -i, and the results of scoring them".into(),
+                });
+            }
             let Some(&row) = self.index.get(&record.id) else {
                 added.unmatched += 1;
                 return Ok(());
@@ -212,7 +219,9 @@ impl Frame {
                         column[row] = Some(x);
                     }
                 }
-                Ok(Body::Compare(_)) => unreachable!("pairwise results are refused first"),
+                Ok(Body::Compare(_) | Body::Translation(_)) => {
+                    unreachable!("pairwise results and translations are refused first")
+                }
             }
             Ok(())
         })?;
@@ -272,7 +281,9 @@ impl Frame {
                 }
             }
             // Refused above, line by line.
-            Task::Compare => unreachable!("pairwise results are refused before their columns"),
+            Task::Compare | Task::Translate => {
+                unreachable!("pairwise results and translations are refused before their columns")
+            }
             Task::BertScore => {
                 for (statistic, values) in [Statistic::P, Statistic::R, Statistic::F]
                     .into_iter()
@@ -355,6 +366,7 @@ mod tests {
                 .collect(),
             raters: vec![],
             meta: None,
+            translation: None,
             numeric_id: false,
         };
         Frame::new(vec![item])

@@ -340,6 +340,7 @@ pub fn sample_item() -> Item {
         human: Default::default(),
         raters: Vec::new(),
         meta: None,
+        translation: None,
         numeric_id: false,
     }
 }

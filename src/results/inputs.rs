@@ -58,6 +58,8 @@ impl Unit for Pair {
 pub fn digest(provenance: &Provenance, item: &Item) -> String {
     let read: Value = match provenance.task {
         Task::Judge | Task::Compare => shown(item),
+        // A translation line is written for a text, not an item (`translate::Text`).
+        Task::Translate => json!(item.response.text),
         Task::BertScore => {
             let against = provenance.settings.get("against").and_then(Value::as_str);
             let compared: Vec<&str> = match against {
@@ -80,6 +82,8 @@ fn shown(item: &Item) -> Value {
     let mut shown = item.clone();
     shown.human.clear();
     shown.raters.clear();
+    // Where translated texts came from is not shown to a judge.
+    shown.translation = None;
     serde_json::to_value(&shown).expect("items serialise")
 }
 
@@ -156,6 +160,7 @@ mod tests {
             human: [("x".to_string(), HumanRating::Single(1.0))].into(),
             raters: vec![],
             meta: None,
+            translation: None,
             numeric_id: false,
         }
     }

@@ -17,7 +17,7 @@ pub mod verdicts;
 
 pub use file::ResultsFile;
 pub use provenance::{AspectTargets, Expected, ModelId, Provenance, RubricId, Task};
-pub use record::{Body, CompareRecord, JudgeRecord, Record};
+pub use record::{Body, CompareRecord, JudgeRecord, Record, TranslationRecord};
 pub use runner::{Outcome, Progress, RunError, RunSummary, ScoreTask};
 
 use std::path::PathBuf;

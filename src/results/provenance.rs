@@ -12,6 +12,8 @@ pub enum Task {
     BertScore,
     /// A pairwise judge: per pair of responses, the verdicts in both orders.
     Compare,
+    /// Texts translated (`hyoka translate`'s store): a line per distinct text.
+    Translate,
 }
 
 impl Task {
@@ -20,6 +22,7 @@ impl Task {
             Task::Judge => "judge",
             Task::BertScore => "bertscore",
             Task::Compare => "compare",
+            Task::Translate => "translate",
         }
     }
 }

@@ -28,6 +28,16 @@ pub enum Body {
     Judge(JudgeRecord),
     BertScore(Prf),
     Compare(CompareRecord),
+    Translation(TranslationRecord),
+}
+
+/// One distinct text translated (`hyoka translate`'s store: a line per text, not per item).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TranslationRecord {
+    pub source: String,
+    pub text: String,
+    /// Tokens the model wrote.
+    pub tokens: usize,
 }
 
 /// A pairwise judge's (or the mean of several judges') verdicts for one pair.
@@ -147,6 +157,7 @@ impl Record {
                 Task::Judge => Body::Judge(read_judge(&line)?),
                 Task::BertScore => Body::BertScore(read_prf(&line)?),
                 Task::Compare => Body::Compare(read_compare(&line)?),
+                Task::Translate => Body::Translation(read_translation(&line)?),
             }),
         };
         Ok(Record {
@@ -201,6 +212,12 @@ pub fn line(
                 json!({"P": finite(prf.p), "R": finite(prf.r), "F": finite(prf.f)}),
             );
         }
+        Ok(Body::Translation(t)) => {
+            line.insert(
+                "translation".into(),
+                json!({"source": t.source, "text": t.text, "tokens": t.tokens}),
+            );
+        }
         Ok(Body::Compare(c)) => {
             line.insert(
                 "pair".into(),
@@ -229,6 +246,29 @@ pub fn line(
     }
     line.insert("provenance".into(), provenance.clone());
     Value::Object(line).to_string()
+}
+
+/// A translation line's `translation`: {source, text, tokens}.
+fn read_translation(line: &Map<String, Value>) -> Result<TranslationRecord, FieldError> {
+    let t = line
+        .get("translation")
+        .and_then(Value::as_object)
+        .ok_or_else(|| field_error("translation", "missing or not an object"))?;
+    let text = |key: &str| {
+        t.get(key)
+            .and_then(Value::as_str)
+            .map(String::from)
+            .ok_or_else(|| field_error(format!("translation.{key}"), "missing or not a string"))
+    };
+    let tokens = t
+        .get("tokens")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| field_error("translation.tokens", "missing or not a count"))?;
+    Ok(TranslationRecord {
+        source: text("source")?,
+        text: text("text")?,
+        tokens: tokens as usize,
+    })
 }
 
 /// Non-finite numbers cannot be written as JSON numbers; they are refused before (baselines),

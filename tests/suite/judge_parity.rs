@@ -56,6 +56,7 @@ fn item(id: &str, text: &str) -> Item {
         human: Default::default(),
         raters: vec![],
         meta: None,
+        translation: None,
         numeric_id: false,
     }
 }

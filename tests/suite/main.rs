@@ -42,3 +42,4 @@ mod rope_scaling;
 mod rubrics;
 mod runtime_parity;
 mod stored_weights;
+mod translate;

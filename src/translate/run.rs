@@ -1,0 +1,49 @@
+//! A translation run end to end: items → distinct texts → the store (resumed) → translated
+//! items. What `hyoka translate` and `hyoka eval --translate` run.
+
+use super::task::{TranslateOptions, Translator};
+use super::texts::{distinct_texts, read_store, translated_items};
+use super::{TranslateError, TranslatePrompt};
+use crate::data::Item;
+use crate::model::LoadedModel;
+use crate::results::runner::{self, RunError, RunSummary, ScoreTask};
+use crate::results::{Progress, Provenance};
+use std::path::Path;
+
+/// What a translation run did.
+pub struct Translated {
+    /// Per distinct text (the store's units).
+    pub summary: RunSummary,
+    /// The texts to translate, and the tokens this run wrote for them.
+    pub texts: usize,
+    pub tokens_written: usize,
+    pub provenance: Provenance,
+    /// The translated items, or the texts still without a translation (each once): nothing is
+    /// returned for the items until every text has one.
+    pub items: Result<Vec<Item>, Vec<String>>,
+}
+
+/// Translate every text of `items` not yet in the store `store` (continued when it holds lines
+/// of the same run), then rebuild the items from the store's translations.
+pub fn translate_items(
+    model: &LoadedModel,
+    prompt: &TranslatePrompt,
+    opts: TranslateOptions,
+    items: &[Item],
+    store: &Path,
+    progress: &mut Progress<'_>,
+) -> Result<Translated, RunError<TranslateError>> {
+    let texts = distinct_texts(items).map_err(RunError::Task)?;
+    let mut translator = Translator::new(model, prompt, opts);
+    let provenance = translator.provenance();
+    let summary = runner::run(&mut translator, &texts, store, false, progress)?;
+    let translations = read_store(store, &provenance)?;
+    let by = serde_json::to_value(&provenance).expect("provenance serialises");
+    Ok(Translated {
+        summary,
+        texts: texts.len(),
+        tokens_written: translator.tokens_written,
+        items: translated_items(items, &translations, (&prompt.from, &prompt.to), &by),
+        provenance,
+    })
+}
