@@ -3,6 +3,7 @@
 
 use crate::data::DataError;
 use crate::judge::JudgeError;
+use crate::likelihood::LikelihoodError;
 use crate::meta::MetaError;
 use crate::model::ModelError;
 use crate::model::load::default_model::HoldsModelError;
@@ -62,6 +63,7 @@ fn model_error<'a>(cause: &'a (dyn Error + 'static)) -> Option<&'a ModelError> {
         })
         .or_else(|| judge_error(cause).and_then(HoldsModelError::model_error))
         .or_else(|| translate_error(cause).and_then(HoldsModelError::model_error))
+        .or_else(|| likelihood_error(cause).and_then(HoldsModelError::model_error))
 }
 
 /// A judge's error, also inside a run's (`RunError::Task` holds it transparently).
@@ -78,6 +80,16 @@ fn judge_error<'a>(cause: &'a (dyn Error + 'static)) -> Option<&'a JudgeError> {
 fn translate_error<'a>(cause: &'a (dyn Error + 'static)) -> Option<&'a TranslateError> {
     cause.downcast_ref::<TranslateError>().or(
         match cause.downcast_ref::<RunError<TranslateError>>() {
+            Some(RunError::Task(e)) => Some(e),
+            _ => None,
+        },
+    )
+}
+
+/// A likelihood scorer's error, also inside a run's.
+fn likelihood_error<'a>(cause: &'a (dyn Error + 'static)) -> Option<&'a LikelihoodError> {
+    cause.downcast_ref::<LikelihoodError>().or(
+        match cause.downcast_ref::<RunError<LikelihoodError>>() {
             Some(RunError::Task(e)) => Some(e),
             _ => None,
         },
@@ -138,6 +150,9 @@ fn kind_of_link(cause: &(dyn Error + 'static)) -> Option<ErrorKind> {
     }
     if let Some(JudgeError::PromptLimit { .. } | JudgeError::RubricKind(_)) = judge_error(cause) {
         return Some(Usage);
+    }
+    if let Some(LikelihoodError::Scorer { .. }) = likelihood_error(cause) {
+        return Some(InvalidInput);
     }
     match translate_error(cause) {
         Some(TranslateError::Items(_)) => return Some(Usage),

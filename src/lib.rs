@@ -16,6 +16,7 @@ pub mod error_text;
 pub mod files;
 pub mod heap;
 pub mod judge;
+pub mod likelihood;
 pub mod meta;
 pub mod model;
 pub mod prompt;

@@ -3,8 +3,8 @@
 
 use super::exit::{EXIT_CODES, EXIT_FAILURE, exit_code, message};
 use super::{
-    bench_cmd, bertscore_cmd, compare_cmd, data_cmd, eval_cmd, export_cmd, judge_cmd, merge_cmd,
-    meta_cmd, rubrics_cmd, translate_cmd,
+    bench_cmd, bertscore_cmd, compare_cmd, data_cmd, eval_cmd, export_cmd, judge_cmd,
+    likelihood_cmd, merge_cmd, meta_cmd, rubrics_cmd, translate_cmd,
 };
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -46,6 +46,10 @@ pub enum Command {
     )]
     Compare(compare_cmd::CompareArgs),
     #[command(
+        about = "Likelihood scores (FED follow-ups, GPTScore) of responses under a language model"
+    )]
+    Likelihood(likelihood_cmd::LikelihoodArgs),
+    #[command(
         about = "BERTScore of responses against references or the last context turn (bert_score 0.3.13)"
     )]
     Bertscore(bertscore_cmd::BertScoreArgs),
@@ -56,7 +60,7 @@ pub enum Command {
     #[command(
         about = "Evaluate end to end: judge + BERTScore + meta-evaluation + report in one folder"
     )]
-    Eval(eval_cmd::EvalArgs),
+    Eval(Box<eval_cmd::EvalArgs>),
     #[command(about = "Join `hyoka eval --shard` folders and write their report")]
     Merge(merge_cmd::MergeArgs),
     /// Write results in other tools' formats (the DBDC challenge's runs).
@@ -122,9 +126,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Judge(args) => judge_cmd::run(args),
         Command::Compare(args) => compare_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(args),
+        Command::Likelihood(args) => likelihood_cmd::run(args),
         Command::Bertscore(args) => bertscore_cmd::run(args),
         Command::Meta(args) => meta_cmd::run(args),
-        Command::Eval(args) => eval_cmd::run(args),
+        Command::Eval(args) => eval_cmd::run(*args),
         Command::Merge(args) => merge_cmd::merge(args),
         Command::Export(cmd) => export_cmd::run(cmd),
     }

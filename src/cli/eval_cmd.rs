@@ -1,15 +1,14 @@
 //! `hyoka eval` (items → judge + BERTScore → meta-evaluation → report, in one output folder) and
 //! `hyoka merge` (shards' folders → one folder and its report).
 
+use super::eval_routes::{Route, Translated, bertscore_job};
 use super::meta_cmd::{StatsArgs, load_frame};
-use crate::bertscore::Depth;
-use crate::bertscore::run::{Against, BERT_SCORE_BATCH, BertScoreRun, default_batch_tokens};
+use crate::bertscore::run::Against;
 use crate::data::select::{Grouping, Shard, sample_groups};
 use crate::data::{self, Item, dbdc3};
 use crate::judge::JudgeSpec;
 use crate::judge::json::Decoding;
 use crate::meta::Summary;
-use crate::results::{Expected, Task};
 use anyhow::Context;
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -111,13 +110,42 @@ pub struct EvalArgs {
     pub batching: super::judge_cmd::BatchArgs,
     #[command(flatten)]
     pub stats: StatsArgs,
+    /// Likelihood scorers run beside the judge with its (first) model: fed-ja, fed-en,
+    /// gptscore-ja, gptscore-en or a scorer file (docs/likelihood.md); each writes
+    /// likelihood-NAME.jsonl and its columns join the meta-evaluation. Repeat for several.
+    #[arg(long, value_name = "SCORER")]
+    pub likelihood: Vec<String>,
+    /// Also evaluate the items translated into LANG (the paper's English route: --translate en):
+    /// they are translated by the judge's model (or --translate-model) into OUT/LANG (items.jsonl,
+    /// translations.jsonl), scored there with the rubric's LANG counterpart, bert_score's encoder
+    /// for LANG and the scorers' counterparts, meta-evaluated there, and both routes are set side
+    /// by side in OUT/routes.md and routes.json (docs/translation.md).
+    #[arg(long, value_name = "LANG")]
+    pub translate: Option<String>,
+    /// The translated route's rubric (default: the rubric's counterpart: dialogue6-ja →
+    /// dialogue6-en, or the file beside the rubric's file named so).
+    #[arg(long, value_name = "RUBRIC")]
+    pub translate_rubric: Option<String>,
+    /// The translation prompt: built-in name or file (default: translate-FROM-LANG).
+    #[arg(long, value_name = "NAME|FILE")]
+    pub translate_prompt: Option<String>,
+    /// The model that translates (default: the judge's first model).
+    #[arg(long, value_name = "MODEL")]
+    pub translate_model: Option<String>,
+    /// The translated route's BERTScore encoder (default: bert_score's for LANG: roberta-large
+    /// for English).
+    #[arg(long, value_name = "MODEL")]
+    pub translate_bertscore_model: Option<String>,
+    /// The translated route's BERTScore layer (default: bert_score's for its encoder).
+    #[arg(long)]
+    pub translate_layer: Option<usize>,
     /// Start the folder's results afresh instead of continuing them.
     #[arg(long)]
     pub overwrite: bool,
 }
 
 /// The items of `--input` or `--import`, sampled (`--sample-dialogues`) in whole groups.
-fn read_or_import(args: &EvalArgs, grouping: Grouping) -> anyhow::Result<Vec<Item>> {
+pub(super) fn read_or_import(args: &EvalArgs, grouping: Grouping) -> anyhow::Result<Vec<Item>> {
     let items = match (&args.input, &args.import) {
         (Some(path), _) => {
             let read = data::read_items(path, false)?;
@@ -167,8 +195,33 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     if let Some(input) = &args.input {
         refuse_input_as_output(&dir, input)?;
     }
+    let routes_flags: Vec<&str> = [
+        ("--likelihood", !args.likelihood.is_empty()),
+        ("--translate", args.translate.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, set)| set.then_some(flag))
+    .collect();
+    if !routes_flags.is_empty() && (rubric.pairwise.is_some() || shard.is_some()) {
+        return Err(super::exit::usage(format!(
+            "{}: not with a pairwise rubric or --shard (run `hyoka likelihood` or `hyoka translate` on the items, or on a merged folder's)",
+            routes_flags.join(", ")
+        )));
+    }
+    let translate_flags = [
+        args.translate_rubric.is_some(),
+        args.translate_prompt.is_some(),
+        args.translate_model.is_some(),
+        args.translate_bertscore_model.is_some(),
+        args.translate_layer.is_some(),
+    ];
+    if args.translate.is_none() && translate_flags.iter().any(|&f| f) {
+        return Err(super::exit::usage(
+            "--translate-rubric, --translate-prompt, --translate-model, --translate-bertscore-model and --translate-layer are for --translate LANG",
+        ));
+    }
     if rubric.pairwise.is_some() {
-        return run_pairwise(&args, rubric, source, &dir, shard);
+        return super::eval_pairwise::run_pairwise(&args, rubric, source, &dir, shard);
     }
     if args.baseline.is_some() || args.stats.preferences.is_some() || args.stats.tie_margin != 0.0 {
         return Err(super::exit::usage(format!(
@@ -203,122 +256,77 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     );
 
     // Everything that can be checked is checked before any model loads: the settings, the
-    // folder (it takes new files), and existing results (locked by no other run, readable, of
-    // this task, version and rubric).
+    // folders (they take new files), and existing results (locked by no other run, readable, of
+    // this task, version, rubric and scorer).
     let (device, settings) = args.runtime.options().settings()?;
-    let _created = CreatedFolders::create(&dir)?;
-    crate::results::ResultsFile::preflight(
-        &dir.join(JUDGE),
-        args.overwrite,
-        &Expected {
-            task: Task::Judge,
-            rubric_hash: Some(rubric.hash()),
-        },
-    )?;
-    if !args.no_bertscore {
-        crate::results::ResultsFile::preflight(
-            &dir.join(BERTSCORE),
-            args.overwrite,
-            &Expected {
-                task: Task::BertScore,
-                rubric_hash: None,
-            },
-        )?;
-    }
-    // The encoder and its baseline are resolved first: a setting that cannot work (an encoder
-    // without a default layer, no baseline for --rescale) fails before the judge loads.
-    let encoder = if args.no_bertscore {
-        None
-    } else {
-        let encoder_dtype = crate::model::backend::device::parse_dtype(Some("f32"), &device)?;
-        let lang = args
+    let first = Route {
+        lang: args
             .lang
-            .as_deref()
-            .or(rubric.language.as_deref())
-            .unwrap_or("ja");
-        let loaded = crate::bertscore::load_encoder(
-            args.bertscore_model.as_deref(),
-            lang,
-            Depth::Layer(args.layer),
-            encoder_dtype,
-            &device,
-        )?;
-        let baseline = crate::bertscore::resolve_baseline(None, args.rescale, Some(lang), &loaded)?;
-        Some((loaded, baseline))
+            .clone()
+            .or(rubric.language.clone())
+            .unwrap_or_else(|| "ja".into()),
+        dir: dir.clone(),
+        rubric,
+        rubric_source: source,
+        bertscore_model: args.bertscore_model.clone(),
+        layer: args.layer,
+        likelihood: Route::scorers(&args.likelihood)?,
     };
-
-    // The judge.
-    let judge = judge_spec(&args, rubric, source).load_on(&device, &settings)?;
-    let bertscore = encoder.as_ref().map(|(loaded, baseline)| BertScoreRun {
-        scorer: &loaded.scorer,
-        model: loaded.model.clone(),
-        layer: loaded.layer,
-        idf: false,
-        baseline: baseline.clone(),
-        against: args
-            .against
-            .unwrap_or(if items.iter().all(|i| !i.reference.is_empty()) {
-                Against::Reference
-            } else {
-                Against::LastTurn
-            }),
-        batch_tokens: default_batch_tokens(loaded.scorer.encoder.device()),
-        emulate_batch: Some(BERT_SCORE_BATCH),
-    });
+    let translated = match &args.translate {
+        Some(to) => Some(Translated::plan(&args, &first, to)?),
+        None => None,
+    };
+    let _created = CreatedFolders::create(&dir)?;
+    let _created_route = match &translated {
+        Some(t) => Some(CreatedFolders::create(&t.route.dir)?),
+        None => None,
+    };
+    first.preflight(&args)?;
+    if let Some(t) = &translated {
+        t.preflight(&args)?;
+    }
+    // The encoders and their baselines are resolved first: a setting that cannot work (an
+    // encoder without a default layer, no baseline for --rescale) fails before the judge loads.
+    let encoder = first.load_encoder(&args, &device)?;
+    let translated_encoder = match &translated {
+        Some(t) => t.route.load_encoder(&args, &device)?,
+        None => None,
+    };
+    let judge = judge_spec(&args, first.rubric.clone(), first.rubric_source.clone())
+        .load_on(&device, &settings)?;
+    let translator = match &translated {
+        Some(t) => t.load_model(&args, &device, &settings)?,
+        None => None,
+    };
+    let bertscore = bertscore_job(&encoder, args.against, &items);
+    let translated_bertscore = bertscore_job(&translated_encoder, args.against, &items);
     // With the models loaded, the existing results are checked against the whole run before
-    // anything is written: a refused run leaves the folder as it was.
-    crate::results::ResultsFile::check(
-        &dir.join(JUDGE),
-        &judge.judge().provenance(&judge.opts),
-        args.overwrite,
-    )?;
-    if let Some(job) = &bertscore {
-        crate::results::ResultsFile::check(
-            &dir.join(BERTSCORE),
-            &job.provenance(),
-            args.overwrite,
-        )?;
+    // anything is written: a refused run leaves the folders as they were.
+    first.check(&judge, bertscore.as_ref(), args.overwrite)?;
+    if let Some(t) = &translated {
+        let model = translator.as_ref().unwrap_or(&judge.models[0]);
+        t.check(model, &judge, translated_bertscore.as_ref(), args.overwrite)?;
     }
     data::write_items(&dir.join(ITEMS), &items)?;
-
-    let (summary, secs) =
-        super::running::with_progress("judging", |p| judge.run(&items, &dir.join(JUDGE), p));
-    let (summary, _) = summary?;
-    super::running::report_retried(&summary);
-    eprintln!(
-        "judge: scored {} items in {secs:.1}s; {} already done; {} failed",
-        summary.scored,
-        summary.skipped_finished,
-        summary.failed.len()
-    );
-    let mut failed = summary.failed;
-    drop(judge);
-
-    // BERTScore.
-    let mut results = vec![dir.join(JUDGE)];
-    if let Some(job) = &bertscore {
-        let (summary, secs) = super::running::with_progress("bertscore", |p| {
-            job.run(&items, &dir.join(BERTSCORE), args.overwrite, p)
-        });
-        let summary = summary?;
-        super::running::report_retried(&summary);
-        eprintln!(
-            "bertscore: scored {} items in {secs:.1}s (layer {}); {} already done; {} failed",
-            summary.scored,
-            job.layer,
-            summary.skipped_finished,
-            summary.failed.len()
-        );
-        failed.extend(summary.failed);
-        if let Some(first) = summary.not_applicable.first() {
-            // Opening utterances have no previous turn: no BERTScore, by definition, not a failure.
-            eprintln!(
-                "bertscore: {} items have nothing to compare with (e.g. {first})",
-                summary.not_applicable.len(),
-            );
+    let (mut failed, results) = first.run(&judge, bertscore.as_ref(), &items, args.overwrite)?;
+    let mut routes = vec![(&first, results)];
+    if let Some(t) = &translated {
+        let model = translator.as_ref().unwrap_or(&judge.models[0]);
+        match t.translate(model, &items)? {
+            Ok(translated_items) => {
+                let (f, results) = t.route.run(
+                    &judge,
+                    translated_bertscore.as_ref(),
+                    &translated_items,
+                    args.overwrite,
+                )?;
+                failed.extend(f);
+                routes.push((&t.route, results));
+            }
+            Err(missing) => failed.extend(missing),
         }
-        results.push(dir.join(BERTSCORE));
     }
+    drop(judge);
     match shard {
         Some(s) => eprintln!(
             "shard {s} done; join the shards with `hyoka merge {}/shard-*-of-{} -o {}`",
@@ -327,172 +335,34 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             args.output.display()
         ),
         None => {
-            let written = report(&dir, &results, &args.stats)?;
-            write_all(&dir, written)?;
+            let mut summaries = Vec::new();
+            for (route, results) in &routes {
+                let (written, summary) = report(&route.dir, results, &args.stats)?;
+                write_all(&route.dir, written)?;
+                summaries.push((*route, summary));
+            }
+            if let [(a, Some(sa)), (b, Some(sb))] = summaries.as_slice() {
+                let same = b.same_rows(a);
+                let table = crate::meta::routes::side_by_side(
+                    &[(a.lang.as_str(), sa), (b.lang.as_str(), sb)],
+                    &same,
+                );
+                let md = crate::meta::routes::markdown(&table);
+                println!("{md}");
+                let json = serde_json::to_string_pretty(&table).context("routes as JSON")? + "\n";
+                write_all(&dir, vec![("routes.md", md), ("routes.json", json)])?;
+            }
         }
     }
     Ok(super::exit::finish(&failed, 0))
 }
 
-/// `eval` with a pairwise rubric: the items' pairs judged in both orders (pairs.jsonl), then
-/// the systems ranked and compared with human preferences (summary.md, summary.json,
-/// report.html). BERTScore scores single responses and is left out. `--sample-dialogues` and
-/// `--shard` take whole contexts; `--baseline` pairs each system with one.
-fn run_pairwise(
+/// The judge `eval` loads: its models, the rubric, the runtime and batching flags; greedy.
+pub(super) fn judge_spec(
     args: &EvalArgs,
     rubric: crate::rubric::Rubric,
     source: String,
-    dir: &Path,
-    shard: Option<Shard>,
-) -> anyhow::Result<ExitCode> {
-    let bertscore_flags: Vec<&str> = [
-        ("--bertscore-model", args.bertscore_model.is_some()),
-        ("--lang", args.lang.is_some()),
-        ("--layer", args.layer.is_some()),
-        ("--rescale", args.rescale),
-        ("--against", args.against.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(flag, set)| set.then_some(flag))
-    .collect();
-    if !bertscore_flags.is_empty() {
-        return Err(super::exit::usage(format!(
-            "{}: BERTScore scores single responses and is left out of a pairwise rubric's run",
-            bertscore_flags.join(", ")
-        )));
-    }
-    let unused = args.stats.options().not_for_pairwise();
-    if !unused.is_empty() {
-        return Err(super::exit::usage(format!(
-            "{}: for judge and BERTScore results; a pairwise rubric's run takes --bootstrap, --confidence, --seed, --tie-margin and --preferences",
-            unused.join(", ")
-        )));
-    }
-    // Items read as they stand in the file keep their lines, for errors naming them.
-    let as_read = match &args.input {
-        Some(path) if args.sample_dialogues.is_none() && shard.is_none() => {
-            Some(data::read_items(path, false)?)
-        }
-        _ => None,
-    };
-    let mut items = match &as_read {
-        Some(read) => read.items.clone(),
-        None => read_or_import(args, Grouping::Contexts)?,
-    };
-    if let Some(s) = shard {
-        items = s.select_groups(items, Grouping::Contexts);
-    }
-    if items.is_empty() {
-        if let Some(s) = shard {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            data::write_items(&dir.join(ITEMS), &items)?;
-            eprintln!(
-                "nothing to do: shard {s} holds no context (an empty share written to {})",
-                dir.display()
-            );
-        } else {
-            eprintln!("nothing to do: no items to evaluate");
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    let origin = match (&as_read, &args.input) {
-        (Some(read), Some(path)) => data::Origin::File {
-            path,
-            lines: &read.lines,
-        },
-        _ => data::Origin::Memory,
-    };
-    let pairing = match &args.baseline {
-        Some(b) => data::Pairing::Baseline(b.clone()),
-        None => data::Pairing::All,
-    };
-    let pairs = data::form_pairs(&items, origin, &pairing)?;
-    eprintln!(
-        "{} items, {} contexts, {} pairs{} → {}{}",
-        items.len(),
-        pairs.contexts,
-        pairs.pairs.len(),
-        shard.map(|s| format!(" (shard {s})")).unwrap_or_default(),
-        dir.display(),
-        if args.no_bertscore {
-            ""
-        } else {
-            " (BERTScore scores single responses: left out of a pairwise run)"
-        }
-    );
-    if pairs.pairs.is_empty() && shard.is_none() {
-        return Err(super::exit::usage(
-            "no context has responses of two systems to compare (items with the same context_id and different systems)",
-        ));
-    }
-    let (device, settings) = args.runtime.options().settings()?;
-    let _created = CreatedFolders::create(dir)?;
-    let output = dir.join(PAIRS);
-    crate::results::ResultsFile::preflight(
-        &output,
-        args.overwrite,
-        &Expected {
-            task: Task::Compare,
-            rubric_hash: Some(rubric.hash()),
-        },
-    )?;
-    let judge = judge_spec(args, rubric, source).load_on(&device, &settings)?;
-    crate::results::ResultsFile::check(
-        &output,
-        &judge.comparer(&pairs).provenance(&judge.opts),
-        args.overwrite,
-    )?;
-    data::write_items(&dir.join(ITEMS), &items)?;
-    let (summary, secs) =
-        super::running::with_progress("comparing", |p| judge.compare(&pairs, &output, p));
-    let (summary, _) = summary?;
-    super::running::report_retried(&summary);
-    eprintln!(
-        "compare: judged {} pairs in {secs:.1}s; {} already done; {} failed",
-        summary.scored,
-        summary.skipped_finished,
-        summary.failed.len()
-    );
-    drop(judge);
-    match shard {
-        Some(s) => eprintln!(
-            "shard {s} done; join the shards with `hyoka merge {}/shard-*-of-{} -o {}`",
-            args.output.display(),
-            s.count,
-            args.output.display()
-        ),
-        None => write_all(dir, pairwise_report(dir, &args.stats)?)?,
-    }
-    Ok(super::exit::finish(&summary.failed, 0))
-}
-
-/// summary.md, summary.json and report.html of the pairwise results in `dir` (its items.jsonl
-/// and pairs.jsonl): (file name, contents), for the caller to write. The ranking is printed.
-pub(super) fn pairwise_report(
-    dir: &Path,
-    stats: &StatsArgs,
-) -> anyhow::Result<Vec<(&'static str, String)>> {
-    let items = data::read_items(&dir.join(ITEMS), false)?.items;
-    let output = dir.join(PAIRS);
-    let records =
-        crate::meta::pairwise::read_records(&crate::results::reader::ResultsInput::open(&output)?)?;
-    let ranked = super::meta_cmd::pairwise_summary(&items, &output, records, stats)?;
-    let md = crate::meta::pairwise::markdown(&ranked);
-    print!("{md}");
-    let json = serde_json::to_string_pretty(&ranked).context("summary as JSON")? + "\n";
-    eprintln!(
-        "writing summary.md, summary.json and report.html to {}",
-        dir.display()
-    );
-    Ok(vec![
-        ("summary.md", md),
-        ("summary.json", json),
-        ("report.html", crate::report::pairwise_html(&ranked)),
-    ])
-}
-
-/// The judge `eval` loads: its models, the rubric, the runtime and batching flags; greedy.
-fn judge_spec(args: &EvalArgs, rubric: crate::rubric::Rubric, source: String) -> JudgeSpec {
+) -> JudgeSpec {
     JudgeSpec {
         models: args.model.clone(),
         rubric,
@@ -512,10 +382,10 @@ fn judge_spec(args: &EvalArgs, rubric: crate::rubric::Rubric, source: String) ->
 
 /// The folders a run created for its output, taken away again when the run leaves them empty
 /// (a model that cannot be had, a refused setting): a refused run leaves nothing behind.
-struct CreatedFolders(Vec<PathBuf>);
+pub(super) struct CreatedFolders(Vec<PathBuf>);
 
 impl CreatedFolders {
-    fn create(dir: &Path) -> anyhow::Result<Self> {
+    pub(super) fn create(dir: &Path) -> anyhow::Result<Self> {
         let missing: Vec<PathBuf> = dir
             .ancestors()
             .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
@@ -562,20 +432,21 @@ pub(super) fn write_all(dir: &Path, files: Vec<(&'static str, String)>) -> anyho
     Ok(())
 }
 
+/// Files to write in a folder (name, contents), and the summary they hold.
+pub(super) type Report = (Vec<(&'static str, String)>, Option<Summary>);
+
 /// scores.jsonl, and with human ratings summary.md, summary.json and report.html, from the
 /// items and results in `dir`: (file name, contents), for the caller to write.
 pub(super) fn report(
     dir: &Path,
     results: &[PathBuf],
     stats: &StatsArgs,
-) -> anyhow::Result<Vec<(&'static str, String)>> {
+) -> anyhow::Result<Report> {
     let mut frame = load_frame(&dir.join(ITEMS), results, false)?;
     if frame.human_keys.is_empty() {
         eprintln!("the items have no human ratings: writing scores.jsonl only");
-        return Ok(vec![(
-            "scores.jsonl",
-            lines_text(&crate::report::score_lines(&frame)),
-        )]);
+        let scores = lines_text(&crate::report::score_lines(&frame));
+        return Ok((vec![("scores.jsonl", scores)], None));
     }
     let summary = Summary::compute(&mut frame, &stats.options())?;
     let json = serde_json::to_string_pretty(&summary).context("summary as JSON")? + "\n";
@@ -600,7 +471,7 @@ pub(super) fn report(
         "writing scores.jsonl, summary.md, summary.json and report.html to {}",
         dir.display()
     );
-    Ok(files)
+    Ok((files, Some(summary)))
 }
 
 fn lines_text(lines: &[String]) -> String {

@@ -1,7 +1,8 @@
 //! `hyoka merge`: the folders of `hyoka eval --shard K/N` runs → one folder and its report.
 //! Everything is read and checked, and the report computed, before anything is written.
 
-use super::eval_cmd::{BERTSCORE, ITEMS, JUDGE, PAIRS, pairwise_report, report, write_all};
+use super::eval_cmd::{BERTSCORE, ITEMS, JUDGE, PAIRS, report, write_all};
+use super::eval_pairwise::pairwise_report;
 use super::meta_cmd::StatsArgs;
 use crate::data::select::Shard;
 use crate::data::{self, DataError, Item, Origin, Pair, Pairing, form_pairs};
@@ -248,7 +249,7 @@ fn stage(
     if files.iter().any(|(name, _)| *name == PAIRS) {
         files.extend(pairwise_report(staging, stats)?);
     } else {
-        files.extend(report(staging, &results, stats)?);
+        files.extend(report(staging, &results, stats)?.0);
     }
     Ok(files)
 }

@@ -10,9 +10,12 @@ mod data_cmd;
 #[cfg(test)]
 mod docs_check;
 mod eval_cmd;
+mod eval_pairwise;
+mod eval_routes;
 pub mod exit;
 mod export_cmd;
 mod judge_cmd;
+mod likelihood_cmd;
 mod merge_cmd;
 mod meta_cmd;
 mod rubrics_cmd;

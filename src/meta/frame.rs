@@ -16,6 +16,8 @@ pub enum Family {
     JudgeExpected,
     BertScore,
     Combined,
+    /// A likelihood scorer's (FED, GPTScore) per-aspect score.
+    Likelihood,
 }
 
 /// Which number of a results record a column holds.
@@ -28,6 +30,8 @@ pub enum Statistic {
     P,
     R,
     F,
+    /// A likelihood scorer's score.
+    Score,
 }
 
 impl Statistic {
@@ -38,6 +42,7 @@ impl Statistic {
             Statistic::P => "P",
             Statistic::R => "R",
             Statistic::F => "F",
+            Statistic::Score => "score",
         }
     }
 }
@@ -91,6 +96,7 @@ impl Column {
             Family::JudgeArgmax | Family::JudgeExpected => "judge",
             Family::BertScore => "BERTScore",
             Family::Combined => "combined",
+            Family::Likelihood => "likelihood",
         };
         match run {
             Some(n) => format!("{source}[{n}] {}", statistic.name()),
@@ -174,6 +180,7 @@ impl Frame {
         let mut judge: Vec<AspectColumns> = Vec::new();
         let mut distributions: Vec<Vec<Option<ScoreProbabilities>>> = Vec::new();
         let mut prf = [vec![None; n], vec![None; n], vec![None; n]];
+        let mut likelihood: Vec<(String, Vec<Option<f64>>)> = Vec::new();
         let mut added = Added::default();
         let items = &self.items;
         let provenance = read_input_records(input, |number, _, record| {
@@ -214,6 +221,18 @@ impl Frame {
                         distributions[k][row] = Some(s.score_probabilities());
                     }
                 }
+                Ok(Body::Likelihood(l)) => {
+                    for (aspect, a) in l.scores {
+                        let k = match likelihood.iter().position(|(k, _)| *k == aspect) {
+                            Some(k) => k,
+                            None => {
+                                likelihood.push((aspect, vec![None; n]));
+                                likelihood.len() - 1
+                            }
+                        };
+                        likelihood[k].1[row] = Some(a.score);
+                    }
+                }
                 Ok(Body::BertScore(s)) => {
                     for (column, x) in prf.iter_mut().zip([s.p, s.r, s.f]) {
                         column[row] = Some(x);
@@ -231,7 +250,22 @@ impl Frame {
                 path.display()
             )));
         };
-        let run = name.map(String::from);
+        // A likelihood scorer's columns are named after it (fed-ja, gptscore-en), and after the
+        // file too when another file of that scorer came first.
+        let scorer = (provenance.task == Task::Likelihood)
+            .then(|| provenance.rubric.as_ref().map(|r| r.name.clone()))
+            .flatten();
+        let run = match (scorer, name) {
+            (Some(scorer), name) => {
+                let taken = (self.columns.iter())
+                    .any(|c| c.family == Family::Likelihood && c.run.as_deref() == Some(&scorer));
+                match name {
+                    Some(n) if taken => Some(format!("{scorer}:{n}")),
+                    _ => Some(scorer),
+                }
+            }
+            (None, name) => name.map(String::from),
+        };
         match provenance.task {
             Task::Judge => {
                 let targets = provenance
@@ -283,6 +317,31 @@ impl Frame {
             // Refused above, line by line.
             Task::Compare | Task::Translate => {
                 unreachable!("pairwise results and translations are refused before their columns")
+            }
+            Task::Likelihood => {
+                let targets = provenance
+                    .rubric
+                    .as_ref()
+                    .map(|r| r.aspects.clone())
+                    .unwrap_or_default();
+                for (aspect, values) in likelihood {
+                    let human = (targets.iter().find(|t| t.key == aspect))
+                        .map(|t| t.human.clone())
+                        .unwrap_or_default();
+                    self.columns.push(Column {
+                        label: Column::label_of(
+                            Family::Likelihood,
+                            run.as_deref(),
+                            Statistic::Score,
+                        ),
+                        family: Family::Likelihood,
+                        statistic: Statistic::Score,
+                        run: run.clone(),
+                        human,
+                        aspect: Some(aspect),
+                        values,
+                    });
+                }
             }
             Task::BertScore => {
                 for (statistic, values) in [Statistic::P, Statistic::R, Statistic::F]

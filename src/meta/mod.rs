@@ -13,6 +13,7 @@ mod inputs;
 mod levels;
 mod options;
 pub mod pairwise;
+pub mod routes;
 pub mod stats;
 mod summary;
 

@@ -7,6 +7,7 @@
 //! ratings, rater ids) keeps the line:
 //! - judge: every field a rubric's templates can show (context, response, setting, reference,
 //!   id, system, dialogue, meta);
+//! - likelihood scorers: the context turns and the response;
 //! - BERTScore: the response's text and the texts it is compared with (the references, or the
 //!   last context turn, as the run's `against` setting says).
 
@@ -58,6 +59,8 @@ impl Unit for Pair {
 pub fn digest(provenance: &Provenance, item: &Item) -> String {
     let read: Value = match provenance.task {
         Task::Judge | Task::Compare => shown(item),
+        // A likelihood scorer's prefix shows the dialogue: its turns and the response.
+        Task::Likelihood => json!({"context": item.context, "response": item.response}),
         // A translation line is written for a text, not an item (`translate::Text`).
         Task::Translate => json!(item.response.text),
         Task::BertScore => {

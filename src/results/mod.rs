@@ -7,6 +7,7 @@
 
 mod file;
 pub mod inputs;
+pub mod likelihoods;
 pub mod prf;
 mod provenance;
 pub mod reader;
@@ -17,7 +18,9 @@ pub mod verdicts;
 
 pub use file::ResultsFile;
 pub use provenance::{AspectTargets, Expected, ModelId, Provenance, RubricId, Task};
-pub use record::{Body, CompareRecord, JudgeRecord, Record, TranslationRecord};
+pub use record::{
+    AspectLikelihood, Body, CompareRecord, JudgeRecord, LikelihoodRecord, Record, TranslationRecord,
+};
 pub use runner::{Outcome, Progress, RunError, RunSummary, ScoreTask};
 
 use std::path::PathBuf;

@@ -14,6 +14,8 @@ pub enum Task {
     Compare,
     /// Texts translated (`hyoka translate`'s store): a line per distinct text.
     Translate,
+    /// A likelihood scorer (FED, GPTScore): per item, per aspect, a log-likelihood score.
+    Likelihood,
 }
 
 impl Task {
@@ -23,6 +25,7 @@ impl Task {
             Task::BertScore => "bertscore",
             Task::Compare => "compare",
             Task::Translate => "translate",
+            Task::Likelihood => "likelihood",
         }
     }
 }

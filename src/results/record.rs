@@ -4,6 +4,8 @@
 //! "provenance"}`. Lines are read by the provenance's task, field by field, so a bad line is
 //! named down to its field.
 
+pub use super::likelihoods::{AspectLikelihood, LikelihoodRecord, TranslationRecord};
+use super::likelihoods::{read_likelihood, read_translation};
 use super::prf::Prf;
 use super::provenance::{Provenance, Task};
 use super::scores::AspectScore;
@@ -29,15 +31,7 @@ pub enum Body {
     BertScore(Prf),
     Compare(CompareRecord),
     Translation(TranslationRecord),
-}
-
-/// One distinct text translated (`hyoka translate`'s store: a line per text, not per item).
-#[derive(Clone, Debug, PartialEq)]
-pub struct TranslationRecord {
-    pub source: String,
-    pub text: String,
-    /// Tokens the model wrote.
-    pub tokens: usize,
+    Likelihood(LikelihoodRecord),
 }
 
 /// A pairwise judge's (or the mean of several judges') verdicts for one pair.
@@ -102,7 +96,7 @@ impl std::fmt::Display for FieldError {
     }
 }
 
-fn field_error(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+pub(super) fn field_error(field: impl Into<String>, message: impl Into<String>) -> FieldError {
     FieldError {
         field: field.into(),
         message: message.into(),
@@ -158,6 +152,7 @@ impl Record {
                 Task::BertScore => Body::BertScore(read_prf(&line)?),
                 Task::Compare => Body::Compare(read_compare(&line)?),
                 Task::Translate => Body::Translation(read_translation(&line)?),
+                Task::Likelihood => Body::Likelihood(read_likelihood(&line)?),
             }),
         };
         Ok(Record {
@@ -213,10 +208,11 @@ pub fn line(
             );
         }
         Ok(Body::Translation(t)) => {
-            line.insert(
-                "translation".into(),
-                json!({"source": t.source, "text": t.text, "tokens": t.tokens}),
-            );
+            line.insert("translation".into(), t.to_json());
+        }
+        Ok(Body::Likelihood(l)) => {
+            line.insert("likelihood".into(), l.to_json());
+            line.insert("dropped_turns".into(), json!(l.dropped_turns));
         }
         Ok(Body::Compare(c)) => {
             line.insert(
@@ -246,29 +242,6 @@ pub fn line(
     }
     line.insert("provenance".into(), provenance.clone());
     Value::Object(line).to_string()
-}
-
-/// A translation line's `translation`: {source, text, tokens}.
-fn read_translation(line: &Map<String, Value>) -> Result<TranslationRecord, FieldError> {
-    let t = line
-        .get("translation")
-        .and_then(Value::as_object)
-        .ok_or_else(|| field_error("translation", "missing or not an object"))?;
-    let text = |key: &str| {
-        t.get(key)
-            .and_then(Value::as_str)
-            .map(String::from)
-            .ok_or_else(|| field_error(format!("translation.{key}"), "missing or not a string"))
-    };
-    let tokens = t
-        .get("tokens")
-        .and_then(Value::as_u64)
-        .ok_or_else(|| field_error("translation.tokens", "missing or not a count"))?;
-    Ok(TranslationRecord {
-        source: text("source")?,
-        text: text("text")?,
-        tokens: tokens as usize,
-    })
 }
 
 /// Non-finite numbers cannot be written as JSON numbers; they are refused before (baselines),

@@ -246,7 +246,10 @@ fn items() -> Vec<Item> {
 
 #[test]
 fn a_killed_translation_resumes_and_a_shared_text_is_translated_once() {
-    let Some(model) = load("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", WeightsMode::Stored) else {
+    let Some(model) = load(
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        WeightsMode::Stored,
+    ) else {
         return;
     };
     let (prompt, _) = TranslatePrompt::resolve("translate-ja-en").unwrap();
