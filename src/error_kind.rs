@@ -155,7 +155,7 @@ fn kind_of_link(cause: &(dyn Error + 'static)) -> Option<ErrorKind> {
         return Some(InvalidInput);
     }
     match translate_error(cause) {
-        Some(TranslateError::Items(_)) => return Some(Usage),
+        Some(TranslateError::Items(_) | TranslateError::Languages(_)) => return Some(Usage),
         Some(TranslateError::Prompt { .. }) => return Some(InvalidInput),
         _ => {}
     }

@@ -5,7 +5,8 @@
 //! (rubric + item → messages, through the model's chat template) → 4 tokens and batches
 //! (`judge::layout`, `model::decoder::batch`) → 5 `model` (the causal-LM runtime; `bertscore` runs its
 //! encoder beside it) → 6 score distributions (`judge`) → 7 typed results (`results`) →
-//! 8 metrics (`meta`) → 9 `report`.
+//! 8 metrics (`meta`) → 9 `report`. `translate` turns items into items in another language
+//! before stage 3; `likelihood` (FED, GPTScore) is a stage-6 scorer beside the judge.
 
 pub mod bertscore;
 pub mod checksum;

@@ -60,3 +60,19 @@ class Judge:
     def compare_file(
         self, path: str, baseline: str | None = None, progress: Callable[[int, int], object] | None = None
     ) -> list[str]: ...
+    def likelihood_items(
+        self,
+        items: list[str],
+        scorer: str,
+        batch_tokens: int | None = None,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> list[str]: ...
+    def translate_items(
+        self,
+        items: list[str],
+        source: str,
+        to: str,
+        prompt: str | None = None,
+        max_new_tokens: int | None = None,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> list[str]: ...

@@ -85,6 +85,59 @@ class Judge:
         return [json.loads(line) for line in lines]
 
 
+    def likelihood(
+        self,
+        items: Iterable[Mapping[str, Any]] | str | os.PathLike[str],
+        scorer: str | os.PathLike[str] = "fed-ja",
+        verbose: bool | None = None,
+    ) -> list[dict[str, Any]]:
+        """Likelihood scores with the judge's (first) model (`hyoka likelihood`): FED
+        (`fed-ja`, `fed-en`: follow-up utterances, positive minus negative) or GPTScore
+        (`gptscore-ja`, `gptscore-en`: the response's own likelihood), or a scorer file. Returns
+        one dict per item, in input order, as `hyoka likelihood` writes its lines: per aspect
+        `score`, `positive`, `negative`, `tokens`, and the run's `provenance`; `hyoka.meta`
+        reads them beside a judge's.
+
+        verbose: a progress bar over the items, as `score`."""
+        bar = _bar.Bar("scoring", "item") if _bar.wanted(verbose) else None
+        progress = None if bar is None else bar.to
+        lines = self._judge.likelihood_items(_item_texts(items), os.fspath(scorer), None, progress)
+        return [json.loads(line) for line in lines]
+
+    def translate(
+        self,
+        items: Iterable[Mapping[str, Any]] | str | os.PathLike[str],
+        to: str = "en",
+        source: str = "ja",
+        prompt: str | os.PathLike[str] | None = None,
+        max_new_tokens: int | None = None,
+        verbose: bool | None = None,
+    ) -> list[dict[str, Any]]:
+        """Translate items with the judge's (first) model (`hyoka translate`, in memory): every
+        text (context turns, response, references, setting) from `source` into `to`, each
+        distinct text once, greedy. Returns the translated items as dicts in input order, ids
+        and ratings kept, each with `translation` (the texts it came from and the run's
+        provenance). A text that cannot be translated raises HyokaError naming it.
+
+        prompt: a built-in translation prompt's name or a TOML file (default: the built-in for
+            the two languages).
+        max_new_tokens: one limit for every translation (default: 16 + 4 x the text's tokens).
+        verbose: a progress bar over the distinct texts, as `score`."""
+        bar = _bar.Bar("translating", "text") if _bar.wanted(verbose) else None
+        progress = None if bar is None else bar.to
+        chosen = None if prompt is None else os.fspath(prompt)
+        texts = self._judge.translate_items(_item_texts(items), source, to, chosen, max_new_tokens, progress)
+        return [json.loads(text) for text in texts]
+
+
+def _item_texts(items: Iterable[Mapping[str, Any]] | str | os.PathLike[str]) -> list[str]:
+    """Items as JSON texts: the lines of an items JSONL path, or dicts."""
+    if isinstance(items, (str, os.PathLike)):
+        with open(os.fspath(items), encoding="utf-8") as f:
+            return [line for line in f.read().splitlines() if line.strip()]
+    return json_texts("items", items)
+
+
 def _settings(options: Mapping[str, Any]) -> dict[str, Any]:
     """Options as the extension takes them: paths as strings; None and False mean the default."""
     return {

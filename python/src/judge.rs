@@ -5,6 +5,10 @@ use crate::errors::{raise, to_py};
 use crate::options::Options;
 use hyoka::data::{Item, Origin, Pairing, form_pairs};
 use hyoka::judge::{JudgeSpec, LoadedJudge};
+use hyoka::likelihood::{LikelihoodOptions, LikelihoodRun, LikelihoodScorer};
+use hyoka::results::RunError;
+use hyoka::results::runner::run_in_memory;
+use hyoka::translate::{TranslateOptions, TranslatePrompt, translate_in_memory};
 use hyoka::model::runtime_options::parse_choice;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -128,6 +132,73 @@ impl Judge {
         self.compare_in_memory(py, &read.items, origin, baseline, progress)
     }
 
+    /// Likelihood scores (`hyoka likelihood`: FED, GPTScore) of items given as JSON texts, by
+    /// the judge's (first) model with the scorer `scorer` (a built-in's name or a scorer file):
+    /// each item's results line, the bits `hyoka likelihood` writes, in the items' order.
+    #[pyo3(signature = (items, scorer, batch_tokens=None, progress=None))]
+    fn likelihood_items(
+        &self,
+        py: Python<'_>,
+        items: Vec<String>,
+        scorer: String,
+        batch_tokens: Option<usize>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        let parsed = hyoka::data::parse_items(&items).map_err(raise(py))?;
+        let (scorer, source) = LikelihoodScorer::resolve(&scorer).map_err(raise(py))?;
+        let opts = LikelihoodOptions {
+            batch_tokens: batch_tokens.unwrap_or(self.loaded.opts.batch_tokens).max(1),
+        };
+        let mut task = LikelihoodRun::new(&self.loaded.models[0], &scorer, source, opts);
+        let (summary, lines) = with_progress(py, progress, |report| {
+            run_in_memory(&mut task, &parsed, report)
+        })?;
+        report_failed(&summary);
+        Ok(lines)
+    }
+
+    /// Items given as JSON texts translated (`hyoka translate`) by the judge's (first) model from
+    /// `source` into `to`, each distinct text once, in memory: the translated items as JSON
+    /// texts, each with `translation` (its source texts and the run's provenance). A text that
+    /// cannot be translated raises, naming it.
+    #[pyo3(signature = (items, source, to, prompt=None, max_new_tokens=None, progress=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn translate_items(
+        &self,
+        py: Python<'_>,
+        items: Vec<String>,
+        source: String,
+        to: String,
+        prompt: Option<String>,
+        max_new_tokens: Option<usize>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        let parsed = hyoka::data::parse_items(&items).map_err(raise(py))?;
+        let (prompt, _) = TranslatePrompt::for_languages(prompt.as_deref(), &source, &to)
+            .map_err(raise(py))?;
+        let opts = TranslateOptions {
+            max_new_tokens: max_new_tokens.map(|n| n.max(1)),
+            ..Default::default()
+        };
+        let model = &self.loaded.models[0];
+        let done = with_progress(py, progress, |report| {
+            translate_in_memory(model, &prompt, opts, &parsed, report)
+        })?;
+        match done.items {
+            Ok(translated) => Ok(translated.iter().map(Item::to_json_line).collect()),
+            Err(missing) => Err(crate::errors::exception(
+                py,
+                "HyokaError",
+                format!(
+                    "{} texts have no translation ({}): {}",
+                    missing.len(),
+                    done.summary.failed.join("; "),
+                    missing.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ")
+                ),
+            )),
+        }
+    }
+
     /// Score the items of an items JSONL file (read as `hyoka judge -i` reads it) into memory,
     /// as `score_items`.
     #[pyo3(signature = (path, progress=None))]
@@ -185,7 +256,8 @@ impl Judge {
         })
     }
 
-    /// Run `work` with the GIL released, `progress` called between batches.
+    /// Run a judge's `work` with the GIL released, `progress` called between batches; its
+    /// figures on stderr.
     fn in_memory(
         &self,
         py: Python<'_>,
@@ -202,37 +274,53 @@ impl Judge {
             hyoka::results::RunError<hyoka::judge::JudgeError>,
         > + Send,
     ) -> PyResult<Vec<String>> {
-        // An exception of the callback (or Ctrl-C) stops the run, and is what is raised.
-        let pending: Mutex<Option<PyErr>> = Mutex::new(None);
-        let result = py.detach(|| {
-            let started = std::time::Instant::now();
-            let mut report = |done: usize, total: usize| {
-                Python::attach(|py| {
-                    let stop = py.check_signals().err().or_else(|| {
-                        let call = progress.as_ref()?.call1(py, (done, total));
-                        call.err()
-                    });
-                    match stop {
-                        Some(e) => {
-                            *pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                            ControlFlow::Break(())
-                        }
-                        None => ControlFlow::Continue(()),
-                    }
-                })
-            };
-            let (summary, stats, lines) = work(&mut report)?;
-            let secs = started.elapsed().as_secs_f64();
-            for line in stats.describe_units(&summary, secs, "memory", units) {
-                eprintln!("{line}");
-            }
-            Ok(lines)
-        });
-        result.map_err(|e: hyoka::results::RunError<hyoka::judge::JudgeError>| {
-            match pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                Some(raised) => raised,
-                None => to_py(py, &e),
-            }
-        })
+        let started = std::time::Instant::now();
+        let (summary, stats, lines) = with_progress(py, progress, work)?;
+        let secs = started.elapsed().as_secs_f64();
+        for line in stats.describe_units(&summary, secs, "memory", units) {
+            eprintln!("{line}");
+        }
+        Ok(lines)
     }
+}
+
+/// Failed items on stderr, as the command line lists them.
+fn report_failed(summary: &hyoka::results::RunSummary) {
+    for f in &summary.failed {
+        eprintln!("failed: {f}");
+    }
+}
+
+/// Run `work` with the GIL released, `progress(done, total)` called between batches. An
+/// exception of the callback (or Ctrl-C) stops the run, and is what is raised.
+fn with_progress<T: Send, E: std::error::Error + Send + Sync + 'static>(
+    py: Python<'_>,
+    progress: Option<Py<PyAny>>,
+    work: impl FnOnce(&mut hyoka::results::Progress<'_>) -> Result<T, RunError<E>> + Send,
+) -> PyResult<T> {
+    let pending: Mutex<Option<PyErr>> = Mutex::new(None);
+    let result = py.detach(|| {
+        let mut report = |done: usize, total: usize| {
+            Python::attach(|py| {
+                let stop = py.check_signals().err().or_else(|| {
+                    let call = progress.as_ref()?.call1(py, (done, total));
+                    call.err()
+                });
+                match stop {
+                    Some(e) => {
+                        *pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                        ControlFlow::Break(())
+                    }
+                    None => ControlFlow::Continue(()),
+                }
+            })
+        };
+        work(&mut report)
+    });
+    result.map_err(|e: RunError<E>| {
+        match pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(raised) => raised,
+            None => to_py(py, &e),
+        }
+    })
 }

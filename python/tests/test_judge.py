@@ -140,3 +140,28 @@ def test_judge_shows_progress_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     assert time.monotonic() - sent < 30
     assert "judging 1/1 items" in err, err[-2000:]
     assert "judging 0/200 items" in err, err[-2000:]
+
+
+def test_likelihood_and_translate_equal_the_command_line(tmp_path: Path) -> None:
+    """Judge.likelihood gives what `hyoka likelihood` writes, and Judge.translate the items
+    `hyoka translate` writes (the translation's provenance included), with the judge's model."""
+    model = str(real_model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
+    items = lines(ITEMS)[:2]
+    path = tmp_path / "items.jsonl"
+    path.write_text("".join(json.dumps(i, ensure_ascii=False) + "\n" for i in items), encoding="utf-8")
+    judge = hyoka.Judge(model, "breakdown3-ja")
+    out = tmp_path / "fed.jsonl"
+    assert cli(["likelihood", "--scorer", "fed-ja", "--model", model, "-i", str(path), "-o", str(out)]) == 0
+    written = {line["id"]: line for line in lines(out)}
+    got = judge.likelihood(items, "fed-ja")
+    assert got == [written[i["id"]] for i in items]  # to the bit, provenance included
+    assert sorted(got[0]["likelihood"]) == sorted(
+        ["naturalness", "coherence", "interestingness", "relevance", "consistency", "overall", "breakdown"])
+    translated = tmp_path / "en.jsonl"
+    assert cli(["translate", "-i", str(path), "-o", str(translated), "--model", model]) == 0
+    en = judge.translate(items, to="en")
+    assert en == lines(translated)
+    assert [e["translation"]["source"]["response"] for e in en] == [i["response"]["text"] for i in items]
+    assert judge.translate(path) == en
+    with pytest.raises(hyoka.UsageError, match="no built-in prompt"):
+        judge.translate(items, to="fr")

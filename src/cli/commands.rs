@@ -3,7 +3,7 @@
 
 use super::exit::{EXIT_CODES, EXIT_FAILURE, exit_code, message};
 use super::{
-    bench_cmd, bertscore_cmd, compare_cmd, data_cmd, eval_cmd, export_cmd, judge_cmd,
+    bench_cmd, bertscore_cmd, compare_cmd, data_cmd, eval_cmd, eval_files, export_cmd, judge_cmd,
     likelihood_cmd, merge_cmd, meta_cmd, rubrics_cmd, translate_cmd,
 };
 use clap::{Parser, Subcommand};
@@ -60,7 +60,7 @@ pub enum Command {
     #[command(
         about = "Evaluate end to end: judge + BERTScore + meta-evaluation + report in one folder"
     )]
-    Eval(Box<eval_cmd::EvalArgs>),
+    Eval(Box<eval_files::EvalArgs>),
     #[command(about = "Join `hyoka eval --shard` folders and write their report")]
     Merge(merge_cmd::MergeArgs),
     /// Write results in other tools' formats (the DBDC challenge's runs).

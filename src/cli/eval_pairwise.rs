@@ -1,7 +1,7 @@
 //! `hyoka eval` with a pairwise rubric: the items' pairs judged in both orders, the systems
 //! ranked and compared with human preferences.
 
-use super::eval_cmd::{
+use super::eval_files::{
     CreatedFolders, EvalArgs, ITEMS, PAIRS, judge_spec, read_or_import, write_all,
 };
 use super::meta_cmd::StatsArgs;

@@ -3,7 +3,7 @@
 //! language): each a rubric, a BERTScore encoder and likelihood scorers over the same judge
 //! model, and their meta-evaluations set side by side (routes.md, routes.json).
 
-use super::eval_cmd::{BERTSCORE, EvalArgs, JUDGE};
+use super::eval_files::{BERTSCORE, EvalArgs, JUDGE};
 use crate::bertscore::run::{Against, BERT_SCORE_BATCH, BertScoreRun, default_batch_tokens};
 use crate::bertscore::{Depth, LoadedScorer};
 use crate::data::Item;
@@ -401,7 +401,7 @@ impl Translated {
         match done.items {
             Ok(translated) => {
                 crate::data::write_items(
-                    &self.route.dir.join(super::eval_cmd::ITEMS),
+                    &self.route.dir.join(super::eval_files::ITEMS),
                     &translated,
                 )?;
                 Ok(Ok(translated))

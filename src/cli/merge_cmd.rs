@@ -1,7 +1,7 @@
 //! `hyoka merge`: the folders of `hyoka eval --shard K/N` runs → one folder and its report.
 //! Everything is read and checked, and the report computed, before anything is written.
 
-use super::eval_cmd::{BERTSCORE, ITEMS, JUDGE, PAIRS, report, write_all};
+use super::eval_files::{BERTSCORE, ITEMS, JUDGE, PAIRS, report, write_all};
 use super::eval_pairwise::pairwise_report;
 use super::meta_cmd::StatsArgs;
 use crate::data::select::Shard;

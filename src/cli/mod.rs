@@ -10,6 +10,7 @@ mod data_cmd;
 #[cfg(test)]
 mod docs_check;
 mod eval_cmd;
+mod eval_files;
 mod eval_pairwise;
 mod eval_routes;
 pub mod exit;

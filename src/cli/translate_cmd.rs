@@ -81,31 +81,15 @@ pub fn default_store(output: &Path) -> PathBuf {
     output.with_file_name(format!("{stem}.translations.jsonl"))
 }
 
-/// The prompt `--prompt` names, or the built-in one for the languages; its languages checked.
+/// The prompt `--prompt` names, or the built-in one for the languages; its languages checked
+/// (`--from`, `--to`).
 pub fn resolve_prompt(
     prompt: Option<&str>,
     from: &str,
     to: &str,
 ) -> anyhow::Result<(TranslatePrompt, String)> {
-    let name = match prompt {
-        Some(p) => p.to_string(),
-        None => TranslatePrompt::builtin_for(from, to)
-            .ok_or_else(|| {
-                super::exit::usage(format!(
-                    "no built-in prompt translates {from} into {to} (built in: {}): give one with --prompt FILE",
-                    crate::translate::prompt::builtin_names().join(", ")
-                ))
-            })?
-            .to_string(),
-    };
-    let (p, source) = TranslatePrompt::resolve(&name)?;
-    if p.from != from || p.to != to {
-        return Err(super::exit::usage(format!(
-            "the prompt {name} translates {} into {}, not {from} into {to} (--from, --to)",
-            p.from, p.to
-        )));
-    }
-    Ok((p, source))
+    TranslatePrompt::for_languages(prompt, from, to)
+        .map_err(|e| anyhow::Error::new(e).context("--prompt, --from, --to"))
 }
 
 pub fn run(args: TranslateArgs) -> anyhow::Result<ExitCode> {

@@ -117,13 +117,21 @@ pub fn rows_of(sequences: Vec<Sequence>) -> Result<ItemRows, String> {
         );
     }
     let trunk = first[..trunk_len].to_vec();
-    let mut branches = Vec::with_capacity(sequences.len());
-    let mut reads = Vec::with_capacity(sequences.len());
+    let mut branches: Vec<Vec<u32>> = Vec::with_capacity(sequences.len());
+    let mut reads: Vec<Vec<(usize, u32)>> = Vec::with_capacity(sequences.len());
     let mut start = trunk_len;
     for s in &sequences {
         let rest = &s.prefix[trunk_len..];
         let mut branch = rest.to_vec();
         branch.extend_from_slice(&s.continuation);
+        // A text scored for several aspects after the same prefix (a follow-up in two sets) is
+        // one branch: computed once, the same numbers for each.
+        if let Some(k) = (sequences.iter().zip(&reads))
+            .position(|(o, _)| o.prefix[trunk_len..] == *rest && o.continuation == s.continuation)
+        {
+            reads.push(reads[k].clone());
+            continue;
+        }
         // Token k of the branch is read at the position before it: the trunk's last for k = 0.
         let read: Vec<(usize, u32)> = (rest.len()..branch.len())
             .map(|k| {
@@ -172,5 +180,9 @@ mod tests {
         assert_eq!(rows.reads[0], [(1, 7), (2, 8)]);
         assert_eq!(rows.reads[1], [(1, 9)]);
         assert!(rows_of(vec![seq(&[1], &[2]), seq(&[3], &[4])]).is_err());
+        // The same text after the same prefix (a follow-up of two aspects): one branch.
+        let rows = rows_of(vec![seq(&[5, 6], &[7, 8]), seq(&[5, 6], &[9]), seq(&[5, 6], &[7, 8])]).unwrap();
+        assert_eq!(rows.row.branches, [vec![7, 8], vec![9]]);
+        assert_eq!(rows.reads[2], rows.reads[0]);
     }
 }

@@ -1,7 +1,7 @@
 //! The bodies of likelihood scorers' lines (`likelihood`: FED, GPTScore) and of a translation
 //! store's lines (`translation`).
 
-use super::record::{FieldError, field_error};
+use super::line_fields::{FieldError, field_error};
 use serde_json::{Map, Value, json};
 
 /// One distinct text translated (`hyoka translate`'s store: a line per text, not per item).

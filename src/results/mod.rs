@@ -8,6 +8,7 @@
 mod file;
 pub mod inputs;
 pub mod likelihoods;
+mod line_fields;
 pub mod prf;
 mod provenance;
 pub mod reader;

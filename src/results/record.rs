@@ -6,6 +6,8 @@
 
 pub use super::likelihoods::{AspectLikelihood, LikelihoodRecord, TranslationRecord};
 use super::likelihoods::{read_likelihood, read_translation};
+pub use super::line_fields::FieldError;
+use super::line_fields::field_error;
 use super::prf::Prf;
 use super::provenance::{Provenance, Task};
 use super::scores::AspectScore;
@@ -77,30 +79,6 @@ pub struct JudgeAnswer {
     pub model: String,
     pub scores: Vec<(String, AspectScore)>,
     pub answer: Option<Answer>,
-}
-
-/// A line that is not a record: the field at fault (empty: the whole line) and why.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FieldError {
-    pub field: String,
-    pub message: String,
-}
-
-impl std::fmt::Display for FieldError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.field.is_empty() {
-            write!(f, "{}", self.message)
-        } else {
-            write!(f, "{}: {}", self.field, self.message)
-        }
-    }
-}
-
-pub(super) fn field_error(field: impl Into<String>, message: impl Into<String>) -> FieldError {
-    FieldError {
-        field: field.into(),
-        message: message.into(),
-    }
 }
 
 impl Record {

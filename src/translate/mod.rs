@@ -15,7 +15,7 @@ mod texts;
 
 pub use decode::{Generated, greedy_batch};
 pub use prompt::TranslatePrompt;
-pub use run::{Translated, translate_items};
+pub use run::{Translated, translate_in_memory, translate_items};
 pub use task::{DEFAULT_CACHE_BYTES, TranslateOptions, Translator};
 pub use texts::{Text, distinct_texts, read_store, translated_items};
 
@@ -33,6 +33,9 @@ pub enum TranslateError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A prompt for other languages than those asked for, or none for them.
+    #[error("{0}")]
+    Languages(String),
     /// Items that cannot be translated as asked (already translated ones).
     #[error("{0}")]
     Items(String),

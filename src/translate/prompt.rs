@@ -66,6 +66,34 @@ impl TranslatePrompt {
         Ok((Self::from_toml(&text, name_or_path)?, name_or_path.into()))
     }
 
+    /// The prompt `prompt` names (a built-in's name or a file), or the built-in one from `from`
+    /// into `to`; refused when its own languages are others.
+    pub fn for_languages(
+        prompt: Option<&str>,
+        from: &str,
+        to: &str,
+    ) -> Result<(Self, String), TranslateError> {
+        let name = match prompt {
+            Some(p) => p.to_string(),
+            None => Self::builtin_for(from, to)
+                .ok_or_else(|| {
+                    TranslateError::Languages(format!(
+                        "no built-in prompt translates {from} into {to} (built in: {}): give one of your own",
+                        builtin_names().join(", ")
+                    ))
+                })?
+                .to_string(),
+        };
+        let (p, source) = Self::resolve(&name)?;
+        if p.from != from || p.to != to {
+            return Err(TranslateError::Languages(format!(
+                "the prompt {name} translates {} into {}, not {from} into {to}",
+                p.from, p.to
+            )));
+        }
+        Ok((p, source))
+    }
+
     /// The built-in prompt from `from` into `to`, if there is one.
     pub fn builtin_for(from: &str, to: &str) -> Option<&'static str> {
         BUILTIN

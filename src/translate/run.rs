@@ -47,3 +47,38 @@ pub fn translate_items(
         provenance,
     })
 }
+
+/// `translate_items` in memory: no store read or written (a killed call starts again).
+pub fn translate_in_memory(
+    model: &LoadedModel,
+    prompt: &TranslatePrompt,
+    opts: TranslateOptions,
+    items: &[Item],
+    progress: &mut Progress<'_>,
+) -> Result<Translated, RunError<TranslateError>> {
+    let texts = distinct_texts(items).map_err(RunError::Task)?;
+    let mut translator = Translator::new(model, prompt, opts);
+    let provenance = translator.provenance();
+    let (summary, lines) = runner::run_in_memory(&mut translator, &texts, progress)?;
+    let mut translations = std::collections::HashMap::new();
+    for (n, line) in lines.iter().enumerate() {
+        let record = crate::results::Record::parse(line).map_err(|e| {
+            RunError::Results(crate::results::ResultsError::Corrupt {
+                path: "translations in memory".into(),
+                line: n + 1,
+                message: e.to_string(),
+            })
+        })?;
+        if let Ok(crate::results::Body::Translation(t)) = record.body {
+            translations.insert(t.source, t.text);
+        }
+    }
+    let by = serde_json::to_value(&provenance).expect("provenance serialises");
+    Ok(Translated {
+        summary,
+        texts: texts.len(),
+        tokens_written: translator.tokens_written,
+        items: translated_items(items, &translations, (&prompt.from, &prompt.to), &by),
+        provenance,
+    })
+}

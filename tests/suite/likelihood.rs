@@ -242,5 +242,5 @@ fn likelihood_scores_reach_meta_as_columns() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let summary = std::fs::read_to_string(&json).unwrap();
-    assert!(summary.contains("likelihood score"), "{summary}");
+    assert!(summary.contains("likelihood[fed-ja] score"), "{summary}");
 }
