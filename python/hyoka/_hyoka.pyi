@@ -74,5 +74,6 @@ class Judge:
         to: str,
         prompt: str | None = None,
         max_new_tokens: int | None = None,
+        keep_unfinished: bool = False,
         progress: Callable[[int, int], object] | None = None,
     ) -> list[str]: ...

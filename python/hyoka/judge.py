@@ -111,6 +111,7 @@ class Judge:
         source: str = "ja",
         prompt: str | os.PathLike[str] | None = None,
         max_new_tokens: int | None = None,
+        keep_unfinished: bool = False,
         verbose: bool | None = None,
     ) -> list[dict[str, Any]]:
         """Translate items with the judge's (first) model (`hyoka translate`, in memory): every
@@ -122,11 +123,14 @@ class Judge:
         prompt: a built-in translation prompt's name or a TOML file (default: the built-in for
             the two languages).
         max_new_tokens: one limit for every translation (default: 16 + 4 x the text's tokens).
+        keep_unfinished: keep a translation cut at its limit (named in `translation.unfinished`)
+            instead of raising.
         verbose: a progress bar over the distinct texts, as `score`."""
         bar = _bar.Bar("translating", "text") if _bar.wanted(verbose) else None
         progress = None if bar is None else bar.to
         chosen = None if prompt is None else os.fspath(prompt)
-        texts = self._judge.translate_items(_item_texts(items), source, to, chosen, max_new_tokens, progress)
+        texts = self._judge.translate_items(
+            _item_texts(items), source, to, chosen, max_new_tokens, keep_unfinished, progress)
         return [json.loads(text) for text in texts]
 
 

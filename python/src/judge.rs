@@ -6,10 +6,10 @@ use crate::options::Options;
 use hyoka::data::{Item, Origin, Pairing, form_pairs};
 use hyoka::judge::{JudgeSpec, LoadedJudge};
 use hyoka::likelihood::{LikelihoodOptions, LikelihoodRun, LikelihoodScorer};
+use hyoka::model::runtime_options::parse_choice;
 use hyoka::results::RunError;
 use hyoka::results::runner::run_in_memory;
 use hyoka::translate::{TranslateOptions, TranslatePrompt, translate_in_memory};
-use hyoka::model::runtime_options::parse_choice;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::ops::ControlFlow;
@@ -161,7 +161,7 @@ impl Judge {
     /// `source` into `to`, each distinct text once, in memory: the translated items as JSON
     /// texts, each with `translation` (its source texts and the run's provenance). A text that
     /// cannot be translated raises, naming it.
-    #[pyo3(signature = (items, source, to, prompt=None, max_new_tokens=None, progress=None))]
+    #[pyo3(signature = (items, source, to, prompt=None, max_new_tokens=None, keep_unfinished=false, progress=None))]
     #[allow(clippy::too_many_arguments)]
     fn translate_items(
         &self,
@@ -171,13 +171,15 @@ impl Judge {
         to: String,
         prompt: Option<String>,
         max_new_tokens: Option<usize>,
+        keep_unfinished: bool,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<Vec<String>> {
         let parsed = hyoka::data::parse_items(&items).map_err(raise(py))?;
-        let (prompt, _) = TranslatePrompt::for_languages(prompt.as_deref(), &source, &to)
-            .map_err(raise(py))?;
+        let (prompt, _) =
+            TranslatePrompt::for_languages(prompt.as_deref(), &source, &to).map_err(raise(py))?;
         let opts = TranslateOptions {
             max_new_tokens: max_new_tokens.map(|n| n.max(1)),
+            keep_unfinished,
             ..Default::default()
         };
         let model = &self.loaded.models[0];
@@ -190,10 +192,9 @@ impl Judge {
                 py,
                 "HyokaError",
                 format!(
-                    "{} texts have no translation ({}): {}",
+                    "{} texts have no translation: {}",
                     missing.len(),
-                    done.summary.failed.join("; "),
-                    missing.iter().map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ")
+                    hyoka::translate::describe_failures(&parsed, &done.summary.failed).join("; ")
                 ),
             )),
         }

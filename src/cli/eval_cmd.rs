@@ -1,14 +1,13 @@
 //! `hyoka eval` (items → judge + BERTScore → meta-evaluation → report, in one output folder) and
 //! `hyoka merge` (shards' folders → one folder and its report).
 
-
 use super::eval_files::{
     CreatedFolders, EvalArgs, ITEMS, judge_spec, read_or_import, refuse_input_as_output, report,
     write_all,
 };
 use super::eval_routes::{Route, Translated, bertscore_job};
-use crate::data::select::{Grouping, Shard};
 use crate::data;
+use crate::data::select::{Grouping, Shard};
 use anyhow::Context;
 use std::process::ExitCode;
 
@@ -48,10 +47,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         args.translate_model.is_some(),
         args.translate_bertscore_model.is_some(),
         args.translate_layer.is_some(),
+        args.translate_keep_unfinished,
     ];
     if args.translate.is_none() && translate_flags.iter().any(|&f| f) {
         return Err(super::exit::usage(
-            "--translate-rubric, --translate-prompt, --translate-model, --translate-bertscore-model and --translate-layer are for --translate LANG",
+            "--translate-rubric, --translate-prompt, --translate-model, --translate-bertscore-model, --translate-layer and --translate-keep-unfinished are for --translate LANG",
         ));
     }
     if rubric.pairwise.is_some() {
@@ -190,4 +190,3 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     }
     Ok(super::exit::finish(&failed, 0))
 }
-

@@ -137,6 +137,10 @@ pub struct EvalArgs {
     /// The translated route's BERTScore layer (default: bert_score's for its encoder).
     #[arg(long)]
     pub translate_layer: Option<usize>,
+    /// Keep translations that reach their token limit, cut and marked unfinished, rather than
+    /// leave the translated route out (`hyoka translate --keep-unfinished`).
+    #[arg(long)]
+    pub translate_keep_unfinished: bool,
     /// Start the folder's results afresh instead of continuing them.
     #[arg(long)]
     pub overwrite: bool,
@@ -256,11 +260,7 @@ pub(super) type Report = (Vec<(&'static str, String)>, Option<Summary>);
 
 /// scores.jsonl, and with human ratings summary.md, summary.json and report.html, from the
 /// items and results in `dir`: (file name, contents), for the caller to write.
-pub(super) fn report(
-    dir: &Path,
-    results: &[PathBuf],
-    stats: &StatsArgs,
-) -> anyhow::Result<Report> {
+pub(super) fn report(dir: &Path, results: &[PathBuf], stats: &StatsArgs) -> anyhow::Result<Report> {
     let mut frame = load_frame(&dir.join(ITEMS), results, false)?;
     if frame.human_keys.is_empty() {
         eprintln!("the items have no human ratings: writing scores.jsonl only");

@@ -327,7 +327,10 @@ impl Translated {
             route,
             prompt,
             store: dir.join(TRANSLATIONS),
-            opts: crate::translate::TranslateOptions::default(),
+            opts: crate::translate::TranslateOptions {
+                keep_unfinished: args.translate_keep_unfinished,
+                ..Default::default()
+            },
         })
     }
 
@@ -407,9 +410,11 @@ impl Translated {
                 Ok(Ok(translated))
             }
             Err(missing) => {
-                let mut failed: Vec<String> = (done.summary.failed.iter())
-                    .map(|f| format!("translation of text {f}"))
-                    .collect();
+                let mut failed: Vec<String> =
+                    crate::translate::describe_failures(items, &done.summary.failed)
+                        .into_iter()
+                        .map(|f| format!("translation of {f}"))
+                        .collect();
                 failed.push(format!(
                     "{} texts have no translation: the {} route was not run (a rerun tries them again)",
                     missing.len(),

@@ -64,6 +64,12 @@ pub struct TranslateArgs {
     /// Expected sha256 of the model's weights file; a mismatch is an error.
     #[arg(long, value_name = "HEX")]
     pub sha256: Option<String>,
+    /// Keep a translation that reaches its token limit, cut there, instead of failing its text
+    /// (a small model that repeats itself never ends): its store line says "finished": false,
+    /// and the items holding it name it in translation.unfinished. A rerun with this flag keeps
+    /// the texts an earlier run failed.
+    #[arg(long)]
+    pub keep_unfinished: bool,
     /// Replace an existing output file (the store is continued either way).
     #[arg(long)]
     pub overwrite: bool,
@@ -140,6 +146,7 @@ pub fn run(args: TranslateArgs) -> anyhow::Result<ExitCode> {
         max_new_tokens: args.max_new_tokens,
         cache_bytes,
         max_rows: args.rows,
+        keep_unfinished: args.keep_unfinished,
     };
     let (done, secs) = super::running::with_progress("translating", |progress| {
         translate_items(&model, &prompt, opts, &read.items, &store, progress)
@@ -164,21 +171,8 @@ pub fn run(args: TranslateArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(missing) => {
-            for f in &s.failed {
-                eprintln!("failed: text {f}");
-            }
-            for text in missing.iter().take(5) {
-                let item = read.items.iter().find(|i| {
-                    i.response.text == *text
-                        || i.context.iter().any(|t| t.text == *text)
-                        || i.reference.contains(text)
-                        || i.setting.as_deref() == Some(text)
-                });
-                let short: String = text.chars().take(40).collect();
-                eprintln!(
-                    "no translation: {short:?} (item {})",
-                    item.map_or("?", |i| i.id.as_str())
-                );
+            for f in crate::translate::describe_failures(&read.items, &s.failed) {
+                eprintln!("failed: {f}");
             }
             eprintln!(
                 "{} texts have no translation: {} not written (a rerun tries them again)",

@@ -95,6 +95,10 @@ pub struct Translation {
     /// checksum, the prompt's hash, settings, version).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<serde_json::Value>,
+    /// The texts whose translation was cut at its token limit (kept on request): "context[2]",
+    /// "response", "reference[0]", "setting".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unfinished: Vec<String>,
 }
 
 /// An item's texts in the language they were translated from.

@@ -181,7 +181,12 @@ mod tests {
         assert_eq!(rows.reads[1], [(1, 9)]);
         assert!(rows_of(vec![seq(&[1], &[2]), seq(&[3], &[4])]).is_err());
         // The same text after the same prefix (a follow-up of two aspects): one branch.
-        let rows = rows_of(vec![seq(&[5, 6], &[7, 8]), seq(&[5, 6], &[9]), seq(&[5, 6], &[7, 8])]).unwrap();
+        let rows = rows_of(vec![
+            seq(&[5, 6], &[7, 8]),
+            seq(&[5, 6], &[9]),
+            seq(&[5, 6], &[7, 8]),
+        ])
+        .unwrap();
         assert_eq!(rows.row.branches, [vec![7, 8], vec![9]]);
         assert_eq!(rows.reads[2], rows.reads[0]);
     }

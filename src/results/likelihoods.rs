@@ -11,6 +11,8 @@ pub struct TranslationRecord {
     pub text: String,
     /// Tokens the model wrote.
     pub tokens: usize,
+    /// Whether the model ended it (false: cut at its limit, kept because the run was told to).
+    pub finished: bool,
 }
 
 /// A likelihood scorer's numbers for one item.
@@ -36,7 +38,7 @@ pub struct AspectLikelihood {
 
 impl TranslationRecord {
     pub fn to_json(&self) -> Value {
-        json!({"source": self.source, "text": self.text, "tokens": self.tokens})
+        json!({"source": self.source, "text": self.text, "tokens": self.tokens, "finished": self.finished})
     }
 }
 
@@ -76,10 +78,16 @@ pub fn read_translation(line: &Map<String, Value>) -> Result<TranslationRecord, 
         .get("tokens")
         .and_then(Value::as_u64)
         .ok_or_else(|| field_error("translation.tokens", "missing or not a count"))?;
+    let finished = match t.get("finished") {
+        None => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(field_error("translation.finished", "not true or false")),
+    };
     Ok(TranslationRecord {
         source: text("source")?,
         text: text("text")?,
         tokens: tokens as usize,
+        finished,
     })
 }
 

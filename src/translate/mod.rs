@@ -17,7 +17,7 @@ pub use decode::{Generated, greedy_batch};
 pub use prompt::TranslatePrompt;
 pub use run::{Translated, translate_in_memory, translate_items};
 pub use task::{DEFAULT_CACHE_BYTES, TranslateOptions, Translator};
-pub use texts::{Text, distinct_texts, read_store, translated_items};
+pub use texts::{Text, describe_failures, distinct_texts, read_store, translated_items};
 
 use crate::model::ModelError;
 use crate::model::load::default_model::HoldsModelError;

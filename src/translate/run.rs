@@ -70,7 +70,12 @@ pub fn translate_in_memory(
             })
         })?;
         if let Ok(crate::results::Body::Translation(t)) = record.body {
-            translations.insert(t.source, t.text);
+            let finished = t.finished;
+            let text = super::texts::Translation {
+                text: t.text,
+                finished,
+            };
+            translations.insert(t.source, text);
         }
     }
     let by = serde_json::to_value(&provenance).expect("provenance serialises");

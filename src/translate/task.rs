@@ -27,6 +27,10 @@ pub struct TranslateOptions {
     pub cache_bytes: usize,
     /// Most prompts decoded together.
     pub max_rows: usize,
+    /// Keep a translation cut at its limit (marked unfinished) instead of failing its text. It
+    /// changes no translation, only whether a cut one is accepted, so it is not in the
+    /// provenance: a rerun with it accepts what a run without it failed.
+    pub keep_unfinished: bool,
 }
 
 impl Default for TranslateOptions {
@@ -35,6 +39,7 @@ impl Default for TranslateOptions {
             max_new_tokens: None,
             cache_bytes: DEFAULT_CACHE_BYTES,
             max_rows: 32,
+            keep_unfinished: false,
         }
     }
 }
@@ -245,10 +250,12 @@ impl ScoreTask for Translator<'_> {
         for i in chunk {
             let outcome = match (&self.prepared[i], written.remove(i)) {
                 (Err(why), _) => Outcome::Failed(why.clone()),
-                (Ok(p), Some(g)) if !g.finished => Outcome::Failed(format!(
-                    "the translation did not end within {} tokens (raise --max-new-tokens, or look at the text: a model that repeats itself never ends)",
-                    p.limit
-                )),
+                (Ok(p), Some(g)) if !g.finished && !self.opts.keep_unfinished => {
+                    Outcome::Failed(format!(
+                        "the translation did not end within {} tokens (a model that repeats itself never ends: raise the limit, translate with another model, or keep it cut, marked unfinished)",
+                        p.limit
+                    ))
+                }
                 (Ok(_), Some(g)) => {
                     self.tokens_written += g.tokens.len();
                     let text = self
@@ -260,6 +267,7 @@ impl ScoreTask for Translator<'_> {
                         source: texts[*i].text.clone(),
                         text: text.trim().to_string(),
                         tokens: g.tokens.len(),
+                        finished: g.finished,
                     }))
                 }
                 (Ok(_), None) => unreachable!("every ready text is decoded"),

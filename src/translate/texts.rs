@@ -2,7 +2,7 @@
 //! translations.
 
 use super::TranslateError;
-use crate::data::{Item, SourceTexts, Translation, Turn};
+use crate::data::{Item, SourceTexts, Turn};
 use crate::results::runner::Unit;
 use crate::results::{Body, Provenance, Record, ResultsError};
 use std::collections::{HashMap, HashSet};
@@ -69,12 +69,44 @@ fn texts_of(item: &Item) -> impl Iterator<Item = &str> {
         .chain(item.setting.as_deref())
 }
 
+/// Failed texts (a run summary's "id: why") as their start, an item that holds them, and why.
+pub fn describe_failures(items: &[Item], failed: &[String]) -> Vec<String> {
+    let texts: HashMap<String, String> = items
+        .iter()
+        .flat_map(texts_of)
+        .map(|t| (Text::new(t).id, t.to_string()))
+        .collect();
+    failed
+        .iter()
+        .map(|f| {
+            let (id, why) = f.split_once(": ").unwrap_or((f.as_str(), ""));
+            let Some(text) = texts.get(id) else {
+                return f.clone();
+            };
+            let item = items
+                .iter()
+                .find(|i| texts_of(i).any(|t| t == text))
+                .map_or("?", |i| i.id.as_str());
+            let short: String = text.chars().take(40).collect();
+            let more = if text.chars().count() > 40 { "…" } else { "" };
+            format!("text {short:?}{more} (item {item}): {why}")
+        })
+        .collect()
+}
+
+/// A text's translation, and whether the model ended it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Translation {
+    pub text: String,
+    pub finished: bool,
+}
+
 /// The translations in a store (`hyoka translate`'s results file), by source text: the lines
 /// of the run `provenance` only, error lines left out.
 pub fn read_store(
     path: &Path,
     provenance: &Provenance,
-) -> Result<HashMap<String, String>, ResultsError> {
+) -> Result<HashMap<String, Translation>, ResultsError> {
     let text = std::fs::read_to_string(path).map_err(|source| ResultsError::Io {
         path: path.to_path_buf(),
         source,
@@ -103,57 +135,76 @@ pub fn read_store(
                     t.source
                 )));
             }
-            out.insert(t.source, t.text);
+            let finished = t.finished;
+            out.insert(
+                t.source,
+                Translation {
+                    text: t.text,
+                    finished,
+                },
+            );
         }
     }
     Ok(out)
 }
 
-/// `items` with every text replaced by its translation and its source kept (`Translation`,
-/// `by`: the run's provenance); Err: the texts that have none (each once).
+/// `items` with every text replaced by its translation and its source kept
+/// (`data::Translation`, `by`: the run's provenance, `unfinished`: the texts cut at their
+/// limit); Err: the texts that have none (each once).
 pub fn translated_items(
     items: &[Item],
-    translations: &HashMap<String, String>,
+    translations: &HashMap<String, Translation>,
     (from, to): (&str, &str),
     by: &serde_json::Value,
 ) -> Result<Vec<Item>, Vec<String>> {
     let mut missing: Vec<String> = Vec::new();
-    let mut get = |text: &str| -> String {
-        if text.is_empty() {
-            return String::new();
-        }
-        match translations.get(text) {
-            Some(t) => t.clone(),
-            None => {
-                if !missing.iter().any(|m| m == text) {
-                    missing.push(text.to_string());
-                }
-                String::new()
-            }
-        }
-    };
     let mut out = Vec::with_capacity(items.len());
     for item in items {
+        let mut unfinished: Vec<String> = Vec::new();
+        let mut get = |text: &str, field: String| -> String {
+            if text.is_empty() {
+                return String::new();
+            }
+            match translations.get(text) {
+                Some(t) => {
+                    if !t.finished {
+                        unfinished.push(field);
+                    }
+                    t.text.clone()
+                }
+                None => {
+                    if !missing.iter().any(|m| m == text) {
+                        missing.push(text.to_string());
+                    }
+                    String::new()
+                }
+            }
+        };
         let source = SourceTexts {
             context: item.context.iter().map(|t| t.text.clone()).collect(),
             response: item.response.text.clone(),
             reference: item.reference.clone(),
             setting: item.setting.clone(),
         };
-        let turn = |t: &Turn, get: &mut dyn FnMut(&str) -> String| Turn {
+        let turn = |t: &Turn, text: String| Turn {
             speaker: t.speaker.clone(),
-            text: get(&t.text),
+            text,
         };
         let mut translated = item.clone();
-        translated.context = item.context.iter().map(|t| turn(t, &mut get)).collect();
-        translated.response = turn(&item.response, &mut get);
-        translated.reference = item.reference.iter().map(|r| get(r)).collect();
-        translated.setting = item.setting.as_deref().map(&mut get);
-        translated.translation = Some(Translation {
+        translated.context = (item.context.iter().enumerate())
+            .map(|(k, t)| turn(t, get(&t.text, format!("context[{k}]"))))
+            .collect();
+        translated.response = turn(&item.response, get(&item.response.text, "response".into()));
+        translated.reference = (item.reference.iter().enumerate())
+            .map(|(k, r)| get(r, format!("reference[{k}]")))
+            .collect();
+        translated.setting = (item.setting.as_deref()).map(|s| get(s, "setting".into()));
+        translated.translation = Some(crate::data::Translation {
             from: from.into(),
             to: to.into(),
             source,
             by: Some(by.clone()),
+            unfinished,
         });
         out.push(translated);
     }
@@ -192,9 +243,13 @@ mod tests {
         let texts = distinct_texts(&items).unwrap();
         let names: Vec<&str> = texts.iter().map(|t| t.text.as_str()).collect();
         assert_eq!(names, ["おはよう", "元気?", "元気です", "まあまあ"]);
-        let map: HashMap<String, String> = texts
+        let map: HashMap<String, Translation> = texts
             .iter()
-            .map(|t| (t.text.clone(), format!("<{}>", t.text)))
+            .map(|t| {
+                let text = format!("<{}>", t.text);
+                let finished = t.text != "まあまあ";
+                (t.text.clone(), Translation { text, finished })
+            })
             .collect();
         let by = serde_json::json!({"model": "m"});
         let out = translated_items(&items, &map, ("ja", "en"), &by).unwrap();
@@ -204,6 +259,9 @@ mod tests {
         assert_eq!(t.source.response, "まあまあ");
         assert_eq!(t.source.context, ["おはよう", "元気?"]);
         assert_eq!(out[1].human, items[1].human);
+        // A translation cut at its limit is named in the items that hold it.
+        assert_eq!(t.unfinished, ["response"]);
+        assert!(out[0].translation.as_ref().unwrap().unfinished.is_empty());
         // A missing translation is named once, and nothing is returned.
         let mut partial = map.clone();
         partial.remove("おはよう");

@@ -401,6 +401,7 @@ fn refused_translations_write_nothing() {
             setting: None,
         },
         by: None,
+        unfinished: Vec::new(),
     });
     hyoka::data::write_items(&en, &translated).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_hyoka"))
@@ -419,4 +420,47 @@ fn refused_translations_write_nothing() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("already a translation"), "{err}");
     assert!(!dir.join("x.jsonl").exists() && !dir.join("x.translations.jsonl").exists());
+}
+
+#[test]
+fn a_translation_cut_at_its_limit_fails_or_is_kept_and_named() {
+    let Some(model) = load("smollm2-135m-instruct-q4_1.gguf", WeightsMode::Stored) else {
+        return;
+    };
+    let (prompt, _) = TranslatePrompt::resolve("translate-ja-en").unwrap();
+    let items = items();
+    let dir = folder("translate-unfinished");
+    let store = dir.join("store.jsonl");
+    // Four tokens end no translation of this model: every text fails, nothing is returned.
+    let cut = TranslateOptions {
+        max_new_tokens: Some(4),
+        ..Default::default()
+    };
+    let go = |opts| {
+        translate_items(&model, &prompt, opts, &items, &store, &mut |_, _| {
+            ControlFlow::Continue(())
+        })
+        .unwrap()
+    };
+    let failed = go(cut);
+    assert_eq!(failed.summary.failed.len(), 6);
+    assert_eq!(failed.items.as_ref().unwrap_err().len(), 6);
+    let said = hyoka::translate::describe_failures(&items, &failed.summary.failed);
+    assert!(
+        said[0].starts_with(
+            "text \"お腹が空いてきました。\" (item 1): the translation did not end within 4 tokens"
+        ),
+        "{said:?}"
+    );
+    // Kept on request: the same run (no other provenance), its error lines taken again.
+    let kept = go(TranslateOptions {
+        keep_unfinished: true,
+        ..cut
+    });
+    assert_eq!((kept.summary.retried, kept.summary.scored), (6, 6));
+    let translated = kept.items.unwrap();
+    let t = translated[0].translation.as_ref().unwrap();
+    assert_eq!(t.unfinished, ["context[0]", "context[1]", "response"]);
+    let lines = std::fs::read_to_string(&store).unwrap();
+    assert_eq!(lines.matches("\"finished\":false").count(), 6);
 }
