@@ -99,6 +99,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             .clone()
             .or(rubric.language.clone())
             .unwrap_or_else(|| "ja".into()),
+        translated: false,
         dir: dir.clone(),
         rubric,
         rubric_source: source,

@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 pub(super) struct Route {
     /// The language of its items.
     pub lang: String,
+    /// Whether its items are a translation (its messages then name its language).
+    pub translated: bool,
     pub dir: PathBuf,
     pub rubric: Rubric,
     pub rubric_source: String,
@@ -163,7 +165,10 @@ impl Route {
         items: &[Item],
         overwrite: bool,
     ) -> anyhow::Result<(Vec<String>, Vec<PathBuf>)> {
-        let what = |task: &str| format!("{task} ({})", self.lang);
+        let what = |task: &str| match self.translated {
+            true => format!("{task} ({})", self.lang),
+            false => task.to_string(),
+        };
         let (summary, secs) = super::running::with_progress(&what("judging"), |p| {
             self.judge(judge)
                 .run(items, &self.dir.join(JUDGE), &judge.opts, p)
@@ -310,6 +315,7 @@ impl Translated {
         let dir = first.dir.join(to);
         let route = Route {
             lang: to.to_string(),
+            translated: true,
             dir: dir.clone(),
             rubric,
             rubric_source,
