@@ -12,6 +12,7 @@ pub mod bertscore;
 pub mod checksum;
 pub mod cli;
 pub mod data;
+pub mod definition;
 pub mod error_kind;
 pub mod error_text;
 pub mod files;

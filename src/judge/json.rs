@@ -11,7 +11,7 @@
 use super::JudgeError;
 use super::targets::ScoreTargets;
 use super::token_bytes::{TokenBytes, encode_exact};
-use crate::model::{KvCache, PrefixKv, Products, Row, Transformer};
+use crate::model::{KvCache, LiveRows, PrefixKv, Products, Row, Transformer};
 use crate::results::scores::AspectScore;
 use crate::rng::SplitMix64;
 use crate::rubric::Rubric;
@@ -200,11 +200,9 @@ impl JsonFormat {
         }
         let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
         let mut cache = KvCache::new(model, prompts.len(), header, longest + self.reserve())?;
-        // Row r of the cache writes item live[r]'s answer; finished rows only pad until
-        // enough of them are dropped together.
-        let mut live: Vec<usize> = (0..prompts.len()).collect();
+        let mut live = LiveRows::all(prompts.len());
         let mut products = Products::ByRowCount;
-        while live.iter().any(|&i| feeds[i].is_some()) {
+        while live.sequences().iter().any(|&i| feeds[i].is_some()) {
             // A row whose reason is written waits while another still writes its own, token
             // by token: every step that feeds runs of fixed text (`",\n  "<key>": `) expands
             // every weight matrix (`Matrix::by_runs`), so the rows' runs are fed in the same
@@ -212,6 +210,7 @@ impl JsonFormat {
             // Qwen2.5-0.5B: 16 such steps instead of 48). A row is fed the same tokens, and
             // gets the same numbers; only later.
             let reasoning = live
+                .sequences()
                 .iter()
                 .any(|&i| feeds[i].as_ref().is_some_and(|f| !f.log_probs));
             let waiting: Vec<bool> = feeds
@@ -219,6 +218,7 @@ impl JsonFormat {
                 .map(|f| reasoning && f.as_ref().is_some_and(|f| f.log_probs))
                 .collect();
             let rows: Vec<Row> = live
+                .sequences()
                 .iter()
                 .map(|&i| match &feeds[i] {
                     Some(_) if waiting[i] => Row::default(),
@@ -232,7 +232,7 @@ impl JsonFormat {
             let hidden = model.step(&mut cache, &rows, products)?;
             products = Products::RowWise;
             let (mut logits_at, mut log_probs_at) = (Vec::new(), Vec::new());
-            for (r, (row, &i)) in rows.iter().zip(&live).enumerate() {
+            for (r, (row, &i)) in rows.iter().zip(live.sequences()).enumerate() {
                 let (Some(f), Some(end)) = (&feeds[i], row.trunk_end()) else {
                     continue;
                 };
@@ -256,7 +256,7 @@ impl JsonFormat {
                     log_probs = log_softmax_rows(&rest)?.into_iter();
                 }
             }
-            for &i in &live {
+            for &i in live.sequences() {
                 let Some(f) = &feeds[i] else { continue };
                 if waiting[i] {
                     continue;
@@ -268,14 +268,7 @@ impl JsonFormat {
                 };
                 feeds[i] = writers[i].advance(read)?;
             }
-            let running: Vec<usize> = (0..live.len())
-                .filter(|&r| feeds[live[r]].is_some())
-                .collect();
-            // Dropping rows copies the cache: worth it once a quarter of the rows only pad.
-            if !running.is_empty() && (live.len() - running.len()) * 4 >= live.len() {
-                cache.retain(&running)?;
-                live = running.iter().map(|&r| live[r]).collect();
-            }
+            live.drop_done(&mut cache, |i| feeds[i].is_some())?;
         }
         writers.into_iter().map(Writer::finish).collect()
     }

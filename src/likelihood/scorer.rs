@@ -5,12 +5,13 @@
 use super::LikelihoodError;
 use crate::checksum::sha256_hex;
 use crate::data::{Item, Turn};
+use crate::definition::{Builtins, read_toml};
+use crate::prompt::SpeakerLabels;
 use minijinja::{Environment, UndefinedBehavior};
 use serde::{Deserialize, Serialize};
-use std::path::Path;
 
 /// (name, TOML text) of every built-in likelihood scorer.
-pub const BUILTIN: &[(&str, &str)] = &[
+pub const BUILTIN: Builtins = &[
     ("fed-ja", include_str!("../../prompts/fed-ja.toml")),
     ("fed-en", include_str!("../../prompts/fed-en.toml")),
     (
@@ -24,7 +25,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
 ];
 
 pub fn builtin_names() -> Vec<&'static str> {
-    BUILTIN.iter().map(|(n, _)| *n).collect()
+    crate::definition::names(BUILTIN)
 }
 
 /// What is scored.
@@ -101,25 +102,17 @@ struct Ctx<'a> {
 impl LikelihoodScorer {
     /// A built-in scorer's name, or a TOML file; with where it came from.
     pub fn resolve(name_or_path: &str) -> Result<(Self, String), LikelihoodError> {
-        if let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
-            let origin = format!("prompts/{name}.toml");
-            return Ok((Self::from_toml(text, &origin)?, origin));
-        }
-        let path = Path::new(name_or_path);
-        if !path.exists() {
-            return Err(LikelihoodError::Scorer {
+        let (text, origin) = read_toml(
+            BUILTIN,
+            name_or_path,
+            "likelihood scorer",
+            |path, source| LikelihoodError::Io { path, source },
+            |message| LikelihoodError::Scorer {
                 origin: name_or_path.into(),
-                message: format!(
-                    "no such file, and not a built-in likelihood scorer (built in: {})",
-                    builtin_names().join(", ")
-                ),
-            });
-        }
-        let text = std::fs::read_to_string(path).map_err(|source| LikelihoodError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Ok((Self::from_toml(&text, name_or_path)?, name_or_path.into()))
+                message,
+            },
+        )?;
+        Ok((Self::from_toml(&text, &origin)?, origin))
     }
 
     pub fn from_toml(text: &str, origin: &str) -> Result<Self, LikelihoodError> {
@@ -191,23 +184,26 @@ impl LikelihoodScorer {
             .map_err(|e| format!("prefix: {e}"))?;
         let keep = keep.min(item.context.len());
         let context = &item.context[item.context.len() - keep..];
-        let (labels, next) = labels(context, &item.response);
-        fn view<'t>(t: &'t Turn, label: &str) -> TurnView<'t> {
+        let labels = SpeakerLabels::of(context.iter().chain([&item.response]));
+        fn view<'t>(t: &'t Turn, labels: &SpeakerLabels) -> TurnView<'t> {
             TurnView {
-                label: label.to_string(),
+                label: labels.label(&t.speaker),
                 speaker: &t.speaker,
                 text: &t.text,
             }
         }
-        let turns: Vec<TurnView> = context
+        // Who speaks next: the latest other speaker before the response, else a new one.
+        let next = match context
             .iter()
-            .zip(&labels)
-            .map(|(t, l)| view(t, l))
-            .collect();
-        let response = view(&item.response, labels.last().expect("the response's label"));
+            .rev()
+            .find(|t| t.speaker != item.response.speaker)
+        {
+            Some(t) => labels.label(&t.speaker),
+            None => labels.unseen(),
+        };
         let ctx = Ctx {
-            context: turns,
-            response,
+            context: context.iter().map(|t| view(t, &labels)).collect(),
+            response: view(&item.response, &labels),
             next: NextView { label: next },
             instruction: &self.aspects[aspect].instruction,
         };
@@ -215,36 +211,6 @@ impl LikelihoodScorer {
             .render(minijinja::value::Serde(&ctx))
             .map_err(|e| format!("prefix: {e}"))
     }
-}
-
-/// Labels A, B, C… by order of first appearance (the context's turns, then the response's, in
-/// that order), and the label of who speaks next: the latest other speaker before the response,
-/// else a new one.
-fn labels(context: &[Turn], response: &Turn) -> (Vec<String>, String) {
-    let mut order: Vec<&str> = Vec::new();
-    for t in context.iter().chain(std::iter::once(response)) {
-        if !order.contains(&t.speaker.as_str()) {
-            order.push(&t.speaker);
-        }
-    }
-    let name = |i: usize| {
-        if i < 26 {
-            char::from(b'A' + i as u8).to_string()
-        } else {
-            format!("S{}", i + 1)
-        }
-    };
-    let label = |s: &str| name(order.iter().position(|o| *o == s).expect("labelled"));
-    let out: Vec<String> = context
-        .iter()
-        .chain(std::iter::once(response))
-        .map(|t| label(&t.speaker))
-        .collect();
-    let next = match context.iter().rev().find(|t| t.speaker != response.speaker) {
-        Some(t) => label(&t.speaker),
-        None => name(order.len()),
-    };
-    (out, next)
 }
 
 #[cfg(test)]
@@ -257,6 +223,10 @@ mod tests {
             let (s, _) = LikelihoodScorer::resolve(name).unwrap();
             assert_eq!(s.name, name);
         }
+        let folder = LikelihoodScorer::resolve("prompts")
+            .unwrap_err()
+            .to_string();
+        assert!(folder.contains("prompts: a folder, not a"), "{folder}");
         let (fed, _) = LikelihoodScorer::resolve("fed-en").unwrap();
         let turn = |s: &str, t: &str| Turn {
             speaker: s.into(),

@@ -21,7 +21,7 @@ pub mod settings;
 pub mod tokenizer;
 
 pub use decoder::batch::{Batch, Row};
-pub use decoder::decode::KvCache;
+pub use decoder::decode::{KvCache, LiveRows};
 pub use decoder::transformer::{PrefixKv, Transformer};
 pub use error::ModelError;
 pub use load::checkpoint_files::{checkpoint_id_file, read_gguf, safetensors_files};

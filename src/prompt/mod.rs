@@ -204,10 +204,9 @@ impl PromptBuilder {
     ) -> Result<JudgePrompt, PromptError> {
         let keep = keep_turns.min(item.context.len());
         let context = &item.context[item.context.len() - keep..];
-        let mut order: Vec<&str> = Vec::new();
-        let labels = speaker_labels(context, responses, &mut order);
+        let labels = SpeakerLabels::of(context.iter().chain(responses.iter().copied()));
         let responder = &responses[0].speaker;
-        let turn_view = |t| turn_view(t, &order, &labels, responder);
+        let turn_view = |t| turn_view(t, &labels, responder);
         let aspects: Vec<AspectView> = self
             .rubric
             .aspects
@@ -265,15 +264,11 @@ impl PromptBuilder {
     }
 }
 
-fn turn_view<'a>(t: &'a Turn, order: &[&str], labels: &[String], responder: &str) -> TurnView<'a> {
-    let pos = order
-        .iter()
-        .position(|s| *s == t.speaker)
-        .expect("every speaker was labelled");
+fn turn_view<'a>(t: &'a Turn, labels: &SpeakerLabels, responder: &str) -> TurnView<'a> {
     TurnView {
         speaker: &t.speaker,
         text: &t.text,
-        label: labels[pos].clone(),
+        label: labels.label(&t.speaker),
         role: if t.speaker == responder {
             "assistant"
         } else {
@@ -282,27 +277,41 @@ fn turn_view<'a>(t: &'a Turn, order: &[&str], labels: &[String], responder: &str
     }
 }
 
-/// Labels A, B, C… for the speakers of `context` then `responses`, in order of first
-/// appearance; `order` receives the speakers in that order.
-fn speaker_labels<'a>(
-    context: &'a [Turn],
-    responses: &[&'a Turn],
-    order: &mut Vec<&'a str>,
-) -> Vec<String> {
-    for t in context.iter().chain(responses.iter().copied()) {
-        if !order.contains(&t.speaker.as_str()) {
-            order.push(&t.speaker);
+/// Labels A, B, C… (S27, S28… past Z) for speakers in order of first appearance: what a
+/// dialogue shows instead of its speakers' ids.
+pub(crate) struct SpeakerLabels<'a> {
+    order: Vec<&'a str>,
+}
+
+impl<'a> SpeakerLabels<'a> {
+    pub(crate) fn of(turns: impl IntoIterator<Item = &'a Turn>) -> Self {
+        let mut order: Vec<&'a str> = Vec::new();
+        for t in turns {
+            if !order.contains(&t.speaker.as_str()) {
+                order.push(&t.speaker);
+            }
+        }
+        SpeakerLabels { order }
+    }
+
+    /// The label of a speaker of the turns it was made of.
+    pub(crate) fn label(&self, speaker: &str) -> String {
+        let pos = self.order.iter().position(|s| *s == speaker);
+        Self::nth(pos.expect("every speaker was labelled"))
+    }
+
+    /// The label a speaker not yet seen would get.
+    pub(crate) fn unseen(&self) -> String {
+        Self::nth(self.order.len())
+    }
+
+    fn nth(i: usize) -> String {
+        if i < 26 {
+            char::from(b'A' + i as u8).to_string()
+        } else {
+            format!("S{}", i + 1)
         }
     }
-    (0..order.len())
-        .map(|i| {
-            if i < 26 {
-                char::from(b'A' + i as u8).to_string()
-            } else {
-                format!("S{}", i + 1)
-            }
-        })
-        .collect()
 }
 
 /// The example of appendix C of Terauchi et al.: used to check templates and by `rubrics show`.

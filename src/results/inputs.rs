@@ -61,8 +61,9 @@ pub fn digest(provenance: &Provenance, item: &Item) -> String {
         Task::Judge | Task::Compare => shown(item),
         // A likelihood scorer's prefix shows the dialogue: its turns and the response.
         Task::Likelihood => json!({"context": item.context, "response": item.response}),
-        // A translation line is written for a text, not an item (`translate::Text`).
-        Task::Translate => json!(item.response.text),
+        // A translation line is written for one text, hashed as `translate::Text` hashes it
+        // (its bytes); an item read as such a unit is its response.
+        Task::Translate => return crate::checksum::sha256_hex(item.response.text.as_bytes()),
         Task::BertScore => {
             let against = provenance.settings.get("against").and_then(Value::as_str);
             let compared: Vec<&str> = match against {

@@ -1,9 +1,10 @@
 //! The rubrics that ship with hyoka, compiled into the binary from `prompts/`.
 
 use super::{Rubric, RubricError};
+use crate::definition::{self, Builtins};
 
 /// (name, TOML text) of every built-in rubric.
-pub const BUILTIN: &[(&str, &str)] = &[
+pub const BUILTIN: Builtins = &[
     (
         "dialogue6-ja",
         include_str!("../../prompts/dialogue6-ja.toml"),
@@ -47,7 +48,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
 ];
 
 pub fn builtin_names() -> Vec<&'static str> {
-    BUILTIN.iter().map(|(n, _)| *n).collect()
+    definition::names(BUILTIN)
 }
 
 /// The built-in rubric of that name, parsed and validated; `None` if there is none.
@@ -55,5 +56,5 @@ pub fn builtin(name: &str) -> Option<Result<Rubric, RubricError>> {
     BUILTIN
         .iter()
         .find(|(n, _)| *n == name)
-        .map(|(n, text)| Rubric::from_toml(text, &format!("prompts/{n}.toml")))
+        .map(|(n, text)| Rubric::from_toml(text, &definition::builtin_origin(n)))
 }

@@ -6,6 +6,7 @@ mod builtin;
 pub use builtin::{BUILTIN, builtin, builtin_names};
 
 use crate::checksum::sha256_hex;
+use crate::definition::{Named, builtin_origin, look_up};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -183,21 +184,19 @@ pub struct Rubric {
 impl Rubric {
     /// A built-in name or a path to a rubric file.
     pub fn resolve(name_or_path: &str) -> Result<(Rubric, String), RubricError> {
-        if let Some(r) = builtin(name_or_path) {
-            return Ok((r?, format!("builtin:{name_or_path}")));
-        }
-        let path = Path::new(name_or_path);
-        if path.is_file() {
-            return Ok((Rubric::from_file(path)?, path.display().to_string()));
-        }
-        if path.is_dir() {
-            return Err(RubricError::Folder {
+        match look_up(BUILTIN, name_or_path) {
+            Named::Builtin { name, text } => Ok((
+                Rubric::from_toml(text, &builtin_origin(name))?,
+                format!("builtin:{name}"),
+            )),
+            Named::File(path) => Ok((Rubric::from_file(path)?, path.display().to_string())),
+            Named::Folder(path) => Err(RubricError::Folder {
                 path: path.to_path_buf(),
-            });
+            }),
+            Named::Unknown => Err(RubricError::Unknown {
+                name: name_or_path.to_string(),
+            }),
         }
-        Err(RubricError::Unknown {
-            name: name_or_path.to_string(),
-        })
     }
 
     pub fn from_file(path: &Path) -> Result<Rubric, RubricError> {

@@ -3,7 +3,7 @@
 //! decoded alone (the cache's segments keep rows apart), so a translation does not depend on
 //! which other texts share its batch.
 
-use crate::model::{KvCache, PrefixKv, Products, Row, Transformer};
+use crate::model::{KvCache, LiveRows, PrefixKv, Products, Row, Transformer};
 
 /// What greedy decoding wrote after one prompt.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,12 +41,11 @@ pub fn greedy_batch(
     let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
     let most = limits.iter().copied().max().unwrap_or(0);
     let mut cache = KvCache::new(model, prompts.len(), header, longest + most)?;
-    // Row r of the cache continues prompt live[r]; finished rows only pad until enough of them
-    // are dropped together.
-    let mut live: Vec<usize> = (0..prompts.len()).collect();
+    let mut live = LiveRows::all(prompts.len());
     let mut products = Products::ByRowCount;
-    while live.iter().any(|&i| feeds[i].is_some()) {
+    while live.sequences().iter().any(|&i| feeds[i].is_some()) {
         let rows: Vec<Row> = live
+            .sequences()
             .iter()
             .map(|&i| feeds[i].clone().map(Row::plain).unwrap_or_default())
             .collect();
@@ -59,7 +58,7 @@ pub fn greedy_batch(
             .collect();
         let logits = model.decode_logits(&hidden, &at)?.to_vec2::<f32>()?;
         let mut read = logits.iter();
-        for &i in &live {
+        for &i in live.sequences() {
             if feeds[i].is_none() {
                 continue;
             }
@@ -72,14 +71,7 @@ pub fn greedy_batch(
             out[i].tokens.push(next);
             feeds[i] = (out[i].tokens.len() < limits[i]).then(|| vec![next]);
         }
-        let running: Vec<usize> = (0..live.len())
-            .filter(|&r| feeds[live[r]].is_some())
-            .collect();
-        // Dropping rows copies the cache: worth it once a quarter of the rows only pad.
-        if !running.is_empty() && (live.len() - running.len()) * 4 >= live.len() {
-            cache.retain(&running)?;
-            live = running.iter().map(|&r| live[r]).collect();
-        }
+        live.drop_done(&mut cache, |i| feeds[i].is_some())?;
     }
     Ok(out)
 }

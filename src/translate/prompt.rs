@@ -4,13 +4,13 @@
 
 use super::TranslateError;
 use crate::checksum::sha256_hex;
+use crate::definition::{Builtins, read_toml};
 use crate::prompt::{ChatTemplate, Message};
 use minijinja::{Environment, UndefinedBehavior};
 use serde::{Deserialize, Serialize};
-use std::path::Path;
 
 /// (name, TOML text) of every built-in translation prompt.
-pub const BUILTIN: &[(&str, &str)] = &[
+pub const BUILTIN: Builtins = &[
     (
         "translate-ja-en",
         include_str!("../../prompts/translate-ja-en.toml"),
@@ -45,25 +45,17 @@ pub struct TranslatePrompt {
 impl TranslatePrompt {
     /// A built-in prompt's name, or a TOML file; with where it came from.
     pub fn resolve(name_or_path: &str) -> Result<(Self, String), TranslateError> {
-        if let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
-            let origin = format!("prompts/{name}.toml");
-            return Ok((Self::from_toml(text, &origin)?, origin));
-        }
-        let path = Path::new(name_or_path);
-        if !path.exists() {
-            return Err(TranslateError::Prompt {
+        let (text, origin) = read_toml(
+            BUILTIN,
+            name_or_path,
+            "translation prompt",
+            |path, source| TranslateError::Io { path, source },
+            |message| TranslateError::Prompt {
                 origin: name_or_path.into(),
-                message: format!(
-                    "no such file, and not a built-in translation prompt (built in: {})",
-                    builtin_names().join(", ")
-                ),
-            });
-        }
-        let text = std::fs::read_to_string(path).map_err(|source| TranslateError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Ok((Self::from_toml(&text, name_or_path)?, name_or_path.into()))
+                message,
+            },
+        )?;
+        Ok((Self::from_toml(&text, &origin)?, origin))
     }
 
     /// The prompt `prompt` names (a built-in's name or a file), or the built-in one from `from`
@@ -166,7 +158,7 @@ impl TranslatePrompt {
 }
 
 pub fn builtin_names() -> Vec<&'static str> {
-    BUILTIN.iter().map(|(n, _)| *n).collect()
+    crate::definition::names(BUILTIN)
 }
 
 #[cfg(test)]
@@ -181,6 +173,12 @@ mod tests {
             assert_eq!(TranslatePrompt::builtin_for(&p.from, &p.to), Some(name));
             assert!(p.user_message("猫がいる").unwrap().contains("猫がいる"));
         }
+        let folder = TranslatePrompt::resolve("prompts").unwrap_err().to_string();
+        assert!(folder.contains("prompts: a folder, not a"), "{folder}");
+        let unknown = TranslatePrompt::resolve("translate-ja-fr")
+            .unwrap_err()
+            .to_string();
+        assert!(unknown.contains("built in: translate-ja-en"), "{unknown}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! items. What `hyoka translate` and `hyoka eval --translate` run.
 
 use super::task::{TranslateOptions, Translator};
-use super::texts::{distinct_texts, read_store, translated_items};
+use super::texts::{distinct_texts, read_store, translated_items, translations_in};
 use super::{TranslateError, TranslatePrompt};
 use crate::data::Item;
 use crate::model::LoadedModel;
@@ -33,19 +33,7 @@ pub fn translate_items(
     store: &Path,
     progress: &mut Progress<'_>,
 ) -> Result<Translated, RunError<TranslateError>> {
-    let texts = distinct_texts(items).map_err(RunError::Task)?;
-    let mut translator = Translator::new(model, prompt, opts);
-    let provenance = translator.provenance();
-    let summary = runner::run(&mut translator, &texts, store, false, progress)?;
-    let translations = read_store(store, &provenance)?;
-    let by = serde_json::to_value(&provenance).expect("provenance serialises");
-    Ok(Translated {
-        summary,
-        texts: texts.len(),
-        tokens_written: translator.tokens_written,
-        items: translated_items(items, &translations, (&prompt.from, &prompt.to), &by),
-        provenance,
-    })
+    translate(model, prompt, opts, items, Some(store), progress)
 }
 
 /// `translate_items` in memory: no store read or written (a killed call starts again).
@@ -56,28 +44,33 @@ pub fn translate_in_memory(
     items: &[Item],
     progress: &mut Progress<'_>,
 ) -> Result<Translated, RunError<TranslateError>> {
+    translate(model, prompt, opts, items, None, progress)
+}
+
+fn translate(
+    model: &LoadedModel,
+    prompt: &TranslatePrompt,
+    opts: TranslateOptions,
+    items: &[Item],
+    store: Option<&Path>,
+    progress: &mut Progress<'_>,
+) -> Result<Translated, RunError<TranslateError>> {
     let texts = distinct_texts(items).map_err(RunError::Task)?;
     let mut translator = Translator::new(model, prompt, opts);
     let provenance = translator.provenance();
-    let (summary, lines) = runner::run_in_memory(&mut translator, &texts, progress)?;
-    let mut translations = std::collections::HashMap::new();
-    for (n, line) in lines.iter().enumerate() {
-        let record = crate::results::Record::parse(line).map_err(|e| {
-            RunError::Results(crate::results::ResultsError::Corrupt {
-                path: "translations in memory".into(),
-                line: n + 1,
-                message: e.to_string(),
-            })
-        })?;
-        if let Ok(crate::results::Body::Translation(t)) = record.body {
-            let finished = t.finished;
-            let text = super::texts::Translation {
-                text: t.text,
-                finished,
-            };
-            translations.insert(t.source, text);
+    let (summary, translations) = match store {
+        Some(store) => {
+            let summary = runner::run(&mut translator, &texts, store, false, progress)?;
+            (summary, read_store(store, &provenance)?)
         }
-    }
+        None => {
+            let (summary, lines) = runner::run_in_memory(&mut translator, &texts, progress)?;
+            let origin = Path::new("translations in memory");
+            let translations =
+                translations_in(lines.iter().map(String::as_str), origin, &provenance)?;
+            (summary, translations)
+        }
+    };
     let by = serde_json::to_value(&provenance).expect("provenance serialises");
     Ok(Translated {
         summary,

@@ -111,9 +111,19 @@ pub fn read_store(
         path: path.to_path_buf(),
         source,
     })?;
+    translations_in(text.lines(), path, provenance)
+}
+
+/// The translations results lines hold (`path`: what errors name as their origin), each
+/// line's provenance `provenance` and its id its source text's hash.
+pub(crate) fn translations_in<'l>(
+    lines: impl IntoIterator<Item = &'l str>,
+    path: &Path,
+    provenance: &Provenance,
+) -> Result<HashMap<String, Translation>, ResultsError> {
     let mut out = HashMap::new();
-    for (n, line) in text
-        .lines()
+    for (n, line) in lines
+        .into_iter()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
     {

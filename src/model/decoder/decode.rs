@@ -38,6 +38,44 @@ pub struct KvCache {
     next: Vec<usize>,
 }
 
+/// Which sequence each row of a `KvCache` continues, while some sequences end before others:
+/// a finished row only pads until a quarter of the rows do, then they are dropped together
+/// (dropping rows copies the cache).
+pub struct LiveRows {
+    live: Vec<usize>,
+}
+
+impl LiveRows {
+    /// Row r continues sequence r, for `n` sequences.
+    pub fn all(n: usize) -> Self {
+        LiveRows {
+            live: (0..n).collect(),
+        }
+    }
+
+    /// The sequence of each row of the cache, in row order.
+    pub fn sequences(&self) -> &[usize] {
+        &self.live
+    }
+
+    /// Drop the rows of the sequences that are done (`running` false) from `cache`, once
+    /// they are a quarter of its rows and some other still runs.
+    pub fn drop_done(
+        &mut self,
+        cache: &mut KvCache,
+        running: impl Fn(usize) -> bool,
+    ) -> Result<()> {
+        let keep: Vec<usize> = (0..self.live.len())
+            .filter(|&r| running(self.live[r]))
+            .collect();
+        if !keep.is_empty() && (self.live.len() - keep.len()) * 4 >= self.live.len() {
+            cache.retain(&keep)?;
+            self.live = keep.iter().map(|&r| self.live[r]).collect();
+        }
+        Ok(())
+    }
+}
+
 impl KvCache {
     /// `rows` sequences that all continue `header` (its keys and values shared, not copied),
     /// with room for `capacity` slots of their own; the cache grows when a step needs more.
