@@ -62,14 +62,14 @@ class Judge:
     ) -> list[str]: ...
     def likelihood_items(
         self,
-        items: list[str],
+        items: str | list[str],
         scorer: str,
         batch_tokens: int | None = None,
         progress: Callable[[int, int], object] | None = None,
     ) -> list[str]: ...
     def translate_items(
         self,
-        items: list[str],
+        items: str | list[str],
         source: str,
         to: str,
         prompt: str | None = None,

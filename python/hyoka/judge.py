@@ -134,11 +134,11 @@ class Judge:
         return [json.loads(text) for text in texts]
 
 
-def _item_texts(items: Iterable[Mapping[str, Any]] | str | os.PathLike[str]) -> list[str]:
-    """Items as JSON texts: the lines of an items JSONL path, or dicts."""
+def _item_texts(items: Iterable[Mapping[str, Any]] | str | os.PathLike[str]) -> str | list[str]:
+    """Items as the extension takes them: an items JSONL path (read as the commands read `-i`),
+    or dicts as JSON texts."""
     if isinstance(items, (str, os.PathLike)):
-        with open(os.fspath(items), encoding="utf-8") as f:
-            return [line for line in f.read().splitlines() if line.strip()]
+        return os.fspath(items)
     return json_texts("items", items)
 
 

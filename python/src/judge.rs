@@ -2,6 +2,7 @@
 //! items held in memory.
 
 use crate::errors::{raise, to_py};
+use crate::meta::Source;
 use crate::options::Options;
 use hyoka::data::{Item, Origin, Pairing, form_pairs};
 use hyoka::judge::{JudgeSpec, LoadedJudge};
@@ -135,16 +136,17 @@ impl Judge {
     /// Likelihood scores (`hyoka likelihood`: FED, GPTScore) of items given as JSON texts, by
     /// the judge's (first) model with the scorer `scorer` (a built-in's name or a scorer file):
     /// each item's results line, the bits `hyoka likelihood` writes, in the items' order.
+    /// `items` may be an items JSONL path instead, read as `hyoka likelihood -i` reads it.
     #[pyo3(signature = (items, scorer, batch_tokens=None, progress=None))]
     fn likelihood_items(
         &self,
         py: Python<'_>,
-        items: Vec<String>,
+        items: Source,
         scorer: String,
         batch_tokens: Option<usize>,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<Vec<String>> {
-        let parsed = hyoka::data::parse_items(&items).map_err(raise(py))?;
+        let parsed = items_of(py, items)?;
         let (scorer, source) = LikelihoodScorer::resolve(&scorer).map_err(raise(py))?;
         let opts = LikelihoodOptions {
             batch_tokens: batch_tokens.unwrap_or(self.loaded.opts.batch_tokens).max(1),
@@ -160,13 +162,14 @@ impl Judge {
     /// Items given as JSON texts translated (`hyoka translate`) by the judge's (first) model from
     /// `source` into `to`, each distinct text once, in memory: the translated items as JSON
     /// texts, each with `translation` (its source texts and the run's provenance). A text that
-    /// cannot be translated raises, naming it.
+    /// cannot be translated raises, naming it. `items` may be an items JSONL path instead, read
+    /// as `hyoka translate -i` reads it.
     #[pyo3(signature = (items, source, to, prompt=None, max_new_tokens=None, keep_unfinished=false, progress=None))]
     #[allow(clippy::too_many_arguments)]
     fn translate_items(
         &self,
         py: Python<'_>,
-        items: Vec<String>,
+        items: Source,
         source: String,
         to: String,
         prompt: Option<String>,
@@ -174,7 +177,7 @@ impl Judge {
         keep_unfinished: bool,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<Vec<String>> {
-        let parsed = hyoka::data::parse_items(&items).map_err(raise(py))?;
+        let parsed = items_of(py, items)?;
         let (prompt, _) =
             TranslatePrompt::for_languages(prompt.as_deref(), &source, &to).map_err(raise(py))?;
         let opts = TranslateOptions {
@@ -286,6 +289,18 @@ impl Judge {
 }
 
 /// Failed items on stderr, as the command line lists them.
+/// Items given as JSON texts (a bad one named `items[N]`) or as an items JSONL path (read as
+/// the commands read `-i`: a bad line named `FILE:LINE`).
+fn items_of(py: Python<'_>, items: Source) -> PyResult<Vec<Item>> {
+    match items {
+        Source::Texts(texts) => hyoka::data::parse_items(&texts).map_err(raise(py)),
+        Source::Path(path) => py
+            .detach(|| hyoka::data::read_items(&path, false))
+            .map(|read| read.items)
+            .map_err(raise(py)),
+    }
+}
+
 fn report_failed(summary: &hyoka::results::RunSummary) {
     for f in &summary.failed {
         eprintln!("failed: {f}");

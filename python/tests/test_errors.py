@@ -29,6 +29,10 @@ def test_bad_items_file_names_file_and_line(tmp_path: Path) -> None:
     path.write_text('{"id": "a", "context": [], "response": {"speaker": "A", "text": "x"}}\n{"id": 3}\n')
     with pytest.raises(ValueError, match=rf"{path}:2"):
         hyoka.meta(path, tmp_path / "none.jsonl")
+    judge = hyoka.Judge(str(real_model("smollm2-135m-instruct-q4_1.gguf")), "dialogue6-en")
+    for read in (lambda p: judge.likelihood(p, "gptscore-en"), lambda p: judge.translate(p), judge.score):
+        with pytest.raises(hyoka.InvalidInputError, match=rf"{path}:2"):
+            read(path)
 
 
 def test_missing_files_and_models_are_file_not_found(tmp_path: Path) -> None:

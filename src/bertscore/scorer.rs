@@ -70,7 +70,7 @@ impl BertScorer {
             return Err(ModelError::Setting {
                 flag: "--layer".into(),
                 message: format!(
-                    "bert_score has no default layer for {name}: pass --layer N (0 is the embeddings, the last is the model's num_hidden_layers)"
+                    "bert_score has no default layer for {name}: give one, N from 0 (the embeddings) to the model's num_hidden_layers"
                 ),
             }
             .into());

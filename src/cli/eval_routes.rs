@@ -5,12 +5,13 @@
 
 use super::eval_files::{BERTSCORE, EvalArgs, JUDGE};
 use crate::bertscore::run::{Against, BERT_SCORE_BATCH, BertScoreRun, default_batch_tokens};
-use crate::bertscore::{Depth, LoadedScorer};
+use crate::bertscore::{BertScoreError, Depth, LoadedScorer};
 use crate::data::Item;
 use crate::judge::LoadedJudge;
 use crate::judge::run::Judge;
 use crate::likelihood::{LikelihoodOptions, LikelihoodRun, LikelihoodScorer};
 use crate::meta::{Column, Family, Statistic};
+use crate::model::ModelError;
 use crate::results::prf::Prf;
 use crate::results::{Expected, ResultsFile, Task};
 use crate::rubric::Rubric;
@@ -106,10 +107,25 @@ impl Route {
             Depth::Layer(self.layer),
             dtype,
             device,
-        )?;
+        )
+        .map_err(|e| self.name_own_flags(e))?;
         let baseline =
             crate::bertscore::resolve_baseline(None, args.rescale, Some(&self.lang), &loaded)?;
         Ok(Some((loaded, baseline)))
+    }
+
+    /// A translated route's encoder layer is set by its own flag (`--translate-layer`): a
+    /// setting refused is named by it.
+    fn name_own_flags(&self, e: BertScoreError) -> BertScoreError {
+        match e {
+            BertScoreError::Model(ModelError::Setting { flag, message }) if self.translated => {
+                BertScoreError::Model(ModelError::Setting {
+                    flag: flag.replacen("--layer", "--translate-layer", 1),
+                    message,
+                })
+            }
+            e => e,
+        }
     }
 
     pub fn judge<'a>(&'a self, judge: &'a LoadedJudge) -> Judge<'a> {

@@ -22,6 +22,9 @@ struct LineHead {
     /// Set on the line of an item that could not be scored.
     #[serde(default)]
     pub error: Option<serde_json::Value>,
+    /// An error line of an item with nothing to score by definition: final, not retried.
+    #[serde(default)]
+    pub not_applicable: bool,
 }
 
 /// An item's id as written: a string, or an integer (an item's integer id written back).
@@ -48,6 +51,8 @@ pub struct ResultsFile {
     pub finished: HashSet<String>,
     retried: usize,
     changed: Vec<String>,
+    /// "id: why" of each kept line of an item with nothing to score.
+    not_applicable: Vec<String>,
     /// What `begin` does to the file before the run's first line: a run refused before it
     /// writes (a prompt limit too small, a bad setting found while planning, a model that
     /// fails) leaves the file as it was.
@@ -73,6 +78,8 @@ struct KeptLine {
     len: u64,
     id: String,
     input: Option<String>,
+    /// Why the item has nothing to score, on a `not_applicable` line.
+    not_applicable: Option<String>,
 }
 
 /// What a results file holds: its scored lines, whether the last one lacks its newline, and
@@ -150,7 +157,7 @@ fn scan_with(
         match LineHead::parse(&text) {
             Ok(head) => {
                 check(number, &head.provenance)?;
-                if head.error.is_some() {
+                if head.error.is_some() && !head.not_applicable {
                     errors += 1;
                     continue;
                 }
@@ -160,11 +167,16 @@ fn scan_with(
                         format!("{:?} again: one line per item", head.id),
                     ));
                 }
+                let not_applicable = head
+                    .error
+                    .filter(|_| head.not_applicable)
+                    .map(|e| e.as_str().map_or_else(|| e.to_string(), String::from));
                 kept.push(KeptLine {
                     start,
                     len: bytes,
                     id: head.id,
                     input: head.input_sha256,
+                    not_applicable,
                 });
                 unterminated = !newline;
             }
@@ -301,6 +313,10 @@ impl ResultsFile {
                 });
         let finished = kept.iter().map(|l| l.id.clone()).collect();
         let changed = stale.iter().map(|l| l.id.clone()).collect();
+        let not_applicable = kept
+            .iter()
+            .filter_map(|l| Some(format!("{}: {}", l.id, l.not_applicable.as_ref()?)))
+            .collect();
         let pending = if errors > 0 || !stale.is_empty() {
             // Error lines and lines of changed items are taken out so that their items are
             // scored again and the file ends with one line per item: the lines kept are copied
@@ -321,6 +337,7 @@ impl ResultsFile {
             finished,
             retried: errors,
             changed,
+            not_applicable,
             pending: Some(pending),
             created,
         })
@@ -370,6 +387,12 @@ impl ResultsFile {
     /// Items whose lines were taken out because the item changed since they were written.
     pub fn changed(&self) -> &[String] {
         &self.changed
+    }
+
+    /// "id: why" of the items the file already holds as having nothing to score (kept, as
+    /// scoring them again would find nothing again).
+    pub fn not_applicable(&self) -> &[String] {
+        &self.not_applicable
     }
 
     /// Before anything expensive (loading models): the output's folder takes new files, an

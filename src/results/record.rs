@@ -150,6 +150,28 @@ pub fn line(
     body: &Result<Body, String>,
     provenance: &Value,
 ) -> String {
+    write_line(id, input, body, false, provenance)
+}
+
+/// The line of an item that has nothing to score by definition (`runner::Outcome::NotApplicable`:
+/// BERTScore of an opening turn against the last turn): an error line marked
+/// `"not_applicable": true`, which a rerun keeps while the item is unchanged.
+pub fn not_applicable_line(
+    id: &Value,
+    input: Option<&str>,
+    why: &str,
+    provenance: &Value,
+) -> String {
+    write_line(id, input, &Err(why.to_string()), true, provenance)
+}
+
+fn write_line(
+    id: &Value,
+    input: Option<&str>,
+    body: &Result<Body, String>,
+    not_applicable: bool,
+    provenance: &Value,
+) -> String {
     let mut line = Map::new();
     line.insert("id".into(), id.clone());
     if let Some(input) = input {
@@ -158,6 +180,9 @@ pub fn line(
     match body {
         Err(message) => {
             line.insert("error".into(), json!(message));
+            if not_applicable {
+                line.insert("not_applicable".into(), json!(true));
+            }
         }
         Ok(Body::Judge(j)) => {
             line.insert("scores".into(), scores_json(&j.scores));

@@ -40,7 +40,8 @@ pub enum Outcome {
     /// This item could not be scored (written as an error line; a rerun tries again).
     Failed(String),
     /// The item has nothing to score by definition (BERTScore of an opening turn: no previous
-    /// turn). Written as an error line like a failure, but not counted as one.
+    /// turn). Written as an error line marked `not_applicable`, not counted as a failure, and
+    /// kept by a rerun while the item is unchanged (scoring it again would find nothing again).
     NotApplicable(String),
 }
 
@@ -78,7 +79,8 @@ pub struct RunSummary {
     pub changed: Vec<String>,
     /// "id: why" of each failed item.
     pub failed: Vec<String>,
-    /// "id: why" of each item with nothing to score.
+    /// "id: why" of each item with nothing to score: found by this run, or kept from an
+    /// earlier one (counted among `skipped_finished` too).
     pub not_applicable: Vec<String>,
 }
 
@@ -105,6 +107,7 @@ pub fn run<T: ScoreTask>(
         skipped_finished: items.len() - todo.len(),
         retried: file.retried(),
         changed: file.changed().to_vec(),
+        not_applicable: file.not_applicable().to_vec(),
         ..Default::default()
     };
     let result = score_into(
@@ -215,26 +218,22 @@ fn score_into<T: ScoreTask>(
         let mut lines = Vec::with_capacity(chunk.len());
         for (&i, outcome) in chunk.iter().zip(outcomes) {
             let id = items[i].id();
-            let body = match outcome {
+            let (id_json, input) = (&items[i].id_json(), Some(carried.inputs[i].as_str()));
+            let provenance = &carried.provenance_json;
+            lines.push(match outcome {
                 Outcome::Scored(body) => {
                     summary.scored += 1;
-                    Ok(body)
+                    record::line(id_json, input, &Ok(body), provenance)
                 }
                 Outcome::Failed(why) => {
                     summary.failed.push(format!("{id}: {why}"));
-                    Err(why)
+                    record::line(id_json, input, &Err(why), provenance)
                 }
                 Outcome::NotApplicable(why) => {
                     summary.not_applicable.push(format!("{id}: {why}"));
-                    Err(why)
+                    record::not_applicable_line(id_json, input, &why, provenance)
                 }
-            };
-            lines.push(record::line(
-                &items[i].id_json(),
-                Some(&carried.inputs[i]),
-                &body,
-                &carried.provenance_json,
-            ));
+            });
         }
         sink.append(&chunk, lines)?;
         done += chunk.len();

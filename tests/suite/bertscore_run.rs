@@ -1,5 +1,5 @@
 //! `hyoka bertscore` as users run it: pairs with the last turn or the references, items without
-//! a reference reported (exit 4) without stopping the run, the numbers equal to bert_score's
+//! a reference reported (exit 4) without stopping the run and kept as such by a rerun, the numbers equal to bert_score's
 //! (the parity fixture's pairs), and a cut-short output continued without rescoring.
 
 use crate::common;
@@ -111,17 +111,22 @@ fn items_without_a_reference_are_reported_not_fatal() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("s.jsonl");
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/items.jsonl");
-    let r = hyoka(&[
-        "bertscore",
-        "--model",
-        minilm.to_str().unwrap(),
-        "--layer",
-        "6",
-        "-i",
-        examples.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let items = dir.path().join("items.jsonl");
+    std::fs::copy(&examples, &items).unwrap();
+    let run = || {
+        hyoka(&[
+            "bertscore",
+            "--model",
+            minilm.to_str().unwrap(),
+            "--layer",
+            "6",
+            "-i",
+            items.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+    };
+    let r = run();
     assert_eq!(
         r.status.code(),
         Some(4),
@@ -132,7 +137,43 @@ fn items_without_a_reference_are_reported_not_fatal() {
     assert!(stderr.contains("exercise-1: no `reference`"), "{stderr}");
     let l = lines(&out);
     assert_eq!(l.len(), 4);
-    assert_eq!(l.iter().filter(|x| x.get("error").is_some()).count(), 2);
+    let unscored: Vec<&Value> = l.iter().filter(|x| x.get("error").is_some()).collect();
+    assert_eq!(unscored.len(), 2);
+    assert!(
+        unscored.iter().all(|x| x["not_applicable"] == true),
+        "{l:?}"
+    );
+    // A rerun keeps those lines (scoring them again would find no reference again), says the
+    // same and leaves the file as it was.
+    let before = std::fs::read(&out).unwrap();
+    let r = run();
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("exercise-1: no `reference`"), "{stderr}");
+    assert!(stderr.contains("scored 0 items"), "{stderr}");
+    assert!(!stderr.contains("scored again"), "{stderr}");
+    assert_eq!(std::fs::read(&out).unwrap(), before);
+    // Given a reference, the item is another input: its line is replaced by a score.
+    let edited: String = std::fs::read_to_string(&items)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut item: Value = serde_json::from_str(line).unwrap();
+            if item["id"] == "exercise-1" {
+                item["reference"] = serde_json::json!(["それはおめでとうございます！"]);
+            }
+            format!("{item}\n")
+        })
+        .collect();
+    std::fs::write(&items, edited).unwrap();
+    let r = run();
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(stderr.contains("scored 1 items"), "{stderr}");
+    assert!(!stderr.contains("exercise-1: no `reference`"), "{stderr}");
+    let l = lines(&out);
+    assert_eq!(l.len(), 4);
+    let exercise = l.iter().find(|x| x["id"] == "exercise-1").unwrap();
+    assert!(exercise["bertscore"]["F"].is_f64(), "{exercise}");
     // No default layer for a model bert_score does not know: a clear error.
     let r = hyoka(&[
         "bertscore",
@@ -144,7 +185,9 @@ fn items_without_a_reference_are_reported_not_fatal() {
         out.to_str().unwrap(),
     ]);
     assert_eq!(r.status.code(), Some(2), "a usage error");
-    assert!(String::from_utf8_lossy(&r.stderr).contains("pass --layer N"));
+    assert!(
+        String::from_utf8_lossy(&r.stderr).contains("--layer: bert_score has no default layer")
+    );
 }
 
 /// The registry copy of multilingual-e5-small named with --model: its layer (12), numbers equal

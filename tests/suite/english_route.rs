@@ -66,6 +66,14 @@ fn the_english_route_runs_beside_the_japanese_one() {
         );
         assert!(!out.exists(), "{bad:?}");
     }
+    // A layer the route's encoder lacks: named by the route's own flag.
+    let mut deep = en.to_vec();
+    deep[5] = "9";
+    let o = eval(&deep);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--translate-layer 9: "), "{stderr}");
+    assert!(!out.exists());
     let o = eval(&en);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stderr}");

@@ -523,7 +523,11 @@ fn bad_values_are_usage_errors() {
             &j.p("b.jsonl"),
         ]);
         assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-        assert!(stderr(&o).contains("pass --layer N"), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("--layer: bert_score has no default layer"),
+            "{}",
+            stderr(&o)
+        );
     }
 
     // meta: non-finite weights, a breakdown map for an aspect the judge lacks, an empty half.
