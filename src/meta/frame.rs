@@ -205,6 +205,7 @@ impl Frame {
             crate::results::inputs::ensure_current(&record, &items[row], path, number)?;
             added.matched += 1;
             match record.body {
+                Err(_) if record.not_applicable => added.not_applicable += 1,
                 Err(_) => added.errors += 1,
                 Ok(Body::Judge(j)) => {
                     for (aspect, s) in j.scores {
@@ -386,12 +387,13 @@ impl Frame {
     }
 }
 
-/// What one results file gave: lines for the frame's items (error lines among them), and lines
-/// for ids that are not among them.
+/// What one results file gave: lines for the frame's items (error lines among them, and lines
+/// of items with nothing to score), and lines for ids that are not among them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Added {
     pub matched: usize,
     pub errors: usize,
+    pub not_applicable: usize,
     pub unmatched: usize,
 }
 

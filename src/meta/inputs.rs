@@ -90,7 +90,7 @@ pub fn join(
         let added = frame.add_results_input(input, name.as_deref())?;
         let n = frame.items.len();
         let path = input.path.display();
-        if added.matched == added.errors {
+        if added.matched == added.errors + added.not_applicable {
             let why = if added.matched == 0 {
                 format!(
                     "none of its {} lines is for an item of {items_origin}",
@@ -98,7 +98,7 @@ pub fn join(
                 )
             } else {
                 format!(
-                    "its {} lines for these items are all error lines",
+                    "its {} lines for these items are all error lines or not applicable",
                     added.matched
                 )
             };
@@ -114,7 +114,16 @@ pub fn join(
             said.push(format!("{} of {n} items have a line", added.matched));
         }
         if added.errors > 0 {
-            said.push(format!("{} of them error lines (no score)", added.errors));
+            said.push(format!(
+                "{} of its {} lines for these items are error lines (no score)",
+                added.errors, added.matched
+            ));
+        }
+        if added.not_applicable > 0 {
+            said.push(format!(
+                "{} of its {} lines for these items are not applicable (no score by definition: an opening turn against its last turn, an item without reference)",
+                added.not_applicable, added.matched
+            ));
         }
         if added.unmatched > 0 {
             said.push(format!(

@@ -23,6 +23,8 @@ pub struct Record {
     pub input: Option<String>,
     /// The scores, or why the item has none (an error line, scored again by a rerun).
     pub body: Result<Body, String>,
+    /// An error line of an item with nothing to score by definition (`not_applicable_line`).
+    pub not_applicable: bool,
     pub provenance: Provenance,
 }
 
@@ -89,10 +91,11 @@ impl Record {
     /// The line as written to a results file (no newline).
     pub fn to_line(&self) -> String {
         let provenance = serde_json::to_value(&self.provenance).expect("provenance serialises");
-        line(
+        write_line(
             &json!(self.id),
             self.input.as_deref(),
             &self.body,
+            self.not_applicable,
             &provenance,
         )
     }
@@ -133,10 +136,17 @@ impl Record {
                 Task::Likelihood => Body::Likelihood(read_likelihood(&line)?),
             }),
         };
+        let not_applicable = match line.get("not_applicable") {
+            None => false,
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| field_error("not_applicable", "not true or false"))?,
+        };
         Ok(Record {
             id,
             input,
             body,
+            not_applicable,
             provenance,
         })
     }
@@ -585,6 +595,7 @@ mod tests {
                     dropped_turns: 2,
                     truncated: true,
                 })),
+                not_applicable: false,
                 provenance: provenance(Task::Judge),
             },
             Record {
@@ -601,6 +612,7 @@ mod tests {
                     dropped_turns: 0,
                     truncated: false,
                 })),
+                not_applicable: false,
                 provenance: provenance(Task::Judge),
             },
             Record {
@@ -611,12 +623,21 @@ mod tests {
                     r: 0.25,
                     f: 1.0 / 3.0,
                 })),
+                not_applicable: false,
                 provenance: provenance(Task::BertScore),
             },
             Record {
                 id: "d".into(),
                 input: None,
+                body: Err("model failed".into()),
+                not_applicable: false,
+                provenance: provenance(Task::BertScore),
+            },
+            Record {
+                id: "e".into(),
+                input: None,
                 body: Err("no context turn".into()),
+                not_applicable: true,
                 provenance: provenance(Task::BertScore),
             },
         ];

@@ -143,6 +143,21 @@ fn items_without_a_reference_are_reported_not_fatal() {
         unscored.iter().all(|x| x["not_applicable"] == true),
         "{l:?}"
     );
+    // meta tells them from failures.
+    let m = hyoka(&[
+        "meta",
+        "-i",
+        items.to_str().unwrap(),
+        "-s",
+        out.to_str().unwrap(),
+    ]);
+    let said = String::from_utf8_lossy(&m.stderr);
+    assert!(m.status.success(), "{said}");
+    assert!(
+        said.contains("2 of its 4 lines for these items are not applicable"),
+        "{said}"
+    );
+    assert!(!said.contains("error lines"), "{said}");
     // A rerun keeps those lines (scoring them again would find no reference again), says the
     // same and leaves the file as it was.
     let before = std::fs::read(&out).unwrap();

@@ -628,6 +628,7 @@ fn a_summary_of_hand_made_verdicts_counts_as_by_hand() {
                     dropped_turns: 0,
                     truncated: false,
                 })),
+                not_applicable: false,
                 provenance: provenance.clone(),
             };
             (n + 1, record)
