@@ -158,13 +158,7 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
     }
     let input = args.input.context("--input is required")?;
     let output = args.output.context("--output is required")?;
-    if crate::files::same_file(&input, &output) {
-        return Err(super::exit::usage(format!(
-            "the output {} is the input {}: name another output file",
-            output.display(),
-            input.display()
-        )));
-    }
+    super::exit::refuse_output_as_input(&output, &input)?;
     let read = data::read_items(&input, args.skip_invalid)?;
     for e in &read.skipped {
         eprintln!("skipped: {e}");

@@ -110,13 +110,7 @@ pub fn read_pairs(input: &std::path::Path, pairing: &Pairing) -> anyhow::Result<
 }
 
 pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
-    if crate::files::same_file(&args.input, &args.output) {
-        return Err(super::exit::usage(format!(
-            "the output {} is the input {}: name another output file",
-            args.output.display(),
-            args.input.display()
-        )));
-    }
+    super::exit::refuse_output_as_input(&args.output, &args.input)?;
     let (rubric, rubric_source) = crate::prompt::resolve_rubric(&args.rubric)?;
     if rubric.pairwise.is_none() {
         return Err(super::exit::usage(format!(

@@ -2,8 +2,8 @@
 //! `hyoka merge` (shards' folders → one folder and its report).
 
 use super::eval_files::{
-    CreatedFolders, EvalArgs, ITEMS, judge_spec, read_or_import, refuse_input_as_output, report,
-    write_all,
+    CreatedFolders, EvalArgs, ITEMS, judge_spec, nothing_to_do, read_or_import,
+    refuse_input_as_output, report, write_all,
 };
 use super::eval_routes::{Route, Translated, bertscore_job};
 use crate::data;
@@ -68,18 +68,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         items = s.select(items);
     }
     if items.is_empty() {
-        // Nothing to do is no failure: an array job's task whose share holds no dialogue
-        // succeeds, and leaves an empty share that `merge` recognises.
-        if let Some(s) = shard {
-            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            data::write_items(&dir.join(ITEMS), &items)?;
-            eprintln!(
-                "nothing to do: shard {s} holds no dialogue (an empty share written to {})",
-                dir.display()
-            );
-        } else {
-            eprintln!("nothing to do: no items to evaluate");
-        }
+        nothing_to_do(&dir, shard, "dialogue")?;
         return Ok(ExitCode::SUCCESS);
     }
     eprintln!(

@@ -230,6 +230,22 @@ impl Drop for CreatedFolders {
     }
 }
 
+/// Nothing to evaluate is no failure: an array job's task whose share holds no dialogue (or
+/// context: `unit`) succeeds, and leaves an empty share in `dir` that `merge` recognises.
+pub(super) fn nothing_to_do(dir: &Path, shard: Option<Shard>, unit: &str) -> anyhow::Result<()> {
+    if let Some(s) = shard {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        data::write_items(&dir.join(ITEMS), &[])?;
+        eprintln!(
+            "nothing to do: shard {s} holds no {unit} (an empty share written to {})",
+            dir.display()
+        );
+    } else {
+        eprintln!("nothing to do: no items to evaluate");
+    }
+    Ok(())
+}
+
 /// Refuse an input that is one of the files written into `dir`.
 pub(super) fn refuse_input_as_output(dir: &Path, input: &Path) -> anyhow::Result<()> {
     for name in OUTPUTS {

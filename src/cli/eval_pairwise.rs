@@ -2,7 +2,7 @@
 //! ranked and compared with human preferences.
 
 use super::eval_files::{
-    CreatedFolders, EvalArgs, ITEMS, PAIRS, judge_spec, read_or_import, write_all,
+    CreatedFolders, EvalArgs, ITEMS, PAIRS, judge_spec, nothing_to_do, read_or_import, write_all,
 };
 use super::meta_cmd::StatsArgs;
 use crate::data;
@@ -61,16 +61,7 @@ pub(super) fn run_pairwise(
         items = s.select_groups(items, Grouping::Contexts);
     }
     if items.is_empty() {
-        if let Some(s) = shard {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            data::write_items(&dir.join(ITEMS), &items)?;
-            eprintln!(
-                "nothing to do: shard {s} holds no context (an empty share written to {})",
-                dir.display()
-            );
-        } else {
-            eprintln!("nothing to do: no items to evaluate");
-        }
+        nothing_to_do(dir, shard, "context")?;
         return Ok(ExitCode::SUCCESS);
     }
     let origin = match (&as_read, &args.input) {

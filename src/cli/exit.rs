@@ -12,6 +12,22 @@ pub fn usage(message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(message.into()))
 }
 
+/// Refuse an output file that is the input (directly, by another path or through a link):
+/// a usage error, before anything is read or written.
+pub fn refuse_output_as_input(
+    output: &std::path::Path,
+    input: &std::path::Path,
+) -> anyhow::Result<()> {
+    if crate::files::same_file(input, output) {
+        return Err(usage(format!(
+            "the output {} is the input {}: name another output file",
+            output.display(),
+            input.display()
+        )));
+    }
+    Ok(())
+}
+
 /// The exit codes, as `--help` shows them; the tables in README.md and README.ja.md are
 /// tested against it.
 pub const EXIT_CODES: &str = "Exit codes:

@@ -155,13 +155,7 @@ fn report(
 pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
     // The rubric and the items are checked, and the output (locked by no other run, readable),
     // before models load.
-    if crate::files::same_file(&args.input, &args.output) {
-        return Err(super::exit::usage(format!(
-            "the output {} is the input {}: name another output file",
-            args.output.display(),
-            args.input.display()
-        )));
-    }
+    super::exit::refuse_output_as_input(&args.output, &args.input)?;
     let rubric = crate::prompt::resolve_rubric(&args.rubric)?;
     let read = data::read_items(&args.input, args.skip_invalid)?;
     for e in &read.skipped {

@@ -57,13 +57,7 @@ pub struct LikelihoodArgs {
 }
 
 pub fn run(args: LikelihoodArgs) -> anyhow::Result<ExitCode> {
-    if crate::files::same_file(&args.input, &args.output) {
-        return Err(super::exit::usage(format!(
-            "the output {} is the input {}: name another output file",
-            args.output.display(),
-            args.input.display()
-        )));
-    }
+    super::exit::refuse_output_as_input(&args.output, &args.input)?;
     if args.batch_tokens == 0 {
         return Err(super::exit::usage("--batch-tokens must be at least 1"));
     }

@@ -182,45 +182,28 @@ fn likelihood_scores_reach_meta_as_columns() {
             .output()
             .unwrap()
     };
-    let o = hyoka(&[
-        "likelihood",
-        "--scorer",
-        "fed-ja",
-        "--model",
-        model.to_str().unwrap(),
-        "-i",
-        items.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let score = |scorer: &str| {
+        hyoka(&[
+            "likelihood",
+            "--scorer",
+            scorer,
+            "--model",
+            model.to_str().unwrap(),
+            "-i",
+            items.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+    };
+    let o = score("fed-ja");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let first = std::fs::read_to_string(&out).unwrap();
     // A rerun scores nothing and leaves the file as it was.
-    let o = hyoka(&[
-        "likelihood",
-        "--scorer",
-        "fed-ja",
-        "--model",
-        model.to_str().unwrap(),
-        "-i",
-        items.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let o = score("fed-ja");
     assert!(o.status.success());
     assert_eq!(std::fs::read_to_string(&out).unwrap(), first);
     // Another scorer into the same file is refused, and writes nothing.
-    let o = hyoka(&[
-        "likelihood",
-        "--scorer",
-        "gptscore-ja",
-        "--model",
-        model.to_str().unwrap(),
-        "-i",
-        items.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let o = score("gptscore-ja");
     assert_eq!(
         o.status.code(),
         Some(3),
