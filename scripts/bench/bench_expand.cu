@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#include "../kernels/expand.cu"
+#include "../../kernels/expand.cu"
 
 #define CHECK(x)                                                                   \
     do {                                                                           \

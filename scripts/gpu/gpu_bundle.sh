@@ -39,8 +39,8 @@ for line in sys.stdin:
 strip --strip-all "$stage"/bin/* "$stage"/tests/*
 
 # Benchmark inputs that cannot be made there: DBDC3 items (imported here, where hyoka runs on
-# the CPU), the Llama-3 and Qwen2.5 tokenizers for the synthetic 8B and
-# 14B, all-MiniLM-L6-v2's tokenizer and config (gpu_check.sh gives it random weights there:
+# the CPU), the Llama-3 and Qwen2.5 tokenizers for the synthetic judges (8B, 14B, 1.5B),
+# all-MiniLM-L6-v2's tokenizer and config (gpu_check.sh gives it random weights there:
 # speed does not depend on them; not under models/, where the tests would take it for the real
 # model), and the Python packages the image lacks.
 # (The import runs here, so with the CPU build in target/.)
@@ -60,6 +60,12 @@ w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); 
 ' "$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$stage/models/qwen2.5-tokenizer.gguf"
 for f in config.json tokenizer.json tokenizer_config.json vocab.txt special_tokens_map.json; do
   cp "$models/all-MiniLM-L6-v2/$f" "$stage/bench/minilm-tokenizer/"
+done
+# multilingual-e5-small's tokenizer and config, for the encoders of the Japanese defaults' shapes
+# that gpu_check.sh makes with random weights (bench-bertscore-ja, device-vs-cpu).
+mkdir -p "$stage/bench/e5-tokenizer"
+for f in config.json tokenizer.json tokenizer_config.json; do
+  cp "$models/multilingual-e5-small/$f" "$stage/bench/e5-tokenizer/"
 done
 python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
   -d "$stage/wheels" gguf==0.19.0 bert-score==0.3.13

@@ -6,8 +6,16 @@
 # Llama-3.1-8B's shapes from scripts/fixtures/synthetic_gguf.py).
 # Usage: scripts/gpu/gpu_check.sh [DEVICE]   (default cuda; metal on Apple GPUs)
 #   HYOKA_GPU_STEPS    which steps (default: "suites attention bench-bertscore bench-judge";
-#                      also "judge-e2e": `hyoka judge` on 10 items with the synthetic judges);
-#                      HYOKA_BENCH_PAIRS (20000), HYOKA_BENCH_ITEMS (20) size the benchmarks
+#                      also "judge-e2e": `hyoka judge` on 10 items with the synthetic judges;
+#                      "device-vs-cpu": eval (judge, BERTScore, FED), translate, compare and a json
+#                      judge with a random-weight judge of Qwen2.5-1.5B's shapes and encoder of
+#                      multilingual-e5-small's, on the device and on the CPU, outputs compared;
+#                      "bench-bertscore-ja": BERTScore in f32, tf32, bf16 and f16 with encoders of
+#                      multilingual-e5-small's and bert-base-multilingual-cased's shapes next to
+#                      bert_score f32 and fp16; "judge-items": `hyoka judge` on HYOKA_JUDGE_ITEMS
+#                      (1000) items in score mode and HYOKA_JSON_ITEMS (100) in json mode, each
+#                      synthetic shape); HYOKA_BENCH_PAIRS (20000; bench-bertscore-ja: 100000),
+#                      HYOKA_REF_PAIRS (20000), HYOKA_BENCH_ITEMS (20) size the benchmarks
 #   HYOKA_GPU_DTYPES   the suites' dtypes (default "bf16 f16 f32")
 #   HYOKA_GPU_SUITES   which suites (default: every one that takes a device and dtype)
 #   HYOKA_SYNTH_SHAPES the synthetic judges of bench-judge (default "llama-8b"; also "qwen-14b"),
@@ -17,6 +25,9 @@
 #                      time goes, stored and expanded: 6 prompts, 16 tokens decoded); their
 #                      files are written once into HYOKA_SYNTH_DIR (~/.cache/hyoka/synthetic)
 #   HYOKA_STEP_TIMEOUT seconds after which a step is stopped and counts as failed (default none)
+#   HYOKA_GPU_DEADLINE a time (seconds since the epoch) past which no step starts or runs
+#   HYOKA_E5_TOKENIZER a folder with multilingual-e5-small's config.json, tokenizer.json and
+#                      tokenizer_config.json (default: the bundle's, else the test model's)
 #   HYOKA_GPU_LOGS     the folder for the steps' logs (default: a new temporary one); a bundle
 #                      already unpacked there is used again (a second call on the same machine)
 #   HYOKA_GPU_BUNDLE   .gpu/bundle.tar.xz from scripts/gpu/gpu_bundle.sh: use its binaries instead of
@@ -38,8 +49,14 @@ status=0
 py="${HYOKA_REF_PYTHON:-python3}"
 step() { # NAME COMMAND...: run, keep the log, print PASS/FAIL and the worst differences seen
   local name="$1"; shift
-  local t0=$SECONDS
-  if ${HYOKA_STEP_TIMEOUT:+timeout "$HYOKA_STEP_TIMEOUT"} "$@" > "$log/$name.log" 2>&1; then echo "PASS  $name ($((SECONDS - t0)) s)"; else echo "FAIL  $name (log: $log/$name.log)"; status=1; fi
+  local t0=$SECONDS limit="${HYOKA_STEP_TIMEOUT:-}"
+  if [ -n "${HYOKA_GPU_DEADLINE:-}" ]; then
+    # No step starts past the deadline, and none runs beyond it.
+    local left=$((HYOKA_GPU_DEADLINE - $(date +%s)))
+    if [ "$left" -lt 5 ]; then echo "SKIP  $name (deadline)"; status=1; return; fi
+    [ -z "$limit" ] || [ "$left" -lt "$limit" ] && limit=$left
+  fi
+  if ${limit:+timeout "$limit"} "$@" > "$log/$name.log" 2>&1; then echo "PASS  $name ($((SECONDS - t0)) s)"; else echo "FAIL  $name ($((SECONDS - t0)) s; log: $log/$name.log)"; status=1; fi
   # The tests' verdicts, what they skipped, and the three worst differences they printed.
   grep -h "test result\|panicked" "$log/$name.log" | sed 's/^/      /' | head -8
   grep -h "skipping" "$log/$name.log" | sort -u | sed 's/^/      /'
@@ -189,7 +206,7 @@ synthetic() { # SHAPE [QUANT]: sets gguf (written once, in $synth_dir) and flags
   case "$1" in
     llama-8b) flags=(--tokenizer "$models/llama-3-tokenizer") ;;
     # A bundle carries Qwen2.5's tokenizer alone (scripts/gpu/gpu_bundle.sh), not the Qwen model.
-    qwen-14b) [ -e "$models/qwen2.5-tokenizer.gguf" ] && source=(--tokenizer-from "$models/qwen2.5-tokenizer.gguf") ;;
+    qwen-*) [ -e "$models/qwen2.5-tokenizer.gguf" ] && source=(--tokenizer-from "$models/qwen2.5-tokenizer.gguf") ;;
   esac
   if [ ! -e "$gguf" ]; then
     mkdir -p "$synth_dir"
@@ -204,6 +221,80 @@ if wants bench-judge; then
     for quant in ${HYOKA_SYNTH_QUANTS:-q4_k_m}; do
       synthetic "$shape" "$quant"
       bench_judge "bench-judge-$shape-$quant" "$gguf" "${flags[@]}"
+    done
+  done
+fi
+random_encoders() { # random-weight BERT encoders (seeded) with the tokenizer of multilingual-e5-small:
+  # its own shapes, and bert-base-multilingual-cased's layers (12 x 768; that model's WordPiece
+  # vocabulary is not in a registry package, so the sentences' token counts are XLM-R's)
+  enc="$log/random-encoders"
+  [ -e "$enc/mbert-shape/model.safetensors" ] && return
+  local src="${HYOKA_E5_TOKENIZER:-$models/multilingual-e5-small}"
+  [ -z "${HYOKA_E5_TOKENIZER:-}" ] && [ -n "${b:-}" ] && src="$b/bench/e5-tokenizer"
+  "$py" - "$src" "$enc" > "$log/random-encoders.log" 2>&1 <<'PY'
+import json, shutil, sys
+import torch, transformers
+src, enc = sys.argv[1], sys.argv[2]
+for name, shape in (("e5-small", {}), ("mbert-shape", dict(hidden_size=768, intermediate_size=3072, num_attention_heads=12))):
+    cfg = json.load(open(f"{src}/config.json"))
+    cfg.update(shape)
+    torch.manual_seed(0)
+    transformers.BertModel(transformers.BertConfig(**cfg)).save_pretrained(f"{enc}/{name}")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(f"{src}/{f}", f"{enc}/{name}/{f}")
+PY
+}
+if wants device-vs-cpu; then
+  # HEAD's whole surface on the device against the CPU on the same files: eval (judge, BERTScore,
+  # FED, meta), translate, compare (pairwise) and a json-mode judge. f32 on the device must agree
+  # with the CPU to 1e-3 in every number; the device's default dtype is reported.
+  random_encoders
+  synthetic qwen-1.5b
+  e2e="$log/device-vs-cpu"
+  mkdir -p "$e2e"
+  head -4 "$items" > "$e2e/items4.jsonl"
+  sed 's/^reason_max_tokens = .*/reason_max_tokens = 32/' prompts/roleplay8-ja.toml > "$e2e/roleplay8-ja-32.toml"
+  for run in "cpu cpu" "cuda-f32 $device --dtype f32" "cuda $device"; do
+    read -r tag dev dtype <<< "$run"
+    on=(--device "$dev" ${dtype:+$dtype})
+    step "eval-$tag" "$bin" eval --import dbdc3 data/dbdc3-ja.tar.gz --sample-dialogues 1 \
+      --rubric examples/breakdown-ja.toml --model "$gguf" "${flags[@]}" --bertscore-model "$enc/e5-small" \
+      --layer 12 --likelihood fed-ja "${on[@]}" -o "$e2e/$tag/eval" --overwrite
+    step "translate-$tag" "$bin" translate -i "$e2e/items4.jsonl" -o "$e2e/$tag/translated.jsonl" \
+      --model "$gguf" "${flags[@]}" --max-new-tokens 24 --keep-unfinished "${on[@]}" --overwrite
+    step "compare-$tag" "$bin" compare --rubric breakdown-pair-ja --model "$gguf" "${flags[@]}" \
+      -i examples/pairs-ja.jsonl -o "$e2e/$tag/pairs.jsonl" "${on[@]}" --overwrite
+    step "json-$tag" "$bin" judge --rubric "$e2e/roleplay8-ja-32.toml" --model "$gguf" "${flags[@]}" \
+      -i "$e2e/items4.jsonl" -o "$e2e/$tag/json.jsonl" "${on[@]}" --overwrite
+  done
+  python3 scripts/gpu/compare_outputs.py "$e2e/cpu" "$e2e/cuda-f32" --label "      f32 device vs CPU: " --tolerance 1e-3 || status=1
+  python3 scripts/gpu/compare_outputs.py "$e2e/cpu" "$e2e/cuda" --label "      default dtype vs CPU f32: "
+fi
+if wants bench-bertscore-ja; then
+  random_encoders
+  step bench-bertscore-ja "$py" scripts/bench/bench_bertscore_dtypes.py "$items" --hyoka "$bin" --device "$device" \
+    --encoder "$enc/e5-small:12:e5-small" --encoder "$enc/mbert-shape:9:mbert-shape" \
+    --pairs "${HYOKA_BENCH_PAIRS:-100000}" --ref-pairs "${HYOKA_REF_PAIRS:-20000}" --json "$log/bench-bertscore-ja.json"
+  grep -h "pairs/s" "$log/bench-bertscore-ja.log" | sed 's/^/      /'
+fi
+if wants judge-items; then
+  # `hyoka judge` as a workstation user runs it: score mode (dialogue6-ja) on 1,000 DBDC3 items and
+  # json mode (roleplay8-ja, reasons of at most 128 tokens) on 100, items/s and peak GPU memory.
+  sed 's/^reason_max_tokens = .*/reason_max_tokens = 128/' prompts/roleplay8-ja.toml > "$log/roleplay8-ja-128.toml"
+  head -"${HYOKA_JUDGE_ITEMS:-1000}" "$items" > "$log/items-score.jsonl"
+  head -"${HYOKA_JSON_ITEMS:-100}" "$items" > "$log/items-json.jsonl"
+  for shape in $shapes; do
+    synthetic "$shape"
+    for mode in score json; do
+      rubric=dialogue6-ja
+      [ "$mode" = json ] && rubric="$log/roleplay8-ja-128.toml"
+      t0=$SECONDS
+      watched "items-$shape-$mode" "$bin" judge --rubric "$rubric" --model "$gguf" "${flags[@]}" \
+        --device "$device" -i "$log/items-$mode.jsonl" -o "$log/items-$shape-$mode.jsonl" --overwrite
+      n=$(wc -l < "$log/items-$mode.jsonl")
+      peak=$(tr -s ' \n' '\n' < "$log/items-$shape-$mode.mem" | grep -E '^[0-9]+$' | sort -n | tail -1)
+      echo "      $shape $mode: $n items in $((SECONDS - t0)) s (load included) = $(python3 -c "print(f'{$n / max(1, $SECONDS - $t0):.2f}')") items/s; peak GPU memory ${peak:-?} MiB"
+      grep -h "^scored" "$log/items-$shape-$mode.log" | sed 's/^/        /'
     done
   done
 fi
