@@ -128,6 +128,9 @@ fn kind_of_link(cause: &(dyn Error + 'static)) -> Option<ErrorKind> {
     if let Some(e) = results {
         return io_or_invalid(matches!(e, ResultsError::Io { .. }));
     }
+    if let Some(e) = cause.downcast_ref::<crate::files::ClaimError>() {
+        return io_or_invalid(matches!(e, crate::files::ClaimError::Io { .. }));
+    }
     if let Some(e) = cause.downcast_ref::<ExportError>() {
         return io_or_invalid(matches!(
             e,
@@ -150,6 +153,13 @@ fn kind_of_link(cause: &(dyn Error + 'static)) -> Option<ErrorKind> {
     }
     if let Some(JudgeError::PromptLimit { .. } | JudgeError::RubricKind(_)) = judge_error(cause) {
         return Some(Usage);
+    }
+    if judge_error(cause).is_some_and(JudgeError::template_at_fault) {
+        return Some(InvalidInput);
+    }
+    // A model's header or config whose numbers describe no model that can be built.
+    if let Some(ModelError::Config { .. }) = model_error(cause) {
+        return Some(InvalidInput);
     }
     if let Some(LikelihoodError::Scorer { .. }) = likelihood_error(cause) {
         return Some(InvalidInput);

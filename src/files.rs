@@ -130,3 +130,138 @@ mod tests {
         assert!(output_among_inputs(&[&other], &[&a]).is_none());
     }
 }
+
+/// A claim on an output that is written at the end of a run (an eval's folder, a translation's
+/// items file): taken before anything is read or written and held until the run ends, so that
+/// a second run on the same output is refused at its start instead of writing over the
+/// first's output, or the first over the second's. The lock is flock's, released when the
+/// process ends, also when it is killed.
+#[derive(Debug)]
+pub struct OutputClaim {
+    _lock: std::fs::File,
+    /// The lock file made beside a file output, taken away when the claim ends.
+    beside: Option<PathBuf>,
+}
+
+/// Why an output could not be claimed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error("{}: another hyoka run is writing this output; wait for it, or write elsewhere", path.display())]
+    Busy { path: PathBuf },
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl OutputClaim {
+    /// Claim the folder `dir` (which exists): the lock is the folder's own.
+    pub fn folder(dir: &Path) -> Result<Self, ClaimError> {
+        let io = |source| ClaimError::Io {
+            path: dir.to_path_buf(),
+            source,
+        };
+        let handle = std::fs::File::open(dir).map_err(io)?;
+        lock(handle, dir).map(|lock| OutputClaim {
+            _lock: lock,
+            beside: None,
+        })
+    }
+
+    /// Claim the file output `path` (which may not exist yet) through a lock file beside it,
+    /// `.NAME.hyoka-lock`: the output itself is only written, whole, at the end.
+    pub fn file(path: &Path) -> Result<Self, ClaimError> {
+        let mut name = std::ffi::OsString::from(".");
+        name.push(path.file_name().unwrap_or_default());
+        name.push(".hyoka-lock");
+        let beside = path.with_file_name(name);
+        loop {
+            let handle = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&beside)
+                .map_err(|source| ClaimError::Io {
+                    path: beside.clone(),
+                    source,
+                })?;
+            let lock = lock(handle, path)?;
+            // The run before may have taken the lock file away between our open and our lock:
+            // the lock must be on the file the name holds now.
+            let held = lock.metadata().ok().map(|m| file_id(&m));
+            let named = std::fs::metadata(&beside).ok().map(|m| file_id(&m));
+            if held.is_some() && held == named {
+                return Ok(OutputClaim {
+                    _lock: lock,
+                    beside: Some(beside),
+                });
+            }
+        }
+    }
+}
+
+fn lock(handle: std::fs::File, claimed: &Path) -> Result<std::fs::File, ClaimError> {
+    match handle.try_lock() {
+        Ok(()) => Ok(handle),
+        Err(std::fs::TryLockError::WouldBlock) => Err(ClaimError::Busy {
+            path: claimed.to_path_buf(),
+        }),
+        Err(std::fs::TryLockError::Error(source)) => Err(ClaimError::Io {
+            path: claimed.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+#[cfg(unix)]
+fn file_id(m: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino())
+}
+
+#[cfg(not(unix))]
+fn file_id(m: &std::fs::Metadata) -> (u64, u64) {
+    (m.len(), 0)
+}
+
+impl Drop for OutputClaim {
+    fn drop(&mut self) {
+        // Taken away while still locked: a run that opened it meanwhile finds another file
+        // under the name and opens again (`OutputClaim::file`).
+        if let Some(beside) = &self.beside {
+            let _ = std::fs::remove_file(beside);
+        }
+    }
+}
+
+#[cfg(test)]
+mod claim_tests {
+    use super::*;
+
+    #[test]
+    fn a_claimed_output_is_refused_to_a_second_claim_until_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = OutputClaim::folder(dir.path()).unwrap();
+        // flock locks belong to the open file: a second open in this process conflicts as a
+        // second process's would.
+        assert!(matches!(
+            OutputClaim::folder(dir.path()),
+            Err(ClaimError::Busy { .. })
+        ));
+        drop(first);
+        assert!(OutputClaim::folder(dir.path()).is_ok());
+
+        let out = dir.path().join("en.jsonl");
+        let first = OutputClaim::file(&out).unwrap();
+        let err = OutputClaim::file(&out).unwrap_err().to_string();
+        assert!(
+            err.contains("en.jsonl") && err.contains("another hyoka run"),
+            "{err}"
+        );
+        drop(first);
+        assert!(!dir.path().join(".en.jsonl.hyoka-lock").exists());
+        assert!(!out.exists(), "claiming writes nothing at the output");
+        assert!(OutputClaim::file(&out).is_ok());
+    }
+}

@@ -5,13 +5,23 @@
 #[derive(Clone, Debug)]
 pub struct SplitMix64(pub u64);
 
+/// SplitMix64's increment: each draw adds it to the state.
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
 impl SplitMix64 {
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.0 = self.0.wrapping_add(GAMMA);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// The generator as it stands after `draws` more draws (`next_u64`, `below`): each draw
+    /// moves the state by the same step, so a stream's parts can be drawn apart, in parallel,
+    /// and give the very numbers one pass gives.
+    pub fn after(&self, draws: u64) -> SplitMix64 {
+        SplitMix64(self.0.wrapping_add(draws.wrapping_mul(GAMMA)))
     }
 
     /// Uniform in [0, 1).
@@ -54,4 +64,19 @@ pub fn keyed_hash(seed: u64, text: &str) -> u64 {
     }
     // One SplitMix round so that near-identical ids spread over the whole range.
     SplitMix64(h).next_u64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SplitMix64;
+
+    #[test]
+    fn a_stream_jumped_ahead_continues_as_drawn() {
+        let mut one = SplitMix64(42);
+        let drawn: Vec<usize> = (0..1000).map(|_| one.below(97)).collect();
+        let start = SplitMix64(42);
+        for at in [0, 1, 500, 999] {
+            assert_eq!(start.after(at as u64).below(97), drawn[at], "{at}");
+        }
+    }
 }

@@ -43,7 +43,8 @@ def meta(
     items: the items (dicts, or an items JSONL path) with their `human` ratings.
     scores: results of `Judge.score`, or paths of `hyoka judge`/`hyoka bertscore` outputs.
     options: `hyoka meta` options by name, e.g. fit_w=True, calibrate=True, half="held-out",
-        bootstrap=1000, seed=0, w=10, combine_with="F", breakdown_levels=["coherence:1=O,0=X"].
+        bootstrap=1000, seed=0, w=10, combine_with="F", breakdown_levels=["coherence:1=O,0=X"],
+        accept_unhashed=True (results lines without input_sha256, refused otherwise).
         Every level (item, system, dialogue) that the items allow is in the result.
     """
     if not scores:

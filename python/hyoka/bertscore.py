@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _hyoka
 from . import _progress as _bar
-from .errors import UsageError
+from .errors import InvalidInputError, UsageError
 
 # Pairs scored per call into the extension: between two calls Ctrl-C is honoured and progress
 # shown. The scores do not depend on it (hyoka's batching never changes a score).
@@ -30,6 +30,13 @@ def _texts(name: str, texts: Any) -> list[str]:
     for i, t in enumerate(out):
         if not isinstance(t, str):
             raise UsageError(f"{name}[{i}]: a string, got {type(t).__name__}")
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidInputError(
+                f"{name}[{i}]: not valid Unicode text ({t[e.start:e.end]!r} is a lone surrogate, "
+                "half of a UTF-16 pair)"
+            ) from None
     return out
 
 
@@ -38,6 +45,10 @@ def _references(refs: Any, n: int) -> list[list[str]]:
     if isinstance(refs, str) or not isinstance(refs, Sequence):
         raise UsageError(f"refs: a list of strings or of lists of strings, got {type(refs).__name__}")
     grouped = [[r] if isinstance(r, str) else _texts(f"refs[{i}]", r) for i, r in enumerate(refs)]
+    empty = next((i for i, g in enumerate(grouped) if not g), None)
+    if empty is not None:
+        # Nothing to compare with: a score of 0 would read as a real, very bad one.
+        raise UsageError(f"refs[{empty}]: an empty list of references: give at least one per candidate")
     if len(grouped) != n:
         raise UsageError(f"{n} candidates but {len(grouped)} references: give one reference (or one list) per candidate")
     return grouped
@@ -109,6 +120,10 @@ class BERTScorer:
     ) -> None:
         if all_layers:
             raise UsageError("all_layers=True is not supported: hyoka reads one layer (num_layers)")
+        for name, value, least in (("num_layers", num_layers, 0), ("batch_size", batch_size, 1), ("batch_tokens", batch_tokens, 1)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                what = "a layer from 0 (the embeddings) up" if name == "num_layers" else "an integer of at least 1"
+                raise UsageError(f"{name}: {value!r} is not {what}")
         if not isinstance(idf, bool):
             raise UsageError("idf: True or False (an idf dict is not supported; pass idf_sents)")
         if rescale_with_baseline and lang is None and baseline_path is None:

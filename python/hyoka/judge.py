@@ -9,7 +9,7 @@ from typing import Any
 
 from . import _hyoka
 from . import _progress as _bar
-from .errors import InvalidInputError
+from .errors import InvalidInputError, UsageError
 
 
 class Judge:
@@ -36,6 +36,9 @@ class Judge:
         **options: Any,
     ) -> None:
         models = model if isinstance(model, list) else [model]
+        if not models:
+            # An empty list would load the default judge from the Hub: not what was asked.
+            raise UsageError("model: an empty list: name at least one judge model")
         given = {"device": device, "dtype": dtype, **options}
         self._judge = _hyoka.Judge([os.fspath(m) for m in models], os.fspath(rubric), _settings(given))
         self.rubric = os.fspath(rubric)
@@ -157,7 +160,15 @@ def json_texts(name: str, dicts: Iterable[Mapping[str, Any]]) -> list[str]:
     for i, value in enumerate(dicts):
         if not isinstance(value, Mapping):
             raise InvalidInputError(f"{name}[{i}]: a dict, got {type(value).__name__}")
-        texts.append(json.dumps(value, ensure_ascii=False))
+        text = json.dumps(value, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidInputError(
+                f"{name}[{i}]: not valid Unicode text ({text[e.start:e.end]!r} is a lone surrogate, "
+                "half of a UTF-16 pair): every string must be text"
+            ) from None
+        texts.append(text)
     return texts
 
 

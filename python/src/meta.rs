@@ -91,6 +91,7 @@ pub fn meta(
 ) -> PyResult<String> {
     let mut options = Options::new(py, options)?;
     let (opts, half, (pairwise, preferences)) = options_of(&mut options)?;
+    let accept_unhashed = options.take::<bool>("accept_unhashed")?.unwrap_or(false);
     options.finish()?;
     let scores: Vec<Source> = scores.extract()?;
     if scores.is_empty() {
@@ -143,7 +144,7 @@ pub fn meta(
                 }
                 let mut frame = hyoka::meta::pairwise::join(&items, records, &input.path)?;
                 if let Some(p) = &preferences {
-                    frame.preferences = hyoka::meta::pairwise::Preferences::read(p)?;
+                    frame.set_preferences(hyoka::meta::pairwise::Preferences::read(p)?, p)?;
                 }
                 let summary = hyoka::meta::pairwise::summarize(&frame, &pairwise);
                 return serde_json::to_string(&summary)
@@ -155,7 +156,11 @@ pub fn meta(
                 "preferences, tie_margin: human preferences are for pairwise results".into(),
             ));
         }
-        let mut joined = hyoka::meta::join(items, &origin, &inputs, true)?;
+        let rules = hyoka::meta::JoinRules {
+            strict: true,
+            accept_unhashed,
+        };
+        let mut joined = hyoka::meta::join(items, &origin, &inputs, rules)?;
         for note in &joined.notes {
             eprintln!("{note}");
         }

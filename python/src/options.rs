@@ -33,7 +33,7 @@ impl<'py> Options<'py> {
     /// The option `key` as a `T`, when given and not None.
     pub fn take<T>(&mut self, key: &'static str) -> PyResult<Option<T>>
     where
-        T: for<'a> FromPyObject<'a, 'py>,
+        T: for<'a> FromPyObject<'a, 'py, Error = PyErr>,
     {
         self.asked.push(key);
         let Some(value) = self.left.get_item(key)? else {
@@ -43,18 +43,14 @@ impl<'py> Options<'py> {
         if value.is_none() {
             return Ok(None);
         }
-        value.extract::<T>().map(Some).map_err(|_| {
-            let got = value
-                .get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default();
+        value.extract::<T>().map(Some).map_err(|e| {
+            let got = value.repr().map(|r| r.to_string()).unwrap_or_default();
+            let why = e.value(self.py).to_string();
             usage(
                 self.py,
                 format!(
-                    "option {key} ({}): a {} is not a valid value",
-                    flag(key),
-                    got
+                    "option {key} ({}): {got} is not a valid value: {why}",
+                    flag(key)
                 ),
             )
         })

@@ -57,5 +57,27 @@ def test_bad_options_are_usage_errors() -> None:
     assert issubclass(hyoka.UsageError, hyoka.HyokaError)
 
 
+def test_every_bad_value_is_a_hyoka_error() -> None:
+    model = str(real_model("smollm2-135m-instruct-q4_1.gguf"))
+    # An empty model list would load the default judge from the Hub.
+    with pytest.raises(hyoka.UsageError, match="model: an empty list"):
+        hyoka.Judge([], "dialogue6-en")
+    # A lone surrogate (half of a UTF-16 pair) in an item or a sentence.
+    good = json.loads((ROOT / "examples" / "items.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    judge = hyoka.Judge(model, "dialogue6-en")
+    with pytest.raises(hyoka.InvalidInputError, match=r"items\[0\]: not valid Unicode"):
+        judge.score([dict(good, response={"speaker": "A", "text": "x\ud800"})])
+    with pytest.raises(hyoka.InvalidInputError, match=r"cands\[1\]: not valid Unicode"):
+        hyoka.bertscore.score(["a", "b\udfff"], ["c", "d"], lang="ja")
+    # Numbers out of range say the range, and are never an OverflowError.
+    with pytest.raises(hyoka.UsageError, match="num_layers: -1 is not a layer from 0"):
+        hyoka.bertscore.BERTScorer(num_layers=-1, lang="ja")
+    with pytest.raises(hyoka.UsageError, match=r"batch_tokens.*-5 is not a valid value: .*negative"):
+        hyoka.Judge(model, "dialogue6-en", batch_tokens=-5)
+    # No reference to compare with is no score of 0.
+    with pytest.raises(hyoka.UsageError, match=r"refs\[0\]: an empty list"):
+        hyoka.bertscore.score(["a"], [[]], lang="ja")
+
+
 def test_rubrics_lists_the_builtins() -> None:
     assert {"dialogue6-ja", "breakdown3-ja", "roleplay8-ja"} <= set(hyoka.rubrics())

@@ -62,12 +62,15 @@ def test_meta_returns_the_summary_json(tmp_path: Path) -> None:
     items = ROOT / "tests" / "fixtures" / "meta" / "items.jsonl"
     scores = ROOT / "tests" / "fixtures" / "meta" / "judge.jsonl"
     summary = tmp_path / "summary.json"
+    # The reference script's lines carry no input_sha256, as another tool's: accepted by name.
     assert cli(["meta", "-i", str(items), "-s", str(scores), "--json", str(summary),
-                "--markdown", str(tmp_path / "s.md"), "--bootstrap", "200"]) == 0
-    got = hyoka.meta(items, scores, bootstrap=200)
+                "--markdown", str(tmp_path / "s.md"), "--bootstrap", "200", "--accept-unhashed"]) == 0
+    with pytest.raises(hyoka.InvalidInputError, match="no input_sha256"):
+        hyoka.meta(items, scores, bootstrap=200)
+    got = hyoka.meta(items, scores, bootstrap=200, accept_unhashed=True)
     assert got == json.loads(summary.read_text(encoding="utf-8"))
     # Results as lists of dicts, as Judge.score returns them.
-    assert hyoka.meta(lines(items), lines(scores), bootstrap=200) == got
+    assert hyoka.meta(lines(items), lines(scores), bootstrap=200, accept_unhashed=True) == got
 
 
 def test_compare_equals_the_command_line(tmp_path: Path) -> None:

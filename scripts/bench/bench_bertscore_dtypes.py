@@ -5,14 +5,18 @@ Usage: bench_bertscore_dtypes.py ITEMS.jsonl --encoder DIR:LAYER:LABEL [--encode
            [--pairs 100000] [--ref-pairs 20000] [--hyoka target/release/hyoka] [--device cuda]
            [--json OUT.json]
 ITEMS: DBDC3 items (`hyoka import dbdc3`); the pairs are each response against its last context
-turn, repeated with fresh ids up to --pairs. For each encoder (a folder bert_score and hyoka both
+turn. DBDC3 has about 1,500 such pairs and both scorers encode each distinct sentence once, so
+past them every pair is made distinct: in the r-th repetition (r ≥ 1) the response is followed by
+the response of the item r further on and the turn by the turn of the item 2r further on (two
+utterances joined, about twice as long). --repeat keeps plain repetitions instead (then the
+encoders run once per distinct sentence and the matching dominates). For each encoder (a folder bert_score and hyoka both
 load), hyoka scores all the pairs in f32, f32 with --tf32, bf16 and f16; bert_score 0.3.13 scores
 the first --ref-pairs of them (batch_size 64, its default) in f32 and with the model in fp16
 (`scorer._model.half()`), after a warm-up call. Model loading is timed on neither side: hyoka's
 figure is its own "pairs/s" line, bert_score's the time of its score() call.
 Printed per encoder and dtype: pairs/s, the ratio to bert_score f32 and fp16, max |ΔF| against
 bert_score f32 on the shared pairs, the useful TFLOP/s (the encoder's matrix products and
-attention over real tokens, padding not counted) and its share of the dtype's dense peak on an
+attention over the distinct sentences' real tokens, padding not counted) and its share of the dtype's dense peak on an
 H200 SXM (f32 67, tf32 494, bf16/f16 989 TFLOP/s), and the GPU's busy share (nvidia-smi's
 utilization, sampled every 100 ms while hyoka scores). Needs torch, transformers, bert-score.
 """
@@ -31,14 +35,19 @@ VARIANTS = [("f32", ["--dtype", "f32"]), ("tf32", ["--dtype", "f32", "--tf32"]),
             ("bf16", ["--dtype", "bf16"]), ("f16", ["--dtype", "f16"])]
 
 
-def make_pairs(items_path: Path, n: int, out: Path):
+def make_pairs(items_path: Path, n: int, out: Path, distinct: bool):
     with open(items_path, encoding="utf-8") as f:
         items = [it for it in map(json.loads, f) if it["context"]]
+    m = len(items)
     cands, refs = [], []
     with open(out, "w", encoding="utf-8") as f:
         for k in range(n):
-            it = dict(items[k % len(items)])
-            it["id"] = f"{it['id']}#{k // len(items)}"
+            r = k // m
+            it = json.loads(json.dumps(items[k % m]))
+            it["id"] = f"{it['id']}#{r}"
+            if distinct and r > 0:
+                it["response"]["text"] += items[(k + r) % m]["response"]["text"]
+                it["context"][-1]["text"] += items[(k + 2 * r) % m]["context"][-1]["text"]
             f.write(json.dumps(it, ensure_ascii=False) + "\n")
             cands.append(it["response"]["text"])
             refs.append(it["context"][-1]["text"])
@@ -105,21 +114,24 @@ def main() -> None:
     ap.add_argument("--hyoka", default="target/release/hyoka")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--repeat", action="store_true", help="plain repetitions past DBDC3's pairs")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp())
     items = work / "items.jsonl"
-    cands, refs = make_pairs(args.items, args.pairs, items)
+    cands, refs = make_pairs(args.items, args.pairs, items, distinct=not args.repeat)
+    distinct = sorted(set(cands) | set(refs))
     m = min(args.ref_pairs, args.pairs)
     report = {"pairs": args.pairs, "ref_pairs": m, "encoders": {}}
     for spec in args.encoder:
         folder, layer, label = spec.rsplit(":", 2)
         layer = int(layer)
-        flops = encoder_flops(folder, layer, cands) + encoder_flops(folder, layer, refs)
+        flops = encoder_flops(folder, layer, distinct)
         ref32, f32 = run_bert_score(folder, layer, args.device, cands[:m], refs[:m], half=False)
         ref16, f16 = run_bert_score(folder, layer, args.device, cands[:m], refs[:m], half=True)
         ref16["max_dF_vs_f32"] = max(abs(a - b) for a, b in zip(f16, f32))
         rows = {"bert_score f32": ref32, "bert_score fp16": ref16}
-        print(f"{label} (layer {layer}): {args.pairs} pairs, {flops / args.pairs / 1e9:.2f} GFLOP a pair; "
+        print(f"{label} (layer {layer}): {args.pairs} pairs, {len(distinct)} distinct sentences, "
+              f"{flops / args.pairs / 1e9:.2f} GFLOP a pair; "
               f"bert_score on the first {m}: f32 {ref32['pairs_s']:.0f} pairs/s, fp16 {ref16['pairs_s']:.0f} "
               f"(max |ΔF| fp16 vs f32 {ref16['max_dF_vs_f32']:.1e})")
         for name, flags in VARIANTS:
@@ -137,7 +149,8 @@ def main() -> None:
                   f"{r['tflop_s']:6.1f} TFLOP/s = {r['share_of_peak']:.1%} of peak; GPU busy {busy}; "
                   f"scoring {r['scoring_s']:.1f} s of {r['wall_s']:.1f} s")
             sys.stdout.flush()
-        report["encoders"][label] = {"layer": layer, "gflop_a_pair": flops / args.pairs / 1e9, "rows": rows}
+        report["encoders"][label] = {"layer": layer, "distinct_sentences": len(distinct),
+                                     "gflop_a_pair": flops / args.pairs / 1e9, "rows": rows}
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 

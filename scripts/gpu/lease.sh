@@ -26,12 +26,12 @@ part() { # SECONDS_NEEDED SECONDS_AT_MOST VAR=VALUE...: gpu_check.sh with these 
   local end=$(($(date +%s) + (most < left ? most : left)))
   env HYOKA_GPU_DEADLINE="$end" "$@" scripts/gpu/gpu_check.sh cuda || status=1
 }
-part 0 200 HYOKA_STEP_TIMEOUT=60 HYOKA_GPU_STEPS=suites HYOKA_GPU_DTYPES=bf16
-part 100 150 HYOKA_GPU_STEPS=device-vs-cpu
-part 120 220 HYOKA_GPU_STEPS=bench-bertscore-ja
-part 90 150 HYOKA_GPU_STEPS=bench-judge
-part 60 120 HYOKA_STEP_TIMEOUT=40 HYOKA_GPU_STEPS=suites "HYOKA_GPU_DTYPES=f32 f16"
-part 90 200 HYOKA_GPU_STEPS=judge-items
+part 0 150 HYOKA_STEP_TIMEOUT=60 HYOKA_GPU_STEPS=suites HYOKA_GPU_DTYPES=bf16
+part 90 130 HYOKA_GPU_STEPS=device-vs-cpu
+part 100 150 HYOKA_GPU_STEPS=bench-bertscore-ja
+part 80 120 HYOKA_GPU_STEPS=bench-judge HYOKA_SYNTH_SHAPES=llama-8b
+part 40 120 HYOKA_STEP_TIMEOUT=30 HYOKA_GPU_STEPS=suites "HYOKA_GPU_DTYPES=f32 f16"
+part 60 200 HYOKA_GPU_STEPS=judge-items HYOKA_SYNTH_SHAPES=llama-8b
 echo "lease: $SECONDS s of $budget"
 # Logs and small results; not the models, the unpacked bundle or the 100,000-line outputs.
 tar -C "$HYOKA_GPU_LOGS" -czf "$out/logs.tar.gz" --exclude=bundle --exclude=random-encoders \

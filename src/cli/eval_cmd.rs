@@ -64,11 +64,12 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         )));
     }
     let mut items = read_or_import(&args, Grouping::Dialogues)?;
+    let whole = shard.map(|_| super::shard_set::digest(&items));
     if let Some(s) = shard {
         items = s.select(items);
     }
     if items.is_empty() {
-        nothing_to_do(&dir, shard, "dialogue")?;
+        nothing_to_do(&dir, shard, whole.as_ref(), "dialogue")?;
         return Ok(ExitCode::SUCCESS);
     }
     eprintln!(
@@ -101,6 +102,9 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let _created = CreatedFolders::create(&dir)?;
+    // Held from the checks to the last write: a second eval on this folder is refused at its
+    // start, so no run reports on items another replaced.
+    let _claim = crate::files::OutputClaim::folder(&dir)?;
     let _created_route = match &translated {
         Some(t) => Some(CreatedFolders::create(&t.route.dir)?),
         None => None,
@@ -132,6 +136,9 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         t.check(model, &judge, translated_bertscore.as_ref(), args.overwrite)?;
     }
     data::write_items(&dir.join(ITEMS), &items)?;
+    if let (Some(s), Some(whole)) = (shard, &whole) {
+        super::shard_set::record(&dir, &s.to_string(), whole)?;
+    }
     let (mut failed, results) = first.run(&judge, bertscore.as_ref(), &items, args.overwrite)?;
     let mut routes = vec![(&first, results)];
     if let Some(t) = &translated {

@@ -232,10 +232,18 @@ impl Drop for CreatedFolders {
 
 /// Nothing to evaluate is no failure: an array job's task whose share holds no dialogue (or
 /// context: `unit`) succeeds, and leaves an empty share in `dir` that `merge` recognises.
-pub(super) fn nothing_to_do(dir: &Path, shard: Option<Shard>, unit: &str) -> anyhow::Result<()> {
+pub(super) fn nothing_to_do(
+    dir: &Path,
+    shard: Option<Shard>,
+    whole: Option<&(usize, String)>,
+    unit: &str,
+) -> anyhow::Result<()> {
     if let Some(s) = shard {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         data::write_items(&dir.join(ITEMS), &[])?;
+        if let Some(whole) = whole {
+            super::shard_set::record(dir, &s.to_string(), whole)?;
+        }
         eprintln!(
             "nothing to do: shard {s} holds no {unit} (an empty share written to {})",
             dir.display()
@@ -277,7 +285,7 @@ pub(super) type Report = (Vec<(&'static str, String)>, Option<Summary>);
 /// scores.jsonl, and with human ratings summary.md, summary.json and report.html, from the
 /// items and results in `dir`: (file name, contents), for the caller to write.
 pub(super) fn report(dir: &Path, results: &[PathBuf], stats: &StatsArgs) -> anyhow::Result<Report> {
-    let mut frame = load_frame(&dir.join(ITEMS), results, false)?;
+    let mut frame = load_frame(&dir.join(ITEMS), results, crate::meta::JoinRules::default())?;
     if frame.human_keys.is_empty() {
         eprintln!("the items have no human ratings: writing scores.jsonl only");
         let scores = lines_text(&crate::report::score_lines(&frame));

@@ -57,11 +57,12 @@ pub(super) fn run_pairwise(
         Some(read) => read.items.clone(),
         None => read_or_import(args, Grouping::Contexts)?,
     };
+    let whole = shard.map(|_| super::shard_set::digest(&items));
     if let Some(s) = shard {
         items = s.select_groups(items, Grouping::Contexts);
     }
     if items.is_empty() {
-        nothing_to_do(dir, shard, "context")?;
+        nothing_to_do(dir, shard, whole.as_ref(), "context")?;
         return Ok(ExitCode::SUCCESS);
     }
     let origin = match (&as_read, &args.input) {
@@ -96,6 +97,7 @@ pub(super) fn run_pairwise(
     }
     let (device, settings) = args.runtime.options().settings()?;
     let _created = CreatedFolders::create(dir)?;
+    let _claim = crate::files::OutputClaim::folder(dir)?;
     let output = dir.join(PAIRS);
     crate::results::ResultsFile::preflight(
         &output,
@@ -112,6 +114,9 @@ pub(super) fn run_pairwise(
         args.overwrite,
     )?;
     data::write_items(&dir.join(ITEMS), &items)?;
+    if let (Some(s), Some(whole)) = (shard, &whole) {
+        super::shard_set::record(dir, &s.to_string(), whole)?;
+    }
     let (summary, secs) =
         super::running::with_progress("comparing", |p| judge.compare(&pairs, &output, p));
     let (summary, _) = summary?;

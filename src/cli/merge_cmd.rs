@@ -19,8 +19,9 @@ use std::process::ExitCode;
     long_about = "Join the folders of `hyoka eval --shard K/N` runs into one folder and write \
 its report (of a pairwise rubric's shards, whose pairs.jsonl lines are checked against the \
 pairs their items form, the pairwise report).\n\n\
-Nothing is written unless the merge is whole and consistent. Items must not repeat across \
-shards, and every results line must come from the same run (model, rubric, dtype, settings, \
+Nothing is written unless the merge is whole and consistent. The shards must have been cut from \
+one set of items (each shard's shard.json records it) and, together, be that set; items must not \
+repeat across shards, and every results line must come from the same run (model, rubric, dtype, settings, \
 hyoka version) as the first shard's and be for its shard's item as it is now (exit 3 \
 otherwise). Every shard of the set (shard-1-of-N … shard-N-of-N) must be given and every item \
 must have its lines: a missing shard, or a shard stopped before its end, is named with its items \
@@ -90,6 +91,11 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
             items,
         });
     }
+
+    // The shards were cut from one set of items (and, checked after their lines, together are
+    // it).
+    let dirs: Vec<&Path> = shards.iter().map(|s| s.dir.as_path()).collect();
+    let whole_set = super::shard_set::recorded(&dirs)?;
 
     // Results: every shard with items has each kind of results file or none has; the lines
     // are of one run, each for its shard's item as it is now.
@@ -189,6 +195,11 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
             judge_aspects = rubric.aspects.iter().map(|a| a.key.clone()).collect();
         }
         merged.push((name, text));
+    }
+    if let Some(set) = &whole_set
+        && missing_shards.is_empty()
+    {
+        set.check_whole(shards.iter().map(|s| s.items.as_slice()))?;
     }
     args.stats
         .options()

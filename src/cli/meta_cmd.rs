@@ -2,7 +2,7 @@
 
 use crate::data;
 use crate::meta::breakdown::LevelLabels;
-use crate::meta::{Bootstrap, BreakdownOptions, Frame, Half, MetaOptions, Summary};
+use crate::meta::{Bootstrap, BreakdownOptions, Frame, Half, JoinRules, MetaOptions, Summary};
 use crate::results::reader::ResultsInput;
 use anyhow::Context;
 use clap::Args;
@@ -57,13 +57,17 @@ pub struct MetaArgs {
     /// settings (a layer, a prompt) on `dev`, report them on `held-out`.
     #[arg(long, value_enum)]
     pub half: Option<Half>,
+    /// Use results lines that carry no input_sha256 (written by another tool or an older
+    /// hyoka), whose items may have changed since they were scored; refused otherwise.
+    #[arg(long)]
+    pub accept_unhashed: bool,
 }
 
 /// Statistics options shared by `meta` and `eval`.
 #[derive(Args, Debug, Clone)]
 pub struct StatsArgs {
     /// Weight of BERTScore in the combination c + w (b − mean b).
-    #[arg(long, default_value_t = 10.0, value_parser = parse_finite)]
+    #[arg(long, default_value_t = 10.0, value_parser = parse_w)]
     pub w: f64,
     /// Leave out the combined columns.
     #[arg(long)]
@@ -107,10 +111,13 @@ pub struct StatsArgs {
     pub breakdown_levels: Vec<(String, LevelLabels)>,
 }
 
-fn parse_finite(s: &str) -> Result<f64, String> {
+fn parse_w(s: &str) -> Result<f64, String> {
+    let max = crate::meta::options::MAX_W;
     match s.parse::<f64>() {
-        Ok(x) if x.is_finite() => Ok(x),
-        _ => Err(format!("`{s}` is not a finite number")),
+        Ok(x) if x.is_finite() && x.abs() <= max => Ok(x),
+        _ => Err(format!(
+            "`{s}` is not a number between -{max:e} and {max:e} (past that the judge's share of the combination is below f64's precision)"
+        )),
     }
 }
 
@@ -166,9 +173,9 @@ impl StatsArgs {
 }
 
 /// Read items and results files into a frame (`meta::join`), its notes said on stderr.
-pub fn load_frame(items: &Path, scores: &[PathBuf], strict: bool) -> anyhow::Result<Frame> {
+pub fn load_frame(items: &Path, scores: &[PathBuf], rules: JoinRules) -> anyhow::Result<Frame> {
     let items_read = data::read_items(items, false)?.items;
-    load_frame_of(items_read, items, scores, strict)
+    load_frame_of(items_read, items, scores, rules)
 }
 
 /// `load_frame` over items already read from `items_path`.
@@ -176,9 +183,9 @@ fn load_frame_of(
     items: Vec<crate::data::Item>,
     items_path: &Path,
     scores: &[PathBuf],
-    strict: bool,
+    rules: JoinRules,
 ) -> anyhow::Result<Frame> {
-    frame_of_inputs(items, items_path, &open_inputs(scores)?, strict)
+    frame_of_inputs(items, items_path, &open_inputs(scores)?, rules)
 }
 
 /// Each results file opened once: a stream (`-s <(…)`) is read then, and every later pass
@@ -195,9 +202,9 @@ fn frame_of_inputs(
     items: Vec<crate::data::Item>,
     items_path: &Path,
     inputs: &[ResultsInput],
-    strict: bool,
+    rules: JoinRules,
 ) -> anyhow::Result<Frame> {
-    let joined = crate::meta::join(items, &items_path.display().to_string(), inputs, strict)?;
+    let joined = crate::meta::join(items, &items_path.display().to_string(), inputs, rules)?;
     for note in &joined.notes {
         eprintln!("{note}");
     }
@@ -214,6 +221,23 @@ pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
         .chain(args.scores.iter().map(PathBuf::as_path))
         .chain(args.stats.preferences.as_deref())
         .collect();
+    let named = [
+        ("--json", &args.json),
+        ("--markdown", &args.markdown),
+        ("--html", &args.html),
+    ];
+    for (i, (flag, path)) in named.iter().enumerate() {
+        for (other, again) in &named[i + 1..] {
+            if let (Some(a), Some(b)) = (path, again)
+                && (a == b || crate::files::same_file(a, b))
+            {
+                return Err(super::exit::usage(format!(
+                    "{flag} and {other} name one file ({}): each output needs its own",
+                    a.display()
+                )));
+            }
+        }
+    }
     if let Some((output, input)) = crate::files::output_among_inputs(&outputs, &inputs) {
         return Err(super::exit::usage(format!(
             "{} is also an input ({}): write the outputs elsewhere",
@@ -240,7 +264,11 @@ pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
             "--preferences, --tie-margin: human preferences are for pairwise results (hyoka compare's)",
         ));
     }
-    let mut frame = frame_of_inputs(items, &args.items, &inputs, true)?;
+    let rules = JoinRules {
+        strict: true,
+        accept_unhashed: args.accept_unhashed,
+    };
+    let mut frame = frame_of_inputs(items, &args.items, &inputs, rules)?;
     let options = args.stats.options();
     options
         .breakdown
@@ -316,7 +344,7 @@ pub fn pairwise_summary(
     }
     let mut frame = crate::meta::pairwise::join(items, records, path)?;
     if let Some(p) = &stats.preferences {
-        frame.preferences = crate::meta::pairwise::Preferences::read(p)?;
+        frame.set_preferences(crate::meta::pairwise::Preferences::read(p)?, p)?;
     }
     if frame.unmatched > 0 {
         eprintln!(

@@ -22,6 +22,7 @@ mod meta_cmd;
 mod rubrics_cmd;
 mod running;
 mod runtime_args;
+mod shard_set;
 mod translate_cmd;
 
 pub use commands::{Cli, Command, command, main_with, parse_from, run};

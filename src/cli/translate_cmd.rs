@@ -77,6 +77,27 @@ pub struct TranslateArgs {
     pub runtime: super::runtime_args::RuntimeArgs,
 }
 
+/// A store is continued, never overwritten (`--overwrite` is the output's): one of another run
+/// is refused with what to do about it.
+fn store_of_another_run(e: crate::results::ResultsError) -> crate::results::ResultsError {
+    match e {
+        crate::results::ResultsError::Mismatch {
+            path,
+            line,
+            what,
+            theirs,
+            ours,
+        } => crate::results::ResultsError::Corrupt {
+            path,
+            line,
+            message: format!(
+                "a store of another translation run ({what} differs: {theirs} vs now {ours}); name a new store with --store (--overwrite replaces the output, never a store)"
+            ),
+        },
+        e => e,
+    }
+}
+
 /// The store beside `output`: `x.jsonl` → `x.translations.jsonl`.
 pub fn default_store(output: &Path) -> PathBuf {
     let name = output
@@ -121,6 +142,9 @@ pub fn run(args: TranslateArgs) -> anyhow::Result<ExitCode> {
     }
     let cache_bytes = crate::judge::json_cache_bytes(args.cache_gib)?;
     let (prompt, _) = resolve_prompt(args.prompt.as_deref(), &args.from, &args.to)?;
+    // Held to the end: a second translation into this output is refused now, not after both
+    // have written it.
+    let _claim = crate::files::OutputClaim::file(&args.output)?;
     let read = data::read_items(&args.input, false)?;
     crate::translate::distinct_texts(&read.items)?;
     if args.output.exists() && !args.overwrite {
@@ -137,7 +161,8 @@ pub fn run(args: TranslateArgs) -> anyhow::Result<ExitCode> {
             task: crate::results::Task::Translate,
             rubric_hash: None,
         },
-    )?;
+    )
+    .map_err(store_of_another_run)?;
     let runtime = args.runtime.options();
     let (device, settings) = runtime.settings()?;
     eprintln!("loading {} ...", args.model);
@@ -163,6 +188,12 @@ pub fn run(args: TranslateArgs) -> anyhow::Result<ExitCode> {
         s.skipped_finished,
         store.display()
     );
+    if done.cut > 0 {
+        eprintln!(
+            "{} of {} translations were cut at their token limit and kept (marked unfinished)",
+            done.cut, done.texts
+        );
+    }
     match done.items {
         Ok(items) => {
             crate::files::write_atomic(&args.output, data::items_text(&items).as_bytes())
@@ -173,6 +204,13 @@ pub fn run(args: TranslateArgs) -> anyhow::Result<ExitCode> {
         Err(missing) => {
             for f in crate::translate::describe_failures(&read.items, &s.failed) {
                 eprintln!("failed: {f}");
+            }
+            if done.cut_in_store > 0 {
+                eprintln!(
+                    "{} translations in {} were cut at their token limit by a run with --keep-unfinished: give --keep-unfinished to use them, or name a new --store to translate their texts again",
+                    done.cut_in_store,
+                    store.display()
+                );
             }
             eprintln!(
                 "{} texts have no translation: {} not written (a rerun tries them again)",

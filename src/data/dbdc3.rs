@@ -188,6 +188,23 @@ fn import_text(
         Some(Value::String(s)) => s.clone(),
         _ => return Err(fail("dialogue-id", "missing or not a string".into())),
     };
+    // The dialogue id and the system's folder become parts of the items' ids, and `hyoka
+    // export` makes files of them.
+    if let Some(why) = super::ids::path_part_problem(&dialogue_id) {
+        return Err(fail(
+            "dialogue-id",
+            format!("{dialogue_id:?} {why}: it names a file when exported"),
+        ));
+    }
+    if let Some((system, why)) = system
+        .as_deref()
+        .and_then(|s| super::ids::path_part_problem(s).map(|why| (s, why)))
+    {
+        return Err(fail(
+            "",
+            format!("the system folder {system:?} {why}: it names a folder when exported"),
+        ));
+    }
     let Some(Value::Array(turns)) = doc.get("turns") else {
         return Err(fail("turns", "missing or not a list".into()));
     };

@@ -219,6 +219,9 @@ pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
         }
         None => return Err(("id".into(), "missing".into())),
     };
+    if let Some(problem) = super::ids::id_problem(&id) {
+        return Err(("id".into(), problem));
+    }
     let context = match obj.get("context") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(turns)) => turns

@@ -1,6 +1,7 @@
 //! Stage 1 — data: dialogue items, their strict JSONL form, importers and a summary.
 
 pub mod dbdc3;
+pub mod ids;
 mod item;
 pub mod jsonl;
 pub mod lines;

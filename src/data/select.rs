@@ -152,6 +152,24 @@ impl Shard {
     }
 }
 
+/// A set of items' count and digest: sha256 over its items in id order, each item's id, a NUL,
+/// and its line as an items file holds it. Shards record the set they were cut from with it.
+pub fn set_digest(items: &[Item]) -> (usize, String) {
+    let mut lines: Vec<(&str, String)> = items
+        .iter()
+        .map(|it| (it.id.as_str(), it.to_json_line()))
+        .collect();
+    lines.sort();
+    let mut text = String::new();
+    for (id, line) in lines {
+        text.push_str(id);
+        text.push('\0');
+        text.push_str(&line);
+        text.push('\n');
+    }
+    (items.len(), crate::checksum::sha256_hex(text.as_bytes()))
+}
+
 impl std::fmt::Display for Shard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.index, self.count)

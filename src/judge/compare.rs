@@ -5,9 +5,10 @@
 //! begin, and each order's rest and answer are branches of it. In json mode each order is a
 //! prompt of its own, both decoded in the same batch.
 
-use super::json::{JsonJudgment, item_seed};
+use super::json::{WrittenJson, item_seed};
 use super::layout::{ItemLayout, layout_pair, layout_pair_prompts, leading_order};
 use super::run::{Judge, JudgeStats, RunOptions, prepare};
+use super::scorer::ItemScores;
 use super::{JudgeError, Scorer};
 use crate::data::{Pair, Pairing};
 use crate::prompt::PromptBuilder;
@@ -177,7 +178,7 @@ impl ScoreTask for CompareTask<'_, '_> {
                 self.stats.naive_tokens += l.naive_tokens;
             }
             // Per pair: each order's aspects, first system shown first, then second.
-            let per_order: Vec<(Vec<AspectScore>, Option<Answer>)> = match &self.formats[m] {
+            let per_order: Vec<(ItemScores, Option<Answer>)> = match &self.formats[m] {
                 _ if layouts.is_empty() => Vec::new(),
                 Some(format) => {
                     let seeds: Vec<u64> = ok
@@ -198,12 +199,15 @@ impl ScoreTask for CompareTask<'_, '_> {
                             self.opts.json_cache_bytes,
                         )?
                         .into_iter()
-                        .map(|j: JsonJudgment| {
-                            let answer = Answer {
-                                reason: j.reason,
-                                text: j.text,
-                            };
-                            (j.aspects, Some(answer))
+                        .map(|j: WrittenJson| match j {
+                            Ok(j) => {
+                                let answer = Answer {
+                                    reason: j.reason,
+                                    text: j.text,
+                                };
+                                (Ok(j.aspects), Some(answer))
+                            }
+                            Err(e) => (Err(e), None),
                         })
                         .collect()
                 }
@@ -213,9 +217,17 @@ impl ScoreTask for CompareTask<'_, '_> {
                     let mut rows = scorer.score(&layouts)?.into_iter();
                     ok.iter()
                         .flat_map(|(j, ls)| {
-                            let mut lead: Vec<AspectScore> =
-                                rows.by_ref().take(ls.len()).flatten().collect();
-                            let other = lead.split_off(aspects);
+                            let lead: Result<Vec<Vec<AspectScore>>, String> =
+                                rows.by_ref().take(ls.len()).collect();
+                            let (lead, other) = match lead {
+                                Ok(rows) => {
+                                    let mut lead: Vec<AspectScore> =
+                                        rows.into_iter().flatten().collect();
+                                    let other = lead.split_off(aspects);
+                                    (Ok(lead), Ok(other))
+                                }
+                                Err(e) => (Err(e.clone()), Err(e)),
+                            };
                             if leading_order(&pairs[chunk[*j]]) {
                                 [(other, None), (lead, None)]
                             } else {
@@ -232,6 +244,13 @@ impl ScoreTask for CompareTask<'_, '_> {
                     ok_iter.next();
                     let (a, a_answer) = orders.next().expect("two orders per pair");
                     let (b, b_answer) = orders.next().expect("two orders per pair");
+                    let (a, b) = match (a, b) {
+                        (Ok(a), Ok(b)) => (a, b),
+                        (Err(e), _) | (_, Err(e)) => {
+                            results[j].push(Err(e));
+                            continue;
+                        }
+                    };
                     let verdicts = a
                         .iter()
                         .zip(&b)

@@ -42,3 +42,21 @@ pub enum JudgeError {
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }
+
+impl JudgeError {
+    /// A fault of the rubric's or chat template's, whatever the item: it ran out of its bounded
+    /// work or output, or the chat template drops the messages. The run stops rather than
+    /// writing the same failure for every item.
+    pub fn template_at_fault(&self) -> bool {
+        use crate::prompt::{PromptError, TemplateError};
+        let chat =
+            |t: &TemplateError| t.exhausted() || matches!(t, TemplateError::DropsMessage { .. });
+        match self {
+            JudgeError::Prompt(PromptError::Render { source, .. }) => {
+                crate::prompt::exhausted(source)
+            }
+            JudgeError::Prompt(PromptError::ChatTemplate(t)) | JudgeError::Template(t) => chat(t),
+            _ => false,
+        }
+    }
+}

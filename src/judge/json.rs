@@ -155,7 +155,7 @@ impl JsonFormat {
         prompt: &[u32],
         decoding: Decoding,
         seed: u64,
-    ) -> Result<JsonJudgment, JudgeError> {
+    ) -> Result<WrittenJson, JudgeError> {
         let (mut writer, mut feed) = Writer::start(self, prompt, decoding, seed);
         let mut kv: Option<PrefixKv> = None;
         let mut products = Products::ByRowCount;
@@ -190,7 +190,7 @@ impl JsonFormat {
         prompts: &[&[u32]],
         decoding: Decoding,
         seeds: &[u64],
-    ) -> Result<Vec<JsonJudgment>, JudgeError> {
+    ) -> Result<Vec<WrittenJson>, JudgeError> {
         let mut writers = Vec::with_capacity(prompts.len());
         let mut feeds = Vec::with_capacity(prompts.len());
         for (prompt, &seed) in prompts.iter().zip(seeds) {
@@ -372,7 +372,12 @@ struct Writer<'f> {
     text: Vec<u8>,
     reason: std::ops::Range<usize>,
     aspects: Vec<AspectScore>,
+    /// The model's output was not a number at a step: nothing more is written.
+    broken: bool,
 }
+
+/// An item's object, or why it has none.
+pub type WrittenJson = Result<JsonJudgment, String>;
 
 impl<'f> Writer<'f> {
     fn start(
@@ -398,6 +403,7 @@ impl<'f> Writer<'f> {
             reason: text.len()..text.len(),
             text,
             aspects: Vec::with_capacity(format.aspects.len()),
+            broken: false,
         };
         let feed = Feed {
             tokens,
@@ -409,6 +415,14 @@ impl<'f> Writer<'f> {
 
     /// Take what the last feed gave; what to feed next, or None when the object is written.
     fn advance(&mut self, read: Read) -> Result<Option<Feed>, JudgeError> {
+        let finite = match &read {
+            Read::Logits(row) => row.iter().all(|v| v.is_finite()),
+            Read::LogProbs(rows) => rows.iter().flatten().all(|v| v.is_finite()),
+        };
+        if !finite {
+            self.broken = true;
+            return Ok(None);
+        }
         let f = self.format;
         match (self.phase, read) {
             (Phase::Reason { state, tokens }, Read::Logits(logits)) => {
@@ -497,7 +511,10 @@ impl<'f> Writer<'f> {
         }
     }
 
-    fn finish(self) -> Result<JsonJudgment, JudgeError> {
+    fn finish(self) -> Result<WrittenJson, JudgeError> {
+        if self.broken {
+            return Ok(Err(super::scorer::NOT_A_NUMBER.to_string()));
+        }
         let text = String::from_utf8(self.text).map_err(|_| {
             JudgeError::Grammar("the answer is not UTF-8 (a bug in the grammar)".into())
         })?;
@@ -507,11 +524,11 @@ impl<'f> Writer<'f> {
                 "the reason is not a JSON string (a bug in the grammar): {e}"
             ))
         })?;
-        Ok(JsonJudgment {
+        Ok(Ok(JsonJudgment {
             text,
             reason,
             aspects: self.aspects,
-        })
+        }))
     }
 }
 

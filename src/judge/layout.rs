@@ -109,7 +109,7 @@ pub fn layout_item(
     fit: &TextFit,
 ) -> Result<ItemLayout, JudgeError> {
     let shown = Shown::of_item(item);
-    fit_context(builder, &shown, fit, |keep| {
+    fit_context(builder.rubric().max_context_turns, &shown, fit, |keep| {
         let prompt = builder.render_keeping(item, keep)?;
         score_sequences(builder, template, tokenizer, &prompt)
     })
@@ -137,7 +137,7 @@ pub fn layout_pair(
 ) -> Result<Vec<ItemLayout>, JudgeError> {
     let shown = Shown::of_pair(pair);
     let lead = leading_order(pair);
-    fit_context(builder, &shown, fit, |keep| {
+    fit_context(builder.rubric().max_context_turns, &shown, fit, |keep| {
         let (seqs, a) = score_sequences(
             builder,
             template,
@@ -252,12 +252,16 @@ pub fn layout_prompt(
     fit: &TextFit,
     reserve: usize,
 ) -> Result<ItemLayout, JudgeError> {
-    let (trunk, dropped_turns, truncated) =
-        fit_context(builder, &Shown::of_item(item), fit, |keep| {
+    let (trunk, dropped_turns, truncated) = fit_context(
+        builder.rubric().max_context_turns,
+        &Shown::of_item(item),
+        fit,
+        |keep| {
             let trunk = whole_prompt(template, tokenizer, &builder.render_keeping(item, keep)?)?;
             let needed = trunk.len() + reserve;
             Ok((trunk, needed))
-        })?;
+        },
+    )?;
     Ok(prompt_layout(trunk, dropped_turns, truncated))
 }
 
@@ -271,8 +275,11 @@ pub fn layout_pair_prompts(
     fit: &TextFit,
     reserve: usize,
 ) -> Result<[ItemLayout; 2], JudgeError> {
-    let ((a, b), dropped_turns, truncated) =
-        fit_context(builder, &Shown::of_pair(pair), fit, |keep| {
+    let ((a, b), dropped_turns, truncated) = fit_context(
+        builder.rubric().max_context_turns,
+        &Shown::of_pair(pair),
+        fit,
+        |keep| {
             let render = |swapped| -> Result<Vec<u32>, JudgeError> {
                 let prompt = builder.render_pair_keeping(pair, swapped, keep)?;
                 whole_prompt(template, tokenizer, &prompt)
@@ -280,7 +287,8 @@ pub fn layout_pair_prompts(
             let (a, b) = (render(false)?, render(true)?);
             let needed = a.len().max(b.len()) + reserve;
             Ok(((a, b), needed))
-        })?;
+        },
+    )?;
     Ok([
         prompt_layout(a, dropped_turns, truncated),
         prompt_layout(b, dropped_turns, truncated),
@@ -344,12 +352,12 @@ impl<'a> Shown<'a> {
     }
 }
 
-/// Render and tokenize with the most recent context turns the rubric allows, dropping the oldest
+/// Render and tokenize with the most recent context turns the rubric allows (`max_context_turns`), dropping the oldest
 /// while `build` says more than `fit.max_tokens` are needed. Returns what `build` made, the
 /// context turns left out, and whether turns had to go for the prompt to fit. Turns (and
 /// responses) too long to fit whatever their tokens are never tokenized.
 fn fit_context<T>(
-    builder: &PromptBuilder,
+    max_context_turns: Option<usize>,
     item: &Shown,
     fit: &TextFit,
     mut build: impl FnMut(usize) -> Result<(T, usize), JudgeError>,
@@ -364,9 +372,7 @@ fn fit_context<T>(
             max: max_tokens,
         });
     }
-    let allowed = builder
-        .rubric()
-        .max_context_turns
+    let allowed = max_context_turns
         .unwrap_or(usize::MAX)
         .min(item.context.len());
     // The most recent turns whose text, with the response, could still fit.
@@ -379,21 +385,33 @@ fn fit_context<T>(
             bytes <= fit.max_bytes
         })
         .count();
-    let mut keep = fitting;
-    loop {
-        let (made, needed) = build(keep)?;
-        if needed <= max_tokens {
-            return Ok((made, item.context.len() - keep, keep < allowed));
-        }
-        if keep == 0 {
-            return Err(JudgeError::TooLong {
-                item: item.id.to_string(),
-                tokens: needed,
-                max: max_tokens,
-            });
-        }
-        keep -= 1;
+    let done = |made, keep| Ok((made, item.context.len() - keep, keep < allowed));
+    let (made, needed) = build(fitting)?;
+    if needed <= max_tokens {
+        return done(made, fitting);
     }
+    // More turns never take fewer tokens: the most that fit are found by bisection, in
+    // log2(turns) renders of the prompt rather than one per turn left out (a dialogue of
+    // thousands of turns would take minutes, each render as long as the dialogue).
+    let (mut fits, mut too_many) = (0, fitting);
+    let (mut best, needed_alone) = build(0)?;
+    if needed_alone > max_tokens {
+        return Err(JudgeError::TooLong {
+            item: item.id.to_string(),
+            tokens: needed_alone,
+            max: max_tokens,
+        });
+    }
+    while too_many - fits > 1 {
+        let mid = fits + (too_many - fits) / 2;
+        let (made, needed) = build(mid)?;
+        if needed <= max_tokens {
+            (fits, best) = (mid, made);
+        } else {
+            too_many = mid;
+        }
+    }
+    done(best, fits)
 }
 
 fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, JudgeError> {
@@ -414,4 +432,53 @@ pub fn common_header(layouts: &[&ItemLayout]) -> usize {
         n = (0..n).take_while(|&i| l.trunk[i] == first.trunk[i]).count();
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Shown, TextFit, fit_context};
+    use crate::data::Turn;
+
+    /// The most turns that fit are kept, found in a number of tries logarithmic in the turns: a
+    /// dialogue of 10,000 turns is laid out in 16 renders, not thousands.
+    #[test]
+    fn the_most_recent_turns_that_fit_are_found_by_bisection() {
+        let turn = |i: usize| Turn {
+            speaker: "A".into(),
+            text: format!("t{i}"),
+        };
+        let context: Vec<Turn> = (0..10_000).map(turn).collect();
+        let item = Shown {
+            id: "long",
+            context: &context,
+            response_bytes: 2,
+        };
+        let fit = TextFit {
+            max_tokens: 3_000,
+            max_bytes: usize::MAX,
+        };
+        // 5 tokens a turn, 40 for the rest: 592 turns fit.
+        let mut calls = 0;
+        let (made, dropped, truncated) = fit_context(None, &item, &fit, |keep| {
+            calls += 1;
+            Ok((keep, 40 + 5 * keep))
+        })
+        .unwrap();
+        assert_eq!((made, dropped, truncated), (592, 10_000 - 592, true));
+        assert!(calls <= 16, "{calls} renders");
+        // All fit: one try; none fit even without turns: the item is too long.
+        let mut calls = 0;
+        let short = Shown {
+            context: &context[..10],
+            ..item
+        };
+        let all = fit_context(Some(8), &short, &fit, |keep| {
+            calls += 1;
+            Ok((keep, 40 + 5 * keep))
+        });
+        assert_eq!(all.unwrap(), (8, 2, false));
+        assert_eq!(calls, 1);
+        let err = fit_context(None, &short, &fit, |keep| Ok((keep, 4_000 + keep)));
+        assert!(err.unwrap_err().to_string().contains("4000 tokens"));
+    }
 }

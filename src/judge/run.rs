@@ -271,7 +271,7 @@ impl ScoreTask for JudgeTask<'_, '_> {
                 .filter_map(|(j, &i)| self.per_model[m][i].as_ref().ok().map(|l| (j, l)))
                 .collect();
             let layouts: Vec<&ItemLayout> = ok.iter().map(|(_, l)| *l).collect();
-            let mut scored: Vec<Judgment> = match &self.formats[m] {
+            let mut scored: Vec<Result<Judgment, String>> = match &self.formats[m] {
                 None | Some(_) if layouts.is_empty() => Vec::new(),
                 Some(format) => {
                     let seeds: Vec<u64> = ok
@@ -287,15 +287,17 @@ impl ScoreTask for JudgeTask<'_, '_> {
                             opts.json_cache_bytes,
                         )?
                         .into_iter()
-                        .map(Judgment::from)
+                        .map(|j| j.map(Judgment::from))
                         .collect()
                 }
                 None => scorer
                     .score(&layouts)?
                     .into_iter()
-                    .map(|aspects| Judgment {
-                        aspects,
-                        answer: None,
+                    .map(|scores| {
+                        scores.map(|aspects| Judgment {
+                            aspects,
+                            answer: None,
+                        })
                     })
                     .collect(),
             };
@@ -317,7 +319,7 @@ impl ScoreTask for JudgeTask<'_, '_> {
             for (j, &i) in chunk.iter().enumerate() {
                 if ok_iter.peek() == Some(&j) {
                     ok_iter.next();
-                    results[j].push(Ok(scored.next().expect("one result per layout")));
+                    results[j].push(scored.next().expect("one result per layout"));
                 } else {
                     results[j].push(Err(self.per_model[m][i]
                         .as_ref()
@@ -434,10 +436,13 @@ pub(super) fn prepare<'a, U>(
         };
         let reserve = format.as_ref().map(JsonFormat::reserve);
         let fit = TextFit::new(&m.tokenizer, max);
-        let layouts: Vec<Result<Vec<ItemLayout>, String>> = units
-            .iter()
-            .map(|u| lay_out(m, &fit, reserve, u).map_err(|e| e.to_string()))
-            .collect();
+        let mut layouts: Vec<Result<Vec<ItemLayout>, String>> = Vec::with_capacity(units.len());
+        for u in units {
+            layouts.push(match lay_out(m, &fit, reserve, u) {
+                Err(e) if e.template_at_fault() => return Err(e),
+                laid => laid.map_err(|e| e.to_string()),
+            });
+        }
         let probed: Vec<ItemLayout> = probes
             .iter()
             .filter_map(|p| lay_out(m, &fit, reserve, p).ok())
@@ -510,11 +515,12 @@ fn greedy_baseline(
     model: &LoadedModel,
     scorer: &Scorer,
     layouts: &[&ItemLayout],
-    scored: &mut [Judgment],
+    scored: &mut [Result<Judgment, String>],
     max_new: usize,
 ) -> Result<(), JudgeError> {
     let stop = stop_tokens(model);
     for (l, judgment) in layouts.iter().zip(scored.iter_mut()) {
+        let Ok(judgment) = judgment else { continue };
         for (a, score) in judgment
             .aspects
             .iter_mut()

@@ -42,8 +42,9 @@ impl<'m> Scorer<'m> {
         self.header
     }
 
-    /// One forward pass over these items; per item, per aspect, the result.
-    pub fn score(&self, items: &[&ItemLayout]) -> Result<Vec<Vec<AspectScore>>, JudgeError> {
+    /// One forward pass over these items; per item, per aspect, the result, or why the item
+    /// has none (the model's output there is not a number).
+    pub fn score(&self, items: &[&ItemLayout]) -> Result<Vec<ItemScores>, JudgeError> {
         let rows: Vec<_> = items.iter().map(|l| l.row(self.header)).collect();
         let mut at = Vec::new();
         let positions: Vec<Vec<Vec<usize>>> = items
@@ -86,6 +87,13 @@ impl<'m> Scorer<'m> {
         let mut next = 0;
         let mut out = Vec::with_capacity(items.len());
         for (layout, per_aspect) in items.iter().zip(&positions) {
+            let read = per_aspect.iter().map(Vec::len).sum::<usize>();
+            let rows = &log_probs[next..next + read];
+            if rows.iter().flatten().any(|v| !v.is_finite()) {
+                next += read;
+                out.push(Err(NOT_A_NUMBER.to_string()));
+                continue;
+            }
             let mut aspects = Vec::with_capacity(layout.aspects.len());
             for (targets, pos) in layout.aspects.iter().zip(per_aspect) {
                 let lp = &log_probs[next..next + pos.len()];
@@ -93,11 +101,20 @@ impl<'m> Scorer<'m> {
                 let (dist, off) = targets.distribution(|q, t| lp[q][column(t)] as f64);
                 aspects.push(AspectScore::from_distribution(&targets.scores, &dist, off));
             }
-            out.push(aspects);
+            out.push(Ok(aspects));
         }
         Ok(out)
     }
 }
+
+/// An item's scores per aspect, or why it has none.
+pub type ItemScores = Result<Vec<AspectScore>, String>;
+
+/// Why an item whose score positions hold NaN or infinite log-probabilities has no score: a
+/// broken model would otherwise give every item the same flat distribution.
+pub const NOT_A_NUMBER: &str = "the model's output at the score positions is not a number (NaN \
+    or infinite logits): the model file or a setting is broken (a NaN rope base, a norm epsilon \
+    of 0 or below, weights out of range for the dtype)";
 
 impl Scorer<'_> {
     /// json mode: the objects this judge writes for several items (see `json`); `seeds` one
@@ -111,7 +128,7 @@ impl Scorer<'_> {
         decoding: json::Decoding,
         seeds: &[u64],
         cache_bytes: usize,
-    ) -> Result<Vec<json::JsonJudgment>, JudgeError> {
+    ) -> Result<Vec<json::WrittenJson>, JudgeError> {
         // The header's keys and values are kept once, not per row (`KvCache`).
         let longest = layouts
             .iter()

@@ -85,22 +85,39 @@ pub fn layout(
         .max_context_turns
         .unwrap_or(usize::MAX)
         .min(item.context.len());
-    for keep in (0..=allowed).rev() {
+    let fitting = |keep: usize| -> Result<Option<Vec<Sequence>>, String> {
         let seqs = sequences(scorer, tokenizer, item, keep)?;
         let longest = seqs
             .iter()
             .map(|s| s.prefix.len() + s.continuation.len())
             .max()
             .unwrap_or(0);
-        if longest <= max_tokens {
-            let mut rows = rows_of(seqs)?;
-            rows.dropped_turns = item.context.len() - keep;
-            return Ok(rows);
+        Ok((longest <= max_tokens).then_some(seqs))
+    };
+    let done = |seqs: Vec<Sequence>, keep: usize| {
+        let mut rows = rows_of(seqs)?;
+        rows.dropped_turns = item.context.len() - keep;
+        Ok(rows)
+    };
+    if let Some(seqs) = fitting(allowed)? {
+        return done(seqs, allowed);
+    }
+    // More turns never take fewer tokens: the most that fit, by bisection (log2(turns) layouts,
+    // not one per turn left out).
+    let Some(mut best) = fitting(0)? else {
+        return Err(format!(
+            "the scored texts do not fit the model's context of {max_tokens} tokens even without context turns"
+        ));
+    };
+    let (mut fits, mut too_many) = (0, allowed);
+    while too_many - fits > 1 {
+        let mid = fits + (too_many - fits) / 2;
+        match fitting(mid)? {
+            Some(seqs) => (fits, best) = (mid, seqs),
+            None => too_many = mid,
         }
     }
-    Err(format!(
-        "the scored texts do not fit the model's context of {max_tokens} tokens even without context turns"
-    ))
+    done(best, fits)
 }
 
 /// One row: the trunk is the prefixes' longest common start (at most the shortest prefix),

@@ -7,7 +7,7 @@ use crate::checksum::sha256_hex;
 use crate::data::{Item, Turn};
 use crate::definition::{Builtins, read_toml};
 use crate::prompt::SpeakerLabels;
-use minijinja::{Environment, UndefinedBehavior};
+use minijinja::UndefinedBehavior;
 use serde::{Deserialize, Serialize};
 
 /// (name, TOML text) of every built-in likelihood scorer.
@@ -176,9 +176,8 @@ impl LikelihoodScorer {
     /// The prefix for `item` with its last `keep` context turns, under aspect `aspect`'s
     /// instruction.
     pub fn prefix_text(&self, item: &Item, keep: usize, aspect: usize) -> Result<String, String> {
-        let mut env = Environment::new();
+        let mut env = crate::prompt::template_environment();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
-        env.set_syntax(crate::prompt::jinja_syntax());
         let template = env
             .template_from_str(&self.prefix)
             .map_err(|e| format!("prefix: {e}"))?;
@@ -207,8 +206,7 @@ impl LikelihoodScorer {
             next: NextView { label: next },
             instruction: &self.aspects[aspect].instruction,
         };
-        template
-            .render(minijinja::value::Serde(&ctx))
+        crate::prompt::render_bounded(&template, minijinja::value::Serde(&ctx))
             .map_err(|e| format!("prefix: {e}"))
     }
 }

@@ -204,6 +204,7 @@ impl Frame {
             };
             crate::results::inputs::ensure_current(&record, &items[row], path, number)?;
             added.matched += 1;
+            added.unhashed += usize::from(record.input.is_none());
             match record.body {
                 Err(_) if record.not_applicable => added.not_applicable += 1,
                 Err(_) => added.errors += 1,
@@ -395,6 +396,9 @@ pub struct Added {
     pub errors: usize,
     pub not_applicable: usize,
     pub unmatched: usize,
+    /// Lines for these items without an `input_sha256` (another tool's, or an old version's):
+    /// whether their item changed since they were scored cannot be told.
+    pub unhashed: usize,
 }
 
 /// Each valid score of an aspect and its probability.

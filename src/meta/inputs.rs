@@ -46,16 +46,28 @@ pub struct Joined {
     pub notes: Vec<String>,
 }
 
+/// How `join` treats results it cannot fully trust.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct JoinRules {
+    /// Results that give no item a score are an error (`meta`); otherwise (`eval`, `merge`,
+    /// which read their own runs) a note.
+    pub strict: bool,
+    /// Lines without an `input_sha256` (another tool's, or an old version's) are used, with a
+    /// note; otherwise (`strict`) refused, since an item edited since they were scored would be
+    /// reported with another version's score.
+    pub accept_unhashed: bool,
+}
+
 /// Join `items` (read from `items_origin`) and `results`. Several results of one task are told
 /// apart by the shortest end of their names that differs (`runA` and `runB` for runA/judge.jsonl
-/// and runB/judge.jsonl); one file given twice is refused. With `strict` (`meta`), results that
-/// give no item a score are an error; otherwise (`eval`, `merge`) a note.
+/// and runB/judge.jsonl); one file given twice is refused. `rules` says what is an error.
 pub fn join(
     items: Vec<Item>,
     items_origin: &str,
     results: &[ResultsInput],
-    strict: bool,
+    rules: JoinRules,
 ) -> Result<Joined, MetaError> {
+    let strict = rules.strict;
     let paths: Vec<&Path> = results.iter().map(|r| r.path.as_path()).collect();
     for (i, a) in paths.iter().enumerate() {
         if let Some(b) = paths[..i].iter().find(|b| crate::files::same_file(a, b)) {
@@ -108,6 +120,18 @@ pub fn join(
             }
             notes.push(message);
             continue;
+        }
+        if added.unhashed > 0 {
+            let what = format!(
+                "{} of its {} lines for these items have no input_sha256 (written by another tool or an older hyoka): whether their items changed since they were scored cannot be told",
+                added.unhashed, added.matched
+            );
+            if strict && !rules.accept_unhashed {
+                return Err(MetaError::Input(format!(
+                    "{path}: {what}; score the items again with hyoka, or accept such lines (--accept-unhashed)"
+                )));
+            }
+            notes.push(format!("{path}: {what}; used as they are"));
         }
         let mut said = Vec::new();
         if added.matched < n {

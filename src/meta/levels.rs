@@ -4,6 +4,7 @@
 use super::stats::{Correlation, Method};
 use crate::data::Item;
 use crate::rng::{SplitMix64, keyed_hash};
+use rayon::prelude::*;
 use std::collections::BTreeMap;
 
 /// Where the correlation is taken.
@@ -252,18 +253,20 @@ fn interval(
     if boot.resamples == 0 {
         return None;
     }
-    let mut rng = SplitMix64(keyed_hash(boot.seed, key));
-    let mut values = Vec::with_capacity(boot.resamples);
-    let mut chosen: Vec<&[usize]> = Vec::with_capacity(groups.len());
-    for _ in 0..boot.resamples {
-        chosen.clear();
-        for _ in 0..groups.len() {
-            chosen.push(&groups[rng.below(groups.len())]);
-        }
-        if let (_, Some(c)) = statistic(level, units, &chosen, method, false) {
-            values.push(c.r);
-        }
-    }
+    // One stream of draws, resample after resample; each resample starts where the ones
+    // before it leave the stream, so they run in parallel and give one pass's numbers.
+    let start = SplitMix64(keyed_hash(boot.seed, key));
+    let n = groups.len();
+    let mut values: Vec<f64> = (0..boot.resamples)
+        .into_par_iter()
+        .filter_map(|r| {
+            let mut rng = start.after((r as u64).wrapping_mul(n as u64));
+            let chosen: Vec<&[usize]> = (0..n).map(|_| groups[rng.below(n)].as_slice()).collect();
+            statistic(level, units, &chosen, method, false)
+                .1
+                .map(|c| c.r)
+        })
+        .collect();
     if values.len() * 2 < boot.resamples {
         return None;
     }

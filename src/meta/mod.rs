@@ -11,7 +11,7 @@ mod detection;
 mod frame;
 mod inputs;
 mod levels;
-mod options;
+pub mod options;
 pub mod pairwise;
 pub mod routes;
 pub mod stats;
@@ -21,7 +21,7 @@ pub use agreement::{AspectMatrix, HumanAspect, RaterBasis, aspect_matrix, rater_
 pub use combine::{FitW, W_GRID, add_combined, fit_w, in_dev_half, item_in_dev_half};
 pub use detection::{BreakdownEntry, BreakdownOptions, BreakdownRow, Predictor, TurnSet};
 pub use frame::{Added, Column, Distributions, Family, Frame, Statistic};
-pub use inputs::{Half, Joined, join, select_half};
+pub use inputs::{Half, JoinRules, Joined, join, select_half};
 pub use levels::{Bootstrap, Cell, FEW_UNITS, Level, Stat, correlate};
 pub use options::parse_aspect_levels;
 pub use summary::{MetaOptions, Summary, format_r};

@@ -25,6 +25,10 @@ impl Default for MetaOptions {
     }
 }
 
+/// The largest |w| of the combination: BERTScore's deviations are below 1, judges' scales a
+/// few points, so weights past this only drown the judge.
+pub const MAX_W: f64 = 1e6;
+
 impl MetaOptions {
     /// Each value in its range: a finite w, P/R/F to combine, a confidence level between 0 and
     /// 1, a gold-label threshold that is a share. A value out of range is a usage error naming
@@ -36,9 +40,14 @@ impl MetaOptions {
             )))
         };
         if let Some(w) = self.w
-            && !w.is_finite()
+            && !(w.is_finite() && w.abs() <= MAX_W)
         {
-            return bad("w", "a finite number", w.to_string());
+            return bad(
+                "w",
+                "a number between -1e6 and 1e6 (past that the judge's share of c + w (b - mean b) \
+                 is below f64's precision and the statistics overflow)",
+                w.to_string(),
+            );
         }
         if !["P", "R", "F"].contains(&self.combine_with.as_str()) {
             return bad("combine_with", "P, R or F", self.combine_with.clone());

@@ -88,7 +88,12 @@ pub fn markdown(routes: &Routes) -> String {
         "## Routes side by side ({} level, Spearman)\n",
         routes.level.name()
     );
-    let _ = writeln!(out, "| method | human | {} |", routes.routes.join(" | "));
+    let names: Vec<String> = routes
+        .routes
+        .iter()
+        .map(|r| super::summary::md_text(r))
+        .collect();
+    let _ = writeln!(out, "| method | human | {} |", names.join(" | "));
     let _ = writeln!(out, "|---|---|{}", "---|".repeat(routes.routes.len()));
     for row in &routes.rows {
         let cells: Vec<String> = (row.cells.iter())
@@ -104,8 +109,8 @@ pub fn markdown(routes: &Routes) -> String {
         let _ = writeln!(
             out,
             "| {} | {} | {} |",
-            row.method,
-            row.human,
+            super::summary::md_text(&row.method),
+            super::summary::md_text(&row.human),
             cells.join(" | ")
         );
     }

@@ -216,7 +216,7 @@ impl Summary {
         }
         let keys = self.human_keys();
         let mut md = String::new();
-        let _ = writeln!(md, "| method | {} |", keys.join(" | "));
+        let _ = writeln!(md, "| method | {} |", md_all(&keys).join(" | "));
         let _ = writeln!(md, "|---|{}", "---|".repeat(keys.len()));
         for row in &self.rows {
             let cells: Vec<String> = keys
@@ -232,7 +232,7 @@ impl Summary {
                     None => "".into(),
                 })
                 .collect();
-            let _ = writeln!(md, "| {} | {} |", row.label, cells.join(" | "));
+            let _ = writeln!(md, "| {} | {} |", md_text(&row.label), cells.join(" | "));
         }
         let unit = match level {
             Level::Item => "items",
@@ -281,8 +281,8 @@ impl Summary {
             let _ = writeln!(
                 md,
                 "| {} | {} | {} | {} | {} | {} |",
-                e.row,
-                e.human,
+                md_text(&e.row),
+                md_text(&e.human),
                 c.n,
                 detail(c.spearman),
                 detail(c.pearson),
@@ -304,7 +304,7 @@ impl Summary {
             let _ = writeln!(
                 md,
                 "| {} | {} | {:.3} | {:.3} | {} | {} | {} of {} ({basis}) |",
-                h.key,
+                md_text(&h.key),
                 h.items,
                 h.mean,
                 h.std,
@@ -323,11 +323,11 @@ impl Summary {
                 continue;
             }
             let _ = writeln!(md, "\n## Spearman between {title}\n");
-            let _ = writeln!(md, "| | {} |", m.keys.join(" | "));
+            let _ = writeln!(md, "| | {} |", md_all(&m.keys).join(" | "));
             let _ = writeln!(md, "|---|{}", "---|".repeat(m.keys.len()));
             for (k, row) in m.keys.iter().zip(&m.spearman) {
                 let cells: Vec<String> = row.iter().map(|v| format_r(*v)).collect();
-                let _ = writeln!(md, "| {k} | {} |", cells.join(" | "));
+                let _ = writeln!(md, "| {} | {} |", md_text(k), cells.join(" | "));
             }
         }
         if !self.fit_w.is_empty() {
@@ -344,8 +344,8 @@ impl Summary {
                 let _ = writeln!(
                     md,
                     "| {} | {} | {} | {:.3} | {} | {} | {} | {}/{} |",
-                    f.column,
-                    f.human,
+                    md_text(&f.column),
+                    md_text(&f.human),
                     f.w,
                     f.dev_spearman,
                     format_r(f.test_combined),
@@ -363,12 +363,35 @@ impl Summary {
     }
 }
 
+/// A name from the data (a system, a human key, an aspect) as Markdown text: a `|` would end its
+/// table cell, a line break its table, and HTML would be read as markup.
+pub fn md_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '|' => out.push_str("\\|"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `md_text` of each.
+fn md_all<S: AsRef<str>>(names: &[S]) -> Vec<String> {
+    names.iter().map(|n| md_text(n.as_ref())).collect()
+}
+
 /// One breakdown-detection entry: its settings, then a row per predictor and set of turns.
 fn breakdown_markdown(md: &mut String, e: &BreakdownEntry) {
     let _ = writeln!(
         md,
         "\n## Breakdown detection (DBDC metrics): {} against {}\n",
-        e.column, e.human
+        md_text(&e.column),
+        md_text(&e.human)
     );
     let _ = write!(
         md,

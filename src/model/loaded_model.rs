@@ -126,6 +126,7 @@ impl LoadedModel {
                     )
                 }
             };
+        check_tokenizer_fits(&tokenizer, &transformer.cfg, &files, request.tokenizer)?;
         let sha256 = match expect_sha256 {
             Some(expected) => source::verify_sha256_files(&weights_files, expected)?,
             None => source::sha256_files(&weights_files)?,
@@ -245,6 +246,7 @@ pub fn load_gguf_files(
             message: "no token_embd.weight tensor".into(),
         })?;
     let mut cfg = TransformerConfig::from_gguf(&gguf.content, vocab, &origin)?;
+    check_gguf_shapes(&gguf.content, &cfg, &origin)?;
     if let Some(factors) = rope_factors(&gguf, cfg.head_dim)? {
         cfg.ropes[0].scaling = rope::RopeScaling::Factors(factors);
     }
@@ -261,6 +263,87 @@ pub fn load_gguf_files(
         Transformer::load(&weights, cfg)?,
         weights.iquants_converted(),
     ))
+}
+
+/// Every tensor the decoder reads has the shape the metadata describes, checked from the
+/// header before a weight is read: a file whose numbers disagree with its tensors is named
+/// with the tensor, not found out by a product of the wrong shape at the first batch.
+fn check_gguf_shapes(
+    content: &candle_core::quantized::gguf_file::Content,
+    cfg: &TransformerConfig,
+    origin: &str,
+) -> Result<(), ModelError> {
+    let (h, ffn, vocab) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
+    let (q, kv) = (
+        cfg.num_heads * cfg.head_dim,
+        cfg.num_kv_heads * cfg.head_dim,
+    );
+    let mut expected: Vec<(String, [usize; 2])> = vec![("token_embd.weight".into(), [vocab, h])];
+    if !cfg.tie_embeddings {
+        expected.push(("output.weight".into(), [vocab, h]));
+    }
+    for i in 0..cfg.num_layers() {
+        for (name, dims) in [
+            ("attn_q", [q, h]),
+            ("attn_k", [kv, h]),
+            ("attn_v", [kv, h]),
+            ("attn_output", [h, q]),
+            ("ffn_gate", [ffn, h]),
+            ("ffn_up", [ffn, h]),
+            ("ffn_down", [h, ffn]),
+        ] {
+            expected.push((format!("blk.{i}.{name}.weight"), dims));
+        }
+    }
+    for (name, dims) in expected {
+        let Some(info) = content.tensor_infos.get(&name) else {
+            continue; // a missing tensor is named where it is read
+        };
+        if info.shape.dims() != dims {
+            return Err(ModelError::Config {
+                origin: origin.to_string(),
+                field: name,
+                message: format!(
+                    "shape {:?}, but the metadata describes {dims:?} (hidden {h}, {} heads and {} \
+                     key/value heads of {}, feed-forward {ffn}, vocabulary {vocab})",
+                    info.shape.dims(),
+                    cfg.num_heads,
+                    cfg.num_kv_heads,
+                    cfg.head_dim
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The tokenizer's ids index the embedding: an id past its rows would fail at the first batch.
+/// Its vocabulary is checked, not the tokens added on top of it, which only a text holding their
+/// literal strings produces (Gemma 3's tokenizer adds an image token past the 262,144 rows).
+fn check_tokenizer_fits(
+    tokenizer: &tokenizers::Tokenizer,
+    cfg: &TransformerConfig,
+    files: &source::ModelFiles,
+    given: Option<&Path>,
+) -> Result<(), ModelError> {
+    let ids = tokenizer.get_vocab_size(false);
+    if ids <= cfg.vocab_size {
+        return Ok(());
+    }
+    let (origin, field) = match given {
+        Some(path) => (path.display().to_string(), "--tokenizer".to_string()),
+        None => (files.path.display().to_string(), "tokenizer".to_string()),
+    };
+    Err(ModelError::Config {
+        origin,
+        field,
+        message: format!(
+            "{ids} token ids, but the model's embedding has {} rows ({}): this tokenizer is not \
+             the model's",
+            cfg.vocab_size,
+            files.path.display()
+        ),
+    })
 }
 
 /// A chat template from a file or folder (`--chat-template`): a GGUF's

@@ -43,6 +43,20 @@ pub enum TemplateError {
         origin: String,
         source: minijinja::Error,
     },
+    /// The rendered prompt lacks a message's text: every item would be judged on the same
+    /// prompt, or on one without what it is asked about.
+    #[error(
+        "{origin}: chat template: the prompt it renders does not contain the {role} message's text (the template drops or rewrites messages; give one that shows them with --chat-template)"
+    )]
+    DropsMessage { origin: String, role: String },
+}
+
+impl TemplateError {
+    /// The template ran out of its bounded work or output (`prompt::TEMPLATE_FUEL`,
+    /// `TEMPLATE_OUTPUT_BYTES`): the template's fault, whatever the item.
+    pub fn exhausted(&self) -> bool {
+        matches!(self, TemplateError::Jinja { source, .. } if crate::prompt::exhausted(source))
+    }
 }
 
 /// A compiled chat template with the special tokens it may refer to.
@@ -73,8 +87,7 @@ impl ChatTemplate {
         special_tokens: BTreeMap<String, String>,
         origin: &str,
     ) -> Result<Self, TemplateError> {
-        let mut env = Environment::new();
-        env.set_syntax(crate::prompt::jinja_syntax());
+        let mut env = crate::prompt::template_environment();
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_filter("tojson", tojson);
         env.add_function("raise_exception", raise_exception);
@@ -143,9 +156,15 @@ impl ChatTemplate {
             source,
         };
         let template = self.env.get_template(NAME).map_err(jinja)?;
-        template
-            .render(ctx)
-            .map_err(|e| self.undefined_special_tokens(e))
+        let text = crate::prompt::render_bounded(&template, ctx)
+            .map_err(|e| self.undefined_special_tokens(e))?;
+        if let Some(m) = messages.iter().find(|m| !text.contains(m.content.trim())) {
+            return Err(TemplateError::DropsMessage {
+                origin: self.origin.clone(),
+                role: m.role.clone(),
+            });
+        }
+        Ok(text)
     }
 
     /// A render error, naming the special tokens the template uses that nothing defined (a
@@ -416,5 +435,40 @@ mod tests {
         let model = BTreeMap::from([("bos_token".to_string(), "<s>".to_string())]);
         let t = t.with_model_special_tokens(model);
         assert_eq!(t.render(&messages, true).unwrap(), "<s>こんにちは");
+    }
+
+    /// A template from elsewhere (a GGUF's, a shared rubric's) cannot hang or exhaust memory:
+    /// endless loops run out of instructions, a flood of output out of room, and either is
+    /// told apart as the template's fault; a template that leaves the messages out is refused.
+    #[test]
+    fn templates_are_bounded_and_must_show_the_messages() {
+        let messages = [Message::new("user", "こんにちは")];
+        let start = std::time::Instant::now();
+        for source in [
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            "{% for i in range(100) %}{{ 'x' * 1000000 }}{% endfor %}{{ messages[0]['content'] }}",
+        ] {
+            let t = ChatTemplate::new(source, BTreeMap::new(), "hostile.gguf").unwrap();
+            let err = t.render(&messages, true).unwrap_err();
+            assert!(err.exhausted(), "{source}: {err}");
+            assert!(
+                err.to_string().starts_with("hostile.gguf: chat template:"),
+                "{err}"
+            );
+        }
+        assert!(start.elapsed().as_secs() < 60, "bounded in time too");
+        for source in ["", "<|user|>{{ 'same for every item' }}"] {
+            let t = ChatTemplate::new(source, BTreeMap::new(), "empty.jinja").unwrap();
+            let err = t.render(&messages, true).unwrap_err();
+            assert!(
+                matches!(err, TemplateError::DropsMessage { .. }) && !err.exhausted(),
+                "{source:?}: {err}"
+            );
+            assert!(err.to_string().contains("user message"), "{err}");
+        }
+        let ok = "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}{% endfor %}";
+        let t = ChatTemplate::new(ok, BTreeMap::new(), "ok.jinja").unwrap();
+        let spaced = [Message::new("user", "  こんにちは \n")];
+        assert_eq!(t.render(&spaced, true).unwrap(), "<user>こんにちは");
     }
 }

@@ -41,13 +41,73 @@ pub struct JudgePrompt {
 
 /// Jinja whitespace as transformers compiles chat templates (and as rubrics are written):
 /// `trim_blocks` and `lstrip_blocks` on, the template's final newline dropped.
-pub(crate) fn jinja_syntax() -> minijinja::syntax::SyntaxConfig {
+fn jinja_syntax() -> minijinja::syntax::SyntaxConfig {
     minijinja::syntax::SyntaxConfig::builder()
         .trim_blocks(true)
         .lstrip_blocks(true)
         .keep_trailing_newline(false)
         .build()
         .expect("default delimiters are valid")
+}
+
+/// The instructions one render may run. A chat template or rubric spends tens of instructions a
+/// message, so this is a dialogue of about a million turns; a template that loops without
+/// bound (a shared rubric, a GGUF's chat template) stops with an error instead of hanging.
+pub const TEMPLATE_FUEL: u64 = 100_000_000;
+/// The longest text one render may write: no prompt of any model's context comes near it.
+pub const TEMPLATE_OUTPUT_BYTES: usize = 64 << 20;
+
+/// The environment every template (rubric prompts, chat templates, translation prompts,
+/// likelihood prefixes) is compiled in: transformers' whitespace rules and bounded work.
+pub fn template_environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_syntax(jinja_syntax());
+    env.set_fuel(Some(TEMPLATE_FUEL));
+    env
+}
+
+/// Whether a render failed for running out of its bounded work or output.
+pub fn exhausted(e: &minijinja::Error) -> bool {
+    e.kind() == minijinja::ErrorKind::OutOfFuel
+}
+
+/// Render `template` into a string of at most [`TEMPLATE_OUTPUT_BYTES`].
+pub fn render_bounded<V: Into<minijinja::Value>>(
+    template: &minijinja::Template<'_, '_>,
+    ctx: V,
+) -> Result<String, minijinja::Error> {
+    struct Bounded {
+        text: Vec<u8>,
+        full: bool,
+    }
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.text.len() + buf.len() > TEMPLATE_OUTPUT_BYTES {
+                self.full = true;
+                return Err(std::io::Error::other("output limit"));
+            }
+            self.text.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Bounded {
+        text: Vec::new(),
+        full: false,
+    };
+    let rendered = template.render_captured_to(ctx, &mut out).map(drop);
+    if out.full {
+        // Out of its output budget as a loop runs out of instructions: one kind for both.
+        return Err(minijinja::Error::new(
+            minijinja::ErrorKind::OutOfFuel,
+            format!("the template writes more than {TEMPLATE_OUTPUT_BYTES} bytes"),
+        ));
+    }
+    rendered?;
+    String::from_utf8(out.text)
+        .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string()))
 }
 
 /// Renders one rubric's templates for any number of items.
@@ -126,8 +186,7 @@ const ANSWER: &str = "prompt.answer";
 impl PromptBuilder {
     /// Compile the rubric's templates; an error names the field.
     pub fn new(rubric: &Rubric) -> Result<Self, PromptError> {
-        let mut env = Environment::new();
-        env.set_syntax(crate::prompt::jinja_syntax());
+        let mut env = template_environment();
         // A typo in a rubric ({{ respnse.text }}) must fail, not render as empty text.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -232,11 +291,8 @@ impl PromptBuilder {
                 field: name,
                 source,
             };
-            self.env
-                .get_template(name)
-                .map_err(err)?
-                .render(minijinja::value::Serde(ctx))
-                .map_err(err)
+            let template = self.env.get_template(name).map_err(err)?;
+            render_bounded(&template, minijinja::value::Serde(ctx)).map_err(err)
         };
         // Loops leave a final newline that rubric authors cannot easily avoid with trim_blocks;
         // messages never need trailing whitespace, answers keep theirs.

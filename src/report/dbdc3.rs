@@ -109,6 +109,10 @@ pub fn export(
         });
     }
     let (aspect, labels) = chosen.expect("a line was read");
+    // Every file is known and checked before the first is written; they are written into a
+    // folder beside `out` that becomes `out` once all are there, so a failed export leaves
+    // nothing, and no dialogue of an earlier export can be taken for this one's.
+    let mut files = Vec::new();
     let mut turns = 0;
     for ((system, dialogue), list) in &mut dialogues {
         list.sort_by_key(|t| t.0);
@@ -119,14 +123,11 @@ pub fn export(
             });
         }
         turns += list.len();
-        let folder = match system {
-            Some(s) => out.join(s),
-            None => out.to_path_buf(),
-        };
-        std::fs::create_dir_all(&folder).map_err(|source| ExportError::Write {
-            path: folder.clone(),
-            source,
-        })?;
+        let relative =
+            relative_path(system.as_deref(), dialogue).map_err(|message| ExportError::Input {
+                path: scores.to_path_buf(),
+                message,
+            })?;
         let doc = json!({
             "dialogue-id": dialogue,
             "turns": list.iter().map(|(index, label, d)| json!({
@@ -139,17 +140,91 @@ pub fn export(
                 }],
             })).collect::<Vec<_>>(),
         });
-        let path = folder.join(format!("{dialogue}.labels.json"));
         let text = serde_json::to_string_pretty(&doc).expect("labels serialise") + "\n";
-        crate::files::write_atomic(&path, text.as_bytes())
-            .map_err(|source| ExportError::Write { path, source })?;
+        files.push((relative, text));
     }
+    write_folder(out, &files)?;
     Ok(Written {
         dialogues: dialogues.len(),
         turns,
         levels: labels.spec(),
         aspect,
     })
+}
+
+/// `[SYSTEM/]DIALOGUE.labels.json`, each part a plain name (an id's parts come from a dataset
+/// someone else wrote; `hyoka import` and the items reader refuse such ids too).
+fn relative_path(system: Option<&str>, dialogue: &str) -> Result<PathBuf, String> {
+    let mut path = PathBuf::new();
+    let system_parts = system.map(|s| s.split('/').collect::<Vec<_>>());
+    for part in system_parts.into_iter().flatten().chain([dialogue]) {
+        if let Some(why) = crate::data::ids::path_part_problem(part) {
+            return Err(format!(
+                "the id part {part:?} {why}: it cannot name a file below the output folder"
+            ));
+        }
+        path.push(part);
+    }
+    path.set_file_name(format!("{dialogue}.labels.json"));
+    if path
+        .components()
+        .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(format!(
+            "{}: not a plain path below the output folder",
+            path.display()
+        ));
+    }
+    Ok(path)
+}
+
+/// Write `files` (paths relative to `out`) as the new folder `out`: refused when `out` holds
+/// anything already; staged beside it and renamed into place once every file is written.
+fn write_folder(out: &Path, files: &[(PathBuf, String)]) -> Result<(), ExportError> {
+    let write = |path: &Path, source| ExportError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::read_dir(out) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(ExportError::Input {
+                    path: out.to_path_buf(),
+                    message: "the output folder is not empty: the challenge's script reads every \
+                              file in it, so an export goes into a new or empty folder"
+                        .into(),
+                });
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(write(out, e)),
+    }
+    let name = out
+        .file_name()
+        .ok_or_else(|| ExportError::Input {
+            path: out.to_path_buf(),
+            message: "not a folder name".into(),
+        })?
+        .to_string_lossy();
+    let stage = out.with_file_name(format!(".{name}.partial-{}", std::process::id()));
+    let result = (|| {
+        for (relative, text) in files {
+            let path = stage.join(relative);
+            let folder = path.parent().expect("a file below the stage");
+            std::fs::create_dir_all(folder).map_err(|e| write(folder, e))?;
+            std::fs::write(&path, text).map_err(|e| write(&path, e))?;
+        }
+        std::fs::create_dir_all(&stage).map_err(|e| write(&stage, e))?;
+        // An empty `out` gives way to the finished folder.
+        if out.exists() {
+            std::fs::remove_dir(out).map_err(|e| write(out, e))?;
+        }
+        std::fs::rename(&stage, out).map_err(|e| write(out, e))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&stage);
+    }
+    result
 }
 
 /// The aspect to export and its label map: the one the rubric maps (or `levels` maps), or the

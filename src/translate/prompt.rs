@@ -6,7 +6,7 @@ use super::TranslateError;
 use crate::checksum::sha256_hex;
 use crate::definition::{Builtins, read_toml};
 use crate::prompt::{ChatTemplate, Message};
-use minijinja::{Environment, UndefinedBehavior};
+use minijinja::UndefinedBehavior;
 use serde::{Deserialize, Serialize};
 
 /// (name, TOML text) of every built-in translation prompt.
@@ -129,14 +129,12 @@ impl TranslatePrompt {
     }
 
     fn user_message(&self, text: &str) -> Result<String, String> {
-        let mut env = Environment::new();
+        let mut env = crate::prompt::template_environment();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
-        env.set_syntax(crate::prompt::jinja_syntax());
         let template = env
             .template_from_str(&self.user)
             .map_err(|e| format!("user: {e}"))?;
-        template
-            .render(minijinja::context! { text => text })
+        crate::prompt::render_bounded(&template, minijinja::context! { text => text })
             .map_err(|e| format!("user: {e}"))
     }
 

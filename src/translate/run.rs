@@ -18,6 +18,11 @@ pub struct Translated {
     pub texts: usize,
     pub tokens_written: usize,
     pub provenance: Provenance,
+    /// Translations cut at their limit and kept (keep_unfinished).
+    pub cut: usize,
+    /// Translations in the store cut at their limit by a run that kept them, not used by this
+    /// one (without keep_unfinished): their texts count as without a translation.
+    pub cut_in_store: usize,
     /// The translated items, or the texts still without a translation (each once): nothing is
     /// returned for the items until every text has one.
     pub items: Result<Vec<Item>, Vec<String>>,
@@ -58,7 +63,7 @@ fn translate(
     let texts = distinct_texts(items).map_err(RunError::Task)?;
     let mut translator = Translator::new(model, prompt, opts);
     let provenance = translator.provenance();
-    let (summary, translations) = match store {
+    let (summary, mut translations) = match store {
         Some(store) => {
             let summary = runner::run(&mut translator, &texts, store, false, progress)?;
             (summary, read_store(store, &provenance)?)
@@ -71,9 +76,21 @@ fn translate(
             (summary, translations)
         }
     };
+    // A translation cut at its limit is one only where cut ones are asked for: a store that an
+    // earlier run with keep_unfinished filled is read by this one as texts without one.
+    let cut_in_store = if opts.keep_unfinished {
+        0
+    } else {
+        let before = translations.len();
+        translations.retain(|_, t| t.finished);
+        before - translations.len()
+    };
+    let cut = translations.values().filter(|t| !t.finished).count();
     let by = serde_json::to_value(&provenance).expect("provenance serialises");
     Ok(Translated {
         summary,
+        cut,
+        cut_in_store,
         texts: texts.len(),
         tokens_written: translator.tokens_written,
         items: translated_items(items, &translations, (&prompt.from, &prompt.to), &by),

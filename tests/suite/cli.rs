@@ -337,6 +337,7 @@ fn meta_refuses_repeated_items_and_mixed_runs_and_accepts_a_bom() {
     let run = |scores: &Path| {
         hyoka(&[
             "meta",
+            "--accept-unhashed",
             "-i",
             items.to_str().unwrap(),
             "-s",
@@ -554,6 +555,7 @@ fn meta_takes_human_targets_from_the_provenance() {
         let json = dir.path().join("summary.json");
         let out = hyoka(&[
             "meta",
+            "--accept-unhashed",
             "-i",
             items.to_str().unwrap(),
             "-s",

@@ -35,12 +35,15 @@ fn make_shards(root: &Path, count: usize) -> Vec<String> {
     };
     let (judge, bert) = (lines("judge.jsonl"), lines("bertscore.jsonl"));
     let items: Vec<_> = items.into_iter().filter(|i| i.id != "C/99/0").collect();
+    let (n, sha256) = hyoka::data::select::set_digest(&items);
     let mut dirs = Vec::new();
     for k in 1..=count {
         let part = Shard { index: k, count }.select(items.clone());
         let dir = root.join(format!("shard-{k}-of-{count}"));
         std::fs::create_dir_all(&dir).expect("mkdir");
         write_items(&dir.join("items.jsonl"), &part).expect("write items");
+        let set = serde_json::json!({"shard": format!("{k}/{count}"), "whole_set": {"items": n, "sha256": sha256}});
+        std::fs::write(dir.join("shard.json"), set.to_string()).expect("write shard.json");
         let ids: Vec<&str> = part.iter().map(|i| i.id.as_str()).collect();
         for (name, all) in [("judge.jsonl", &judge), ("bertscore.jsonl", &bert)] {
             let mine: Vec<&String> = all
@@ -97,6 +100,7 @@ fn merged_shards_give_the_same_summary_as_the_whole() {
     let whole = tmp.path().join("whole.json");
     let o = hyoka(&[
         "meta",
+        "--accept-unhashed",
         "-i",
         &meta_fixture("items.jsonl").to_string_lossy(),
         "-s",
@@ -164,6 +168,60 @@ fn merged_shards_give_the_same_summary_as_the_whole() {
     }
     let md = std::fs::read_to_string(out.join("summary.md")).expect("summary.md");
     assert!(md.contains("| method | coherence | overall |"), "{md}");
+}
+
+/// Shards of two different sets of items, or a shard whose items changed since its run, are
+/// refused (exit 3) before anything is written: the merge would report on a set nobody chose.
+#[test]
+fn merge_refuses_shards_that_are_not_one_set() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("merged");
+    let merge = |dirs: &[String]| {
+        let o = hyoka(&["merge", &dirs[0], &dirs[1], "-o", &out.to_string_lossy()]);
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(!out.exists(), "nothing written");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    // Shard 2 of another sample: the set it records is not shard 1's.
+    let dirs = make_shards(&tmp.path().join("a"), 2);
+    let other = Path::new(&dirs[1]).join("shard.json");
+    let text = std::fs::read_to_string(&other).expect("shard.json");
+    let v: Value = serde_json::from_str(&text).expect("json");
+    let edited = text.replace(
+        v["whole_set"]["sha256"].as_str().expect("sha"),
+        &"0".repeat(64),
+    );
+    std::fs::write(&other, edited).expect("write");
+    let err = merge(&dirs);
+    assert!(
+        err.contains("shard-2-of-2/shard.json") && err.contains("cut from another set"),
+        "{err}"
+    );
+
+    // An item taken out of shard 2 (with its lines) after the run.
+    let dirs = make_shards(&tmp.path().join("b"), 2);
+    let shard = Path::new(&dirs[1]);
+    let items = read_items(&shard.join("items.jsonl"), false)
+        .expect("items")
+        .items;
+    let gone = items[0].id.clone();
+    write_items(&shard.join("items.jsonl"), &items[1..]).expect("write");
+    for name in ["judge.jsonl", "bertscore.jsonl"] {
+        let kept: String = std::fs::read_to_string(shard.join(name))
+            .expect("lines")
+            .lines()
+            .filter(|l| !l.contains(&format!("\"{gone}\"")))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(shard.join(name), kept).expect("write");
+    }
+    let err = merge(&dirs);
+    assert!(err.contains("not the set they were cut from"), "{err}");
 }
 
 #[test]
@@ -455,6 +513,7 @@ fn meta_halves_partition_the_dialogues() {
         let out = tmp.path().join(format!("{half}.json"));
         let o = hyoka(&[
             "meta",
+            "--accept-unhashed",
             "-i",
             &items.to_string_lossy(),
             "-s",
@@ -490,6 +549,7 @@ fn meta_halves_partition_the_dialogues() {
         let direct = tmp.path().join(format!("{half}-direct.json"));
         let o = hyoka(&[
             "meta",
+            "--accept-unhashed",
             "-i",
             &subset_path.to_string_lossy(),
             "-s",
@@ -545,6 +605,7 @@ fn meta_reads_a_piped_results_file_once() {
     let judge = meta_fixture("judge.jsonl");
     let o = hyoka(&[
         "meta",
+        "--accept-unhashed",
         "-i",
         &items,
         "-s",
@@ -556,6 +617,7 @@ fn meta_reads_a_piped_results_file_once() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hyoka"))
         .args([
             "meta",
+            "--accept-unhashed",
             "-i",
             &items,
             "-s",

@@ -153,13 +153,16 @@ fn distributions_match_transformers_in_any_batching() {
         "the chat template's system prompt is shared: {header}"
     );
     let scorer = Scorer::new(&model.transformer, &layouts[0].trunk[..header]).unwrap();
-    check(&fx, &scorer.score(&refs).unwrap(), "one batch");
+    let batched: Vec<Vec<AspectScore>> = (scorer.score(&refs).unwrap().into_iter())
+        .map(|r| r.expect("finite scores"))
+        .collect();
+    check(&fx, &batched, "one batch");
 
     // One item at a time, no header.
     let plain = Scorer::new(&model.transformer, &[]).unwrap();
     let alone: Vec<Vec<AspectScore>> = refs
         .iter()
-        .map(|l| plain.score(&[l]).unwrap().remove(0))
+        .map(|l| plain.score(&[l]).unwrap().remove(0).expect("finite scores"))
         .collect();
     check(&fx, &alone, "alone");
 }

@@ -25,6 +25,7 @@ mod fused_attention;
 mod gguf_converter;
 mod gguf_parity;
 mod gguf_tokenizers;
+mod hostile_input;
 mod interrupted_runs;
 mod iq_rows;
 mod iquant_blocks;

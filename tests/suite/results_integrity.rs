@@ -542,6 +542,7 @@ fn bad_values_are_usage_errors() {
     for w in ["nan", "inf", "-inf", "NaN"] {
         let o = hyoka(&[
             "meta",
+            "--accept-unhashed",
             "-i",
             &fx_items,
             "-s",
@@ -552,6 +553,7 @@ fn bad_values_are_usage_errors() {
     }
     let o = hyoka(&[
         "meta",
+        "--accept-unhashed",
         "-i",
         &fx_items,
         "-s",
@@ -578,6 +580,7 @@ fn bad_values_are_usage_errors() {
         .map(|h| {
             hyoka(&[
                 "meta",
+                "--accept-unhashed",
                 "-i",
                 &j.p("one-dialogue.jsonl"),
                 "-s",
@@ -609,6 +612,7 @@ fn meta_tells_every_judge_apart_and_uses_nothing_it_cannot_trust() {
     let p = |n: &str| tmp.path().join(n).to_string_lossy().into_owned();
     let o = hyoka(&[
         "meta",
+        "--accept-unhashed",
         "-i",
         &items,
         "-s",
@@ -661,6 +665,7 @@ fn meta_tells_every_judge_apart_and_uses_nothing_it_cannot_trust() {
     // One file given twice (by two paths): refused.
     let o = hyoka(&[
         "meta",
+        "--accept-unhashed",
         "-i",
         &items,
         "-s",
@@ -684,7 +689,7 @@ fn meta_tells_every_judge_apart_and_uses_nothing_it_cannot_trust() {
         ("foreign.jsonl", "none of its"),
         ("errors.jsonl", "all error lines"),
     ] {
-        let o = hyoka(&["meta", "-i", &items, "-s", &p(file)]);
+        let o = hyoka(&["meta", "--accept-unhashed", "-i", &items, "-s", &p(file)]);
         assert_eq!(o.status.code(), Some(3), "{file}: {}", stderr(&o));
         assert!(stderr(&o).contains(says), "{file}: {}", stderr(&o));
     }
@@ -704,6 +709,7 @@ fn meta_tells_every_judge_apart_and_uses_nothing_it_cannot_trust() {
     std::fs::write(tmp.path().join("mixed.jsonl"), mixed).expect("write");
     let o = hyoka(&[
         "meta",
+        "--accept-unhashed",
         "-i",
         &items,
         "-s",
@@ -722,7 +728,14 @@ fn meta_tells_every_judge_apart_and_uses_nothing_it_cannot_trust() {
     let off: String = judge.replacen("\"score\": 1,", "\"score\": 7,", 1);
     assert_ne!(off, judge, "the fixture has a score of 1");
     std::fs::write(tmp.path().join("off.jsonl"), off).expect("write");
-    let o = hyoka(&["meta", "-i", &items, "-s", &p("off.jsonl")]);
+    let o = hyoka(&[
+        "meta",
+        "--accept-unhashed",
+        "-i",
+        &items,
+        "-s",
+        &p("off.jsonl"),
+    ]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(
         stderr(&o).contains(".score: 7 is not on the aspect's scale"),

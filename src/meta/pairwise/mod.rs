@@ -222,6 +222,69 @@ pub fn join<'a>(
     Ok(out)
 }
 
+impl PairFrame<'_> {
+    /// The human keys each aspect is compared with: the rubric's `human` keys for it, else
+    /// its own key; a preference on the aspect's own key is compared with it too.
+    fn human_keys_of(&self, aspect: &str) -> Vec<String> {
+        let mut keys = (self.provenance.rubric.as_ref())
+            .and_then(|r| r.aspects.iter().find(|t| t.key == aspect))
+            .map(|t| t.human.clone())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| vec![aspect.to_string()]);
+        if self.preferences.has_key(aspect) && !keys.iter().any(|k| k == aspect) {
+            keys.push(aspect.to_string());
+        }
+        keys
+    }
+
+    /// Compare the verdicts with `preferences` (read from `path`): each line must name a pair
+    /// that was judged, and some aspect must be compared with one of its keys; otherwise the
+    /// file would be dropped, or used in part, without a word.
+    pub fn set_preferences(
+        &mut self,
+        preferences: Preferences,
+        path: &Path,
+    ) -> Result<(), MetaError> {
+        let judged: std::collections::HashSet<(&str, &str, &str)> = (self.pairs.iter())
+            .filter_map(|p| {
+                Some((
+                    p.first.context_id.as_deref()?,
+                    p.first.system.as_deref()?,
+                    p.second.system.as_deref()?,
+                ))
+            })
+            .collect();
+        for (line, context, a, b) in preferences.pairs() {
+            if !judged.contains(&(context, a, b)) && !judged.contains(&(context, b, a)) {
+                return Err(MetaError::Invalid {
+                    path: path.to_path_buf(),
+                    line,
+                    field: "first".into(),
+                    message: format!(
+                        "no judged pair of context {context:?} has the systems {a:?} and {b:?}: every line must name a pair of the results"
+                    ),
+                });
+            }
+        }
+        let aspects: Vec<String> = (self.pairs.first())
+            .map(|p| p.verdicts.iter().map(|(k, _)| k.clone()).collect())
+            .unwrap_or_default();
+        self.preferences = preferences;
+        let compared: Vec<String> = aspects.iter().flat_map(|a| self.human_keys_of(a)).collect();
+        let given = self.preferences.keys();
+        if !given.iter().any(|k| compared.iter().any(|c| c == k)) {
+            return Err(MetaError::Input(format!(
+                "{}: its human keys ({}) are compared with no aspect of the results (aspects {}, compared with the human keys {}): name the verdicts by one of those keys",
+                path.display(),
+                given.join(", "),
+                aspects.join(", "),
+                compared.join(", ")
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Rank the systems of `frame` on every aspect and compare with human preferences.
 pub fn summarize(frame: &PairFrame, opts: &PairwiseOptions) -> PairwiseSummary {
     let mut systems: Vec<&str> = Vec::new();
@@ -245,26 +308,11 @@ pub fn summarize(frame: &PairFrame, opts: &PairwiseOptions) -> PairwiseSummary {
         .iter()
         .map(|(k, _)| k.clone())
         .collect();
-    let targets = frame
-        .provenance
-        .rubric
-        .as_ref()
-        .map(|r| r.aspects.clone())
-        .unwrap_or_default();
     let rankings = aspects
         .iter()
         .enumerate()
         .map(|(a, aspect)| {
-            let mut human_keys = targets
-                .iter()
-                .find(|t| t.key == *aspect)
-                .map(|t| t.human.clone())
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| vec![aspect.clone()]);
-            // Preferences given under the aspect's own key are compared with it too.
-            if frame.preferences.has_key(aspect) && !human_keys.contains(aspect) {
-                human_keys.push(aspect.clone());
-            }
+            let human_keys = frame.human_keys_of(aspect);
             rank_aspect(frame, a, aspect, &systems, &contexts, &human_keys, opts)
         })
         .collect();
@@ -370,7 +418,9 @@ fn rank_aspect(
         Err(e) => (None, Some(e.to_string())),
     };
     let mut bootstrap_failed = 0;
-    if fitted.is_ok() && opts.bootstrap > 0 {
+    // Resampling one context draws it every time: a zero-width interval that would say
+    // nothing of the uncertainty. With fewer than two contexts the interval is undefined.
+    if fitted.is_ok() && opts.bootstrap > 0 && contexts.len() >= 2 {
         let resamples = resample_contexts(contexts.len(), opts.bootstrap, opts.seed);
         let (intervals, failed) = bootstrap_intervals(n, &by_context, &resamples, opts.level);
         bootstrap_failed = failed;

@@ -17,25 +17,45 @@ pub struct PairPreference {
     pub votes: BTreeMap<String, Vec<Verdict>>,
 }
 
+/// A pair: (context, first system, second system).
+type PairKey = (String, String, String);
+/// Per human key, the raters' verdicts.
+type Votes = BTreeMap<String, Vec<Verdict>>;
+
 /// Preferences by (context, first system, second system).
 #[derive(Clone, Debug, Default)]
 pub struct Preferences {
-    by_pair: HashMap<(String, String, String), BTreeMap<String, Vec<Verdict>>>,
+    /// Per pair, its line in the file and its votes.
+    by_pair: HashMap<PairKey, (usize, Votes)>,
 }
 
 impl Preferences {
     /// Every line of a preferences file.
     pub fn read(path: &Path) -> Result<Preferences, MetaError> {
-        let text = std::fs::read_to_string(path).map_err(|source| MetaError::Io {
+        let bytes = std::fs::read(path).map_err(|source| MetaError::Io {
             path: path.to_path_buf(),
             source,
         })?;
-        let lines: Vec<(usize, &str)> = text
-            .lines()
-            .enumerate()
-            .map(|(n, l)| (n + 1, l))
-            .filter(|(_, l)| !l.trim().is_empty())
-            .collect();
+        let mut lines: Vec<(usize, &str)> = Vec::new();
+        for (n, line) in bytes.split(|b| *b == b'\n').enumerate() {
+            let text = std::str::from_utf8(line).map_err(|e| {
+                MetaError::Input(format!(
+                    "{}:{}: not valid UTF-8 (byte {} of the line): JSON Lines files are UTF-8",
+                    path.display(),
+                    n + 1,
+                    e.valid_up_to() + 1
+                ))
+            })?;
+            if !text.trim().is_empty() {
+                lines.push((n + 1, text));
+            }
+        }
+        if lines.is_empty() {
+            return Err(MetaError::Input(format!(
+                "{}: no preferences in it (an empty file): give one line per judged pair, or leave the file out to compare with the items' ratings",
+                path.display()
+            )));
+        }
         Preferences::parse(&lines, path)
     }
 
@@ -61,7 +81,7 @@ impl Preferences {
                     ),
                 ));
             }
-            out.by_pair.insert(key, p.votes);
+            out.by_pair.insert(key, (number, p.votes));
         }
         Ok(out)
     }
@@ -72,7 +92,26 @@ impl Preferences {
 
     /// Whether any pair has votes on `key`.
     pub fn has_key(&self, key: &str) -> bool {
-        self.by_pair.values().any(|v| v.contains_key(key))
+        self.by_pair.values().any(|(_, v)| v.contains_key(key))
+    }
+
+    /// Every human key some pair has votes on, sorted.
+    pub fn keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = (self.by_pair.values())
+            .flat_map(|(_, v)| v.keys().map(String::as_str))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+
+    /// Each pair as (line, context, first, second), in the file's order.
+    pub fn pairs(&self) -> Vec<(usize, &str, &str, &str)> {
+        let mut pairs: Vec<_> = (self.by_pair.iter())
+            .map(|((c, a, b), (line, _))| (*line, c.as_str(), a.as_str(), b.as_str()))
+            .collect();
+        pairs.sort_unstable();
+        pairs
     }
 
     /// The votes on `key` for the pair (context, first, second) in this order of its systems.
@@ -80,7 +119,7 @@ impl Preferences {
         let get = |a: &str, b: &str| {
             self.by_pair
                 .get(&(context.to_string(), a.to_string(), b.to_string()))
-                .and_then(|v| v.get(key))
+                .and_then(|(_, v)| v.get(key))
         };
         if let Some(v) = get(first, second) {
             return v.clone();

@@ -1,6 +1,7 @@
 //! summary.md of a pairwise meta-evaluation.
 
 use super::PairwiseSummary;
+use crate::meta::summary::md_text;
 use std::fmt::Write;
 
 fn num(x: Option<f64>, digits: usize) -> String {
@@ -37,8 +38,14 @@ pub fn markdown(s: &PairwiseSummary) -> String {
         s.options.seed,
         s.options.tie_margin
     );
+    if s.contexts < 2 {
+        let _ = writeln!(
+            md,
+            "One context: resampling contexts cannot show how the strengths vary, so there is no interval (—).\n"
+        );
+    }
     for a in &s.aspects {
-        let _ = writeln!(md, "## {}\n", a.aspect);
+        let _ = writeln!(md, "## {}\n", md_text(&a.aspect));
         if let Some(e) = &a.fit_error {
             let _ = writeln!(md, "No strengths: {e}.\n");
         }
@@ -54,7 +61,7 @@ pub fn markdown(s: &PairwiseSummary) -> String {
             "| system | strength | interval | win rate | expected win rate | W / T / L |"
         );
         for k in &human_keys {
-            let _ = write!(md, " human {k} |");
+            let _ = write!(md, " human {} |", md_text(k));
         }
         let _ = writeln!(md);
         let _ = writeln!(
@@ -69,7 +76,7 @@ pub fn markdown(s: &PairwiseSummary) -> String {
             let _ = write!(
                 md,
                 "| {} | {} | {interval} | {:.3} | {:.3} | {} / {} / {} |",
-                r.system,
+                md_text(&r.system),
                 num(r.strength, 3),
                 r.win_rate,
                 r.expected_win_rate,
@@ -107,7 +114,7 @@ pub fn markdown(s: &PairwiseSummary) -> String {
                 let _ = writeln!(
                     md,
                     "| {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {} / {} / {} |",
-                    h.key,
+                    md_text(&h.key),
                     h.source,
                     h.pairs,
                     num(h.agreement_with_ties, 3),

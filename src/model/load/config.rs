@@ -120,6 +120,14 @@ impl TransformerConfig {
         let hidden_size = need("hidden_size")?;
         let num_heads = need("num_attention_heads")?;
         let num_layers = need("num_hidden_layers")?;
+        check_counts(
+            origin,
+            &[
+                ("hidden_size", hidden_size, MAX_COUNT),
+                ("num_attention_heads", num_heads, MAX_COUNT),
+                ("num_hidden_layers", num_layers, MAX_LAYERS),
+            ],
+        )?;
         let head_dim = usize_of("head_dim").unwrap_or(hidden_size / num_heads);
         let gemma = arch.is_gemma();
         let act = cfg
@@ -220,7 +228,7 @@ impl TransformerConfig {
             Some(s) if gemma => 1.0 / s.sqrt(),
             _ => 1.0 / (head_dim as f64).sqrt(),
         };
-        Ok(TransformerConfig {
+        let config = TransformerConfig {
             arch,
             vocab_size: need("vocab_size")?,
             hidden_size,
@@ -256,7 +264,20 @@ impl TransformerConfig {
             ropes,
             layers,
             max_position: usize_of("max_position_embeddings").unwrap_or(4096),
-        })
+        };
+        config.check(
+            origin,
+            &Names {
+                kv_heads: "num_key_value_heads".into(),
+                head_dim: "head_dim".into(),
+                ffn: "intermediate_size".into(),
+                vocab: "vocab_size".into(),
+                eps: "rms_norm_eps".into(),
+                theta: "rope_theta".into(),
+                max_position: "max_position_embeddings".into(),
+            },
+        )?;
+        Ok(config)
     }
 
     /// From GGUF metadata (`general.architecture` and `<arch>.*` keys, as llama.cpp writes them).
@@ -306,6 +327,14 @@ impl TransformerConfig {
         let hidden_size = get_u("embedding_length").ok_or_else(|| bad("embedding_length"))?;
         let num_heads = get_u("attention.head_count").ok_or_else(|| bad("attention.head_count"))?;
         let num_layers = get_u("block_count").ok_or_else(|| bad("block_count"))?;
+        check_counts(
+            origin,
+            &[
+                (&format!("{a}.embedding_length"), hidden_size, MAX_COUNT),
+                (&format!("{a}.attention.head_count"), num_heads, MAX_COUNT),
+                (&format!("{a}.block_count"), num_layers, MAX_LAYERS),
+            ],
+        )?;
         let head_dim = get_u("attention.key_length").unwrap_or(hidden_size / num_heads);
         let gemma = arch.is_gemma();
         let sliding_window = get_u("attention.sliding_window");
@@ -362,7 +391,7 @@ impl TransformerConfig {
             });
         }
         let key_length = head_dim as f64;
-        Ok(TransformerConfig {
+        let config = TransformerConfig {
             arch,
             vocab_size,
             hidden_size,
@@ -398,7 +427,109 @@ impl TransformerConfig {
             ropes,
             layers,
             max_position: get_u("context_length").unwrap_or(4096),
-        })
+        };
+        let key = |k: &str| format!("{a}.{k}");
+        config.check(
+            origin,
+            &Names {
+                kv_heads: key("attention.head_count_kv"),
+                head_dim: key("attention.key_length"),
+                ffn: key("feed_forward_length"),
+                vocab: "token_embd.weight".into(),
+                eps: key("attention.layer_norm_rms_epsilon"),
+                theta: key("rope.freq_base"),
+                max_position: key("context_length"),
+            },
+        )?;
+        Ok(config)
+    }
+
+    /// Every number a model's shapes and arithmetic are made from, checked against the limits
+    /// of [`check_counts`] and for what the arithmetic needs (heads that share keys evenly, an
+    /// even rotary width, a positive finite norm epsilon and rope base): a header from
+    /// elsewhere is believed only once it describes a model that can be built.
+    fn check(&self, origin: &str, names: &Names) -> Result<(), ModelError> {
+        let bad = |field: &str, message: String| {
+            Err(ModelError::Config {
+                origin: origin.to_string(),
+                field: field.to_string(),
+                message,
+            })
+        };
+        check_counts(
+            origin,
+            &[
+                (&names.kv_heads, self.num_kv_heads, MAX_COUNT),
+                (&names.head_dim, self.head_dim, MAX_COUNT),
+                (&names.ffn, self.intermediate_size, MAX_COUNT),
+                (&names.vocab, self.vocab_size, MAX_COUNT),
+                (&names.max_position, self.max_position, usize::MAX),
+            ],
+        )?;
+        if self.num_kv_heads > self.num_heads || !self.num_heads.is_multiple_of(self.num_kv_heads) {
+            return bad(
+                &names.kv_heads,
+                format!(
+                    "{} key/value heads cannot be shared evenly by {} query heads",
+                    self.num_kv_heads, self.num_heads
+                ),
+            );
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return bad(
+                &names.head_dim,
+                format!(
+                    "{}: rotary embeddings need an even head width",
+                    self.head_dim
+                ),
+            );
+        }
+        if !(self.rms_eps.is_finite() && self.rms_eps > 0.0) {
+            return bad(
+                &names.eps,
+                format!("{}: must be a positive finite number", self.rms_eps),
+            );
+        }
+        if let Some(rope) = self
+            .ropes
+            .iter()
+            .find(|r| !(r.theta.is_finite() && r.theta > 0.0))
+        {
+            return bad(
+                &names.theta,
+                format!("{}: must be a positive finite number", rope.theta),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The names a model's format gives the numbers [`TransformerConfig::check`] checks.
+struct Names {
+    kv_heads: String,
+    head_dim: String,
+    ffn: String,
+    vocab: String,
+    eps: String,
+    theta: String,
+    max_position: String,
+}
+
+/// The largest width, head count or vocabulary a model's header may give: far above any
+/// released model's, far below what would exhaust memory when believed.
+const MAX_COUNT: usize = 1 << 24;
+/// The most layers: each is described before any weight is read.
+const MAX_LAYERS: usize = 4096;
+
+/// Each (field, value, most) is at least 1 and at most `most`.
+fn check_counts(origin: &str, counts: &[(&str, usize, usize)]) -> Result<(), ModelError> {
+    match counts.iter().find(|(_, v, most)| *v == 0 || v > most) {
+        Some((field, v, most)) => Err(ModelError::Config {
+            origin: origin.to_string(),
+            field: field.to_string(),
+            message: format!("{v}: must be between 1 and {most}"),
+        }),
+        None => Ok(()),
     }
 }
 
@@ -407,4 +538,95 @@ pub(crate) fn meta_str(ct: &gguf_file::Content, key: &str) -> Option<String> {
         .get(key)
         .and_then(|v| v.to_string().ok())
         .cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TransformerConfig;
+    use candle_core::quantized::gguf_file::{Content, Value, VersionedMagic};
+    use std::collections::HashMap;
+
+    /// A Llama header of a small real shape, with `edit` applied to its metadata.
+    fn header(edit: &[(&str, Value)]) -> Content {
+        let mut metadata: HashMap<String, Value> = [
+            ("general.architecture", Value::String("llama".into())),
+            ("llama.embedding_length", Value::U32(64)),
+            ("llama.attention.head_count", Value::U32(4)),
+            ("llama.attention.head_count_kv", Value::U32(2)),
+            ("llama.block_count", Value::U32(2)),
+            ("llama.feed_forward_length", Value::U32(128)),
+            ("llama.rope.freq_base", Value::F32(10000.0)),
+            ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (k, v) in edit {
+            metadata.insert(k.to_string(), v.clone());
+        }
+        Content {
+            magic: VersionedMagic::GgufV3,
+            metadata,
+            tensor_infos: HashMap::new(),
+            tensor_data_offset: 0,
+        }
+    }
+
+    /// Numbers from a hostile header that would divide by zero, allocate without bound or make
+    /// every logit NaN are refused with the key that holds them, before anything is built.
+    #[test]
+    fn hostile_header_numbers_are_refused_by_key() {
+        assert!(TransformerConfig::from_gguf(&header(&[]), 100, "m.gguf").is_ok());
+        for (key, value, says) in [
+            ("llama.attention.head_count", Value::U32(0), "between 1 and"),
+            (
+                "llama.attention.head_count_kv",
+                Value::U32(0),
+                "between 1 and",
+            ),
+            (
+                "llama.attention.head_count_kv",
+                Value::U32(3),
+                "shared evenly",
+            ),
+            (
+                "llama.block_count",
+                Value::U64(1 << 31),
+                "between 1 and 4096",
+            ),
+            ("llama.embedding_length", Value::U32(0), "between 1 and"),
+            (
+                "llama.feed_forward_length",
+                Value::U64(u64::MAX),
+                "between 1 and",
+            ),
+            (
+                "llama.attention.key_length",
+                Value::U32(7),
+                "even head width",
+            ),
+            (
+                "llama.rope.freq_base",
+                Value::F32(f32::NAN),
+                "positive finite",
+            ),
+            (
+                "llama.attention.layer_norm_rms_epsilon",
+                Value::F32(-1.0),
+                "positive finite",
+            ),
+        ] {
+            let err = TransformerConfig::from_gguf(&header(&[(key, value)]), 100, "m.gguf")
+                .expect_err(key)
+                .to_string();
+            assert!(
+                err.starts_with(&format!("m.gguf: {key}: ")) && err.contains(says),
+                "{key}: {err}"
+            );
+        }
+        let err = TransformerConfig::from_gguf(&header(&[]), 0, "m.gguf")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("token_embd.weight"), "{err}");
+    }
 }

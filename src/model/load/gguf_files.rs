@@ -332,7 +332,44 @@ impl GgufFiles {
 /// the types candle does not know are found by walking the header without it: i-quants are
 /// described as Q8_0 tensors (what they are read into) and listed; any other type is named, with
 /// its tensors.
+/// A shard's header, with every tensor's data offset checked against the file's alignment (as
+/// llama.cpp's reader checks it: `general.alignment`, 32 by default).
 fn read_header(path: &Path) -> std::result::Result<ShardHeader, ModelError> {
+    let header = read_header_unchecked(path)?;
+    let content = &header.0;
+    let alignment = content
+        .metadata
+        .get("general.alignment")
+        .and_then(|v| v.to_u32().ok())
+        .unwrap_or(32) as u64;
+    let bad = |field: String, message: String| ModelError::Config {
+        origin: path.display().to_string(),
+        field,
+        message,
+    };
+    if alignment == 0 || !alignment.is_power_of_two() {
+        return Err(bad(
+            "general.alignment".into(),
+            format!("{alignment}: must be a power of two"),
+        ));
+    }
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    for name in names {
+        let offset = content.tensor_infos[name].offset;
+        if !offset.is_multiple_of(alignment) {
+            return Err(bad(
+                name.clone(),
+                format!(
+                    "data offset {offset} is not a multiple of the file's alignment {alignment} (llama.cpp refuses such a file)"
+                ),
+            ));
+        }
+    }
+    Ok(header)
+}
+
+fn read_header_unchecked(path: &Path) -> std::result::Result<ShardHeader, ModelError> {
     let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
         source,

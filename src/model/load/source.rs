@@ -107,6 +107,11 @@ pub fn resolve(name: &str) -> Result<ModelFiles, ModelError> {
         Some((id, rev)) => (id, rev.to_string()),
         None => (id, "main".to_string()),
     };
+    check_hub_part(name, "repository", id)?;
+    check_hub_part(name, "revision", &revision)?;
+    if let Some(file) = file {
+        check_hub_part(name, "file", file)?;
+    }
     let repo = hf_hub::Repo::with_revision(id.to_string(), hf_hub::RepoType::Model, revision);
     let fetcher = Fetcher::new(repo, name)?;
     match file {
@@ -171,6 +176,29 @@ pub fn resolve(name: &str) -> Result<ModelFiles, ModelError> {
             })
         }
     }
+}
+
+/// A Hub id's repository, revision and file are joined onto the cache's folders: a part that
+/// climbs out of its folder (`..`), starts at the root, or holds a backslash, NUL or an empty
+/// component would read a file outside the repository's snapshot and name it as the
+/// repository's in the provenance.
+fn check_hub_part(name: &str, what: &str, part: &str) -> Result<(), ModelError> {
+    let bad = part.is_empty()
+        || part.starts_with('/')
+        || part.contains(['\\', '\0'])
+        || part
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..");
+    if bad {
+        return Err(ModelError::Missing {
+            origin: name.into(),
+            message: format!(
+                "{what} {part:?}: not a Hugging Face name (no `..`, `.`, empty parts, leading `/`, \
+                 backslash or NUL; a local file is named by its path, not after an id)"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The hub API, or the cache alone when HF_HUB_OFFLINE is set.
@@ -370,6 +398,32 @@ mod tests {
             "org/name@main:Q4_K_M",
         ] {
             assert!(!is_path_only(id), "{id}");
+        }
+    }
+
+    #[test]
+    fn hub_names_never_reach_outside_the_cache() {
+        // Refused before the cache or the network is asked, naming the part. (A backslash makes
+        // any name a local path: `is_path_only`.)
+        for (name, part) in [
+            ("org/name:../../x.gguf", "file"),
+            ("org/name:/abs/x.gguf", "file"),
+            ("org/name:a//x.gguf", "file"),
+            ("org/name@../../refs:Q4_K_M", "revision"),
+            ("org/..:x.gguf", "repository"),
+        ] {
+            let e = resolve(name).expect_err(name).to_string();
+            assert!(
+                e.contains(part) && e.contains("not a Hugging Face name"),
+                "{name}: {e}"
+            );
+        }
+        for good in ["org/name:sub/x.gguf", "org/name@refs/pr/1:x.gguf"] {
+            let (id, file) = good.split_once(':').expect("a file part");
+            let (id, rev) = id.split_once('@').unwrap_or((id, "main"));
+            for (what, part) in [("repository", id), ("revision", rev), ("file", file)] {
+                assert!(check_hub_part(good, what, part).is_ok(), "{good}: {what}");
+            }
         }
     }
 }

@@ -448,7 +448,14 @@ impl Transformer {
         debug_assert!(at.iter().all(|&(r, p)| r < b && p < len));
         let idx = Tensor::from_vec(flat, at.len(), &self.device)?;
         let picked = hidden.reshape((b * len, h))?.index_select(&idx, 0)?;
-        let logits = product(&self.norm.forward(&picked)?)?.to_dtype(DType::F32)?;
+        let normed = self.norm.forward(&picked)?;
+        // 0 for a row whose normed state is finite, NaN for one that is not: the quantized
+        // head's activation rounding turns NaN into 0 (finite logits from a broken state), so a
+        // broken row is carried to its logits explicitly, and every reader sees it.
+        let broken = (normed.to_dtype(DType::F32)?.sqr()?.sum_keepdim(1)? * 0.0)?;
+        let logits = product(&normed)?
+            .to_dtype(DType::F32)?
+            .broadcast_add(&broken)?;
         match self.cfg.final_softcap {
             Some(cap) => (logits / cap)?.tanh()? * cap,
             None => Ok(logits),
