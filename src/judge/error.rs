@@ -2,6 +2,12 @@
 
 use crate::model::ModelError;
 
+/// Why an item whose score positions hold NaN or infinite log-probabilities has no score: a
+/// broken model would otherwise give every item the same flat distribution.
+pub const NOT_A_NUMBER: &str = "the model's output at the score positions is not a number (NaN \
+    or infinite logits): its weights are broken (NaN or infinite values) or overflow the dtype \
+    (try --dtype f32)";
+
 #[derive(Debug, thiserror::Error)]
 pub enum JudgeError {
     #[error(transparent)]

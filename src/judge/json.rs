@@ -513,7 +513,7 @@ impl<'f> Writer<'f> {
 
     fn finish(self) -> Result<WrittenJson, JudgeError> {
         if self.broken {
-            return Ok(Err(super::scorer::NOT_A_NUMBER.to_string()));
+            return Ok(Err(super::error::NOT_A_NUMBER.to_string()));
         }
         let text = String::from_utf8(self.text).map_err(|_| {
             JudgeError::Grammar("the answer is not UTF-8 (a bug in the grammar)".into())

@@ -91,7 +91,7 @@ impl<'m> Scorer<'m> {
             let rows = &log_probs[next..next + read];
             if rows.iter().flatten().any(|v| !v.is_finite()) {
                 next += read;
-                out.push(Err(NOT_A_NUMBER.to_string()));
+                out.push(Err(super::error::NOT_A_NUMBER.to_string()));
                 continue;
             }
             let mut aspects = Vec::with_capacity(layout.aspects.len());
@@ -109,12 +109,6 @@ impl<'m> Scorer<'m> {
 
 /// An item's scores per aspect, or why it has none.
 pub type ItemScores = Result<Vec<AspectScore>, String>;
-
-/// Why an item whose score positions hold NaN or infinite log-probabilities has no score: a
-/// broken model would otherwise give every item the same flat distribution.
-pub const NOT_A_NUMBER: &str = "the model's output at the score positions is not a number (NaN \
-    or infinite logits): the model file or a setting is broken (a NaN rope base, a norm epsilon \
-    of 0 or below, weights out of range for the dtype)";
 
 impl Scorer<'_> {
     /// json mode: the objects this judge writes for several items (see `json`); `seeds` one
