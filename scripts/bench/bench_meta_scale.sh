@@ -2,7 +2,8 @@
 # `hyoka meta` at scale: N synthetic items (10 systems, dialogues of 10 turns, five raters, two
 # human aspects) with a judge's and BERTScore's results lines, then `hyoka meta` with the default
 # 1,000 bootstrap resamples; wall time and peak RSS (/usr/bin/time -v), and the same with
-# --bootstrap 0. The lines carry no input_sha256 (they are not scored from the items), hence
+# --bootstrap 0 (HYOKA_META_RESAMPLES: the resample counts to run, default "1000 0"). The lines
+# carry no input_sha256 (they are not scored from the items), hence
 # --accept-unhashed.
 # Usage: scripts/bench/bench_meta_scale.sh [N] [HYOKA]   (default 1000000, target/release/hyoka)
 set -euo pipefail
@@ -42,7 +43,7 @@ with open(f"{work}/items.jsonl", "w") as items, open(f"{work}/judge.jsonl", "w")
         f = 0.5 + 0.3 * quality + rng.gauss(0, 0.1)
         bert.write(json.dumps({"id": iid, "bertscore": {"P": f, "R": f, "F": f}, "provenance": prov_b}) + "\n")
 PY
-for boot in 1000 0; do
+for boot in ${HYOKA_META_RESAMPLES:-1000 0}; do
   /usr/bin/time -v "$bin" meta -i "$work/items.jsonl" -s "$work/judge.jsonl" -s "$work/bertscore.jsonl" \
     --accept-unhashed --bootstrap "$boot" --json "$work/summary.json" 2> "$work/time.log" > /dev/null || {
     cat "$work/time.log"; exit 1; }
