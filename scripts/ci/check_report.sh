@@ -12,7 +12,8 @@ trap 'rm -rf "$work"' EXIT
 report="${1:-}"
 if [ -z "$report" ]; then
     f=tests/fixtures/meta
-    cargo run --quiet --locked -- meta -i $f/items.jsonl -s $f/judge.jsonl -s $f/bertscore.jsonl \
+    # The reference script's lines carry no input_sha256.
+    cargo run --quiet --locked -- meta --accept-unhashed -i $f/items.jsonl -s $f/judge.jsonl -s $f/bertscore.jsonl \
         --bootstrap 200 --fit-w --markdown "$work/summary.md" --html "$work/report.html"
     report="$work/report.html"
 fi
