@@ -499,3 +499,17 @@ fn describe_source(s: &Value) -> String {
         s["device"].as_str().unwrap_or("?")
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::md_text;
+
+    /// A name from the data cannot end its table cell or table, or be read as markup.
+    #[test]
+    fn names_from_the_data_stay_text_in_a_table() {
+        assert_eq!(md_text("a|b\n<script>&x"), "a\\|b &lt;script&gt;&amp;x");
+        let row = format!("| {} | 1 |", md_text("sys|tem\r\nnext"));
+        let cells = row.split(" | ").count();
+        assert_eq!((cells, row.lines().count()), (2, 1), "{row}");
+    }
+}

@@ -686,4 +686,23 @@ fn a_summary_of_hand_made_verdicts_counts_as_by_hand() {
         .find(|r| r.system == "b")
         .unwrap();
     assert!((b.human["overall"] - 0.5).abs() < 1e-15);
+
+    // Intervals resample contexts: over one context every resample is that context, a
+    // zero-width interval that would say nothing; there is none (and the summary says why).
+    let boot = PairwiseOptions {
+        bootstrap: 200,
+        ..PairwiseOptions::default()
+    };
+    let both = summarize(&frame, &boot);
+    assert!(both.aspects[0].systems.iter().all(|r| r.interval.is_some()));
+    let one = join(
+        &items,
+        records[..1].to_vec(),
+        std::path::Path::new("pairs.jsonl"),
+    )
+    .unwrap();
+    let s = summarize(&one, &boot);
+    assert!(s.aspects[0].systems.iter().all(|r| r.strength.is_some()));
+    assert!(s.aspects[0].systems.iter().all(|r| r.interval.is_none()));
+    assert!(hyoka::meta::pairwise::markdown(&s).contains("One context"));
 }

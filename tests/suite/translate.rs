@@ -463,4 +463,10 @@ fn a_translation_cut_at_its_limit_fails_or_is_kept_and_named() {
     assert_eq!(t.unfinished, ["context[0]", "context[1]", "response"]);
     let lines = std::fs::read_to_string(&store).unwrap();
     assert_eq!(lines.matches("\"finished\":false").count(), 6);
+    assert_eq!(kept.cut, 6);
+    // Without keep_unfinished, the store's cut translations are not translations: all or
+    // nothing, the six counted for the message that names them.
+    let again = go(cut);
+    assert_eq!((again.cut_in_store, again.cut), (6, 0));
+    assert_eq!(again.items.as_ref().unwrap_err().len(), 6);
 }
