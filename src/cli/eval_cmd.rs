@@ -64,7 +64,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         )));
     }
     let mut items = read_or_import(&args, Grouping::Dialogues)?;
-    let whole = shard.map(|_| super::shard_set::digest(&items));
+    let whole = shard.map(|_| crate::data::select::set_digest(&items));
     if let Some(s) = shard {
         items = s.select(items);
     }

@@ -57,7 +57,7 @@ pub(super) fn run_pairwise(
         Some(read) => read.items.clone(),
         None => read_or_import(args, Grouping::Contexts)?,
     };
-    let whole = shard.map(|_| super::shard_set::digest(&items));
+    let whole = shard.map(|_| crate::data::select::set_digest(&items));
     if let Some(s) = shard {
         items = s.select_groups(items, Grouping::Contexts);
     }

@@ -11,11 +11,6 @@ use std::path::{Path, PathBuf};
 /// The file in a shard's folder.
 pub(super) const SHARD_SET: &str = "shard.json";
 
-/// The set's item count and digest (`data::select::set_digest`).
-pub(super) fn digest(items: &[Item]) -> (usize, String) {
-    crate::data::select::set_digest(items)
-}
-
 /// Record in `dir` that it is shard `shard` of the set `whole`.
 pub(super) fn record(dir: &Path, shard: &str, whole: &(usize, String)) -> anyhow::Result<()> {
     let doc = json!({"shard": shard, "whole_set": {"items": whole.0, "sha256": whole.1}});
@@ -86,8 +81,7 @@ impl Recorded {
         &self,
         items: impl Iterator<Item = &'a [Item]>,
     ) -> Result<(), DataError> {
-        let all: Vec<Item> = items.flat_map(|i| i.iter().cloned()).collect();
-        let here = digest(&all);
+        let here = crate::data::select::set_digest(items.flatten());
         if here == self.set {
             return Ok(());
         }

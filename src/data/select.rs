@@ -154,11 +154,12 @@ impl Shard {
 
 /// A set of items' count and digest: sha256 over its items in id order, each item's id, a NUL,
 /// and its line as an items file holds it. Shards record the set they were cut from with it.
-pub fn set_digest(items: &[Item]) -> (usize, String) {
+pub fn set_digest<'a>(items: impl IntoIterator<Item = &'a Item>) -> (usize, String) {
     let mut lines: Vec<(&str, String)> = items
-        .iter()
+        .into_iter()
         .map(|it| (it.id.as_str(), it.to_json_line()))
         .collect();
+    let count = lines.len();
     lines.sort();
     let mut text = String::new();
     for (id, line) in lines {
@@ -167,7 +168,7 @@ pub fn set_digest(items: &[Item]) -> (usize, String) {
         text.push_str(&line);
         text.push('\n');
     }
-    (items.len(), crate::checksum::sha256_hex(text.as_bytes()))
+    (count, crate::checksum::sha256_hex(text.as_bytes()))
 }
 
 impl std::fmt::Display for Shard {
