@@ -6,6 +6,7 @@
 //! the tokenizer's special tokens (`bos_token`, `eos_token`, …) next to `messages`. We mirror each
 //! of these with minijinja; Python string methods come from minijinja-contrib's pycompat.
 
+use super::bounded_methods::MAX_JSON_INDENT;
 use super::pyjson;
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, ErrorKind};
@@ -88,7 +89,7 @@ impl ChatTemplate {
         origin: &str,
     ) -> Result<Self, TemplateError> {
         let mut env = crate::prompt::template_environment();
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_unknown_method_callback(crate::prompt::bounded_methods::python_methods);
         env.add_filter("tojson", tojson);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", fixed_date);
@@ -395,11 +396,21 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, minijinja::Error> {
     let indent = match indent {
         None => None,
         Some(v) if v.is_none() => None,
-        Some(v) => match v.as_str() {
-            Some(s) => Some(s.to_string()),
-            None => Some(" ".repeat(i64::try_from(v)?.max(0) as usize)),
-        },
+        Some(v) => Some(match v.as_str() {
+            Some(s) => s.to_string(),
+            None => {
+                let width = usize::try_from(i64::try_from(v)?.max(0)).unwrap_or(usize::MAX);
+                " ".repeat(width.min(MAX_JSON_INDENT + 1))
+            }
+        }),
     };
+    // The indent is written once per level per line: a long one multiplies the output.
+    if indent.as_ref().is_some_and(|s| s.len() > MAX_JSON_INDENT) {
+        return Err(minijinja::Error::new(
+            ErrorKind::OutOfFuel,
+            format!("tojson's indent is longer than the template limit of {MAX_JSON_INDENT}"),
+        ));
+    }
     let json: serde_json::Value = serde_json::to_value(&value)
         .map_err(|e| minijinja::Error::new(ErrorKind::BadSerialization, e.to_string()))?;
     let options = pyjson::DumpOptions {
@@ -470,5 +481,58 @@ mod tests {
         let t = ChatTemplate::new(ok, BTreeMap::new(), "ok.jinja").unwrap();
         let spaced = [Message::new("user", "  こんにちは \n")];
         assert_eq!(t.render(&spaced, true).unwrap(), "<user>こんにちは");
+    }
+
+    /// Values grown without bound (doubled in a loop, in a capture, by recursion, or made huge
+    /// in one step by replace, join, indent, a format width, slicing, a JSON indent or
+    /// repetition) stop with the template's bound, as an exhausted template, instead of taking
+    /// the process's memory (which aborts it).
+    #[test]
+    fn templates_cannot_grow_values_without_bound() {
+        let messages = [Message::new("user", "こんにちは")];
+        let start = std::time::Instant::now();
+        let show = "{{ messages[0]['content'] }}";
+        for growth in [
+            "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+            "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+            "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s * 2 %}{% endfor %}",
+            "{% macro f(s, n) %}{% if n > 0 %}{% set t %}{{ s }}{{ s }}{% endset %}{{ f(t, n - 1) }}{% endif %}{% endmacro %}{{ f('x', 64) }}",
+            "{% set big = 'x' * 1000000 %}{% set s %}{% for i in range(100000) %}{{ big }}{% endfor %}{% endset %}",
+            "{% macro f(s, n) %}{% if n > 0 %}{{ f(s ~ s, n - 1) }}{% endif %}{% endmacro %}{{ f('x', 64) }}",
+            "{% set ns = namespace(s='x' * 1000) %}{% for i in range(8) %}{% set ns.s = ns.s | replace('x', ns.s) %}{% endfor %}",
+            "{% set ns = namespace(s='x' * 1000) %}{% for i in range(8) %}{% set ns.s = ns.s.replace('x', ns.s) %}{% endfor %}",
+            "{% set s = 'x' * 1000000 %}{{ ([s] * 100000) | join('') | length }}",
+            "{% set s = 'x' * 1000000 %}{{ ''.join([s] * 100000) | length }}",
+            "{{ 'a\nb\nc' | indent(10000000000) }}",
+            "{{ '%99999999999s' | format('x') }}",
+            "{{ [1, 2] | slice(1000000000) | length }}",
+            "{{ messages | tojson(indent=1000000000) }}",
+            "{% set ns = namespace(l=[0]) %}{% for i in range(30) %}{% set ns.l = ns.l * 2 %}{% endfor %}{{ ns.l | length }}",
+            "{% set s = 'x' * 100000000 %}",
+        ] {
+            let source = format!("{growth}{show}");
+            let t = ChatTemplate::new(&source, BTreeMap::new(), "hostile.gguf").unwrap();
+            match t.render(&messages, true) {
+                Err(err) => assert!(err.exhausted(), "{growth}: {err}"),
+                Ok(text) => panic!("{growth}: rendered {} bytes", text.len()),
+            }
+        }
+        assert!(start.elapsed().as_secs() < 60, "bounded in time too");
+        // What chat templates do with real conversations stays well inside the bounds.
+        let long: Vec<Message> = (0..2000)
+            .map(|i| {
+                Message::new(
+                    if i % 2 == 0 { "user" } else { "assistant" },
+                    "会話".repeat(200),
+                )
+            })
+            .collect();
+        let qwen = "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}{% endfor %}";
+        let appending = "{% set ns = namespace(all=[], text='') %}{% for m in messages %}{% set ns.all = ns.all + [m['content']] %}{% set ns.text = ns.text ~ m['role'] %}{% endfor %}{{ ns.all | join('\n') }}";
+        for source in [qwen, appending] {
+            let t = ChatTemplate::new(source, BTreeMap::new(), "ok.jinja").unwrap();
+            let text = t.render(&long, false).unwrap();
+            assert!(text.len() > 2000 * 1200, "{}", text.len());
+        }
     }
 }

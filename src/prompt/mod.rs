@@ -1,6 +1,7 @@
 //! Stage 3 — prompts: a rubric and an item become the judge's messages and per-aspect answer
 //! prefixes; a model's chat template turns those into the exact text the model reads.
 
+pub mod bounded_methods;
 pub mod chat_template;
 pub mod pyjson;
 
@@ -66,7 +67,8 @@ pub fn template_environment() -> Environment<'static> {
     env
 }
 
-/// Whether a render failed for running out of its bounded work or output.
+/// Whether a render failed for running out of its bounded work, output or the size of a value
+/// it builds (the engine reports all three as running out of fuel).
 pub fn exhausted(e: &minijinja::Error) -> bool {
     e.kind() == minijinja::ErrorKind::OutOfFuel
 }
@@ -189,7 +191,7 @@ impl PromptBuilder {
         let mut env = template_environment();
         // A typo in a rubric ({{ respnse.text }}) must fail, not render as empty text.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_unknown_method_callback(bounded_methods::python_methods);
         let mut add = |name: &'static str, source: &str| {
             env.add_template_owned(name, source.to_string())
                 .map_err(|e| PromptError::Template {
