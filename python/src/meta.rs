@@ -3,7 +3,7 @@
 
 use crate::errors::{raise, to_py, usage};
 use crate::options::Options;
-use hyoka::meta::pairwise::{PairwiseOptions, are_pairwise, read_records};
+use hyoka::meta::pairwise::{PairwiseOptions, is_pairwise, read_records};
 use hyoka::meta::{Half, MetaError, MetaOptions, Summary, parse_aspect_levels};
 use hyoka::model::runtime_options::parse_choice;
 use hyoka::results::reader::ResultsInput;
@@ -120,8 +120,8 @@ pub fn meta(
             })
             .collect::<Result<Vec<_>, _>>()?;
         for (k, input) in inputs.iter().enumerate() {
-            let records = read_records(input)?;
-            if are_pairwise(&records) {
+            if is_pairwise(input)? {
+                let records = read_records(input)?;
                 // By the names Python takes them (`--fit-w` is `fit_w`).
                 let mut unused: Vec<String> = opts
                     .not_for_pairwise()

@@ -144,7 +144,7 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
             let mut seen: BTreeSet<String> = BTreeSet::new();
             read_records(&path, |number, line, record| {
                 match &first {
-                    None => first = Some(record.provenance.clone()),
+                    None => first = Some((*record.provenance).clone()),
                     Some(p) => p.ensure_same(&record.provenance, &path, number)?,
                 }
                 let Some(unit) = units.get(record.id.as_str()) else {

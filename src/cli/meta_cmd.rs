@@ -273,7 +273,16 @@ pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
     options
         .breakdown
         .check_aspects(frame.distributions.iter().map(|d| d.aspect.as_str()))?;
-    let summary = Summary::compute(&mut frame, &options)?;
+    let bar = super::running::progress_bar("bootstrap");
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} resamples (eta {eta})")
+            .expect("the template is valid"),
+    );
+    let summary = Summary::compute_with_progress(&mut frame, &options, &|done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })?;
+    bar.finish_and_clear();
     write_outputs(&summary, args.json.as_deref(), args.markdown.as_deref())?;
     if let Some(p) = &args.html {
         crate::files::write_atomic(p, crate::report::html(&summary, &frame).as_bytes())
@@ -288,10 +297,10 @@ pub type PairwiseLines = (PathBuf, Vec<(usize, crate::results::Record)>);
 /// The lines of the results file when it holds pairwise results (`hyoka compare`'s), which
 /// are meta-evaluated alone; None for judge and BERTScore results.
 fn pairwise_records(inputs: &[ResultsInput]) -> anyhow::Result<Option<PairwiseLines>> {
-    use crate::meta::pairwise::{are_pairwise, read_records};
+    use crate::meta::pairwise::{is_pairwise, read_records};
     for (n, input) in inputs.iter().enumerate() {
-        let records = read_records(input)?;
-        if are_pairwise(&records) {
+        if is_pairwise(input)? {
+            let records = read_records(input)?;
             if inputs.len() > 1 {
                 return Err(super::exit::usage(format!(
                     "{} holds pairwise results (hyoka compare): give it to meta alone, without {}",

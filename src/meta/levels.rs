@@ -1,6 +1,7 @@
 //! Correlation of one score column with one human column at one level, with p-values and a
 //! seeded percentile bootstrap interval.
 
+use super::resample::Prepared;
 use super::stats::{Correlation, Method};
 use crate::data::Item;
 use crate::rng::{SplitMix64, keyed_hash};
@@ -87,13 +88,24 @@ impl Cell {
     }
 }
 
-/// The pairs (score, human) where both exist, the system of each, and how the level groups
-/// them for resampling: single items at item and system level (systems are recomputed from
-/// resampled items), whole dialogues at dialogue level.
+/// The pairs (score, human) where both exist, the system of each, and the dialogues that group
+/// them at dialogue level. Item and system level resample single pairs (systems are
+/// recomputed from the resampled pairs), dialogue level whole dialogues.
 struct Units {
     pairs: Vec<(f64, f64)>,
     system_of: Vec<usize>,
-    groups: Vec<Vec<usize>>,
+    systems: usize,
+    dialogues: Vec<Vec<usize>>,
+}
+
+impl Units {
+    /// How many units a resample draws at `level`.
+    fn count(&self, level: Level) -> usize {
+        match level {
+            Level::Item | Level::System => self.pairs.len(),
+            Level::Dialogue => self.dialogues.len(),
+        }
+    }
 }
 
 /// None when the level does not apply (no system on some item, no dialogues) or nothing pairs.
@@ -119,86 +131,85 @@ fn units(level: Level, items: &[Item], x: &[Option<f64>], y: &[Option<f64>]) -> 
                 .or_insert(next)
         })
         .collect();
-    let groups: Vec<Vec<usize>> = match level {
-        Level::Item | Level::System => (0..pairs.len()).map(|k| vec![k]).collect(),
-        Level::Dialogue => {
-            let mut by: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-            for (k, &i) in owners.iter().enumerate() {
-                if let Some(d) = items[i].dialogue.as_deref() {
-                    by.entry(d).or_default().push(k);
-                }
+    let mut dialogues = Vec::new();
+    if level == Level::Dialogue {
+        let mut by: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (k, &i) in owners.iter().enumerate() {
+            if let Some(d) = items[i].dialogue.as_deref() {
+                by.entry(d).or_default().push(k);
             }
-            by.into_values().collect()
         }
-    };
-    (!groups.is_empty()).then_some(Units {
+        dialogues = by.into_values().collect();
+    }
+    let units = Units {
         pairs,
         system_of,
-        groups,
-    })
+        systems: system_ids.len(),
+        dialogues,
+    };
+    (units.count(level) > 0).then_some(units)
 }
 
-/// The level's coefficient from the pairs in `chosen` (indices into `pairs`, repeats allowed).
-/// Returns the number of units and, per method, the coefficient (and p-value where it has one).
-fn statistic(
-    level: Level,
-    units: &Units,
-    chosen: &[&[usize]],
-    method: Method,
-    with_p: bool,
-) -> (usize, Option<Correlation>) {
-    let (pairs, system_of) = (&units.pairs, &units.system_of);
+/// The level's coefficient over all units, with the number of units it rests on (and the
+/// p-value where the level has one).
+fn statistic(level: Level, units: &Units, method: Method) -> (usize, Option<Correlation>) {
+    let pairs = &units.pairs;
     match level {
         Level::Item => {
-            let (x, y): (Vec<f64>, Vec<f64>) = chosen
-                .iter()
-                .flat_map(|g| g.iter().map(|&k| pairs[k]))
-                .unzip();
-            (x.len(), correlate_pairs(method, &x, &y, with_p))
+            let (x, y): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
+            (x.len(), method.correlate(&x, &y))
         }
         Level::System => {
-            let mut sums: BTreeMap<usize, (f64, f64, f64)> = BTreeMap::new();
-            for &k in chosen.iter().flat_map(|g| g.iter()) {
-                let e = sums.entry(system_of[k]).or_default();
-                e.0 += pairs[k].0;
-                e.1 += pairs[k].1;
-                e.2 += 1.0;
-            }
-            let (x, y): (Vec<f64>, Vec<f64>) =
-                sums.values().map(|(a, b, n)| (a / n, b / n)).unzip();
-            (x.len(), correlate_pairs(method, &x, &y, with_p))
+            let counts = vec![1; pairs.len()];
+            let (x, y) = system_means(units, &counts);
+            (x.len(), method.correlate(&x, &y))
         }
         Level::Dialogue => {
-            let mut total = 0.0;
-            let mut defined = 0;
-            for g in chosen {
-                let (x, y): (Vec<f64>, Vec<f64>) = g.iter().map(|&k| pairs[k]).unzip();
-                if let Some(c) = correlate_pairs(method, &x, &y, false) {
-                    total += c.r;
-                    defined += 1;
-                }
-            }
-            let mean = (defined > 0).then(|| Correlation {
-                r: total / defined as f64,
+            let r = dialogue_coefficients(units, method);
+            let defined: Vec<f64> = r.into_iter().flatten().collect();
+            let mean = (!defined.is_empty()).then(|| Correlation {
+                r: defined.iter().sum::<f64>() / defined.len() as f64,
                 p: f64::NAN,
             });
-            (defined, mean)
+            (defined.len(), mean)
         }
     }
 }
 
-fn correlate_pairs(method: Method, x: &[f64], y: &[f64], with_p: bool) -> Option<Correlation> {
-    if with_p {
-        return method.correlate(x, y);
+/// Each system's mean score and mean rating over its pairs, pair k counted `counts[k]` times;
+/// systems without a counted pair left out.
+fn system_means(units: &Units, counts: &[u32]) -> (Vec<f64>, Vec<f64>) {
+    let mut sums = vec![(0.0, 0.0, 0.0); units.systems];
+    for ((&(a, b), &system), &c) in units.pairs.iter().zip(&units.system_of).zip(counts) {
+        if c > 0 {
+            let c = f64::from(c);
+            let e = &mut sums[system];
+            e.0 += c * a;
+            e.1 += c * b;
+            e.2 += c;
+        }
     }
-    Some(Correlation {
-        r: method.coefficient(x, y)?,
-        p: f64::NAN,
-    })
+    sums.iter()
+        .filter(|s| s.2 > 0.0)
+        .map(|(a, b, n)| (a / n, b / n))
+        .unzip()
+}
+
+/// Each dialogue's coefficient (None where undefined).
+fn dialogue_coefficients(units: &Units, method: Method) -> Vec<Option<f64>> {
+    units
+        .dialogues
+        .iter()
+        .map(|d| {
+            let (x, y): (Vec<f64>, Vec<f64>) = d.iter().map(|&k| units.pairs[k]).unzip();
+            method.coefficient(&x, &y)
+        })
+        .collect()
 }
 
 /// Correlate score column `x` with human column `y` over `items` at `level`. `key` names the
-/// cell so that its bootstrap draws depend only on the seed and the cell, not on the others.
+/// cell so that its bootstrap draws depend only on the seed and the cell, not on the others;
+/// `resampled` is told of each resample drawn.
 pub fn correlate(
     level: Level,
     items: &[Item],
@@ -206,9 +217,11 @@ pub fn correlate(
     y: &[Option<f64>],
     boot: &Bootstrap,
     key: &str,
+    resampled: &(dyn Fn() + Sync),
 ) -> Option<Cell> {
     let units = units(level, items, x, y)?;
-    let all: Vec<&[usize]> = units.groups.iter().map(Vec::as_slice).collect();
+    let prepared =
+        (level == Level::Item && boot.resamples > 0).then(|| Prepared::new(&units.pairs));
     let mut cell = Cell {
         n: 0,
         pearson: None,
@@ -216,15 +229,24 @@ pub fn correlate(
         kendall: None,
     };
     for method in Method::ALL {
-        let (units_used, c) = statistic(level, &units, &all, method, level != Level::Dialogue);
+        let (units_used, c) = statistic(level, &units, method);
         cell.n = cell.n.max(units_used);
         let Some(c) = c else { continue };
-        let ci = interval(
+        let resample = Resample {
             level,
-            &units,
+            units: &units,
+            prepared: prepared.as_ref(),
             method,
+            dialogue_r: match level {
+                Level::Dialogue => dialogue_coefficients(&units, method),
+                _ => Vec::new(),
+            },
+        };
+        let ci = interval(
+            &resample,
             boot,
             &format!("{key}\u{0}{}", method.name()),
+            resampled,
         );
         let stat = Stat {
             r: c.r,
@@ -240,32 +262,71 @@ pub fn correlate(
     Some(cell)
 }
 
+/// What a resample of one cell needs, prepared once for all its resamples.
+struct Resample<'a> {
+    level: Level,
+    units: &'a Units,
+    /// Item level: the pairs sorted once.
+    prepared: Option<&'a Prepared>,
+    method: Method,
+    /// Dialogue level: each dialogue's coefficient, which a resample averages.
+    dialogue_r: Vec<Option<f64>>,
+}
+
+impl Resample<'_> {
+    /// The coefficient of the resample holding unit k `counts[k]` times.
+    fn coefficient(&self, counts: &[u32]) -> Option<f64> {
+        match self.level {
+            Level::Item => self.prepared?.coefficient(self.method, counts),
+            Level::System => {
+                let (x, y) = system_means(self.units, counts);
+                self.method.coefficient(&x, &y)
+            }
+            Level::Dialogue => {
+                let (mut total, mut defined) = (0.0, 0u64);
+                for (r, &c) in self.dialogue_r.iter().zip(counts) {
+                    if let (Some(r), true) = (r, c > 0) {
+                        total += f64::from(c) * r;
+                        defined += u64::from(c);
+                    }
+                }
+                (defined > 0).then(|| total / defined as f64)
+            }
+        }
+    }
+}
+
 /// Percentile interval over resamples of the level's units; None when turned off, or when the
 /// coefficient is undefined in more than half of the resamples.
 fn interval(
-    level: Level,
-    units: &Units,
-    method: Method,
+    resample: &Resample<'_>,
     boot: &Bootstrap,
     key: &str,
+    resampled: &(dyn Fn() + Sync),
 ) -> Option<[f64; 2]> {
-    let groups = &units.groups;
     if boot.resamples == 0 {
         return None;
     }
     // One stream of draws, resample after resample; each resample starts where the ones
     // before it leave the stream, so they run in parallel and give one pass's numbers.
     let start = SplitMix64(keyed_hash(boot.seed, key));
-    let n = groups.len();
+    let n = resample.units.count(resample.level);
     let mut values: Vec<f64> = (0..boot.resamples)
         .into_par_iter()
-        .filter_map(|r| {
-            let mut rng = start.after((r as u64).wrapping_mul(n as u64));
-            let chosen: Vec<&[usize]> = (0..n).map(|_| groups[rng.below(n)].as_slice()).collect();
-            statistic(level, units, &chosen, method, false)
-                .1
-                .map(|c| c.r)
-        })
+        .map_init(
+            || vec![0u32; n],
+            |counts, r| {
+                counts.fill(0);
+                let mut rng = start.after((r as u64).wrapping_mul(n as u64));
+                for _ in 0..n {
+                    counts[rng.below(n)] += 1;
+                }
+                let value = resample.coefficient(counts);
+                resampled();
+                value
+            },
+        )
+        .flatten()
         .collect();
     if values.len() * 2 < boot.resamples {
         return None;

@@ -13,6 +13,7 @@ mod inputs;
 mod levels;
 pub mod options;
 pub mod pairwise;
+mod resample;
 pub mod routes;
 pub mod stats;
 mod summary;

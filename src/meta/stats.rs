@@ -229,6 +229,21 @@ fn tau_b(c: &KendallCounts) -> f64 {
         .clamp(-1.0, 1.0)
 }
 
+/// Tau-b from the pair counts of `n` units: discordant pairs, pairs tied in x, in y and in both.
+pub fn tau_b_counts(n: u64, discordant: u64, x_ties: u64, y_ties: u64, joint_ties: u64) -> f64 {
+    tau_b(&KendallCounts {
+        n,
+        discordant,
+        x_ties,
+        y_ties,
+        joint_ties,
+        x0: 0.0,
+        x1: 0.0,
+        y0: 0.0,
+        y1: 0.0,
+    })
+}
+
 /// scipy.stats.kendalltau (variant b, method "auto"): the exact null distribution without ties
 /// for n ≤ 33 (or ≤ 1 discordant/concordant pair), the tie-corrected normal approximation otherwise.
 pub fn kendall_tau_b(x: &[f64], y: &[f64]) -> Option<Correlation> {

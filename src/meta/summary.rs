@@ -7,6 +7,7 @@ use super::combine::{FitW, add_combined, fit_w};
 use super::detection::{BreakdownEntry, BreakdownOptions, breakdown_detection};
 use super::frame::{Family, Frame};
 use super::levels::{Bootstrap, Cell, Level, Stat, correlate};
+use super::stats::Method;
 use rayon::prelude::*;
 use serde_json::Value;
 use std::fmt::Write;
@@ -66,6 +67,16 @@ pub struct Summary {
 impl Summary {
     /// Compute everything over `frame` (combined columns are added to it).
     pub fn compute(frame: &mut Frame, opts: &MetaOptions) -> Result<Summary, MetaError> {
+        Self::compute_with_progress(frame, opts, &|_, _| {})
+    }
+
+    /// [`Summary::compute`], telling `progress` (done, total) of the bootstrap resamples as
+    /// they are drawn, from any thread.
+    pub fn compute_with_progress(
+        frame: &mut Frame,
+        opts: &MetaOptions,
+        progress: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<Summary, MetaError> {
         if frame.human_keys.is_empty() {
             return Err(MetaError::Input(
                 "no item has human ratings (`human` field): nothing to meta-evaluate against"
@@ -119,11 +130,19 @@ impl Summary {
             }
         }
         let items = &frame.items;
+        // Each cell draws its resamples for each of its three coefficients.
+        let total = tasks.len() * Method::ALL.len() * opts.bootstrap.resamples;
+        let drawn = std::sync::atomic::AtomicUsize::new(0);
+        let resampled = || {
+            let done = drawn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            progress(done, total);
+        };
         let correlations: Vec<Entry> = tasks
             .par_iter()
             .filter_map(|(row, c, key, h, level)| {
                 let cell_key = format!("{row}\u{0}{key}\u{0}{}", level.name());
-                correlate(*level, items, &c.values, h, &opts.bootstrap, &cell_key).map(|cell| {
+                let boot = &opts.bootstrap;
+                correlate(*level, items, &c.values, h, boot, &cell_key, &resampled).map(|cell| {
                     Entry {
                         row: row.clone(),
                         human: (*key).clone(),

@@ -4,7 +4,7 @@
 
 use super::ResultsError;
 use super::provenance::Provenance;
-use super::record::Record;
+use super::record::{Record, SharedProvenance};
 use crate::data::lines::{Line, Lines, MAX_LINE_BYTES, ReadError};
 use std::collections::HashMap;
 use std::io::{BufReader, Read};
@@ -113,8 +113,8 @@ pub fn read_input_records(
     for line in records(input)? {
         let (number, text, record) = line?;
         match &first {
-            None => first = Some(record.provenance.clone()),
-            Some(p) if *p == record.provenance => {}
+            None => first = Some((*record.provenance).clone()),
+            Some(p) if *p == *record.provenance => {}
             Some(p) => {
                 if let Some((what, theirs, ours)) = record.provenance.difference(p) {
                     return Err(corrupt(
@@ -146,6 +146,7 @@ fn records(
 ) -> Result<impl Iterator<Item = Result<(usize, String, Record), ResultsError>> + '_, ResultsError>
 {
     let path = input.path.as_path();
+    let mut shared = SharedProvenance::default();
     Ok(
         Lines::new(BufReader::new(input.reader()?), MAX_LINE_BYTES).filter_map(move |line| {
             let read = (|| {
@@ -153,7 +154,7 @@ fn records(
                 if text.trim().is_empty() {
                     return Ok(None);
                 }
-                let record = Record::parse(&text).map_err(|e| ResultsError::Corrupt {
+                let record = Record::parse_sharing(&text, &mut shared).map_err(|e| ResultsError::Corrupt {
                     path: path.to_path_buf(),
                     line: number,
                     message: e.to_string(),

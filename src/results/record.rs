@@ -10,6 +10,7 @@ pub use super::line_fields::FieldError;
 use super::line_fields::field_error;
 use super::prf::Prf;
 use super::provenance::{Provenance, Task};
+use std::sync::Arc;
 use super::scores::AspectScore;
 use super::verdicts::{PairVerdict, VerdictProbs};
 use serde_json::{Map, Value, json};
@@ -25,7 +26,14 @@ pub struct Record {
     pub body: Result<Body, String>,
     /// An error line of an item with nothing to score by definition (`not_applicable_line`).
     pub not_applicable: bool,
-    pub provenance: Provenance,
+    /// Shared by the lines of one file that carry the same provenance (all of a run's do).
+    pub provenance: Arc<Provenance>,
+}
+
+/// The last provenance read from a file, parsed, for the lines after it that repeat it.
+#[derive(Default)]
+pub struct SharedProvenance {
+    last: Option<(Value, Arc<Provenance>)>,
 }
 
 /// What a scorer found for one item. One arm per scorer (see `provenance::Task`).
@@ -90,7 +98,7 @@ impl Record {
 
     /// The line as written to a results file (no newline).
     pub fn to_line(&self) -> String {
-        let provenance = serde_json::to_value(&self.provenance).expect("provenance serialises");
+        let provenance = serde_json::to_value(&*self.provenance).expect("provenance serialises");
         write_line(
             &json!(self.id),
             self.input.as_deref(),
@@ -102,6 +110,15 @@ impl Record {
 
     /// Read one line; the provenance's task says which fields it has.
     pub fn parse(text: &str) -> Result<Record, FieldError> {
+        Self::parse_sharing(text, &mut SharedProvenance::default())
+    }
+
+    /// [`Record::parse`] for the lines of one file: a provenance equal to the previous line's
+    /// is held once.
+    pub fn parse_sharing(
+        text: &str,
+        shared: &mut SharedProvenance,
+    ) -> Result<Record, FieldError> {
         let v: Value =
             serde_json::from_str(text).map_err(|e| field_error("", format!("not JSON: {e}")))?;
         let Value::Object(line) = v else {
@@ -121,8 +138,17 @@ impl Record {
         let provenance = line
             .get("provenance")
             .ok_or_else(|| field_error("provenance", "missing: not a hyoka results file"))?;
-        let provenance: Provenance = serde_json::from_value(provenance.clone())
-            .map_err(|e| field_error("provenance", e.to_string()))?;
+        let provenance = match &shared.last {
+            Some((text, parsed)) if text == provenance => parsed.clone(),
+            _ => {
+                let parsed: Arc<Provenance> = Arc::new(
+                    serde_json::from_value(provenance.clone())
+                        .map_err(|e| field_error("provenance", e.to_string()))?,
+                );
+                shared.last = Some((provenance.clone(), parsed.clone()));
+                parsed
+            }
+        };
         let body = match line.get("error") {
             Some(e) => Err(e
                 .as_str()

@@ -132,11 +132,10 @@ pub fn read_records(input: &ResultsInput) -> Result<Vec<(usize, Record)>, MetaEr
     Ok(records)
 }
 
-/// Whether these lines are pairwise results (`hyoka compare`'s).
-pub fn are_pairwise(records: &[(usize, Record)]) -> bool {
-    records
-        .first()
-        .is_some_and(|(_, r)| r.task() == crate::results::Task::Compare)
+/// Whether a results input holds pairwise results (`hyoka compare`'s), from its first line:
+/// pairwise lines are held in memory, the others stream into a frame.
+pub fn is_pairwise(input: &ResultsInput) -> Result<bool, MetaError> {
+    Ok(crate::results::reader::first_task(input)? == Some(crate::results::Task::Compare))
 }
 
 /// Join `records` (one run's pairwise lines, read from `origin`: a path for errors) with
@@ -158,7 +157,7 @@ pub fn join<'a>(
         errors: 0,
         unmatched: 0,
         provenance: match records.first() {
-            Some((_, r)) => r.provenance.clone(),
+            Some((_, r)) => (*r.provenance).clone(),
             None => {
                 return Err(MetaError::Input(format!(
                     "{}: no results lines",
