@@ -220,34 +220,37 @@ pub fn correlate(
     resampled: &(dyn Fn() + Sync),
 ) -> Option<Cell> {
     let units = units(level, items, x, y)?;
-    let prepared =
-        (level == Level::Item && boot.resamples > 0).then(|| Prepared::new(&units.pairs));
     let mut cell = Cell {
         n: 0,
         pearson: None,
         spearman: None,
         kendall: None,
     };
+    let mut defined = Vec::new();
     for method in Method::ALL {
         let (units_used, c) = statistic(level, &units, method);
         cell.n = cell.n.max(units_used);
-        let Some(c) = c else { continue };
-        let resample = Resample {
-            level,
-            units: &units,
-            prepared: prepared.as_ref(),
-            method,
-            dialogue_r: match level {
-                Level::Dialogue => dialogue_coefficients(&units, method),
-                _ => Vec::new(),
-            },
-        };
-        let ci = interval(
-            &resample,
-            boot,
-            &format!("{key}\u{0}{}", method.name()),
-            resampled,
-        );
+        if let Some(c) = c {
+            defined.push((method, c));
+        }
+    }
+    let prepared =
+        (level == Level::Item && boot.resamples > 0).then(|| Prepared::new(&units.pairs));
+    let resample = Resample {
+        level,
+        units: &units,
+        prepared: prepared.as_ref(),
+        methods: defined.iter().map(|(m, _)| *m).collect(),
+        dialogue_r: match level {
+            Level::Dialogue => defined
+                .iter()
+                .map(|(m, _)| dialogue_coefficients(&units, *m))
+                .collect(),
+            _ => Vec::new(),
+        },
+    };
+    let intervals = intervals(&resample, boot, key, resampled);
+    for ((method, c), ci) in defined.into_iter().zip(intervals) {
         let stat = Stat {
             r: c.r,
             p: c.p.is_finite().then_some(c.p),
@@ -262,56 +265,67 @@ pub fn correlate(
     Some(cell)
 }
 
-/// What a resample of one cell needs, prepared once for all its resamples.
+/// What the resamples of one cell need, prepared once for all of them.
 struct Resample<'a> {
     level: Level,
     units: &'a Units,
     /// Item level: the pairs sorted once.
     prepared: Option<&'a Prepared>,
-    method: Method,
-    /// Dialogue level: each dialogue's coefficient, which a resample averages.
-    dialogue_r: Vec<Option<f64>>,
+    /// The coefficients defined on all units, whose intervals are drawn.
+    methods: Vec<Method>,
+    /// Dialogue level, per method: each dialogue's coefficient, which a resample averages.
+    dialogue_r: Vec<Vec<Option<f64>>>,
 }
 
 impl Resample<'_> {
-    /// The coefficient of the resample holding unit k `counts[k]` times.
-    fn coefficient(&self, counts: &[u32]) -> Option<f64> {
+    /// Each method's coefficient on the resample holding unit k `counts[k]` times.
+    fn coefficients(&self, counts: &[u32]) -> Vec<Option<f64>> {
         match self.level {
-            Level::Item => self.prepared?.coefficient(self.method, counts),
+            Level::Item => self
+                .methods
+                .iter()
+                .map(|&m| self.prepared?.coefficient(m, counts))
+                .collect(),
             Level::System => {
                 let (x, y) = system_means(self.units, counts);
-                self.method.coefficient(&x, &y)
+                self.methods.iter().map(|m| m.coefficient(&x, &y)).collect()
             }
-            Level::Dialogue => {
-                let (mut total, mut defined) = (0.0, 0u64);
-                for (r, &c) in self.dialogue_r.iter().zip(counts) {
-                    if let (Some(r), true) = (r, c > 0) {
-                        total += f64::from(c) * r;
-                        defined += u64::from(c);
+            Level::Dialogue => self
+                .dialogue_r
+                .iter()
+                .map(|dialogue_r| {
+                    let (mut total, mut defined) = (0.0, 0u64);
+                    for (r, &c) in dialogue_r.iter().zip(counts) {
+                        if let (Some(r), true) = (r, c > 0) {
+                            total += f64::from(c) * r;
+                            defined += u64::from(c);
+                        }
                     }
-                }
-                (defined > 0).then(|| total / defined as f64)
-            }
+                    (defined > 0).then(|| total / defined as f64)
+                })
+                .collect(),
         }
     }
 }
 
-/// Percentile interval over resamples of the level's units; None when turned off, or when the
-/// coefficient is undefined in more than half of the resamples.
-fn interval(
+/// Each method's percentile interval over resamples of the level's units (one resample serves
+/// every method); None when turned off, or for a method undefined in more than half of the
+/// resamples.
+fn intervals(
     resample: &Resample<'_>,
     boot: &Bootstrap,
     key: &str,
     resampled: &(dyn Fn() + Sync),
-) -> Option<[f64; 2]> {
-    if boot.resamples == 0 {
-        return None;
+) -> Vec<Option<[f64; 2]>> {
+    let methods = resample.methods.len();
+    if boot.resamples == 0 || methods == 0 {
+        return vec![None; methods];
     }
     // One stream of draws, resample after resample; each resample starts where the ones
     // before it leave the stream, so they run in parallel and give one pass's numbers.
     let start = SplitMix64(keyed_hash(boot.seed, key));
     let n = resample.units.count(resample.level);
-    let mut values: Vec<f64> = (0..boot.resamples)
+    let drawn: Vec<Vec<Option<f64>>> = (0..boot.resamples)
         .into_par_iter()
         .map_init(
             || vec![0u32; n],
@@ -321,19 +335,23 @@ fn interval(
                 for _ in 0..n {
                     counts[rng.below(n)] += 1;
                 }
-                let value = resample.coefficient(counts);
+                let values = resample.coefficients(counts);
                 resampled();
-                value
+                values
             },
         )
-        .flatten()
         .collect();
-    if values.len() * 2 < boot.resamples {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let alpha = (1.0 - boot.confidence) / 2.0;
-    Some([percentile(&values, alpha), percentile(&values, 1.0 - alpha)])
+    (0..methods)
+        .map(|m| {
+            let mut values: Vec<f64> = drawn.iter().filter_map(|v| v[m]).collect();
+            if values.len() * 2 < boot.resamples {
+                return None;
+            }
+            values.sort_by(f64::total_cmp);
+            let alpha = (1.0 - boot.confidence) / 2.0;
+            Some([percentile(&values, alpha), percentile(&values, 1.0 - alpha)])
+        })
+        .collect()
 }
 
 /// numpy's default ("linear") percentile of sorted values.

@@ -7,7 +7,6 @@ use super::combine::{FitW, add_combined, fit_w};
 use super::detection::{BreakdownEntry, BreakdownOptions, breakdown_detection};
 use super::frame::{Family, Frame};
 use super::levels::{Bootstrap, Cell, Level, Stat, correlate};
-use super::stats::Method;
 use rayon::prelude::*;
 use serde_json::Value;
 use std::fmt::Write;
@@ -130,8 +129,8 @@ impl Summary {
             }
         }
         let items = &frame.items;
-        // Each cell draws its resamples for each of its three coefficients.
-        let total = tasks.len() * Method::ALL.len() * opts.bootstrap.resamples;
+        // Each cell draws its resamples once for all its coefficients.
+        let total = tasks.len() * opts.bootstrap.resamples;
         let drawn = std::sync::atomic::AtomicUsize::new(0);
         let resampled = || {
             let done = drawn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
