@@ -73,7 +73,14 @@ impl Encoder {
             .detach(|| -> Result<LoadedScorer, BertScoreError> {
                 let dev = hyoka::model::backend::device::parse_device(&device)?;
                 let dt = hyoka::model::backend::device::parse_dtype(Some(&dtype), &dev)?;
-                load_encoder(model.as_deref(), &lang, Depth::Layer(layer), dt, &dev)
+                load_encoder(
+                    model.as_deref(),
+                    &lang,
+                    Depth::Layer(layer),
+                    dt,
+                    &dev,
+                    "model_type=",
+                )
             })
             .map_err(raise(py))?;
         let batch_tokens = batch_tokens.unwrap_or_else(|| {

@@ -19,12 +19,15 @@ impl HoldsModelError for BertScoreError {
 
 /// The encoder `model` (a folder, a Hub id or one of bert_score's bare names), or else
 /// bert_score's encoder for `lang` from the Hub or its cache: never another in its place.
+/// `flag` is how the caller names the encoder (`--bertscore-model` in eval, `model_type=` in
+/// Python), which the advice for a default that cannot be had tells the user to pass.
 pub fn load_encoder(
     model: Option<&str>,
     lang: &str,
     depth: Depth,
     dtype: DType,
     device: &Device,
+    flag: &str,
 ) -> Result<LoadedScorer, BertScoreError> {
     // Its errors name the model's files or repository.
     let load = |name: &str| BertScorer::load(name, depth, dtype, device);
@@ -45,7 +48,7 @@ pub fn load_encoder(
                 ),
                 repo,
                 ModelKind::Encoder,
-                "--model (Python: model_type=)",
+                flag,
                 load,
             )
         }

@@ -193,6 +193,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.stage_times {
         report["stage_seconds"] = stages.into();
     }
+    report["peak_rss_bytes"] = peak_rss_bytes().into();
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(ExitCode::SUCCESS)
 }
@@ -234,4 +235,12 @@ fn decode_seconds(t: &Transformer, prompts: &[Vec<u32>], steps: usize) -> anyhow
     }
     t.device().synchronize()?;
     Ok(start.elapsed().as_secs_f64())
+}
+
+/// The process's peak resident memory (Linux's VmHWM); None where the system does not say.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }

@@ -149,6 +149,7 @@ fn load(args: &EncoderArgs, all_layers: bool) -> anyhow::Result<LoadedScorer> {
         depth,
         dtype,
         &device,
+        "--model",
     )?)
 }
 
@@ -202,12 +203,10 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         loaded.layer,
         summary.skipped_finished,
         output.display(),
-        summary.failed.len() + summary.not_applicable.len()
+        summary.failed.len()
     );
-    Ok(super::exit::finish(
-        &[summary.failed, summary.not_applicable].concat(),
-        read.skipped.len(),
-    ))
+    super::running::report_not_applicable("bertscore", &summary.not_applicable);
+    Ok(super::exit::finish(&summary.failed, read.skipped.len()))
 }
 
 fn run_baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {

@@ -107,6 +107,11 @@ impl Route {
             Depth::Layer(self.layer),
             dtype,
             device,
+            if self.translated {
+                "--translate-bertscore-model"
+            } else {
+                "--bertscore-model"
+            },
         )
         .map_err(|e| self.name_own_flags(e))?;
         let baseline =
@@ -215,14 +220,7 @@ impl Route {
                 summary.failed.len()
             );
             failed.extend(summary.failed);
-            if let Some(first) = summary.not_applicable.first() {
-                // Opening utterances have no previous turn: no BERTScore, by definition.
-                eprintln!(
-                    "{}: {} items have nothing to compare with (e.g. {first})",
-                    what("bertscore"),
-                    summary.not_applicable.len(),
-                );
-            }
+            super::running::report_not_applicable(&what("bertscore"), &summary.not_applicable);
             results.push(self.dir.join(BERTSCORE));
         }
         for mut run in self.likelihood_runs(judge) {

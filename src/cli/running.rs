@@ -32,6 +32,17 @@ pub fn with_progress<T>(
     (out, started.elapsed().as_secs_f64())
 }
 
+/// Say how many items have nothing to score by definition (an opening utterance has no
+/// previous turn to compare with): counted, not failures, so they leave the exit code at 0.
+pub fn report_not_applicable(what: &str, not_applicable: &[String]) {
+    if let Some(first) = not_applicable.first() {
+        eprintln!(
+            "{what}: {} items have nothing to compare with, by definition (e.g. {first}); not failures",
+            not_applicable.len(),
+        );
+    }
+}
+
 /// Say which lines of an earlier run were taken out of an output and their items scored again:
 /// error lines, and lines of items changed since (same id, other text).
 pub fn report_retried(summary: &crate::results::RunSummary) {

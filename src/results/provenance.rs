@@ -45,6 +45,12 @@ pub struct Provenance {
     pub settings: serde_json::Map<String, serde_json::Value>,
 }
 
+/// The last provenance read from a results file, parsed, for the lines after it that repeat it.
+#[derive(Default)]
+pub struct SharedProvenance {
+    pub(crate) last: Option<(serde_json::Value, std::sync::Arc<Provenance>)>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RubricId {
     pub name: String,

@@ -3,8 +3,8 @@
 //! settings, version), would change the correlations silently.
 
 use super::ResultsError;
-use super::provenance::Provenance;
-use super::record::{Record, SharedProvenance};
+use super::provenance::{Provenance, SharedProvenance};
+use super::record::Record;
 use crate::data::lines::{Line, Lines, MAX_LINE_BYTES, ReadError};
 use std::collections::HashMap;
 use std::io::{BufReader, Read};
@@ -154,10 +154,12 @@ fn records(
                 if text.trim().is_empty() {
                     return Ok(None);
                 }
-                let record = Record::parse_sharing(&text, &mut shared).map_err(|e| ResultsError::Corrupt {
-                    path: path.to_path_buf(),
-                    line: number,
-                    message: e.to_string(),
+                let record = Record::parse_sharing(&text, &mut shared).map_err(|e| {
+                    ResultsError::Corrupt {
+                        path: path.to_path_buf(),
+                        line: number,
+                        message: e.to_string(),
+                    }
                 })?;
                 Ok(Some((number, text, record)))
             })();

@@ -9,11 +9,11 @@ use super::likelihoods::{read_likelihood, read_translation};
 pub use super::line_fields::FieldError;
 use super::line_fields::field_error;
 use super::prf::Prf;
-use super::provenance::{Provenance, Task};
-use std::sync::Arc;
+use super::provenance::{Provenance, SharedProvenance, Task};
 use super::scores::AspectScore;
 use super::verdicts::{PairVerdict, VerdictProbs};
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 
 /// A results line.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,12 +28,6 @@ pub struct Record {
     pub not_applicable: bool,
     /// Shared by the lines of one file that carry the same provenance (all of a run's do).
     pub provenance: Arc<Provenance>,
-}
-
-/// The last provenance read from a file, parsed, for the lines after it that repeat it.
-#[derive(Default)]
-pub struct SharedProvenance {
-    last: Option<(Value, Arc<Provenance>)>,
 }
 
 /// What a scorer found for one item. One arm per scorer (see `provenance::Task`).
@@ -115,10 +109,7 @@ impl Record {
 
     /// [`Record::parse`] for the lines of one file: a provenance equal to the previous line's
     /// is held once.
-    pub fn parse_sharing(
-        text: &str,
-        shared: &mut SharedProvenance,
-    ) -> Result<Record, FieldError> {
+    pub fn parse_sharing(text: &str, shared: &mut SharedProvenance) -> Result<Record, FieldError> {
         let v: Value =
             serde_json::from_str(text).map_err(|e| field_error("", format!("not JSON: {e}")))?;
         let Value::Object(line) = v else {
@@ -622,7 +613,7 @@ mod tests {
                     truncated: true,
                 })),
                 not_applicable: false,
-                provenance: provenance(Task::Judge),
+                provenance: std::sync::Arc::new(provenance(Task::Judge)),
             },
             Record {
                 id: "b".into(),
@@ -639,7 +630,7 @@ mod tests {
                     truncated: false,
                 })),
                 not_applicable: false,
-                provenance: provenance(Task::Judge),
+                provenance: std::sync::Arc::new(provenance(Task::Judge)),
             },
             Record {
                 id: "c".into(),
@@ -650,21 +641,21 @@ mod tests {
                     f: 1.0 / 3.0,
                 })),
                 not_applicable: false,
-                provenance: provenance(Task::BertScore),
+                provenance: std::sync::Arc::new(provenance(Task::BertScore)),
             },
             Record {
                 id: "d".into(),
                 input: None,
                 body: Err("model failed".into()),
                 not_applicable: false,
-                provenance: provenance(Task::BertScore),
+                provenance: std::sync::Arc::new(provenance(Task::BertScore)),
             },
             Record {
                 id: "e".into(),
                 input: None,
                 body: Err("no context turn".into()),
                 not_applicable: true,
-                provenance: provenance(Task::BertScore),
+                provenance: std::sync::Arc::new(provenance(Task::BertScore)),
             },
         ];
         for r in &records {

@@ -167,6 +167,31 @@ fn a_default_that_cannot_be_had_stops_the_run_and_nothing_replaces_it() {
         std::fs::read_dir(&out_dir).unwrap().next().is_none(),
         "the refused run wrote files"
     );
+    // The advice names the flag of the command that failed: following it works.
+    let e5 = registry.join("multilingual-e5-small");
+    assert!(err.contains(&format!("--model {}", e5.display())), "{err}");
+    let judge = registry.join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    let eval_dir = out_dir.join("advice");
+    let run = hyoka(
+        &hf_home,
+        &registry,
+        &[
+            "eval",
+            "-i",
+            items.to_str().unwrap(),
+            "--model",
+            judge.to_str().unwrap(),
+            "-o",
+            eval_dir.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("--bertscore-model {}", e5.display())),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&eval_dir);
     // bert_score's bare names are asked of their repositories, not refused as non-ids.
     let run = bertscore(
         &hf_home,

@@ -1,5 +1,5 @@
 //! `hyoka bertscore` as users run it: pairs with the last turn or the references, items without
-//! a reference reported (exit 4) without stopping the run and kept as such by a rerun, the numbers equal to bert_score's
+//! a reference counted (exit 0, not failures) and kept as such by a rerun, the numbers equal to bert_score's
 //! (the parity fixture's pairs), and a cut-short output continued without rescoring.
 
 use crate::common;
@@ -126,10 +126,11 @@ fn items_without_a_reference_are_reported_not_fatal() {
             out.to_str().unwrap(),
         ])
     };
+    // Nothing to compare with by definition: counted and said, not a failure (exit 0).
     let r = run();
     assert_eq!(
         r.status.code(),
-        Some(4),
+        Some(0),
         "{}",
         String::from_utf8_lossy(&r.stderr)
     );
@@ -163,7 +164,7 @@ fn items_without_a_reference_are_reported_not_fatal() {
     let before = std::fs::read(&out).unwrap();
     let r = run();
     let stderr = String::from_utf8_lossy(&r.stderr);
-    assert_eq!(r.status.code(), Some(4), "{stderr}");
+    assert_eq!(r.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("exercise-1: no `reference`"), "{stderr}");
     assert!(stderr.contains("scored 0 items"), "{stderr}");
     assert!(!stderr.contains("scored again"), "{stderr}");
@@ -330,4 +331,50 @@ fn the_named_e5_copy_scores_at_its_layer_with_its_baseline() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// An opening utterance has no previous turn to compare with: counted and said, not a failure,
+/// so `--against last-turn` on a dialogue's turns exits 0 (as `eval` does), the line marked
+/// `not_applicable`.
+#[test]
+fn opening_turns_are_not_failures() {
+    let Some(minilm) = common::test_model("all-MiniLM-L6-v2") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let items = dir.path().join("items.jsonl");
+    std::fs::write(
+        &items,
+        concat!(
+            r#"{"id": "d/0", "context": [], "response": {"speaker": "S", "text": "Hello there."}}"#,
+            "\n",
+            r#"{"id": "d/1", "context": [{"speaker": "S", "text": "Hello there."}], "response": {"speaker": "S", "text": "Nice to meet you."}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("scores.jsonl");
+    let r = hyoka(&[
+        "bertscore",
+        "--model",
+        minilm.to_str().unwrap(),
+        "--layer",
+        "6",
+        "--against",
+        "last-turn",
+        "-i",
+        items.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("1 items have nothing to compare with"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("0 failed"), "{stderr}");
+    let lines = lines(&out);
+    assert_eq!(lines[0]["not_applicable"], true, "{}", lines[0]);
+    assert!(lines[1]["bertscore"]["F"].is_number(), "{}", lines[1]);
 }

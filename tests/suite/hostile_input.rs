@@ -529,6 +529,12 @@ fn preferences_that_match_nothing_are_named() {
             format!("{other_key}\n").into_bytes(),
             "compared with no aspect",
         ),
+        // Beside a key that is used, one that is not would be left out without a word.
+        (
+            br#"{"context_id": "food", "first": "careful", "second": "terse", "human": {"breakdown": ["first"], "overall": ["first"]}}"#
+                .to_vec(),
+            "its human keys overall are compared with no aspect",
+        ),
         (b"\n".to_vec(), "no preferences in it"),
         (
             [good.as_bytes(), b"\n\xff\xfe\n"].concat(),

@@ -584,7 +584,7 @@ fn a_summary_of_hand_made_verdicts_counts_as_by_hand() {
             items.push(it);
         }
     }
-    let provenance = Provenance {
+    let provenance = std::sync::Arc::new(Provenance {
         hyoka: "test".into(),
         task: Task::Compare,
         rubric: Some(RubricId {
@@ -597,7 +597,7 @@ fn a_summary_of_hand_made_verdicts_counts_as_by_hand() {
         dtype: "f32".into(),
         device: "cpu".into(),
         settings: Default::default(),
-    };
+    });
     // c1: a wins in both orders (consistent). c2: each order prefers the response shown first
     // (inconsistent), averaging to a tie.
     let verdicts = [

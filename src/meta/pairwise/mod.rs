@@ -271,11 +271,15 @@ impl PairFrame<'_> {
         self.preferences = preferences;
         let compared: Vec<String> = aspects.iter().flat_map(|a| self.human_keys_of(a)).collect();
         let given = self.preferences.keys();
-        if !given.iter().any(|k| compared.iter().any(|c| c == k)) {
+        // A key no aspect is compared with would be left out without a word: each is refused.
+        let unused: Vec<&str> = (given.iter().copied())
+            .filter(|k| !compared.iter().any(|c| c == *k))
+            .collect();
+        if !unused.is_empty() {
             return Err(MetaError::Input(format!(
-                "{}: its human keys ({}) are compared with no aspect of the results (aspects {}, compared with the human keys {}): name the verdicts by one of those keys",
+                "{}: its human keys {} are compared with no aspect of the results (aspects {}, compared with the human keys {}): name the verdicts by one of those keys",
                 path.display(),
-                given.join(", "),
+                unused.join(", "),
                 aspects.join(", "),
                 compared.join(", ")
             )));

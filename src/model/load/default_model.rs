@@ -102,7 +102,12 @@ where
         if !here.is_empty() {
             how.push_str(". On this machine:");
             for (path, description) in here {
-                how.push_str(&format!("\n  {flag} {}  — {description}", path.display()));
+                // A Python keyword takes its value after `=`, a flag after a space.
+                let gap = if flag.ends_with('=') { "" } else { " " };
+                how.push_str(&format!(
+                    "\n  {flag}{gap}{}  — {description}",
+                    path.display()
+                ));
             }
         }
         // Still a missing model: the exit code and Python's NotFoundError say so.
