@@ -151,8 +151,13 @@ fn units(level: Level, items: &[Item], x: &[Option<f64>], y: &[Option<f64>]) -> 
 }
 
 /// The level's coefficient over all units, with the number of units it rests on (and the
-/// p-value where the level has one).
-fn statistic(level: Level, units: &Units, method: Method) -> (usize, Option<Correlation>) {
+/// p-value where the level has one); `dialogue_r`: each dialogue's coefficient at dialogue level.
+fn statistic(
+    level: Level,
+    units: &Units,
+    method: Method,
+    dialogue_r: &[Option<f64>],
+) -> (usize, Option<Correlation>) {
     let pairs = &units.pairs;
     match level {
         Level::Item => {
@@ -165,8 +170,7 @@ fn statistic(level: Level, units: &Units, method: Method) -> (usize, Option<Corr
             (x.len(), method.correlate(&x, &y))
         }
         Level::Dialogue => {
-            let r = dialogue_coefficients(units, method);
-            let defined: Vec<f64> = r.into_iter().flatten().collect();
+            let defined: Vec<f64> = dialogue_r.iter().flatten().copied().collect();
             let mean = (!defined.is_empty()).then(|| Correlation {
                 r: defined.iter().sum::<f64>() / defined.len() as f64,
                 p: f64::NAN,
@@ -227,11 +231,18 @@ pub fn correlate(
         kendall: None,
     };
     let mut defined = Vec::new();
+    let mut dialogue_r = Vec::new();
     for method in Method::ALL {
-        let (units_used, c) = statistic(level, &units, method);
+        // Each dialogue's coefficient, for the estimate and every resample alike.
+        let per_dialogue = match level {
+            Level::Dialogue => dialogue_coefficients(&units, method),
+            _ => Vec::new(),
+        };
+        let (units_used, c) = statistic(level, &units, method, &per_dialogue);
         cell.n = cell.n.max(units_used);
         if let Some(c) = c {
             defined.push((method, c));
+            dialogue_r.push(per_dialogue);
         }
     }
     let prepared =
@@ -241,13 +252,7 @@ pub fn correlate(
         units: &units,
         prepared: prepared.as_ref(),
         methods: defined.iter().map(|(m, _)| *m).collect(),
-        dialogue_r: match level {
-            Level::Dialogue => defined
-                .iter()
-                .map(|(m, _)| dialogue_coefficients(&units, *m))
-                .collect(),
-            _ => Vec::new(),
-        },
+        dialogue_r,
     };
     let intervals = intervals(&resample, boot, key, resampled);
     for ((method, c), ci) in defined.into_iter().zip(intervals) {

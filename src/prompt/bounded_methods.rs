@@ -5,9 +5,9 @@
 use minijinja::value::Value;
 use minijinja::{Error, ErrorKind, State};
 
-/// The longest string one template operation may build: the engine's own bound
-/// (vendor/minijinja/src/bounds.rs) applied to the methods added here.
-pub const TEMPLATE_VALUE_BYTES: usize = 16 << 20;
+/// The longest string one template operation may build: the engine's own bound, applied to
+/// the methods added here.
+pub const TEMPLATE_VALUE_BYTES: usize = minijinja::MAX_BUILT_LEN;
 /// The longest JSON indent a template may ask for.
 pub const MAX_JSON_INDENT: usize = 64;
 

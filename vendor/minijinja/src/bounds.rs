@@ -9,7 +9,7 @@ use std::fmt;
 use crate::error::{Error, ErrorKind};
 
 /// The longest string one operation may build. Prompts of any model's context are far shorter.
-pub(crate) const MAX_BUILT_LEN: usize = 16 << 20;
+pub const MAX_BUILT_LEN: usize = 16 << 20;
 /// The most items one operation may put in a sequence.
 pub(crate) const MAX_BUILT_ITEMS: usize = 1 << 22;
 /// Bytes of built strings that cost one unit of fuel.

@@ -206,6 +206,8 @@
 mod macros;
 
 mod bounds;
+/// The longest string one template operation may build (see `PATCHES.md`).
+pub use bounds::MAX_BUILT_LEN;
 mod compiler;
 mod defaults;
 mod environment;
