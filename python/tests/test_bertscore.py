@@ -115,6 +115,8 @@ def test_a_default_encoder_that_cannot_be_had_raises_and_says_how_to_get_it(tmp_
     message = str(e.value)
     assert "huggingface-cli download google-bert/bert-base-multilingual-cased" in message, message
     assert "no other model" in message, message
+    # The advice names Python's own way to name an encoder, not a command-line flag.
+    assert "name a model with model_type=" in message and "--model" not in message, message
     with pytest.raises(hyoka.errors.NotFoundError, match="FacebookAI/roberta-large"):
         hyoka.BERTScorer(model_type="roberta-large")
 

@@ -28,13 +28,16 @@ pub struct BenchArgs {
     pub model: String,
     #[command(flatten)]
     pub runtime: super::runtime_args::RuntimeArgs,
+    /// Rubric whose prompts are timed: built-in name or file.
     #[arg(long, default_value = "dialogue6-ja")]
     pub rubric: String,
+    /// Items JSONL whose first --n items make the prompts.
     #[arg(long, short)]
     pub input: PathBuf,
     /// Number of items (at least 1).
     #[arg(long, default_value_t = 20, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub n: usize,
+    /// Padded tokens per batch in the batched measurements (2) and (3).
     #[arg(long, default_value_t = 4096, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub batch_tokens: usize,
     /// Greedy tokens to decode after the prompts and one untimed token (0: no decoding

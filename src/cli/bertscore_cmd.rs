@@ -83,7 +83,8 @@ pub struct EncoderArgs {
     /// on DBDC3-ja).
     #[arg(long)]
     pub layer: Option<usize>,
-    /// cpu, cuda, cuda:N or metal.
+    /// cpu, cuda or cuda:N (a build with --features cuda; compute capability 7.5 or later).
+    /// metal needs a build with --features metal, which has never been built or run.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// f32, bf16 or f16 (default f32; bert_score's numbers are f32).
@@ -118,6 +119,7 @@ pub struct BaselineArgs {
     /// Random pairs to average over.
     #[arg(long, default_value_t = 100_000)]
     pub pairs: usize,
+    /// Seed of the random pairs (the same seed and corpus give the same baseline).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Output file (e.g. rescale_baseline/ja/MODEL.tsv).

@@ -285,6 +285,29 @@ fn every_flag_is_documented() {
     );
 }
 
+/// Every argument of every command says in `--help` what it is.
+#[test]
+fn every_argument_has_help() {
+    fn undescribed(command: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id != "help" && id != "version" && arg.get_help().is_none() {
+                out.push(format!("{path} {id}"));
+            }
+        }
+        for sub in command.get_subcommands() {
+            undescribed(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+    let mut missing = Vec::new();
+    undescribed(&super::commands::command(), "hyoka", &mut missing);
+    assert!(
+        missing.is_empty(),
+        "arguments without help:\n{}",
+        missing.join("\n")
+    );
+}
+
 /// The exit codes of `EXIT_CODES` with their first word(s) before the colon.
 fn exit_codes() -> Vec<(String, String)> {
     super::exit::EXIT_CODES

@@ -83,6 +83,8 @@ pub struct EvalArgs {
     pub layer: Option<usize>,
     /// Rescale BERTScore with the baseline hyoka ships for the encoder and language (see
     /// `hyoka bertscore --help`); linear, so correlations do not change, but w's scale does.
+    /// --idf, a baseline file of your own and the other BERTScore settings are `hyoka
+    /// bertscore`'s: score with it and combine in `hyoka meta -s judge.jsonl -s bertscore.jsonl`.
     #[arg(long)]
     pub rescale: bool,
     /// Leave BERTScore (and the combination) out.

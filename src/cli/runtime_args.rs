@@ -18,12 +18,13 @@ pub struct RuntimeArgs {
     /// from day to day; a given date is recorded in the provenance.
     #[arg(long, value_name = "TEXT")]
     pub template_date: Option<String>,
-    /// cpu, cuda, cuda:N or metal.
+    /// cpu, cuda or cuda:N (a build with --features cuda; compute capability 7.5 or later).
+    /// metal needs a build with --features metal, which has never been built or run.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// f32, bf16 or f16. Default by device: f32 on the CPU; bf16 on NVIDIA GPUs of compute
-    /// capability ≥ 8.0 (A100, RTX 30xx/40xx, H100); f16 on older NVIDIA GPUs (T4, V100: candle
-    /// has no bf16 kernels for them) and on Apple GPUs. Softmax, norms and masks run in f32 in
+    /// capability ≥ 8.0 (A100, RTX 30xx/40xx, H100); f16 on 7.5 (T4, RTX 20xx: candle has no
+    /// bf16 kernels for them; 7.0 and older are unsupported) and on Apple GPUs. Softmax, norms and masks run in f32 in
     /// every dtype (and the residual stream too in f16). The dtype is in every output's
     /// provenance. Measured on the CPU against transformers in f32: bf16 moved a judge's
     /// expected scores by up to 0.12, f16 by 0.01 (docs/gpu.md, "Parity by dtype").

@@ -63,8 +63,8 @@ impl<'m> Scorer<'m> {
             .reading(&at)?;
         // Each stage starts from the heap's free pages handed back (`heap`): the blocks a
         // batch's layers freed do not fit the output head's nor a shorter next batch's, whose
-        // temporaries then touched fresh pages on top of the old ones (a 13B's last 4 of 24
-        // items peaked 0.06 GiB above the 20 before them).
+        // temporaries would then touch fresh pages on top of the old ones (without the release,
+        // a 13B's last 4 of 24 items peak 0.06 GiB above the 20 before them).
         crate::heap::release_freed_memory();
         let hidden = self.model.forward(&batch, self.header_kv.as_ref())?;
         crate::heap::release_freed_memory();

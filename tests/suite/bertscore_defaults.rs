@@ -192,6 +192,34 @@ fn a_default_that_cannot_be_had_stops_the_run_and_nothing_replaces_it() {
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&eval_dir);
+    // The translated route's default encoder (roberta-large for en) is named by its own flag.
+    if let Some(real_e5) = common::test_model("multilingual-e5-small") {
+        let run = hyoka(
+            &hf_home,
+            &registry,
+            &[
+                "eval",
+                "-i",
+                items.to_str().unwrap(),
+                "--model",
+                judge.to_str().unwrap(),
+                "--bertscore-model",
+                real_e5.to_str().unwrap(),
+                "--translate",
+                "en",
+                "-o",
+                eval_dir.to_str().unwrap(),
+            ],
+        );
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{err}");
+        assert!(err.contains("FacebookAI/roberta-large"), "{err}");
+        assert!(
+            err.contains(&format!("--translate-bertscore-model {}", e5.display())),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(&eval_dir);
+    }
     // bert_score's bare names are asked of their repositories, not refused as non-ids.
     let run = bertscore(
         &hf_home,

@@ -45,4 +45,5 @@ mod rope_scaling;
 mod rubrics;
 mod runtime_parity;
 mod stored_weights;
+mod summary_schema;
 mod translate;

@@ -562,12 +562,10 @@ fn json_rubrics_write_both_orders() {
     }
 }
 
-/// The summary of hand-made verdicts, counted by hand: wins, ties and losses by the averaged
-/// verdict, expected win rates, consistency, and agreement with preferences given per pair
-/// (each rater's vote counted) beside those derived from ratings.
-#[test]
-fn a_summary_of_hand_made_verdicts_counts_as_by_hand() {
-    use hyoka::meta::pairwise::{PairwiseOptions, Preferences, join, summarize};
+/// Two contexts of systems a and b with `overall` ratings (c1: a 1.0, b 0.0; c2: 0.5 each) and
+/// hand-made verdicts: c1 a wins in both orders (consistent); c2 each order prefers the response
+/// shown first (inconsistent), averaging to a tie.
+pub(crate) fn hand_made_verdicts() -> (Vec<Item>, Vec<(usize, Record)>) {
     use hyoka::results::{CompareRecord, Provenance, RubricId, Task};
     let probs = |first: f64, second: f64, tie: f64| VerdictProbs {
         first,
@@ -598,8 +596,6 @@ fn a_summary_of_hand_made_verdicts_counts_as_by_hand() {
         device: "cpu".into(),
         settings: Default::default(),
     });
-    // c1: a wins in both orders (consistent). c2: each order prefers the response shown first
-    // (inconsistent), averaging to a tie.
     let verdicts = [
         (probs(0.8, 0.1, 0.1), probs(0.6, 0.3, 0.1)),
         (probs(0.7, 0.2, 0.1), probs(0.2, 0.7, 0.1)),
@@ -634,6 +630,16 @@ fn a_summary_of_hand_made_verdicts_counts_as_by_hand() {
             (n + 1, record)
         })
         .collect();
+    (items, records)
+}
+
+/// The summary of hand-made verdicts, counted by hand: wins, ties and losses by the averaged
+/// verdict, expected win rates, consistency, and agreement with preferences given per pair
+/// (each rater's vote counted) beside those derived from ratings.
+#[test]
+fn a_summary_of_hand_made_verdicts_counts_as_by_hand() {
+    use hyoka::meta::pairwise::{PairwiseOptions, Preferences, join, summarize};
+    let (items, records) = hand_made_verdicts();
     let opts = PairwiseOptions {
         bootstrap: 0,
         ..PairwiseOptions::default()

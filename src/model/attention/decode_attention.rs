@@ -1,9 +1,9 @@
 //! Attention of a decoding step on a GPU in one launch for all its rows.
 //!
 //! Batched decoding (`decode`) attends each segment of a step — a row's trunk, or one of its
-//! branches — on its own. Through candle's ops that was ~20 launches a segment and layer, and a
+//! branches — on its own. Through candle's ops that takes ~20 launches a segment and layer, and a
 //! copy of the header's keys and values for each (`after_shared`): with 6 rows of an 8B on an
-//! H200 attention took 61% of a step, 3,072 calls in 16 steps. Here the
+//! H200 attention takes 61% of a step that way, 3,072 calls in 16 steps. Here the
 //! step's trunks are written into the cache by one launch each for keys and values
 //! (`append_keys`), and every segment of a few queries attends in one launch
 //! (`kernels/decode_attention.cu`) over the keys it sees where they lie: the header (one copy),

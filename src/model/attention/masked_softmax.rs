@@ -85,8 +85,8 @@ impl InplaceOp2 for InPlace {
 }
 
 /// The element-wise steps, each value rounded once whatever the vector width: compiled for
-/// AVX2 where the CPU has it (the default x86-64 target gives four lanes; these loops were
-/// most of what the softmax spent outside `expf`).
+/// AVX2 where the CPU has it (the default x86-64 target gives four lanes; these loops are
+/// most of what the softmax spends outside `expf`).
 mod lanes {
     macro_rules! elementwise {
         ($(#[$doc:meta] fn $name:ident($($arg:ident: $ty:ty),*) $body:block)*) => {$(

@@ -72,8 +72,7 @@ fn without_event_tracking(device: &Device) {
 
 /// `f32`, `bf16` or `f16`. The default (`None`) depends on the device: f32 on the CPU (its GEMMs
 /// are fast and exact in f32); bf16 on NVIDIA GPUs of compute capability 8.0 or more (Ampere
-/// on), whose bf16 kernels candle builds; f16 on older NVIDIA GPUs (T4, V100: candle has no
-/// bf16 kernels for them) and on Apple GPUs (bf16 needs Metal 3.1). Softmax, norm statistics and
+/// on), whose bf16 kernels candle builds; f16 on 7.5 (T4: candle has no bf16 kernels for it) and on Apple GPUs (bf16 needs Metal 3.1). Softmax, norm statistics and
 /// masks are f32 in every dtype.
 pub fn parse_dtype(spec: Option<&str>, device: &Device) -> Result<DType, ModelError> {
     match spec {

@@ -9,7 +9,7 @@
 //!
 //! Masks are never held whole: the batch keeps, per key, its position and segment (rows × keys
 //! numbers, on the device), and `mask` builds the block of queries attention is working on from
-//! them, on the device. A host mask of rows × len × keys was 4.3 GB for one 32k-token row.
+//! them, on the device. A host mask of rows × len × keys would take 4.3 GB for one 32k-token row.
 
 use crate::model::attention::decode_attention::{StepSegment, segment_table};
 use crate::model::attention::door::RowLayout;

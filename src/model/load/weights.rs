@@ -27,7 +27,7 @@ pub struct Weights {
 
 enum Source {
     /// Read with plain file reads, not mapped (`safetensors_reads`): a mapped page read stays
-    /// in the process's memory while the map lives, so the weights were held twice.
+    /// in the process's memory while the map lives, so the weights would be held twice.
     Safetensors(SafetensorsReads),
     Gguf {
         /// Boxed: its header maps make it several times the other variant's size.

@@ -263,8 +263,8 @@ impl Matrix {
         if prefill_gemm::takes(self, x) {
             // On the CPU: f32 products (whatever `--prefill-gemm` says), expanded a block of
             // 64 MiB at a time into the thread's kept buffer, each block's products written
-            // into the output's columns (a 13B's 16k-row chunk was 335 MB expanded, and the
-            // chunks' outputs were then copied into a second whole output).
+            // into the output's columns (a 13B's 16k-row chunk expanded whole would take 335 MB,
+            // and chunk outputs copied into a whole output would hold it twice).
             return prefill_gemm::product(self, x, None, PrefillGemm::F32);
         }
         let mut parts = Vec::with_capacity(out.div_ceil(chunk));

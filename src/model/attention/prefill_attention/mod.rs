@@ -77,7 +77,7 @@ pub fn attend(
         prefix,
     };
     // Read in place, each task scaling its own queries (a copy of q scaled, and the tensor
-    // the scaling made, were two (rows, heads, queries, d) temporaries: 170 MB at 4,096
+    // the scaling makes, would be two (rows, heads, queries, d) temporaries: 170 MB at 4,096
     // tokens of a 13B).
     let q = q.contiguous()?;
     let q_data = Data::of(&q, "prefill attention")?;
@@ -125,7 +125,7 @@ pub fn attend(
                     .flat_map(|(r, kh)| queries.clone().step_by(sub).map(move |s0| (r, kh, s0)))
                     .collect();
                 // A bounded number of tasks' outputs at a time before they are copied into
-                // place (all of a block's at once were another copy of the output).
+                // place (all of a block's at once would be another copy of the output).
                 for tasks in tasks.chunks(TASKS_AT_ONCE) {
                     let parts: Vec<Vec<f32>> = tasks
                         .par_iter()
@@ -371,7 +371,7 @@ mod avx512 {
     /// normal numbers at −87.3, and each subnormal result cost the CPU a microcode assist —
     /// 72% of this function's samples in an 8B's prefill (perf), 4% of the run.
     /// A probability under 1.7e-38 beside the row's largest (1) changes neither the sum nor
-    /// the mix. libm's own values eight at a time (`expf_lanes`) were 2% of a json run here.
+    /// the mix. libm's own values eight at a time (`expf_lanes`) would cost 2% of a json run.
     #[target_feature(enable = "avx512f")]
     pub fn exp_below(row: &mut [f32], max: f32) {
         assert!(row.len().is_multiple_of(LANES));

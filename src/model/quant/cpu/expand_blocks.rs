@@ -103,7 +103,7 @@ fn expand_blocks<T: candle_core::quantized::k_quants::GgmlType>(
         .zip(blocks.par_chunks(task_rows * per_row))
         .try_for_each(|((y, bytes), b)| {
             // Candle's values, the K-quants sixteen at a time and the 32-value blocks eight
-            // at a time where the CPU can (Q5_0's loop was 1% of a json run).
+            // at a time where the CPU can (Q5_0's scalar loop would cost 1% of a json run).
             if let Some(kind) = block {
                 return expanded_dots::expand_row(BlockFormat::Legacy(kind), bytes, y);
             }

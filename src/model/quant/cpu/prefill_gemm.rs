@@ -2,10 +2,10 @@
 //! thread keeps from one product to the next, then one GEMM writing an output it never zeroes
 //! (a matrix of over 64 MiB in f32: a block of its rows at a time, `EXPANDED_VALUES`).
 //!
-//! Through candle (expand into a fresh tensor, `matmul`), every product zeroed a new f32 copy of
-//! its matrix (235 MB for an 8B FFN matrix) and a new output, and the kernel cleared both page
-//! by page: memset and page clearing were 4.6% of an 8B prefill (perf). The arithmetic is
-//! unchanged: the GEMM is called as candle's `matmul` calls it, on the values candle's
+//! Through candle (expand into a fresh tensor, `matmul`), every product would zero a new f32
+//! copy of its matrix (235 MB for an 8B FFN matrix) and a new output, and the kernel would clear
+//! both page by page: memset and page clearing cost 4.6% of an 8B prefill that way (perf). The
+//! arithmetic is candle's: the GEMM is called as candle's `matmul` calls it, on the values candle's
 //! conversions give; dense f32 matrices (`--weights expanded`) take the same call, so both
 //! weights modes still give the same bits.
 //!
@@ -340,7 +340,7 @@ pub(crate) fn with_expanded<R>(len: usize, f: impl FnOnce(&mut [f32]) -> Result<
 
 /// The most values of a matrix expanded to f32 at once (64 MiB). A larger matrix is expanded
 /// and multiplied a block of its rows at a time, into the output's columns: the buffer kept
-/// for the largest matrix was 283 MB for a 13B's FFN, and gemm's sums over k do not depend on
+/// for the largest matrix would otherwise be 283 MB for a 13B's FFN, and gemm's sums over k do not depend on
 /// how many columns it computes (its k blocking follows k and the caches; every block here has
 /// more than 64 columns, where gemm's small-size path would block k otherwise: tested).
 pub(crate) const EXPANDED_VALUES: usize = 1 << 24;

@@ -93,8 +93,8 @@ impl Columns<'_> {
 
     /// Asks the cache for this task's columns of y at `tokens` before they are written (a hint:
     /// nothing is read or written). A prompt's y (92 MB for an 8B's up projection) is out of
-    /// cache; written only when a tile's outputs were done, each line's store waited on memory
-    /// (perf: 5% of an 8-bit prefill, on the stores).
+    /// cache; written only when a tile's outputs are done, each line's store would wait on
+    /// memory (perf: 5% of an 8-bit prefill, on the stores).
     pub fn prefetch(&self, tokens: Range<usize>) {
         #[cfg(target_arch = "x86_64")]
         for t in tokens.start..tokens.end.min(self.n) {

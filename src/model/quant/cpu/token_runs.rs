@@ -104,7 +104,7 @@ fn expanded_products(kernels: &RowKernels, out: usize, k: usize, xs: &[f32]) -> 
     let dots = crate::model::quant::cpu::kernels::kernels().expanded;
     by_weight_rows(out, n, EXPANDED_ROWS, |rows, part| {
         // The thread's kept buffer (467 KB for 24 rows of Qwen2.5-0.5B's 4,864-wide down
-        // projection): a fresh one per task was mapped, faulted in and zeroed. Every value is
+        // projection): a fresh one per task would be mapped, faulted in and zeroed. Every value is
         // written by the expansion.
         with_expanded(rows.len() * k, |w| {
             for (v, buf) in rows.clone().zip(w.chunks_exact_mut(k)) {

@@ -383,7 +383,7 @@ fn lanes_of(rows: &[Q8Row; ACROSS], f: impl Fn(&Q8Row) -> f32) -> __m256 {
 ///
 /// # Safety
 /// Every row holds at least `at + 2` bytes (checked by the caller once per row, not per
-/// block: a check here was eight compare-and-branch pairs per block).
+/// block: a check here would be eight compare-and-branch pairs per block).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16_of_rows(rows: &[&[u8]; ACROSS], at: usize) -> __m256 {
