@@ -1,17 +1,41 @@
-//! The built-in rubrics follow the user's seed documents (../shared/seeds): checked here against
+//! The built-in rubrics follow the user's seed documents (copied into tests/fixtures/seeds from
+//! the project's ../shared/seeds, which they must equal where it exists): checked here against
 //! the seed texts themselves, not against hyoka's own output.
 
 use hyoka::prompt::{PromptBuilder, sample_item, sample_pair};
 use hyoka::rubric::{OutputMode, Rubric, builtin_names};
 
 fn seed(prefix: &str) -> String {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/seeds");
+    let dir = crate::common::fixtures().join("seeds");
     let entry = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
         .unwrap();
     std::fs::read_to_string(entry).unwrap()
+}
+
+/// The copies are the user's seeds, where the project's shared folder is beside the repository.
+#[test]
+fn the_seed_copies_are_the_users_seeds() {
+    let shared = crate::common::repo_root().join("../shared/seeds");
+    let Ok(entries) = std::fs::read_dir(&shared) else {
+        eprintln!("{} is not here: the copies are not compared", shared.display());
+        return;
+    };
+    for entry in entries {
+        let path = entry.unwrap().path();
+        let copy = crate::common::fixtures()
+            .join("seeds")
+            .join(path.file_name().unwrap());
+        assert_eq!(
+            std::fs::read(&copy).ok(),
+            std::fs::read(&path).ok(),
+            "{} differs from {}",
+            copy.display(),
+            path.display()
+        );
+    }
 }
 
 fn rubric(name: &str) -> Rubric {
