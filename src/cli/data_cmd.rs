@@ -10,12 +10,17 @@ use std::process::ExitCode;
 #[derive(Subcommand, Debug)]
 pub enum Import {
     /// Import the DBDC3 dialogue breakdown format (a folder of *.log.json dialogues, or a
-    /// .tar.gz of one such as the repository's data/dbdc3-ja.tar.gz).
+    /// .tar.gz or .zip of one: the repository's data/dbdc3-ja.tar.gz and data/dbdc3-en.tar.gz,
+    /// or the challenge's DBDC3.zip with --tree).
     ///
-    /// Every system utterance becomes one item: its context is everything said before it,
-    /// `system` is the folder name (DCM, DIT, IRS), `dialogue` the dialogue id. `human.breakdown`
-    /// holds each rater's label as O=1, T=0.5, X=0; `human.ungrammatical` the
-    /// ungrammatical-sentence label as X=1, O=0 (left out when no rater flagged any utterance); `raters` the annotator ids in the same order.
+    /// Every annotated system utterance becomes one item: its context is everything said before
+    /// it, `system` is the folder name (DCM, DIT, IRS; CIC_50, IRIS_50, TKTK_50, YI_50),
+    /// `dialogue` the dialogue id. A system utterance no rater annotated (the English data's
+    /// opening turns) stays in the context and makes no item. `human.breakdown` holds each
+    /// rater's label as O=1, T=0.5, X=0; `human.ungrammatical` the ungrammatical-sentence label
+    /// as X=1, O=0 (left out when no rater flagged any utterance, or the raters left it empty);
+    /// `raters` the annotator ids in the same order; `meta.dbdc3` the set's tree, language and
+    /// whether it is the revised labeling, as far as the folders' names say.
     Dbdc3 {
         /// Folder holding the dialogues (searched recursively), or a .tar.gz of it, e.g.
         /// data/dbdc3-ja.tar.gz.
@@ -27,6 +32,11 @@ pub enum Import {
         /// Keep only the N most recent context turns of each item (default: all).
         #[arg(long, value_name = "N")]
         max_context: Option<usize>,
+        /// The set of dialogues to import where the folder or archive holds several, as the
+        /// challenge's DBDC3.zip does: the folder holding the systems' folders (dbdc3/ja/eval,
+        /// dbdc3/en/dev, dbdc3/en/eval, dbdc3_revised/en/eval, …) or a unique ending of it.
+        #[arg(long, value_name = "TREE")]
+        tree: Option<String>,
         /// Keep N whole dialogues drawn with --seed (for a quick run on part of a dataset).
         #[arg(long, value_name = "N")]
         sample_dialogues: Option<usize>,
@@ -72,17 +82,25 @@ pub fn import(cmd: Import) -> anyhow::Result<ExitCode> {
             dir,
             output,
             max_context,
+            tree,
             sample_dialogues,
             seed,
         } => {
-            let mut items = dbdc3::import(&dir, &dbdc3::Dbdc3Options { max_context })?;
+            let imported = dbdc3::import(&dir, &dbdc3::Dbdc3Options { max_context, tree })?;
+            let unannotated = imported.unannotated;
+            let mut items = imported.items;
             if let Some(n) = sample_dialogues {
                 items = data::select::sample_dialogues(items, n, seed);
             }
             data::write_items(&output, &items)?;
             let s = data::summarize(&items);
+            let set = if imported.tree.is_empty() {
+                String::new()
+            } else {
+                format!(" of {}", imported.tree)
+            };
             eprintln!(
-                "wrote {} items from {} dialogues ({}) to {}",
+                "wrote {} items from {} dialogues{set} ({}) to {}",
                 s.items,
                 s.dialogues,
                 s.systems
@@ -92,6 +110,11 @@ pub fn import(cmd: Import) -> anyhow::Result<ExitCode> {
                     .join(", "),
                 output.display()
             );
+            if unannotated > 0 {
+                eprintln!(
+                    "{unannotated} system utterances without annotations are context only (no item)"
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -55,9 +55,12 @@ pub struct EvalArgs {
     )]
     pub input: Option<PathBuf>,
     /// Import a dataset instead of reading items: `--import dbdc3 DIR` (a folder, or a .tar.gz
-    /// of one such as data/dbdc3-ja.tar.gz).
+    /// or .zip of one such as data/dbdc3-ja.tar.gz or the challenge's DBDC3.zip).
     #[arg(long, num_args = 2, value_names = ["FORMAT", "DIR"])]
     pub import: Option<Vec<String>>,
+    /// With --import: the set of dialogues where DIR holds several (`hyoka import dbdc3 --tree`).
+    #[arg(long, value_name = "TREE", requires = "import")]
+    pub import_tree: Option<String>,
     /// Evaluate N whole dialogues drawn with --sample-seed instead of all.
     #[arg(long, value_name = "N")]
     pub sample_dialogues: Option<usize>,
@@ -157,7 +160,11 @@ pub(super) fn read_or_import(args: &EvalArgs, grouping: Grouping) -> anyhow::Res
         }
         (None, Some(spec)) => match spec.as_slice() {
             [format, dir] if format == "dbdc3" => {
-                dbdc3::import(Path::new(dir), &dbdc3::Dbdc3Options::default())?
+                let options = dbdc3::Dbdc3Options {
+                    max_context: None,
+                    tree: args.import_tree.clone(),
+                };
+                dbdc3::import(Path::new(dir), &options)?.items
             }
             [format, _] => anyhow::bail!("--import {format}: unknown format (known: dbdc3)"),
             _ => anyhow::bail!("--import takes FORMAT DIR"),

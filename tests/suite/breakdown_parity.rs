@@ -316,7 +316,9 @@ fn breakdown3_levels_are_the_importers_labels() {
             {"annotator-id": "c", "breakdown": "X", "ungrammatical-sentence": "O"}]}]}"#;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("d1.log.json"), dialogue).unwrap();
-    let items = dbdc3::import(dir.path(), &Default::default()).unwrap();
+    let items = dbdc3::import(dir.path(), &Default::default())
+        .unwrap()
+        .items;
     let hyoka::data::HumanRating::PerRater(o_t_x) = &items[0].human[dbdc3::BREAKDOWN] else {
         panic!("per-rater ratings");
     };

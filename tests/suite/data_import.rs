@@ -44,7 +44,9 @@ fn raw_labels() -> HashMap<String, Labels> {
 
 #[test]
 fn dbdc3_import_keeps_every_rater() {
-    let items = dbdc3::import_dir(&common::dbdc3_dir(), &Default::default()).unwrap();
+    let items = dbdc3::import(&common::dbdc3_dir(), &Default::default())
+        .unwrap()
+        .items;
     let raw = raw_labels();
     assert_eq!(items.len(), 1650);
     assert_eq!(raw.len(), 1650);
@@ -101,7 +103,9 @@ fn dbdc3_import_keeps_every_rater() {
 
 #[test]
 fn dbdc3_context_is_everything_said_before() {
-    let items = dbdc3::import_dir(&common::dbdc3_dir(), &Default::default()).unwrap();
+    let items = dbdc3::import(&common::dbdc3_dir(), &Default::default())
+        .unwrap()
+        .items;
     let item = items.iter().find(|i| i.id == "DCM/1502867549/2").unwrap();
     let texts: Vec<&str> = item.context.iter().map(|t| t.text.as_str()).collect();
     assert_eq!(
@@ -118,13 +122,15 @@ fn dbdc3_context_is_everything_said_before() {
     let first = items.iter().find(|i| i.id == "DCM/1502867549/0").unwrap();
     assert!(first.context.is_empty());
     // --max-context keeps the most recent turns.
-    let short = dbdc3::import_dir(
+    let short = dbdc3::import(
         &common::dbdc3_dir(),
         &dbdc3::Dbdc3Options {
             max_context: Some(1),
+            tree: None,
         },
     )
-    .unwrap();
+    .unwrap()
+    .items;
     let item = short.iter().find(|i| i.id == "DCM/1502867549/2").unwrap();
     assert_eq!(item.context.len(), 1);
     assert_eq!(item.context[0].text, "今日は涼しいから大丈夫だよ");
@@ -132,7 +138,9 @@ fn dbdc3_context_is_everything_said_before() {
 
 #[test]
 fn written_items_read_back_identically() {
-    let items = dbdc3::import_dir(&common::dbdc3_dir(), &Default::default()).unwrap();
+    let items = dbdc3::import(&common::dbdc3_dir(), &Default::default())
+        .unwrap()
+        .items;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("items.jsonl");
     data::write_items(&path, &items).unwrap();
@@ -230,8 +238,12 @@ fn duplicate_ids_and_skip_invalid() {
 /// from it; a file that is not an archive is named in the error.
 #[test]
 fn the_shipped_archive_imports_as_its_unpacked_folder() {
-    let from_folder = dbdc3::import(&common::dbdc3_dir(), &Default::default()).unwrap();
-    let from_archive = dbdc3::import(&common::dbdc3_archive(), &Default::default()).unwrap();
+    let from_folder = dbdc3::import(&common::dbdc3_dir(), &Default::default())
+        .unwrap()
+        .items;
+    let from_archive = dbdc3::import(&common::dbdc3_archive(), &Default::default())
+        .unwrap()
+        .items;
     assert_eq!(from_folder.len(), 1650);
     assert_eq!(from_archive, from_folder);
 

@@ -17,6 +17,7 @@ mod chat_template_parity;
 mod cli;
 mod converter_real_vocab;
 mod data_import;
+mod dbdc3_trees;
 mod decode_attention;
 mod english_route;
 mod eval_merge;

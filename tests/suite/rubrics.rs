@@ -20,7 +20,10 @@ fn seed(prefix: &str) -> String {
 fn the_seed_copies_are_the_users_seeds() {
     let shared = crate::common::repo_root().join("../shared/seeds");
     let Ok(entries) = std::fs::read_dir(&shared) else {
-        eprintln!("{} is not here: the copies are not compared", shared.display());
+        eprintln!(
+            "{} is not here: the copies are not compared",
+            shared.display()
+        );
         return;
     };
     for entry in entries {

@@ -1,0 +1,234 @@
+//! The dialogue files of a DBDC3 dataset as given: a folder, a `.tar.gz`/`.tgz` or a `.zip`,
+//! each file bounded in size and the whole in total, since the archive comes from elsewhere.
+
+use super::super::DataError;
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+/// Largest dialogue file read (the challenge's are under 200 KB).
+const MAX_DIALOGUE_BYTES: u64 = 64 << 20;
+/// Most bytes of dialogue files read from one dataset (the challenge's whole archive unpacks to
+/// about 100 MB).
+const MAX_TOTAL_BYTES: u64 = 4 << 30;
+
+/// One dialogue file: where it lies below the dataset (an archive's one top folder left out),
+/// how errors name it, and its text.
+#[derive(Clone, Debug)]
+pub(super) struct DialogueFile {
+    pub relative: PathBuf,
+    pub shown: PathBuf,
+    pub text: String,
+}
+
+impl DialogueFile {
+    /// The system: the folder holding the dialogue (DCM, CIC_50), if it lies in one.
+    pub fn system(&self) -> Option<String> {
+        let parent = self.relative.parent()?;
+        parent.file_name().map(|n| n.to_string_lossy().into_owned())
+    }
+
+    /// The set the dialogue belongs to: the folder holding its system's folder, as a
+    /// `/`-separated path ("" at the top).
+    pub fn tree(&self) -> String {
+        self.relative
+            .parent()
+            .and_then(Path::parent)
+            .map(|t| {
+                t.components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Every `*.log.json` of `path`, sorted by their place below it.
+pub(super) fn read(path: &Path) -> Result<Vec<DialogueFile>, DataError> {
+    let name = path.to_string_lossy();
+    let mut budget = Budget::default();
+    let mut files = if path.is_dir() {
+        let mut found = Vec::new();
+        collect_logs(path, &mut found)?;
+        found
+            .into_iter()
+            .map(|file| {
+                let text = budget.read(&file, std::fs::File::open(&file), None)?;
+                let relative = file.strip_prefix(path).unwrap_or(&file).to_path_buf();
+                Ok(DialogueFile {
+                    relative,
+                    shown: file,
+                    text,
+                })
+            })
+            .collect::<Result<Vec<_>, DataError>>()?
+    } else if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
+        without_top_folder(read_tar_gz(path, &mut budget)?)
+    } else if name.ends_with(".zip") {
+        without_top_folder(read_zip(path, &mut budget)?)
+    } else if !path.exists() {
+        return Err(DataError::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder"),
+        ));
+    } else {
+        return Err(DataError::Format {
+            file: path.to_path_buf(),
+            message:
+                "expected a folder of DBDC3 dialogues (*.log.json), or a .tar.gz or .zip of one"
+                    .into(),
+        });
+    };
+    files.sort_by(|a, b| a.relative.cmp(&b.relative));
+    Ok(files)
+}
+
+/// Bytes read so far of one dataset.
+#[derive(Default)]
+struct Budget {
+    total: u64,
+}
+
+impl Budget {
+    /// The text of one file, at most `MAX_DIALOGUE_BYTES`, within the dataset's total.
+    fn read(
+        &mut self,
+        shown: &Path,
+        reader: std::io::Result<impl Read>,
+        declared: Option<u64>,
+    ) -> Result<String, DataError> {
+        let too_large = |size: String| DataError::Format {
+            file: shown.to_path_buf(),
+            message: format!(
+                "a dialogue file of {size} bytes (at most {MAX_DIALOGUE_BYTES} are read)"
+            ),
+        };
+        if let Some(size) = declared.filter(|&s| s > MAX_DIALOGUE_BYTES) {
+            return Err(too_large(size.to_string()));
+        }
+        let mut bytes = Vec::new();
+        reader
+            .and_then(|r| r.take(MAX_DIALOGUE_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(|e| DataError::io(shown, e))?;
+        if bytes.len() as u64 > MAX_DIALOGUE_BYTES {
+            return Err(too_large(format!("over {MAX_DIALOGUE_BYTES}")));
+        }
+        self.total += bytes.len() as u64;
+        if self.total > MAX_TOTAL_BYTES {
+            return Err(DataError::Format {
+                file: shown.to_path_buf(),
+                message: format!(
+                    "the dataset's dialogue files pass {MAX_TOTAL_BYTES} bytes in all (at most that is read)"
+                ),
+            });
+        }
+        String::from_utf8(bytes).map_err(|_| DataError::Format {
+            file: shown.to_path_buf(),
+            message: "not UTF-8 text".into(),
+        })
+    }
+}
+
+/// Folders are followed where they really are (a link to a folder is not, so a loop of links
+/// cannot recurse without end); files through links are read.
+fn collect_logs(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DataError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| DataError::io(dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| DataError::io(dir, e))?;
+        let path = entry.path();
+        let kind = entry.file_type().map_err(|e| DataError::io(&path, e))?;
+        if kind.is_dir() {
+            collect_logs(&path, out)?;
+        } else if path.to_string_lossy().ends_with(".log.json") && !path.is_dir() {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn unreadable(archive: &Path, kind: &str, e: impl std::fmt::Display) -> DataError {
+    DataError::Format {
+        file: archive.to_path_buf(),
+        message: format!("not a readable {kind} archive: {e}"),
+    }
+}
+
+fn read_tar_gz(archive: &Path, budget: &mut Budget) -> Result<Vec<DialogueFile>, DataError> {
+    let file = std::fs::File::open(archive).map_err(|e| DataError::io(archive, e))?;
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(std::io::BufReader::new(file)));
+    let bad = |e: std::io::Error| unreadable(archive, ".tar.gz", e);
+    let mut out = Vec::new();
+    for entry in tar.entries().map_err(bad)? {
+        let entry = entry.map_err(bad)?;
+        let inner = entry.path().map_err(bad)?.into_owned();
+        if !entry.header().entry_type().is_file() || !inner.to_string_lossy().ends_with(".log.json")
+        {
+            continue;
+        }
+        let shown = archive.join(&inner);
+        let size = entry.size();
+        let text = budget.read(&shown, Ok(entry), Some(size))?;
+        out.push(DialogueFile {
+            relative: inner,
+            shown,
+            text,
+        });
+    }
+    Ok(out)
+}
+
+fn read_zip(archive: &Path, budget: &mut Budget) -> Result<Vec<DialogueFile>, DataError> {
+    let file = std::fs::File::open(archive).map_err(|e| DataError::io(archive, e))?;
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file))
+        .map_err(|e| unreadable(archive, ".zip", e))?;
+    let mut out = Vec::new();
+    for i in 0..zip.len() {
+        let entry = zip
+            .by_index(i)
+            .map_err(|e| unreadable(archive, ".zip", e))?;
+        let name = entry
+            .name()
+            .map_err(|e| unreadable(archive, ".zip", e))?
+            .into_owned();
+        if !entry.is_file() || !name.ends_with(".log.json") {
+            continue;
+        }
+        // A name that climbs out (`..`, an absolute path) names no place below the dataset.
+        let Some(inner) = entry.enclosed_name() else {
+            return Err(DataError::Format {
+                file: archive.to_path_buf(),
+                message: format!("an entry named {name:?} lies outside the archive"),
+            });
+        };
+        let shown = archive.join(&inner);
+        let size = entry.size();
+        let text = budget.read(&shown, Ok(entry), Some(size))?;
+        out.push(DialogueFile {
+            relative: inner,
+            shown,
+            text,
+        });
+    }
+    Ok(out)
+}
+
+/// An archive's one top folder, if every dialogue lies below the same one, stands for the
+/// dataset's folder: `dbdc3-ja/DCM/x.log.json` is system DCM, as `DCM/x.log.json` is below an
+/// unpacked `dbdc3-ja/`.
+fn without_top_folder(mut files: Vec<DialogueFile>) -> Vec<DialogueFile> {
+    let first = |f: &DialogueFile| match f.relative.components().next() {
+        Some(Component::Normal(c)) if f.relative.components().count() > 1 => Some(c.to_os_string()),
+        _ => None,
+    };
+    let Some(top) = files.first().and_then(first) else {
+        return files;
+    };
+    if files.iter().all(|f| first(f).as_ref() == Some(&top)) {
+        for f in &mut files {
+            if let Ok(rest) = f.relative.strip_prefix(&top) {
+                f.relative = rest.to_path_buf();
+            }
+        }
+    }
+    files
+}
