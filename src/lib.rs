@@ -27,8 +27,7 @@ pub mod results;
 pub mod rng;
 pub mod rubric;
 pub mod translate;
+pub mod version;
 
 pub use error_kind::{ErrorKind, UsageError};
-
-/// hyoka's version, recorded in every output.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub use version::VERSION;

@@ -70,7 +70,7 @@ impl BertScoreRun<'_> {
             );
         }
         Provenance {
-            hyoka: crate::VERSION.into(),
+            hyoka: crate::version::VERSION.into(),
             task: Task::BertScore,
             rubric: None,
             models: vec![self.model.clone()],

@@ -124,7 +124,7 @@ impl<'a> Judge<'a> {
         self.models[0].settings().record(decodes, &mut settings);
         let first = &self.models[0].transformer;
         Provenance {
-            hyoka: crate::VERSION.into(),
+            hyoka: crate::version::VERSION.into(),
             task: Task::Judge,
             rubric: Some(RubricId {
                 name: self.rubric.name.clone(),

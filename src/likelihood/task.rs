@@ -113,7 +113,7 @@ impl ScoreTask for LikelihoodRun<'_> {
         self.model.settings().record(false, &mut settings);
         let t = &self.model.transformer;
         Provenance {
-            hyoka: crate::VERSION.into(),
+            hyoka: crate::version::VERSION.into(),
             task: Task::Likelihood,
             rubric: Some(RubricId {
                 name: self.scorer.name.clone(),

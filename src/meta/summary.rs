@@ -175,7 +175,7 @@ impl Summary {
             )
         });
         Ok(Summary {
-            hyoka: crate::VERSION.to_string(),
+            hyoka: crate::version::VERSION.to_string(),
             items: items.len(),
             sources: frame.sources.clone(),
             bootstrap: opts.bootstrap,

@@ -171,8 +171,12 @@ pub struct Expected {
 impl Expected {
     /// The first difference between `theirs` (read from an existing output) and this run.
     pub fn difference(&self, theirs: &Provenance) -> Option<(String, String, String)> {
-        if theirs.hyoka != crate::VERSION {
-            return Some(("hyoka version".into(), s(&theirs.hyoka), s(&crate::VERSION)));
+        if theirs.hyoka != crate::version::VERSION {
+            return Some((
+                "hyoka version".into(),
+                s(&theirs.hyoka),
+                s(&crate::version::VERSION),
+            ));
         }
         if theirs.task != self.task {
             return Some(("task".into(), s(&theirs.task), s(&self.task)));

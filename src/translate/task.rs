@@ -164,7 +164,7 @@ impl ScoreTask for Translator<'_> {
         self.model.settings().record(true, &mut settings);
         let t = &self.model.transformer;
         Provenance {
-            hyoka: crate::VERSION.into(),
+            hyoka: crate::version::VERSION.into(),
             task: Task::Translate,
             rubric: None,
             models: vec![model_id(self.model)],

@@ -2,7 +2,6 @@
 
 use super::super::DataError;
 use super::super::item::{HumanRating, Item, Turn};
-use super::Dbdc3Options;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -26,7 +25,7 @@ pub(super) fn import_text(
     file: &Path,
     system: Option<String>,
     text: &str,
-    options: &Dbdc3Options,
+    max_context: Option<usize>,
 ) -> Result<Dialogue, DataError> {
     let fail = |field: &str, message: String| DataError::Field {
         file: file.to_path_buf(),
@@ -85,9 +84,7 @@ pub(super) fn import_text(
                 history.push(this);
                 continue;
             };
-            let start = options
-                .max_context
-                .map_or(0, |n| history.len().saturating_sub(n));
+            let start = max_context.map_or(0, |n| history.len().saturating_sub(n));
             let id_prefix = system
                 .as_deref()
                 .map(|s| format!("{s}/"))

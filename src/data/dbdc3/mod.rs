@@ -65,7 +65,7 @@ pub fn import(path: &Path, options: &Dbdc3Options) -> Result<Imported, DataError
     let mut items = Vec::new();
     let (mut dialogues, mut unannotated) = (0, 0);
     for file in files.iter().filter(|f| f.tree() == tree) {
-        let d = dialogue::import_text(&file.shown, file.system(), &file.text, options)?;
+        let d = dialogue::import_text(&file.shown, file.system(), &file.text, options.max_context)?;
         dialogues += 1;
         unannotated += d.unannotated;
         items.extend(d.items);

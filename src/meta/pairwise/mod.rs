@@ -320,7 +320,7 @@ pub fn summarize(frame: &PairFrame, opts: &PairwiseOptions) -> PairwiseSummary {
         })
         .collect();
     PairwiseSummary {
-        hyoka: crate::VERSION.into(),
+        hyoka: crate::version::VERSION.into(),
         rubric: frame.provenance.rubric.as_ref().map(|r| r.name.clone()),
         pairs: frame.pairs.len(),
         contexts: contexts.len(),
