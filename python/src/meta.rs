@@ -3,8 +3,7 @@
 
 use crate::errors::{raise, to_py, usage};
 use crate::options::Options;
-use hyoka::meta::pairwise::{PairwiseOptions, is_pairwise, read_records};
-use hyoka::meta::{Half, MetaError, MetaOptions, Summary, parse_aspect_levels};
+use hyoka::meta::{Evaluation, MetaError, MetaOptions, MetaRequest, Naming, parse_aspect_levels};
 use hyoka::model::runtime_options::parse_choice;
 use hyoka::results::reader::ResultsInput;
 use pyo3::prelude::*;
@@ -17,12 +16,8 @@ pub enum Source {
     Path(std::path::PathBuf),
 }
 
-/// Pairwise results' settings: the statistics and the human preferences given per pair.
-type PairwiseSettings = (PairwiseOptions, Option<std::path::PathBuf>);
-
-fn options_of(
-    options: &mut Options<'_>,
-) -> PyResult<(MetaOptions, Option<Half>, PairwiseSettings)> {
+/// The meta-evaluation the keywords ask for.
+fn request_of(options: &mut Options<'_>) -> PyResult<MetaRequest> {
     let py = options.py();
     let mut o = MetaOptions::default();
     if let Some(w) = options.take::<f64>("w")? {
@@ -57,25 +52,24 @@ fn options_of(
             parse_aspect_levels(&map).map_err(|m| usage(py, format!("breakdown_levels: {m}")))?;
         o.breakdown.levels.push(levels);
     }
-    let half = options.choice::<Half>("half", parse_choice)?;
+    let half = options.choice("half", parse_choice)?;
     o.check().map_err(|e| to_py(py, &e))?;
-    let mut pairwise = PairwiseOptions {
-        bootstrap: o.bootstrap.resamples,
-        seed: o.bootstrap.seed,
-        level: o.bootstrap.confidence,
-        ..PairwiseOptions::default()
-    };
     let preferences = options.take::<std::path::PathBuf>("preferences")?;
-    if let Some(m) = options.take::<f64>("tie_margin")? {
-        if !(m.is_finite() && m >= 0.0) {
-            return Err(usage(
-                py,
-                format!("tie_margin: must be a margin of 0 or more, got {m}"),
-            ));
-        }
-        pairwise.tie_margin = m;
+    let tie_margin = options.take::<f64>("tie_margin")?.unwrap_or(0.0);
+    if !(tie_margin.is_finite() && tie_margin >= 0.0) {
+        return Err(usage(
+            py,
+            format!("tie_margin: must be a margin of 0 or more, got {tie_margin}"),
+        ));
     }
-    Ok((o, half, (pairwise, preferences)))
+    let accept_unhashed = options.take::<bool>("accept_unhashed")?.unwrap_or(false);
+    Ok(MetaRequest {
+        options: o,
+        tie_margin,
+        preferences,
+        half,
+        accept_unhashed,
+    })
 }
 
 /// Correlations of `scores` (results: paths or lists of lines) with the human ratings of
@@ -90,8 +84,7 @@ pub fn meta(
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<String> {
     let mut options = Options::new(py, options)?;
-    let (opts, half, (pairwise, preferences)) = options_of(&mut options)?;
-    let accept_unhashed = options.take::<bool>("accept_unhashed")?.unwrap_or(false);
+    let request = request_of(&mut options)?;
     options.finish()?;
     let scores: Vec<Source> = scores.extract()?;
     if scores.is_empty() {
@@ -101,16 +94,13 @@ pub fn meta(
         ));
     }
     py.detach(|| -> Result<String, MetaError> {
-        let (mut items, origin) = match items {
+        let (items, origin) = match items {
             Source::Path(p) => (
                 hyoka::data::read_items(&p, false)?.items,
                 p.display().to_string(),
             ),
             Source::Texts(t) => (hyoka::data::parse_items(&t)?, "items".to_string()),
         };
-        if let Some(half) = half {
-            hyoka::meta::select_half(&mut items, half, opts.bootstrap.seed, &origin)?;
-        }
         let inputs = scores
             .iter()
             .enumerate()
@@ -119,56 +109,20 @@ pub fn meta(
                 Source::Texts(t) => Ok(ResultsInput::from_lines(&format!("scores[{k}]"), t)),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        for (k, input) in inputs.iter().enumerate() {
-            if is_pairwise(input)? {
-                let records = read_records(input)?;
-                // By the names Python takes them (`--fit-w` is `fit_w`).
-                let mut unused: Vec<String> = opts
-                    .not_for_pairwise()
-                    .iter()
-                    .map(|flag| flag.trim_start_matches("--").replace('-', "_"))
-                    .collect();
-                if half.is_some() {
-                    unused.push("half".into());
-                }
-                if !unused.is_empty() {
-                    return Err(MetaError::Usage(format!(
-                        "{}: for judge and BERTScore results; pairwise results take bootstrap, confidence, seed, tie_margin and preferences",
-                        unused.join(", ")
-                    )));
-                }
-                if inputs.len() > 1 {
-                    return Err(MetaError::Usage(format!(
-                        "scores[{k}] holds pairwise results: give them to meta alone"
-                    )));
-                }
-                let mut frame = hyoka::meta::pairwise::join(&items, records, &input.path)?;
-                if let Some(p) = &preferences {
-                    frame.set_preferences(hyoka::meta::pairwise::Preferences::read(p)?, p)?;
-                }
-                let summary = hyoka::meta::pairwise::summarize(&frame, &pairwise);
-                return serde_json::to_string(&summary)
-                    .map_err(|e| MetaError::Input(format!("summary: {e}")));
-            }
-        }
-        if preferences.is_some() || pairwise.tie_margin != 0.0 {
-            return Err(MetaError::Usage(
-                "preferences, tie_margin: human preferences are for pairwise results".into(),
-            ));
-        }
-        let rules = hyoka::meta::JoinRules {
-            strict: true,
-            accept_unhashed,
+        let evaluation = hyoka::meta::evaluate(
+            items,
+            &origin,
+            &inputs,
+            &request,
+            Naming::Keywords,
+            &mut |note| eprintln!("{note}"),
+            &|_, _| {},
+        )?;
+        let json = match evaluation {
+            Evaluation::Scores { summary, .. } => serde_json::to_string(&summary),
+            Evaluation::Pairwise(summary) => serde_json::to_string(&summary),
         };
-        let mut joined = hyoka::meta::join(items, &origin, &inputs, rules)?;
-        for note in &joined.notes {
-            eprintln!("{note}");
-        }
-        let frame = &mut joined.frame;
-        opts.breakdown
-            .check_aspects(frame.distributions.iter().map(|d| d.aspect.as_str()))?;
-        let summary = Summary::compute(frame, &opts)?;
-        serde_json::to_string(&summary).map_err(|e| MetaError::Input(format!("summary: {e}")))
+        json.map_err(|e| MetaError::Input(format!("summary: {e}")))
     })
     .map_err(raise(py))
 }

@@ -148,9 +148,19 @@ pub(super) fn pairwise_report(
 ) -> anyhow::Result<Vec<(&'static str, String)>> {
     let items = data::read_items(&dir.join(ITEMS), false)?.items;
     let output = dir.join(PAIRS);
-    let records =
-        crate::meta::pairwise::read_records(&crate::results::reader::ResultsInput::open(&output)?)?;
-    let ranked = super::meta_cmd::pairwise_summary(&items, &output, records, stats)?;
+    let input = crate::results::reader::ResultsInput::open(&output)?;
+    let evaluation = crate::meta::evaluate(
+        items,
+        &dir.join(ITEMS).display().to_string(),
+        &[input],
+        &stats.request(None, false),
+        crate::meta::Naming::Flags,
+        &mut |note| eprintln!("{note}"),
+        &|_, _| {},
+    )?;
+    let crate::meta::Evaluation::Pairwise(ranked) = evaluation else {
+        anyhow::bail!("{} holds no pairwise results", output.display());
+    };
     let md = crate::meta::pairwise::markdown(&ranked);
     print!("{md}");
     let json = serde_json::to_string_pretty(&ranked).context("summary as JSON")? + "\n";

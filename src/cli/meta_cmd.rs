@@ -2,7 +2,10 @@
 
 use crate::data;
 use crate::meta::breakdown::LevelLabels;
-use crate::meta::{Bootstrap, BreakdownOptions, Frame, Half, JoinRules, MetaOptions, Summary};
+use crate::meta::{
+    Bootstrap, BreakdownOptions, Evaluation, Frame, Half, JoinRules, MetaOptions, MetaRequest,
+    Summary,
+};
 use crate::results::reader::ResultsInput;
 use anyhow::Context;
 use clap::Args;
@@ -143,12 +146,14 @@ fn parse_confidence(s: &str) -> Result<f64, String> {
 }
 
 impl StatsArgs {
-    pub fn pairwise_options(&self) -> crate::meta::pairwise::PairwiseOptions {
-        crate::meta::pairwise::PairwiseOptions {
-            bootstrap: self.bootstrap,
-            seed: self.seed,
-            level: self.confidence,
+    /// The meta-evaluation these flags ask for, with `meta`'s own settings.
+    pub fn request(&self, half: Option<Half>, accept_unhashed: bool) -> MetaRequest {
+        MetaRequest {
+            options: self.options(),
             tie_margin: self.tie_margin,
+            preferences: self.preferences.clone(),
+            half,
+            accept_unhashed,
         }
     }
 
@@ -245,127 +250,43 @@ pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {
             input.display()
         )));
     }
-    let mut items = data::read_items(&args.items, false)?.items;
-    if let Some(half) = args.half {
-        let seed = args.stats.seed;
-        crate::meta::select_half(&mut items, half, seed, &args.items.display().to_string())?;
-        eprintln!(
-            "{} items in the {} half (seed {seed})",
-            items.len(),
-            half.name()
-        );
-    }
+    let items = data::read_items(&args.items, false)?.items;
     let inputs = open_inputs(&args.scores)?;
-    if let Some(records) = pairwise_records(&inputs)? {
-        return run_pairwise(&items, records, &args);
-    }
-    if args.stats.preferences.is_some() || args.stats.tie_margin != 0.0 {
-        return Err(super::exit::usage(
-            "--preferences, --tie-margin: human preferences are for pairwise results (hyoka compare's)",
-        ));
-    }
-    let rules = JoinRules {
-        strict: true,
-        accept_unhashed: args.accept_unhashed,
-    };
-    let mut frame = frame_of_inputs(items, &args.items, &inputs, rules)?;
-    let options = args.stats.options();
-    options
-        .breakdown
-        .check_aspects(frame.distributions.iter().map(|d| d.aspect.as_str()))?;
+    let request = args.stats.request(args.half, args.accept_unhashed);
     let bar = super::running::progress_bar("bootstrap");
     bar.set_style(
         indicatif::ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} resamples (eta {eta})")
             .expect("the template is valid"),
     );
-    let summary = Summary::compute_with_progress(&mut frame, &options, &|done, total| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-    })?;
-    bar.finish_and_clear();
-    write_outputs(&summary, args.json.as_deref(), args.markdown.as_deref())?;
-    if let Some(p) = &args.html {
-        crate::files::write_atomic(p, crate::report::html(&summary, &frame).as_bytes())
-            .with_context(|| format!("{}", p.display()))?;
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// A pairwise results file and its lines (with their numbers).
-pub type PairwiseLines = (PathBuf, Vec<(usize, crate::results::Record)>);
-
-/// The lines of the results file when it holds pairwise results (`hyoka compare`'s), which
-/// are meta-evaluated alone; None for judge and BERTScore results.
-fn pairwise_records(inputs: &[ResultsInput]) -> anyhow::Result<Option<PairwiseLines>> {
-    use crate::meta::pairwise::{is_pairwise, read_records};
-    for (n, input) in inputs.iter().enumerate() {
-        if is_pairwise(input)? {
-            let records = read_records(input)?;
-            if inputs.len() > 1 {
-                return Err(super::exit::usage(format!(
-                    "{} holds pairwise results (hyoka compare): give it to meta alone, without {}",
-                    input.path.display(),
-                    inputs[if n == 0 { 1 } else { 0 }].path.display()
-                )));
-            }
-            return Ok(Some((input.path.clone(), records)));
-        }
-    }
-    Ok(None)
-}
-
-/// The systems ranked from pairwise results and compared with human preferences.
-fn run_pairwise(
-    items: &[crate::data::Item],
-    (path, records): PairwiseLines,
-    args: &MetaArgs,
-) -> anyhow::Result<ExitCode> {
-    if let Some(half) = args.half {
-        return Err(super::exit::usage(format!(
-            "--half {}: the development/held-out split is of dialogues, for judge and BERTScore results",
-            half.name()
-        )));
-    }
-    let summary = pairwise_summary(items, &path, records, &args.stats)?;
-    write_pairwise(
-        &summary,
-        args.json.as_deref(),
-        args.markdown.as_deref(),
-        args.html.as_deref(),
+    let evaluation = crate::meta::evaluate(
+        items,
+        &args.items.display().to_string(),
+        &inputs,
+        &request,
+        crate::meta::Naming::Flags,
+        &mut |note| eprintln!("{note}"),
+        &|done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        },
     )?;
+    bar.finish_and_clear();
+    match evaluation {
+        Evaluation::Scores { summary, frame } => {
+            write_outputs(&summary, args.json.as_deref(), args.markdown.as_deref())?;
+            if let Some(p) = &args.html {
+                crate::files::write_atomic(p, crate::report::html(&summary, &frame).as_bytes())
+                    .with_context(|| format!("{}", p.display()))?;
+            }
+        }
+        Evaluation::Pairwise(summary) => write_pairwise(
+            &summary,
+            args.json.as_deref(),
+            args.markdown.as_deref(),
+            args.html.as_deref(),
+        )?,
+    }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `meta::pairwise::summarize` of these lines with the statistics flags, the lines left out
-/// said on stderr. Flags for judge and BERTScore results only are refused.
-pub fn pairwise_summary(
-    items: &[crate::data::Item],
-    path: &Path,
-    records: Vec<(usize, crate::results::Record)>,
-    stats: &StatsArgs,
-) -> anyhow::Result<crate::meta::pairwise::PairwiseSummary> {
-    let unused = stats.options().not_for_pairwise();
-    if !unused.is_empty() {
-        return Err(super::exit::usage(format!(
-            "{}: for judge and BERTScore results; pairwise results take --bootstrap, --confidence, --seed, --tie-margin and --preferences",
-            unused.join(", ")
-        )));
-    }
-    let mut frame = crate::meta::pairwise::join(items, records, path)?;
-    if let Some(p) = &stats.preferences {
-        frame.set_preferences(crate::meta::pairwise::Preferences::read(p)?, p)?;
-    }
-    if frame.unmatched > 0 {
-        eprintln!(
-            "{}: {} pairs whose items are not in the items file were left out",
-            path.display(),
-            frame.unmatched
-        );
-    }
-    Ok(crate::meta::pairwise::summarize(
-        &frame,
-        &stats.pairwise_options(),
-    ))
 }
 
 /// summary.md (or stdout), the JSON and the HTML report of a pairwise meta-evaluation.
