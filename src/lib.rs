@@ -15,6 +15,7 @@ pub mod data;
 pub mod definition;
 pub mod error_kind;
 pub mod error_text;
+pub mod eval;
 pub mod files;
 pub mod heap;
 pub mod judge;

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// `options` (keyword arguments) into `spec`: each named setting replaces its default.
-fn apply(spec: &mut JudgeSpec, options: &mut Options<'_>) -> PyResult<()> {
+pub fn apply(spec: &mut JudgeSpec, options: &mut Options<'_>) -> PyResult<()> {
     let runtime = &mut spec.runtime;
     if let Some(device) = options.take::<String>("device")? {
         runtime.device = device;

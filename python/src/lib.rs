@@ -5,6 +5,7 @@
 //! package installs is the library's command line (`hyoka::cli`).
 
 mod errors;
+mod eval;
 mod judge;
 mod meta;
 mod options;
@@ -262,6 +263,7 @@ fn _hyoka(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(default_device, m)?)?;
     m.add_function(wrap_pyfunction!(meta::meta, m)?)?;
+    m.add_function(wrap_pyfunction!(eval::eval, m)?)?;
     m.add_class::<Encoder>()?;
     m.add_class::<Job>()?;
     m.add_class::<judge::Judge>()?;

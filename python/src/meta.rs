@@ -16,8 +16,17 @@ pub enum Source {
     Path(std::path::PathBuf),
 }
 
-/// The meta-evaluation the keywords ask for.
+/// The meta-evaluation the keywords ask for (its `half` and `accept_unhashed` are `meta`'s
+/// own: `stats_of` takes the rest, which `eval` takes too).
 fn request_of(options: &mut Options<'_>) -> PyResult<MetaRequest> {
+    let mut request = stats_of(options)?;
+    request.half = options.choice("half", parse_choice)?;
+    request.accept_unhashed = options.take::<bool>("accept_unhashed")?.unwrap_or(false);
+    Ok(request)
+}
+
+/// The statistics' keywords (`w`, `fit_w`, `bootstrap`, `seed`, `calibrate`, `preferences`, …).
+pub fn stats_of(options: &mut Options<'_>) -> PyResult<MetaRequest> {
     let py = options.py();
     let mut o = MetaOptions::default();
     if let Some(w) = options.take::<f64>("w")? {
@@ -52,7 +61,6 @@ fn request_of(options: &mut Options<'_>) -> PyResult<MetaRequest> {
             parse_aspect_levels(&map).map_err(|m| usage(py, format!("breakdown_levels: {m}")))?;
         o.breakdown.levels.push(levels);
     }
-    let half = options.choice("half", parse_choice)?;
     o.check().map_err(|e| to_py(py, &e))?;
     let preferences = options.take::<std::path::PathBuf>("preferences")?;
     let tie_margin = options.take::<f64>("tie_margin")?.unwrap_or(0.0);
@@ -62,13 +70,12 @@ fn request_of(options: &mut Options<'_>) -> PyResult<MetaRequest> {
             format!("tie_margin: must be a margin of 0 or more, got {tie_margin}"),
         ));
     }
-    let accept_unhashed = options.take::<bool>("accept_unhashed")?.unwrap_or(false);
     Ok(MetaRequest {
         options: o,
         tie_margin,
         preferences,
-        half,
-        accept_unhashed,
+        half: None,
+        accept_unhashed: false,
     })
 }
 

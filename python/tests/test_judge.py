@@ -168,3 +168,34 @@ def test_likelihood_and_translate_equal_the_command_line(tmp_path: Path) -> None
     assert judge.translate(path) == en
     with pytest.raises(hyoka.UsageError, match="no built-in prompt"):
         judge.translate(items, to="fr")
+
+
+def test_eval_writes_the_folder_the_command_writes(tmp_path: Path) -> None:
+    """hyoka.eval into one folder and `hyoka eval` into another, with the same items and
+    options: the same files, byte for byte (the judge, BERTScore, the scores, the summaries and
+    the report)."""
+    judge = str(real_model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
+    encoder = str(real_model("multilingual-e5-small"))
+    rubric = str(ROOT / "examples" / "breakdown-ja.toml")
+    command = tmp_path / "command"
+    assert cli(["eval", "-i", str(ITEMS), "--rubric", rubric, "--model", judge, "--bertscore-model", encoder,
+                "--fit-w", "--bootstrap", "50", "-o", str(command)]) == 0
+    done = hyoka.eval(ITEMS, tmp_path / "python", model=judge, rubric=rubric, bertscore_model=encoder,
+                      fit_w=True, bootstrap=50, verbose=False)
+    assert done["failed"] == [] and Path(done["dir"]) == tmp_path / "python"
+    written = sorted(p.name for p in command.iterdir())
+    assert written == sorted(p.name for p in (tmp_path / "python").iterdir())
+    assert {"judge.jsonl", "bertscore.jsonl", "scores.jsonl", "summary.json", "report.html"} <= set(written)
+    for name in written:
+        assert (command / name).read_bytes() == (tmp_path / "python" / name).read_bytes(), name
+    assert done["summary"] == json.loads((command / "summary.json").read_text(encoding="utf-8"))
+    # Items in memory give the same scores; a setting the command does not take is refused.
+    again = hyoka.eval(lines(ITEMS), tmp_path / "memory", model=judge, rubric=rubric, bertscore_model=encoder,
+                       fit_w=True, bootstrap=50, verbose=False)
+    assert (tmp_path / "memory" / "judge.jsonl").read_bytes() == (command / "judge.jsonl").read_bytes()
+    with pytest.raises(hyoka.UsageError, match="temperature"):
+        hyoka.eval(ITEMS, tmp_path / "refused", model=judge, temperature=0.7)
+    with pytest.raises(hyoka.UsageError, match="fit_w, calibrate: for judge and BERTScore results"):
+        hyoka.eval(ITEMS, tmp_path / "refused", model=judge, rubric="breakdown-pair-ja", fit_w=True,
+                   calibrate=True)
+    assert not (tmp_path / "refused").exists()

@@ -1,21 +1,14 @@
-//! What `hyoka eval` reads and writes: its flags, the files of its folder, and the report
-//! written from them (shared by `eval`'s routes, its pairwise run and `merge`).
+//! `hyoka eval`'s flags, and the library's evaluation they ask for (`eval::EvalSpec`).
 
-use super::meta_cmd::{StatsArgs, load_frame};
+use super::meta_cmd::StatsArgs;
 use crate::bertscore::run::Against;
-use crate::data::select::{Grouping, Shard, sample_groups};
-use crate::data::{self, Item, dbdc3};
+use crate::data::select::Shard;
+use crate::data::{self, dbdc3};
+use crate::eval::{EncoderChoice, EvalItems, EvalSpec, Sample, TranslateSpec};
 use crate::judge::JudgeSpec;
 use crate::judge::json::Decoding;
-use crate::meta::Summary;
-use anyhow::Context;
 use clap::Args;
 use std::path::{Path, PathBuf};
-
-pub(super) const ITEMS: &str = "items.jsonl";
-pub(super) const JUDGE: &str = "judge.jsonl";
-pub(super) const BERTSCORE: &str = "bertscore.jsonl";
-pub(super) const PAIRS: &str = "pairs.jsonl";
 
 #[derive(Args, Debug)]
 #[command(
@@ -151,183 +144,83 @@ pub struct EvalArgs {
     pub overwrite: bool,
 }
 
-/// The items of `--input` or `--import`, sampled (`--sample-dialogues`) in whole groups.
-pub(super) fn read_or_import(args: &EvalArgs, grouping: Grouping) -> anyhow::Result<Vec<Item>> {
-    let items = match (&args.input, &args.import) {
-        (Some(path), _) => {
-            let read = data::read_items(path, false)?;
-            read.items
-        }
-        (None, Some(spec)) => match spec.as_slice() {
-            [format, dir] if format == "dbdc3" => {
-                let options = dbdc3::Dbdc3Options {
-                    max_context: None,
-                    tree: args.import_tree.clone(),
-                };
-                dbdc3::import(Path::new(dir), &options)?.items
-            }
-            [format, _] => anyhow::bail!("--import {format}: unknown format (known: dbdc3)"),
-            _ => anyhow::bail!("--import takes FORMAT DIR"),
-        },
-        (None, None) => anyhow::bail!("give --input or --import"),
-    };
-    Ok(match args.sample_dialogues {
-        Some(n) => sample_groups(items, n, args.sample_seed, grouping),
-        None => items,
-    })
-}
-
-/// The files `eval` and `merge` write in their folder, each written whole.
-pub(super) const OUTPUTS: [&str; 8] = [
-    ITEMS,
-    JUDGE,
-    BERTSCORE,
-    PAIRS,
-    "scores.jsonl",
-    "summary.md",
-    "summary.json",
-    "report.html",
-];
-
-/// The judge `eval` loads: its models, the rubric, the runtime and batching flags; greedy.
-pub(super) fn judge_spec(
-    args: &EvalArgs,
-    rubric: crate::rubric::Rubric,
-    source: String,
-) -> JudgeSpec {
-    JudgeSpec {
-        models: args.model.clone(),
-        rubric,
-        rubric_source: source,
-        runtime: args.runtime.options(),
-        sha256: None,
-        run: args.batching.run_options(
-            args.overwrite,
-            None,
-            Decoding {
-                temperature: 0.0,
-                seed: 0,
+impl EvalArgs {
+    /// The evaluation these flags ask for, with the rubric resolved and the shard chosen.
+    pub(super) fn spec(
+        &self,
+        rubric: crate::rubric::Rubric,
+        rubric_source: String,
+        shard: Option<Shard>,
+    ) -> EvalSpec {
+        EvalSpec {
+            judge: JudgeSpec {
+                models: self.model.clone(),
+                rubric,
+                rubric_source,
+                runtime: self.runtime.options(),
+                sha256: None,
+                run: self.batching.run_options(
+                    self.overwrite,
+                    None,
+                    Decoding {
+                        temperature: 0.0,
+                        seed: 0,
+                    },
+                ),
             },
-        ),
+            output: self.output.clone(),
+            sample: self.sample_dialogues.map(|groups| Sample {
+                groups,
+                seed: self.sample_seed,
+            }),
+            shard,
+            lang: self.lang.clone(),
+            bertscore: (!self.no_bertscore).then(|| EncoderChoice {
+                model: self.bertscore_model.clone(),
+                layer: self.layer,
+                rescale: self.rescale,
+                against: self.against,
+            }),
+            likelihood: self.likelihood.clone(),
+            translate: self.translate.as_ref().map(|to| TranslateSpec {
+                to: to.clone(),
+                rubric: self.translate_rubric.clone(),
+                prompt: self.translate_prompt.clone(),
+                model: self.translate_model.clone(),
+                bertscore_model: self.translate_bertscore_model.clone(),
+                layer: self.translate_layer,
+                keep_unfinished: self.translate_keep_unfinished,
+            }),
+            baseline: self.baseline.clone(),
+            stats: self.stats.request(None, false),
+        }
     }
-}
 
-/// The folders a run created for its output, taken away again when the run leaves them empty
-/// (a model that cannot be had, a refused setting): a refused run leaves nothing behind.
-pub(super) struct CreatedFolders(Vec<PathBuf>);
-
-impl CreatedFolders {
-    pub(super) fn create(dir: &Path) -> anyhow::Result<Self> {
-        let missing: Vec<PathBuf> = dir
-            .ancestors()
-            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
-            .map(Path::to_path_buf)
-            .collect();
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(CreatedFolders(missing))
-    }
-}
-
-impl Drop for CreatedFolders {
-    fn drop(&mut self) {
-        // Innermost first; a folder that holds anything stays, and so do those above it.
-        for folder in &self.0 {
-            if std::fs::remove_dir(folder).is_err() {
-                break;
+    /// The items of `--input` (with their lines) or `--import`.
+    pub(super) fn items(&self) -> anyhow::Result<EvalItems> {
+        match (&self.input, &self.import) {
+            (Some(path), _) => {
+                let read = data::read_items(path, false)?;
+                Ok(EvalItems {
+                    items: read.items,
+                    file: Some((path.clone(), read.lines)),
+                })
             }
+            (None, Some(spec)) => match spec.as_slice() {
+                [format, dir] if format == "dbdc3" => {
+                    let options = dbdc3::Dbdc3Options {
+                        max_context: None,
+                        tree: self.import_tree.clone(),
+                    };
+                    Ok(EvalItems {
+                        items: dbdc3::import(Path::new(dir), &options)?.items,
+                        file: None,
+                    })
+                }
+                [format, _] => anyhow::bail!("--import {format}: unknown format (known: dbdc3)"),
+                _ => anyhow::bail!("--import takes FORMAT DIR"),
+            },
+            (None, None) => anyhow::bail!("give --input or --import"),
         }
     }
-}
-
-/// Nothing to evaluate is no failure: an array job's task whose share holds no dialogue (or
-/// context: `unit`) succeeds, and leaves an empty share in `dir` that `merge` recognises.
-pub(super) fn nothing_to_do(
-    dir: &Path,
-    shard: Option<Shard>,
-    whole: Option<&(usize, String)>,
-    unit: &str,
-) -> anyhow::Result<()> {
-    if let Some(s) = shard {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        data::write_items(&dir.join(ITEMS), &[])?;
-        if let Some(whole) = whole {
-            super::shard_set::record(dir, &s.to_string(), whole)?;
-        }
-        eprintln!(
-            "nothing to do: shard {s} holds no {unit} (an empty share written to {})",
-            dir.display()
-        );
-    } else {
-        eprintln!("nothing to do: no items to evaluate");
-    }
-    Ok(())
-}
-
-/// Refuse an input that is one of the files written into `dir`.
-pub(super) fn refuse_input_as_output(dir: &Path, input: &Path) -> anyhow::Result<()> {
-    for name in OUTPUTS {
-        let output = dir.join(name);
-        if crate::files::same_file(&output, input) {
-            return Err(super::exit::usage(format!(
-                "the input {} is the output {}: name another output folder",
-                input.display(),
-                output.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Write each (file name, contents) into `dir`, each whole.
-pub(super) fn write_all(dir: &Path, files: Vec<(&'static str, String)>) -> anyhow::Result<()> {
-    for (name, text) in files {
-        let path = dir.join(name);
-        crate::files::write_atomic(&path, text.as_bytes())
-            .with_context(|| format!("{}", path.display()))?;
-    }
-    Ok(())
-}
-
-/// Files to write in a folder (name, contents), and the summary they hold.
-pub(super) type Report = (Vec<(&'static str, String)>, Option<Summary>);
-
-/// scores.jsonl, and with human ratings summary.md, summary.json and report.html, from the
-/// items and results in `dir`: (file name, contents), for the caller to write.
-pub(super) fn report(dir: &Path, results: &[PathBuf], stats: &StatsArgs) -> anyhow::Result<Report> {
-    let mut frame = load_frame(&dir.join(ITEMS), results, crate::meta::JoinRules::default())?;
-    if frame.human_keys.is_empty() {
-        eprintln!("the items have no human ratings: writing scores.jsonl only");
-        let scores = lines_text(&crate::report::score_lines(&frame));
-        return Ok((vec![("scores.jsonl", scores)], None));
-    }
-    let summary = Summary::compute(&mut frame, &stats.options())?;
-    let json = serde_json::to_string_pretty(&summary).context("summary as JSON")? + "\n";
-    let files = vec![
-        (
-            "scores.jsonl",
-            lines_text(&crate::report::score_lines(&frame)),
-        ),
-        ("summary.json", json),
-        ("summary.md", summary.markdown()),
-        ("report.html", crate::report::html(&summary, &frame)),
-    ];
-    // The paper's table on stdout, at item level.
-    if let Some(table) = summary.level_table(crate::meta::Level::Item) {
-        println!(
-            "### {}\n\n{}",
-            crate::meta::Level::Item.title(),
-            table.trim_end()
-        );
-    }
-    eprintln!(
-        "writing scores.jsonl, summary.md, summary.json and report.html to {}",
-        dir.display()
-    );
-    Ok((files, Some(summary)))
-}
-
-fn lines_text(lines: &[String]) -> String {
-    let mut text = lines.join("\n");
-    text.push('\n');
-    text
 }

@@ -1,11 +1,11 @@
 //! `hyoka merge`: the folders of `hyoka eval --shard K/N` runs → one folder and its report.
 //! Everything is read and checked, and the report computed, before anything is written.
 
-use super::eval_files::{BERTSCORE, ITEMS, JUDGE, PAIRS, report, write_all};
-use super::eval_pairwise::pairwise_report;
 use super::meta_cmd::StatsArgs;
 use crate::data::select::Shard;
 use crate::data::{self, DataError, Item, Origin, Pair, Pairing, form_pairs};
+use crate::eval::{BERTSCORE, ITEMS, JUDGE, PAIRS, pairwise_report, scores_report, write_all};
+use crate::meta::Naming;
 use crate::results::Provenance;
 use crate::results::reader::read_records;
 use anyhow::Context;
@@ -95,7 +95,7 @@ pub fn merge(args: MergeArgs) -> anyhow::Result<ExitCode> {
     // The shards were cut from one set of items (and, checked after their lines, together are
     // it).
     let dirs: Vec<&Path> = shards.iter().map(|s| s.dir.as_path()).collect();
-    let whole_set = super::shard_set::recorded(&dirs)?;
+    let whole_set = crate::eval::shard_set::recorded(&dirs)?;
 
     // Results: every shard with items has each kind of results file or none has; the lines
     // are of one run, each for its shard's item as it is now.
@@ -257,10 +257,17 @@ fn stage(
             results.push(path);
         }
     }
+    let request = stats.request(None, false);
+    let reporter = super::running::Terminal::default();
     if files.iter().any(|(name, _)| *name == PAIRS) {
-        files.extend(pairwise_report(staging, stats)?);
+        files.extend(pairwise_report(
+            staging,
+            &request,
+            Naming::Flags,
+            &reporter,
+        )?);
     } else {
-        files.extend(report(staging, &results, stats)?.0);
+        files.extend(scores_report(staging, &results, &request, &reporter)?.0);
     }
     Ok(files)
 }

@@ -3,8 +3,7 @@
 use crate::data;
 use crate::meta::breakdown::LevelLabels;
 use crate::meta::{
-    Bootstrap, BreakdownOptions, Evaluation, Frame, Half, JoinRules, MetaOptions, MetaRequest,
-    Summary,
+    Bootstrap, BreakdownOptions, Evaluation, Half, MetaOptions, MetaRequest, Summary,
 };
 use crate::results::reader::ResultsInput;
 use anyhow::Context;
@@ -177,22 +176,6 @@ impl StatsArgs {
     }
 }
 
-/// Read items and results files into a frame (`meta::join`), its notes said on stderr.
-pub fn load_frame(items: &Path, scores: &[PathBuf], rules: JoinRules) -> anyhow::Result<Frame> {
-    let items_read = data::read_items(items, false)?.items;
-    load_frame_of(items_read, items, scores, rules)
-}
-
-/// `load_frame` over items already read from `items_path`.
-fn load_frame_of(
-    items: Vec<crate::data::Item>,
-    items_path: &Path,
-    scores: &[PathBuf],
-    rules: JoinRules,
-) -> anyhow::Result<Frame> {
-    frame_of_inputs(items, items_path, &open_inputs(scores)?, rules)
-}
-
 /// Each results file opened once: a stream (`-s <(…)`) is read then, and every later pass
 /// reads that.
 fn open_inputs(scores: &[PathBuf]) -> anyhow::Result<Vec<ResultsInput>> {
@@ -200,20 +183,6 @@ fn open_inputs(scores: &[PathBuf]) -> anyhow::Result<Vec<ResultsInput>> {
         .iter()
         .map(|p| ResultsInput::open(p))
         .collect::<Result<_, _>>()?)
-}
-
-/// `load_frame_of` over results inputs already opened.
-fn frame_of_inputs(
-    items: Vec<crate::data::Item>,
-    items_path: &Path,
-    inputs: &[ResultsInput],
-    rules: JoinRules,
-) -> anyhow::Result<Frame> {
-    let joined = crate::meta::join(items, &items_path.display().to_string(), inputs, rules)?;
-    for note in &joined.notes {
-        eprintln!("{note}");
-    }
-    Ok(joined.frame)
 }
 
 pub fn run(args: MetaArgs) -> anyhow::Result<ExitCode> {

@@ -11,8 +11,6 @@ mod data_cmd;
 mod docs_check;
 mod eval_cmd;
 mod eval_files;
-mod eval_pairwise;
-mod eval_routes;
 pub mod exit;
 mod export_cmd;
 mod judge_cmd;
@@ -22,7 +20,6 @@ mod meta_cmd;
 mod rubrics_cmd;
 mod running;
 mod runtime_args;
-mod shard_set;
 mod translate_cmd;
 
 pub use commands::{Cli, Command, command, main_with, parse_from, run};

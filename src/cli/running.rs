@@ -16,6 +16,37 @@ pub fn progress_bar(what: &str) -> indicatif::ProgressBar {
     bar
 }
 
+/// One progress bar at a time on stderr (a terminal's; hidden otherwise), for a run that
+/// reports its steps as they go.
+#[derive(Default)]
+pub struct Terminal {
+    bar: std::cell::RefCell<Option<(String, indicatif::ProgressBar)>>,
+}
+
+impl Terminal {
+    /// Step `what` is at `done` of `total` items.
+    pub fn show(&self, what: &str, done: usize, total: usize) {
+        let mut bar = self.bar.borrow_mut();
+        if bar.as_ref().is_none_or(|(step, _)| step != what) {
+            if let Some((_, old)) = bar.take() {
+                old.finish_and_clear();
+            }
+            *bar = Some((what.to_string(), progress_bar(what)));
+        }
+        if let Some((_, b)) = bar.as_ref() {
+            b.set_length(total as u64);
+            b.set_position(done as u64);
+        }
+    }
+
+    /// The step's bar taken away.
+    pub fn clear(&self) {
+        if let Some((_, bar)) = self.bar.borrow_mut().take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
 /// Run `work` with a progress bar over its (done, total) items; its result and its seconds.
 pub fn with_progress<T>(
     what: &str,

@@ -62,6 +62,7 @@ impl Default for RunOptions {
 
 /// What a judge is: built by the command line from its flags and by the Python package from
 /// its keyword arguments; every setting in it is in the outputs' provenance.
+#[derive(Clone, Debug)]
 pub struct JudgeSpec {
     /// Judge models (local .gguf files or checkpoint folders, or Hub ids); several: each one's
     /// scores and their mean. None: `DEFAULT_JUDGE`, from the Hub or its cache only.

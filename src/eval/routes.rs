@@ -1,16 +1,19 @@
-//! `hyoka eval`'s routes: the items as they are (the first route, in the output folder) and,
-//! with --translate, the items translated (a second route in a subfolder named after the
+//! An evaluation's routes: the items as they are (the first route, in the output folder) and,
+//! with a translation, the items translated (a second route in a subfolder named after the
 //! language): each a rubric, a BERTScore encoder and likelihood scorers over the same judge
 //! model, and their meta-evaluations set side by side (routes.md, routes.json).
 
-use super::eval_files::{BERTSCORE, EvalArgs, JUDGE};
+use super::error::EvalError;
+use super::folder::{BERTSCORE, ITEMS, JUDGE};
+use super::reporter::{Reporter, retried_notes, timed};
+use super::spec::{EncoderChoice, EvalSpec, TranslateSpec};
 use crate::bertscore::run::{Against, BERT_SCORE_BATCH, BertScoreRun, default_batch_tokens};
 use crate::bertscore::{BertScoreError, Depth, LoadedScorer};
 use crate::data::Item;
 use crate::judge::LoadedJudge;
 use crate::judge::run::Judge;
 use crate::likelihood::{LikelihoodOptions, LikelihoodRun, LikelihoodScorer};
-use crate::meta::{Column, Family, Statistic};
+use crate::meta::{Column, Family, Naming, Statistic};
 use crate::model::ModelError;
 use crate::results::prf::Prf;
 use crate::results::{Expected, ResultsFile, Task};
@@ -27,9 +30,11 @@ pub(super) struct Route {
     pub dir: PathBuf,
     pub rubric: Rubric,
     pub rubric_source: String,
-    pub bertscore_model: Option<String>,
-    pub layer: Option<usize>,
+    /// Its BERTScore encoder; None: no BERTScore.
+    pub bertscore: Option<EncoderChoice>,
     pub likelihood: Vec<(LikelihoodScorer, String)>,
+    /// How the face that asked names settings in messages.
+    pub naming: Naming,
 }
 
 /// A route's BERTScore encoder and baseline, loaded.
@@ -59,8 +64,25 @@ pub(super) fn counterpart(
 }
 
 impl Route {
-    /// The likelihood scorers `--likelihood` names.
-    pub fn scorers(names: &[String]) -> anyhow::Result<Vec<(LikelihoodScorer, String)>> {
+    /// The items as they are, in `dir`.
+    pub fn first(spec: &EvalSpec, dir: &Path, naming: Naming) -> Result<Route, EvalError> {
+        let rubric = spec.judge.rubric.clone();
+        Ok(Route {
+            lang: (spec.lang.clone())
+                .or(rubric.language.clone())
+                .unwrap_or_else(|| "ja".into()),
+            translated: false,
+            dir: dir.to_path_buf(),
+            rubric,
+            rubric_source: spec.judge.rubric_source.clone(),
+            bertscore: spec.bertscore.clone(),
+            likelihood: Route::scorers(&spec.likelihood)?,
+            naming,
+        })
+    }
+
+    /// The likelihood scorers named.
+    fn scorers(names: &[String]) -> Result<Vec<(LikelihoodScorer, String)>, EvalError> {
         Ok(names
             .iter()
             .map(|n| LikelihoodScorer::resolve(n))
@@ -69,11 +91,11 @@ impl Route {
 
     /// Refuse what would make a run fail after writing: results files locked by another run,
     /// unreadable, or of another task, version, rubric or scorer.
-    pub fn preflight(&self, args: &EvalArgs) -> anyhow::Result<()> {
+    pub fn preflight(&self, overwrite: bool) -> Result<(), EvalError> {
         let check = |name: &str, task, hash| {
             ResultsFile::preflight(
                 &self.dir.join(name),
-                args.overwrite,
+                overwrite,
                 &Expected {
                     task,
                     rubric_hash: hash,
@@ -81,7 +103,7 @@ impl Route {
             )
         };
         check(JUDGE, Task::Judge, Some(self.rubric.hash()))?;
-        if !args.no_bertscore {
+        if self.bertscore.is_some() {
             check(BERTSCORE, Task::BertScore, None)?;
         }
         for (scorer, _) in &self.likelihood {
@@ -96,36 +118,40 @@ impl Route {
 
     /// The route's BERTScore encoder (bert_score's default for its language unless named) and
     /// its baseline; None with --no-bertscore.
-    pub fn load_encoder(&self, args: &EvalArgs, device: &Device) -> anyhow::Result<Encoder> {
-        if args.no_bertscore {
+    pub fn load_encoder(&self, device: &Device) -> Result<Encoder, EvalError> {
+        let Some(choice) = &self.bertscore else {
             return Ok(None);
-        }
+        };
         let dtype = crate::model::backend::device::parse_dtype(Some("f32"), device)?;
         let loaded = crate::bertscore::load_encoder(
-            self.bertscore_model.as_deref(),
+            choice.model.as_deref(),
             &self.lang,
-            Depth::Layer(self.layer),
+            Depth::Layer(choice.layer),
             dtype,
             device,
-            if self.translated {
+            &self.naming.name(if self.translated {
                 "--translate-bertscore-model"
             } else {
                 "--bertscore-model"
-            },
+            }),
         )
         .map_err(|e| self.name_own_flags(e))?;
         let baseline =
-            crate::bertscore::resolve_baseline(None, args.rescale, Some(&self.lang), &loaded)?;
+            crate::bertscore::resolve_baseline(None, choice.rescale, Some(&self.lang), &loaded)?;
         Ok(Some((loaded, baseline)))
     }
 
-    /// A translated route's encoder layer is set by its own flag (`--translate-layer`): a
-    /// setting refused is named by it.
+    /// A setting refused is named as the face names it, a translated route's encoder layer by
+    /// its own flag (`--translate-layer`).
     fn name_own_flags(&self, e: BertScoreError) -> BertScoreError {
         match e {
-            BertScoreError::Model(ModelError::Setting { flag, message }) if self.translated => {
+            BertScoreError::Model(ModelError::Setting { flag, message }) => {
+                let flag = match self.translated {
+                    true => flag.replacen("--layer", "--translate-layer", 1),
+                    false => flag,
+                };
                 BertScoreError::Model(ModelError::Setting {
-                    flag: flag.replacen("--layer", "--translate-layer", 1),
+                    flag: self.naming.name(&flag),
                     message,
                 })
             }
@@ -163,7 +189,7 @@ impl Route {
         judge: &LoadedJudge,
         bertscore: Option<&BertScoreRun>,
         overwrite: bool,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), EvalError> {
         let provenance = self.judge(judge).provenance(&judge.opts);
         ResultsFile::check(&self.dir.join(JUDGE), &provenance, overwrite)?;
         if let Some(job) = bertscore {
@@ -185,59 +211,71 @@ impl Route {
         bertscore: Option<&BertScoreRun>,
         items: &[Item],
         overwrite: bool,
-    ) -> anyhow::Result<(Vec<String>, Vec<PathBuf>)> {
+        reporter: &dyn Reporter,
+    ) -> Result<(Vec<String>, Vec<PathBuf>), EvalError> {
         let what = |task: &str| match self.translated {
             true => format!("{task} ({})", self.lang),
             false => task.to_string(),
         };
-        let (summary, secs) = super::running::with_progress(&what("judging"), |p| {
+        let say_retried = |summary: &crate::results::RunSummary| {
+            for note in retried_notes(summary) {
+                reporter.note(&note);
+            }
+        };
+        let (summary, secs) = timed(reporter, &what("judging"), |p| {
             self.judge(judge)
                 .run(items, &self.dir.join(JUDGE), &judge.opts, p)
         });
         let (summary, _) = summary?;
-        super::running::report_retried(&summary);
-        eprintln!(
+        say_retried(&summary);
+        reporter.note(&format!(
             "{}: scored {} items in {secs:.1}s; {} already done; {} failed",
             what("judge"),
             summary.scored,
             summary.skipped_finished,
             summary.failed.len()
-        );
+        ));
         let mut failed = summary.failed;
         let mut results = vec![self.dir.join(JUDGE)];
         if let Some(job) = bertscore {
-            let (summary, secs) = super::running::with_progress(&what("bertscore"), |p| {
+            let (summary, secs) = timed(reporter, &what("bertscore"), |p| {
                 job.run(items, &self.dir.join(BERTSCORE), overwrite, p)
             });
             let summary = summary?;
-            super::running::report_retried(&summary);
-            eprintln!(
+            say_retried(&summary);
+            reporter.note(&format!(
                 "{}: scored {} items in {secs:.1}s (layer {}); {} already done; {} failed",
                 what("bertscore"),
                 summary.scored,
                 job.layer,
                 summary.skipped_finished,
                 summary.failed.len()
-            );
+            ));
             failed.extend(summary.failed);
-            super::running::report_not_applicable(&what("bertscore"), &summary.not_applicable);
+            if let Some(first) = summary.not_applicable.first() {
+                reporter.note(&format!(
+                    "{}: {} items have nothing to compare with, by definition (e.g. {first}); not failures",
+                    what("bertscore"),
+                    summary.not_applicable.len(),
+                ));
+            }
             results.push(self.dir.join(BERTSCORE));
         }
         for mut run in self.likelihood_runs(judge) {
             let path = self.dir.join(likelihood_file(run.scorer));
             let name = run.scorer.name.clone();
-            let (summary, secs) = super::running::with_progress(&what(&name), |p| {
+            let (summary, secs) = timed(reporter, &what(&name), |p| {
                 crate::likelihood::score_items(&mut run, items, &path, overwrite, p)
             });
             let summary = summary?;
-            super::running::report_retried(&summary);
-            eprintln!(
+            say_retried(&summary);
+            reporter.note(&format!(
                 "{}: scored {} items in {secs:.1}s; {} already done; {} failed",
                 what(&name),
                 summary.scored,
                 summary.skipped_finished,
                 summary.failed.len()
-            );
+            ));
             failed.extend(summary.failed);
             results.push(path);
         }
@@ -278,23 +316,31 @@ pub(super) fn bertscore_job<'a>(
     })
 }
 
-/// The translated route of `eval --translate`: its route, and how its items are made.
+/// The translated route: its route, and how its items are made.
 pub(super) struct Translated {
     pub route: Route,
     pub prompt: crate::translate::TranslatePrompt,
     /// The store of translations, in the route's folder.
     pub store: PathBuf,
     pub opts: crate::translate::TranslateOptions,
+    /// The model that translates, when not the judge's first.
+    pub model: Option<String>,
 }
 
 impl Translated {
-    /// The route into `to`: its folder (the output's subfolder named `to`), the rubric's and
+    /// The route into `spec.to`: its folder (the output's subfolder named so), the rubric's and
     /// scorers' counterparts for the language, and the translation prompt.
-    pub fn plan(args: &EvalArgs, first: &Route, to: &str) -> anyhow::Result<Self> {
+    pub fn plan(
+        spec: &TranslateSpec,
+        first: &Route,
+        naming: Naming,
+        reporter: &dyn Reporter,
+    ) -> Result<Self, EvalError> {
+        let to = spec.to.as_str();
         let langs = (first.lang.as_str(), to);
         let (prompt, _) =
-            super::translate_cmd::resolve_prompt(args.translate_prompt.as_deref(), langs.0, to)?;
-        let rubric_name = match &args.translate_rubric {
+            crate::translate::TranslatePrompt::for_languages(spec.prompt.as_deref(), langs.0, to)?;
+        let rubric_name = match &spec.rubric {
             Some(r) => r.clone(),
             None => counterpart(
                 &first.rubric.name,
@@ -303,10 +349,12 @@ impl Translated {
                 &crate::rubric::builtin_names(),
             )
             .ok_or_else(|| {
-                super::exit::usage(format!(
-                    "--translate {to}: the rubric {} has no {to} counterpart (built in, or a file beside it named {}): give one with --translate-rubric",
+                EvalError::usage(format!(
+                    "{} {to}: the rubric {} has no {to} counterpart (built in, or a file beside it named {}): give one with {}",
+                    naming.name("--translate"),
                     first.rubric.name,
-                    first.rubric.name.replace(&format!("-{}", langs.0), &format!("-{to}"))
+                    first.rubric.name.replace(&format!("-{}", langs.0), &format!("-{to}")),
+                    naming.name("--translate-rubric")
                 ))
             })?,
         };
@@ -318,8 +366,9 @@ impl Translated {
             match other {
                 Some(name) => likelihood.push(LikelihoodScorer::resolve(&name)?),
                 None if builtin_scorers.contains(&scorer.name.as_str()) => {
-                    return Err(super::exit::usage(format!(
-                        "--translate {to}: the likelihood scorer {} has no {to} counterpart",
+                    return Err(EvalError::usage(format!(
+                        "{} {to}: the likelihood scorer {} has no {to} counterpart",
+                        naming.name("--translate"),
                         scorer.name
                     )));
                 }
@@ -327,35 +376,42 @@ impl Translated {
             }
         }
         let dir = first.dir.join(to);
+        let bertscore = first.bertscore.as_ref().map(|b| EncoderChoice {
+            model: spec.bertscore_model.clone(),
+            layer: spec.layer,
+            rescale: b.rescale,
+            against: b.against,
+        });
         let route = Route {
             lang: to.to_string(),
             translated: true,
             dir: dir.clone(),
             rubric,
             rubric_source,
-            bertscore_model: args.translate_bertscore_model.clone(),
-            layer: args.translate_layer,
+            bertscore,
             likelihood,
+            naming,
         };
-        eprintln!(
+        reporter.note(&format!(
             "route {to}: items translated by {} into {}, rubric {}",
             prompt.name,
             dir.display(),
             route.rubric.name
-        );
+        ));
         Ok(Translated {
             route,
             prompt,
             store: dir.join(TRANSLATIONS),
             opts: crate::translate::TranslateOptions {
-                keep_unfinished: args.translate_keep_unfinished,
+                keep_unfinished: spec.keep_unfinished,
                 ..Default::default()
             },
+            model: spec.model.clone(),
         })
     }
 
-    pub fn preflight(&self, args: &EvalArgs) -> anyhow::Result<()> {
-        self.route.preflight(args)?;
+    pub fn preflight(&self, overwrite: bool) -> Result<(), EvalError> {
+        self.route.preflight(overwrite)?;
         ResultsFile::preflight(
             &self.store,
             false,
@@ -367,20 +423,21 @@ impl Translated {
         Ok(())
     }
 
-    /// The model `--translate-model` names; None: the judge's (first) model translates.
+    /// The model that translates, when it is not the judge's (first) model.
     pub fn load_model(
         &self,
-        args: &EvalArgs,
+        spec: &EvalSpec,
         device: &Device,
         settings: &crate::model::RuntimeSettings,
-    ) -> anyhow::Result<Option<crate::model::LoadedModel>> {
-        let Some(name) = &args.translate_model else {
+        reporter: &dyn Reporter,
+    ) -> Result<Option<crate::model::LoadedModel>, EvalError> {
+        let Some(name) = &self.model else {
             return Ok(None);
         };
-        eprintln!("loading {name} ...");
+        reporter.note(&format!("loading {name} ..."));
         Ok(Some(
-            args.runtime
-                .options()
+            spec.judge
+                .runtime
                 .load_model(name, device, settings, None)?,
         ))
     }
@@ -392,7 +449,7 @@ impl Translated {
         judge: &LoadedJudge,
         bertscore: Option<&BertScoreRun>,
         overwrite: bool,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), EvalError> {
         self.route.check(judge, bertscore, overwrite)?;
         let translator = crate::translate::Translator::new(model, &self.prompt, self.opts);
         let provenance = crate::results::runner::ScoreTask::provenance(&translator);
@@ -406,13 +463,16 @@ impl Translated {
         &self,
         model: &crate::model::LoadedModel,
         items: &[Item],
-    ) -> anyhow::Result<Result<Vec<Item>, Vec<String>>> {
-        let (done, secs) = super::running::with_progress("translating", |p| {
+        reporter: &dyn Reporter,
+    ) -> Result<Result<Vec<Item>, Vec<String>>, EvalError> {
+        let (done, secs) = timed(reporter, "translating", |p| {
             crate::translate::translate_items(model, &self.prompt, self.opts, items, &self.store, p)
         });
         let done = done?;
-        super::running::report_retried(&done.summary);
-        eprintln!(
+        for note in retried_notes(&done.summary) {
+            reporter.note(&note);
+        }
+        reporter.note(&format!(
             "translate ({}): {} distinct texts, {} translated now ({} tokens, {secs:.1} s), {} already in {}",
             self.route.lang,
             done.texts,
@@ -420,13 +480,10 @@ impl Translated {
             done.tokens_written,
             done.summary.skipped_finished,
             self.store.display()
-        );
+        ));
         match done.items {
             Ok(translated) => {
-                crate::data::write_items(
-                    &self.route.dir.join(super::eval_files::ITEMS),
-                    &translated,
-                )?;
+                crate::data::write_items(&self.route.dir.join(ITEMS), &translated)?;
                 Ok(Ok(translated))
             }
             Err(missing) => {

@@ -9,18 +9,22 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 
 /// The file in a shard's folder.
-pub(super) const SHARD_SET: &str = "shard.json";
+pub const SHARD_SET: &str = "shard.json";
 
 /// Record in `dir` that it is shard `shard` of the set `whole`.
-pub(super) fn record(dir: &Path, shard: &str, whole: &(usize, String)) -> anyhow::Result<()> {
+pub fn record(
+    dir: &Path,
+    shard: &str,
+    whole: &(usize, String),
+) -> Result<(), super::error::EvalError> {
     let doc = json!({"shard": shard, "whole_set": {"items": whole.0, "sha256": whole.1}});
     let path = dir.join(SHARD_SET);
     crate::files::write_atomic(&path, (doc.to_string() + "\n").as_bytes())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        .map_err(|e| super::error::EvalError::io(&path, e))
 }
 
 /// The set the shards say they were cut from, one set for all of them (None for no shard).
-pub(super) fn recorded(shards: &[&Path]) -> Result<Option<Recorded>, DataError> {
+pub fn recorded(shards: &[&Path]) -> Result<Option<Recorded>, DataError> {
     let mut recorded: Vec<(PathBuf, (usize, String))> = Vec::new();
     for dir in shards {
         let path = dir.join(SHARD_SET);
@@ -70,14 +74,14 @@ pub(super) fn recorded(shards: &[&Path]) -> Result<Option<Recorded>, DataError> 
 }
 
 /// The whole set as a shard recorded it, and where.
-pub(super) struct Recorded {
+pub struct Recorded {
     path: PathBuf,
     set: (usize, String),
 }
 
 impl Recorded {
     /// The shards' items together are the set they were cut from (every shard given).
-    pub(super) fn check_whole<'a>(
+    pub fn check_whole<'a>(
         &self,
         items: impl Iterator<Item = &'a [Item]>,
     ) -> Result<(), DataError> {
