@@ -31,6 +31,9 @@ pub struct HumanAspect {
     pub raters_used: usize,
     pub raters_seen: usize,
     pub basis: Option<RaterBasis>,
+    /// Krippendorff's α among the raters, nominal and interval (None without per-rater lists).
+    pub alpha_nominal: Option<f64>,
+    pub alpha_interval: Option<f64>,
 }
 
 /// Leave-one-out rater agreement and the summary statistics of aspect `key`.
@@ -75,6 +78,7 @@ pub fn rater_agreement(items: &[Item], key: &str) -> HumanAspect {
             e.1.push((total - r) / (ratings.len() - 1) as f64);
         }
     }
+    let (alpha_nominal, alpha_interval) = super::chance::raters_alpha(items, key);
     let mut sums = (0.0, 0.0);
     let mut used = (0usize, 0usize);
     for (own, others) in per_rater.values() {
@@ -97,6 +101,8 @@ pub fn rater_agreement(items: &[Item], key: &str) -> HumanAspect {
         raters_used: used.0,
         raters_seen: per_rater.len(),
         basis,
+        alpha_nominal,
+        alpha_interval,
     }
 }
 

@@ -6,6 +6,7 @@
 mod agreement;
 pub mod breakdown;
 pub mod calibrate;
+pub mod chance;
 mod combine;
 mod detection;
 mod evaluate;

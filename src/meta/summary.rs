@@ -3,6 +3,7 @@
 
 use super::MetaError;
 use super::agreement::{AspectMatrix, HumanAspect, aspect_matrix, rater_agreement};
+use super::chance::{ChanceAgreement, chance_agreement};
 use super::combine::{FitW, add_combined, fit_w};
 use super::detection::{BreakdownEntry, BreakdownOptions, breakdown_detection};
 use super::frame::{Family, Frame};
@@ -61,6 +62,8 @@ pub struct Summary {
     pub fit_w: Vec<FitW>,
     /// The DBDC challenge's metrics for judge aspects mapped onto breakdown labels.
     pub breakdown: Vec<BreakdownEntry>,
+    /// Cohen's κ and Krippendorff's α of the judge's most probable scores with the raters.
+    pub chance: Vec<ChanceAgreement>,
 }
 
 impl Summary {
@@ -187,6 +190,7 @@ impl Summary {
             judge_matrix,
             fit_w: fitted,
             breakdown: breakdown_detection(frame, &opts.breakdown),
+            chance: chance_agreement(frame),
         })
     }
 
@@ -311,8 +315,11 @@ impl Summary {
             md,
             "\n## Human ratings (each rater against the mean of the others)\n"
         );
-        let _ = writeln!(md, "| aspect | items | mean | std | r_s | r_p | raters |");
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+        let _ = writeln!(
+            md,
+            "| aspect | items | mean | std | r_s | r_p | α nominal | α interval | raters |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
         for h in &self.human {
             let basis = match h.basis {
                 Some(super::RaterBasis::Ids) => "by id",
@@ -321,16 +328,21 @@ impl Summary {
             };
             let _ = writeln!(
                 md,
-                "| {} | {} | {:.3} | {:.3} | {} | {} | {} of {} ({basis}) |",
+                "| {} | {} | {:.3} | {:.3} | {} | {} | {} | {} | {} of {} ({basis}) |",
                 md_text(&h.key),
                 h.items,
                 h.mean,
                 h.std,
                 format_r(h.agreement_spearman),
                 format_r(h.agreement_pearson),
+                format_r(h.alpha_nominal),
+                format_r(h.alpha_interval),
                 h.raters_used,
                 h.raters_seen
             );
+        }
+        if !self.chance.is_empty() {
+            md.push_str(&chance_markdown(&self.chance));
         }
         for (title, m) in [
             ("human aspects", Some(&self.human_matrix)),
@@ -530,4 +542,33 @@ mod tests {
         let cells = row.split(" | ").count();
         assert_eq!((cells, row.lines().count()), (2, 1), "{row}");
     }
+}
+
+/// The section of summary.md: one row per judge column and human aspect.
+fn chance_markdown(entries: &[ChanceAgreement]) -> String {
+    let mut md = String::from(
+        "\n## Chance-corrected agreement of the judge's most probable score\n\n\
+         Cohen's κ (and quadratic-weighted κ) with each rater, averaged over the raters, and with \
+         the raters' majority; Krippendorff's α (nominal / interval) of the raters with the judge \
+         as one more (beside the raters' own α above).\n\n\
+         | method | human | κ | weighted κ | raters | κ majority | weighted κ majority | \
+         items (majority) | α nominal / interval with the judge |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for e in entries {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} / {} |\n",
+            md_text(&e.column),
+            md_text(&e.human),
+            format_r(e.kappa),
+            format_r(e.weighted_kappa),
+            e.raters,
+            format_r(e.kappa_majority),
+            format_r(e.weighted_kappa_majority),
+            e.items,
+            e.majority_items,
+            format_r(e.alpha_nominal_with_judge),
+            format_r(e.alpha_interval_with_judge),
+        ));
+    }
+    md
 }

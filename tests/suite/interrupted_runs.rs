@@ -50,6 +50,15 @@ impl Setup {
             "1",
         ])
         .args(extra);
+        // Ctrl-C must reach the run even when the tests started with SIGINT ignored, as a
+        // background job of a non-interactive shell does: the run gets the default action back.
+        // SAFETY: between fork and exec only `signal`, which is async-signal-safe, is called.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
         c
     }
 

@@ -13,6 +13,7 @@ mod bertscore_defaults;
 mod bertscore_parity;
 mod bertscore_run;
 mod breakdown_parity;
+mod chance_parity;
 mod chat_template_parity;
 mod cli;
 mod converter_real_vocab;
