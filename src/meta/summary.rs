@@ -530,20 +530,6 @@ fn describe_source(s: &Value) -> String {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::md_text;
-
-    /// A name from the data cannot end its table cell or table, or be read as markup.
-    #[test]
-    fn names_from_the_data_stay_text_in_a_table() {
-        assert_eq!(md_text("a|b\n<script>&x"), "a\\|b &lt;script&gt;&amp;x");
-        let row = format!("| {} | 1 |", md_text("sys|tem\r\nnext"));
-        let cells = row.split(" | ").count();
-        assert_eq!((cells, row.lines().count()), (2, 1), "{row}");
-    }
-}
-
 /// The section of summary.md: one row per judge column and human aspect.
 fn chance_markdown(entries: &[ChanceAgreement]) -> String {
     let mut md = String::from(
@@ -571,4 +557,18 @@ fn chance_markdown(entries: &[ChanceAgreement]) -> String {
         ));
     }
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::md_text;
+
+    /// A name from the data cannot end its table cell or table, or be read as markup.
+    #[test]
+    fn names_from_the_data_stay_text_in_a_table() {
+        assert_eq!(md_text("a|b\n<script>&x"), "a\\|b &lt;script&gt;&amp;x");
+        let row = format!("| {} | 1 |", md_text("sys|tem\r\nnext"));
+        let cells = row.split(" | ").count();
+        assert_eq!((cells, row.lines().count()), (2, 1), "{row}");
+    }
 }
