@@ -120,6 +120,9 @@ def test_judge_shows_progress_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     items.write_text("".join(json.dumps(i, ensure_ascii=False) + "\n" for i in many), encoding="utf-8")
     script = tmp_path / "long.py"
     script.write_text(
+        # Ctrl-C raises KeyboardInterrupt even where the tests started with SIGINT ignored (a
+        # background job of a non-interactive shell), which Python would keep ignored.
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "import sys, hyoka\n"
         "sys.modules['tqdm'] = None  # the stderr line, whatever is installed\n"
         f"judge = hyoka.Judge({model!r}, 'dialogue6-en', batch_tokens=256)\n"
