@@ -3,7 +3,9 @@
 
 use crate::errors::{raise, to_py, usage};
 use crate::options::Options;
-use hyoka::meta::{Evaluation, MetaError, MetaOptions, MetaRequest, Naming, parse_aspect_levels};
+use hyoka::meta::{
+    Alignment, Evaluation, MetaError, MetaOptions, MetaRequest, Naming, parse_aspect_levels,
+};
 use hyoka::model::runtime_options::parse_choice;
 use hyoka::results::reader::ResultsInput;
 use pyo3::prelude::*;
@@ -60,6 +62,17 @@ pub fn stats_of(options: &mut Options<'_>) -> PyResult<MetaRequest> {
         let levels =
             parse_aspect_levels(&map).map_err(|m| usage(py, format!("breakdown_levels: {m}")))?;
         o.breakdown.levels.push(levels);
+    }
+    if let Some(e) = options.take::<f64>("alt_test_epsilon")? {
+        o.alt_test.epsilon = e;
+    }
+    if let Some(a) = options.take::<String>("alt_test_alignment")? {
+        o.alt_test.alignment = Alignment::parse(&a).ok_or_else(|| {
+            usage(
+                py,
+                format!("alt_test_alignment: `{a}` is not `neg-rmse` or `accuracy`"),
+            )
+        })?;
     }
     o.check().map_err(|e| to_py(py, &e))?;
     let preferences = options.take::<std::path::PathBuf>("preferences")?;

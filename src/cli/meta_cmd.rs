@@ -3,7 +3,8 @@
 use crate::data;
 use crate::meta::breakdown::LevelLabels;
 use crate::meta::{
-    Bootstrap, BreakdownOptions, Evaluation, Half, MetaOptions, MetaRequest, Summary,
+    Alignment, AltTestOptions, Bootstrap, BreakdownOptions, Evaluation, Half, MetaOptions,
+    MetaRequest, Summary,
 };
 use crate::results::reader::ResultsInput;
 use anyhow::Context;
@@ -111,6 +112,29 @@ pub struct StatsArgs {
     /// ASPECT:SCORE=LABEL,… (e.g. `coherence:1=O,0=X`); repeat for several aspects.
     #[arg(long, value_name = "ASPECT:MAP", value_parser = crate::meta::parse_aspect_levels)]
     pub breakdown_levels: Vec<(String, LevelLabels)>,
+    /// Alternative annotator test: the cost–benefit margin ε, the advantage in wins a rater may
+    /// keep over the judge and still be replaced by it (the paper's rule of thumb: 0.1 for crowd
+    /// workers, 0.15 for trained annotators, 0.2 for experts).
+    #[arg(long, default_value_t = 0.1, value_parser = parse_epsilon)]
+    pub alt_test_epsilon: f64,
+    /// Alternative annotator test: how an annotation is scored against the other raters'
+    /// ratings of the item — `neg-rmse` for ordinal scores (the paper's choice for scales),
+    /// `accuracy` for categorical labels (the share of equal ratings).
+    #[arg(long, default_value = "neg-rmse", value_parser = parse_alignment)]
+    pub alt_test_alignment: Alignment,
+}
+
+fn parse_epsilon(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..1.0).contains(&x) => Ok(x),
+        _ => Err(format!(
+            "`{s}` is not a margin of 0 or more and below 1 (e.g. 0.1)"
+        )),
+    }
+}
+
+fn parse_alignment(s: &str) -> Result<Alignment, String> {
+    Alignment::parse(s).ok_or_else(|| format!("`{s}` is not `neg-rmse` or `accuracy`"))
 }
 
 fn parse_w(s: &str) -> Result<f64, String> {
@@ -171,6 +195,11 @@ impl StatsArgs {
                 calibrate: self.calibrate,
                 levels: self.breakdown_levels.clone(),
                 seed: self.seed,
+            },
+            alt_test: AltTestOptions {
+                epsilon: self.alt_test_epsilon,
+                alignment: self.alt_test_alignment,
+                q: AltTestOptions::default().q,
             },
         }
     }

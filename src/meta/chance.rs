@@ -4,7 +4,7 @@
 //! with the judge added as one more rater. A judge's score counts as the rating its rubric's
 //! level stands for (`levels`: breakdown3-ja's 2 is O, 1.0), else as the number itself.
 
-use super::frame::{Family, Frame};
+use super::frame::{Column, Family, Frame};
 use crate::data::{HumanRating, Item};
 use std::collections::BTreeMap;
 
@@ -127,7 +127,7 @@ pub struct ChanceAgreement {
 
 /// Each item's per-rater ratings of `key`, and the raters' names (ids, or list positions when
 /// the items name no rater for every rating).
-fn rated<'a>(items: &'a [Item], key: &str) -> Vec<Option<(&'a [f64], Vec<String>)>> {
+pub(super) fn rated<'a>(items: &'a [Item], key: &str) -> Vec<Option<(&'a [f64], Vec<String>)>> {
     let by_ids = items.iter().all(|i| match i.human.get(key) {
         Some(HumanRating::PerRater(v)) => i.raters.len() == v.len(),
         _ => true,
@@ -175,6 +175,43 @@ fn majority(values: &[f64]) -> Option<f64> {
     }
 }
 
+/// The judge column's score of each item as a rating: the value its rubric's level stands for,
+/// or the score itself when the rubric maps no levels (said by the second value: `levels` or
+/// `scores`). None where the item is unscored or its score is no level of the rubric.
+pub(super) fn judge_as_ratings(
+    frame: &Frame,
+    column: &Column,
+    aspect: &str,
+) -> (Vec<Option<f64>>, &'static str) {
+    let levels = frame
+        .distributions
+        .iter()
+        .find(|d| d.aspect == aspect && d.run == column.run)
+        .map(|d| d.levels.clone())
+        .unwrap_or_default();
+    let as_rating = |score: f64| -> Option<f64> {
+        if levels.is_empty() {
+            return Some(score);
+        }
+        (levels.iter())
+            .find(|(s, _)| *s as f64 == score)
+            .map(|(_, h)| *h)
+    };
+    let values = column
+        .values
+        .iter()
+        .map(|v| v.and_then(as_rating))
+        .collect();
+    (
+        values,
+        if levels.is_empty() {
+            "scores"
+        } else {
+            "levels"
+        },
+    )
+}
+
 /// κ and α of every judge aspect's most probable score with the raters of each human aspect it
 /// is compared with (items with per-rater ratings only).
 pub fn chance_agreement(frame: &Frame) -> Vec<ChanceAgreement> {
@@ -187,20 +224,7 @@ pub fn chance_agreement(frame: &Frame) -> Vec<ChanceAgreement> {
         let Some(aspect) = &column.aspect else {
             continue;
         };
-        let levels = frame
-            .distributions
-            .iter()
-            .find(|d| &d.aspect == aspect && d.run == column.run)
-            .map(|d| d.levels.clone())
-            .unwrap_or_default();
-        let as_rating = |score: f64| -> Option<f64> {
-            if levels.is_empty() {
-                return Some(score);
-            }
-            (levels.iter())
-                .find(|(s, _)| *s as f64 == score)
-                .map(|(_, h)| *h)
-        };
+        let (judged, judge_values) = judge_as_ratings(frame, column, aspect);
         for key in frame
             .human_keys
             .iter()
@@ -210,23 +234,21 @@ pub fn chance_agreement(frame: &Frame) -> Vec<ChanceAgreement> {
             let mut per_rater: BTreeMap<&str, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
             let (mut maj_judge, mut maj_human) = (Vec::new(), Vec::new());
             let mut units = Vec::new();
-            for (value, rated) in column.values.iter().zip(&rated) {
-                let (Some(judge), Some((ratings, names))) =
-                    (value.and_then(as_rating), rated.as_ref())
-                else {
+            for (value, rated) in judged.iter().zip(&rated) {
+                let (Some(judge), Some((ratings, names))) = (value, rated.as_ref()) else {
                     continue;
                 };
                 for (r, name) in ratings.iter().zip(names) {
                     let e = per_rater.entry(name.as_str()).or_default();
-                    e.0.push(judge);
+                    e.0.push(*judge);
                     e.1.push(*r);
                 }
                 if let Some(m) = majority(ratings) {
-                    maj_judge.push(judge);
+                    maj_judge.push(*judge);
                     maj_human.push(m);
                 }
                 let mut unit = ratings.to_vec();
-                unit.push(judge);
+                unit.push(*judge);
                 units.push(unit);
             }
             if units.is_empty() {
@@ -246,11 +268,7 @@ pub fn chance_agreement(frame: &Frame) -> Vec<ChanceAgreement> {
             out.push(ChanceAgreement {
                 column: frame.row_label(column),
                 human: key.clone(),
-                judge_values: if levels.is_empty() {
-                    "scores"
-                } else {
-                    "levels"
-                },
+                judge_values,
                 items: units.len(),
                 kappa,
                 weighted_kappa,

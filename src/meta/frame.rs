@@ -366,6 +366,13 @@ impl Frame {
         if let Some(run) = &run {
             source["run"] = Value::String(run.clone());
         }
+        source["lines"] = serde_json::json!({
+            "scored": added.matched - added.errors - added.not_applicable,
+            "unscored": added.errors,
+            "not_applicable": added.not_applicable,
+            "without_line": n - added.matched,
+            "other_ids": added.unmatched,
+        });
         self.sources.push(source);
         Ok(added)
     }

@@ -4,6 +4,7 @@
 //! judge distributions against the raters' breakdown labels with the DBDC challenge's metrics.
 
 mod agreement;
+pub mod alt_test;
 pub mod breakdown;
 pub mod calibrate;
 pub mod chance;
@@ -21,6 +22,7 @@ pub mod stats;
 mod summary;
 
 pub use agreement::{AspectMatrix, HumanAspect, RaterBasis, aspect_matrix, rater_agreement};
+pub use alt_test::{Alignment, AltTest, AltTestOptions};
 pub use combine::{FitW, W_GRID, add_combined, fit_w, in_dev_half, item_in_dev_half};
 pub use detection::{BreakdownEntry, BreakdownOptions, BreakdownRow, Predictor, TurnSet};
 pub use evaluate::{Evaluation, MetaRequest, Naming, evaluate};

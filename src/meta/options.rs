@@ -1,6 +1,7 @@
 //! A meta-evaluation's settings as a user gives them: their defaults and their checks, the same
 //! for the command line's flags and the Python package's keyword arguments.
 
+use super::alt_test::AltTestOptions;
 use super::breakdown::LevelLabels;
 use super::{Bootstrap, BreakdownOptions, MetaError, MetaOptions};
 
@@ -21,6 +22,7 @@ impl Default for MetaOptions {
                 levels: Vec::new(),
                 seed: 0,
             },
+            alt_test: AltTestOptions::default(),
         }
     }
 }
@@ -64,6 +66,15 @@ impl MetaOptions {
         if !(0.0..=1.0).contains(&t) {
             return bad("dbdc_threshold", "a share between 0 and 1", t.to_string());
         }
+        let e = self.alt_test.epsilon;
+        if !(0.0..1.0).contains(&e) {
+            return bad(
+                "alt_test_epsilon",
+                "a margin of 0 or more and below 1 (the paper: 0.1 crowd workers, 0.15 trained \
+                 annotators, 0.2 experts)",
+                e.to_string(),
+            );
+        }
         Ok(())
     }
 }
@@ -96,6 +107,12 @@ impl MetaOptions {
         }
         if !self.breakdown.levels.is_empty() {
             set.push("--breakdown-levels");
+        }
+        if self.alt_test.epsilon != d.alt_test.epsilon {
+            set.push("--alt-test-epsilon");
+        }
+        if self.alt_test.alignment != d.alt_test.alignment {
+            set.push("--alt-test-alignment");
         }
         set
     }

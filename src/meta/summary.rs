@@ -3,6 +3,7 @@
 
 use super::MetaError;
 use super::agreement::{AspectMatrix, HumanAspect, aspect_matrix, rater_agreement};
+use super::alt_test::{AltTest, AltTestOptions, alt_tests};
 use super::chance::{ChanceAgreement, chance_agreement};
 use super::combine::{FitW, add_combined, fit_w};
 use super::detection::{BreakdownEntry, BreakdownOptions, breakdown_detection};
@@ -21,6 +22,7 @@ pub struct MetaOptions {
     pub fit_w: bool,
     pub bootstrap: Bootstrap,
     pub breakdown: BreakdownOptions,
+    pub alt_test: AltTestOptions,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -64,6 +66,8 @@ pub struct Summary {
     pub breakdown: Vec<BreakdownEntry>,
     /// Cohen's κ and Krippendorff's α of the judge's most probable scores with the raters.
     pub chance: Vec<ChanceAgreement>,
+    /// The alternative annotator test of the judge's most probable scores against the raters.
+    pub alt_test: Vec<AltTest>,
 }
 
 impl Summary {
@@ -191,6 +195,7 @@ impl Summary {
             fit_w: fitted,
             breakdown: breakdown_detection(frame, &opts.breakdown),
             chance: chance_agreement(frame),
+            alt_test: alt_tests(frame, &opts.alt_test),
         })
     }
 
@@ -343,6 +348,9 @@ impl Summary {
         }
         if !self.chance.is_empty() {
             md.push_str(&chance_markdown(&self.chance));
+        }
+        if !self.alt_test.is_empty() {
+            md.push_str(&alt_test_markdown(&self.alt_test));
         }
         for (title, m) in [
             ("human aspects", Some(&self.human_matrix)),
@@ -523,11 +531,44 @@ fn describe_source(s: &Value) -> String {
         .map(|run| format!("[{run}] "))
         .unwrap_or_default();
     format!(
-        "{origin}{task}: {}{rubric}, {} on {}{settings}",
+        "{origin}{task}: {}{rubric}, {} on {}{settings}{}",
         models.join(", "),
         s["dtype"].as_str().unwrap_or("?"),
-        s["device"].as_str().unwrap_or("?")
+        s["device"].as_str().unwrap_or("?"),
+        describe_lines(&s["lines"])
     )
+}
+
+/// How many of the items a results file scored, and what became of the rest: an item the judge
+/// could not score is unscored, never a number in any statistic.
+fn describe_lines(lines: &Value) -> String {
+    let count = |key: &str| lines[key].as_u64().unwrap_or(0);
+    if lines.is_null() {
+        return String::new();
+    }
+    let mut parts = vec![format!("{} items scored", count("scored"))];
+    for (key, what) in [
+        (
+            "unscored",
+            "unscored (error lines: the scorer failed on them)",
+        ),
+        (
+            "not_applicable",
+            "not applicable (nothing to score by definition)",
+        ),
+        ("without_line", "without a line"),
+    ] {
+        if count(key) > 0 {
+            parts.push(format!("{} {what}", count(key)));
+        }
+    }
+    if count("other_ids") > 0 {
+        parts.push(format!(
+            "{} lines for other ids left out",
+            count("other_ids")
+        ));
+    }
+    format!(" — {}", parts.join(", "))
 }
 
 /// The section of summary.md: one row per judge column and human aspect.
@@ -555,6 +596,55 @@ fn chance_markdown(entries: &[ChanceAgreement]) -> String {
             format_r(e.alpha_nominal_with_judge),
             format_r(e.alpha_interval_with_judge),
         ));
+    }
+    md
+}
+
+/// The section of summary.md: one row per judge column and human aspect, its cautions below.
+fn alt_test_markdown(entries: &[AltTest]) -> String {
+    let mut md = String::from(
+        "\n## Can the judge replace a rater? (alternative annotator test)\n\n\
+         Each rater left out in turn: on their items, the judge's most probable score and the \
+         rater's rating are scored by how well they align with the other raters (ε: the \
+         advantage a rater may keep and still be replaced; Benjamini–Yekutieli over the raters). \
+         ω, the winning rate: the share of raters the judge can replace — it passes at ω ≥ 0.5. \
+         ρ, the advantage probability: how often the judge aligns with the others at least as \
+         well as the left-out rater.\n\n\
+         | method | human | alignment | ε | items | raters tested (left out) | ω | ρ | result |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut notes = Vec::new();
+    for e in entries {
+        let result = match e.passed {
+            Some(true) => "passes",
+            Some(false) => "fails",
+            None => "not applicable",
+        };
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} ({}) | {} | {} | {result} |\n",
+            md_text(&e.column),
+            md_text(&e.human),
+            e.options.alignment.name(),
+            e.options.epsilon,
+            e.outcome.items,
+            e.outcome.per_rater.len(),
+            e.outcome.skipped.len(),
+            format_r(e.outcome.winning_rate),
+            format_r(e.outcome.advantage_probability),
+        ));
+        for c in &e.cautions {
+            notes.push(format!(
+                "- {} / {}: {}",
+                md_text(&e.column),
+                md_text(&e.human),
+                c
+            ));
+        }
+    }
+    if !notes.is_empty() {
+        md.push('\n');
+        md.push_str(&notes.join("\n"));
+        md.push('\n');
     }
     md
 }

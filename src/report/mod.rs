@@ -248,8 +248,54 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
     for e in &summary.breakdown {
         breakdown_table(&mut h, e);
     }
+    alt_test_section(&mut h, summary);
     h.push_str("<p class=\"note\">Undefined correlations (constant scores, fewer than 3 units) are shown as —. Generated offline by hyoka; this file loads nothing from the network.</p></body></html>\n");
     h
+}
+
+/// The alternative annotator test: a table of ω and ρ, and each test's raters as bars.
+fn alt_test_section(h: &mut String, summary: &Summary) {
+    if summary.alt_test.is_empty() {
+        return;
+    }
+    h.push_str("<h2>Can the judge replace a rater? (alternative annotator test)</h2><p class=\"note\">ω: the share of raters the judge can replace (it passes at ω ≥ 0.5); ρ: how often it aligns with the other raters at least as well as the left-out rater. Bars: each rater's items won by the judge minus those won by the rater; green where the judge can replace the rater.</p><table><tr><th>method</th><th>human</th><th>alignment</th><th>ε</th><th>raters tested (left out)</th><th>ω</th><th>ρ</th><th>result</th></tr>");
+    for e in &summary.alt_test {
+        let result = match e.passed {
+            Some(true) => "passes",
+            Some(false) => "fails",
+            None => "not applicable",
+        };
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ({})</td><td>{}</td><td>{}</td><td>{result}</td></tr>",
+            svg::escape(&e.column),
+            svg::escape(&e.human),
+            e.options.alignment.name(),
+            e.options.epsilon,
+            e.outcome.per_rater.len(),
+            e.outcome.skipped.len(),
+            format_r(e.outcome.winning_rate),
+            format_r(e.outcome.advantage_probability),
+        );
+    }
+    h.push_str("</table><div class=\"grid\">");
+    for e in summary
+        .alt_test
+        .iter()
+        .filter(|e| !e.outcome.per_rater.is_empty())
+    {
+        let caption = format!("{} — {}", e.column, e.human);
+        let bars: Vec<(String, f64, bool)> = (e.outcome.per_rater.iter())
+            .map(|r| (r.rater.clone(), r.judge_wins - r.rater_wins, r.replaced))
+            .collect();
+        let _ = write!(
+            h,
+            "<figure>{}<figcaption>{}</figcaption></figure>",
+            svg::rater_advantages(&caption, e.options.epsilon, &bars),
+            svg::escape(&caption)
+        );
+    }
+    h.push_str("</div>");
 }
 
 /// A breakdown-detection entry as a table, the challenge's metrics in its columns.

@@ -193,3 +193,42 @@ pub fn heatmap(
     svg.push_str("</svg>");
     svg
 }
+
+/// The alternative annotator test, one bar per tested rater: the judge's share of wins minus
+/// the rater's, from −1 to 1, with the margin −ε dashed; a rater the judge can replace is green.
+pub fn rater_advantages(title: &str, epsilon: f64, raters: &[(String, f64, bool)]) -> String {
+    let mut svg = String::new();
+    frame(
+        &mut svg,
+        title,
+        "raters (left out in turn)",
+        "judge − rater wins",
+    );
+    let (pw, ph) = (W - PAD - 8.0, H - PAD - 8.0);
+    let y_of = |v: f64| 8.0 + ph * (1.0 - v) / 2.0;
+    let bw = pw / raters.len().max(1) as f64;
+    for (k, (name, advantage, replaced)) in raters.iter().enumerate() {
+        let (top, bottom) = (y_of(advantage.max(0.0)), y_of(advantage.min(0.0)));
+        let _ = write!(
+            svg,
+            r##"<rect x="{x:.1}" y="{top:.1}" width="{w:.1}" height="{h:.1}" fill="{fill}"><title>{n}: {advantage:+.3}{what}</title></rect>"##,
+            x = PAD + bw * k as f64 + bw * 0.1,
+            w = (bw * 0.8).max(0.5),
+            h = (bottom - top).max(0.5),
+            fill = if *replaced { "#2ca02c" } else { "#999999" },
+            n = escape(name),
+            what = if *replaced { ", replaced" } else { "" },
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<line x1="{PAD}" x2="{x2:.1}" y1="{z:.1}" y2="{z:.1}" stroke="#333"/><line x1="{PAD}" x2="{x2:.1}" y1="{e:.1}" y2="{e:.1}" stroke="#d62728" stroke-dasharray="4 3"><title>−ε = {m}</title></line>"##,
+        x2 = PAD + pw,
+        z = y_of(0.0),
+        e = y_of(-epsilon),
+        m = -epsilon,
+    );
+    ticks(&mut svg, (1.0, raters.len().max(1) as f64), (-1.0, 1.0));
+    svg.push_str("</svg>");
+    svg
+}

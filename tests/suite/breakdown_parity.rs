@@ -169,6 +169,7 @@ fn options(levels: Vec<(String, LevelLabels)>, calibrate: bool) -> MetaOptions {
             levels,
             seed: 0,
         },
+        alt_test: Default::default(),
     }
 }
 

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod alt_test_parity;
 mod attention_scale;
 mod backend_ops;
 mod batch_invariance;

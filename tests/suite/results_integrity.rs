@@ -744,6 +744,116 @@ fn meta_tells_every_judge_apart_and_uses_nothing_it_cannot_trust() {
     );
 }
 
+/// An item its scorer failed on is unscored: counted and shown as such in summary.json,
+/// summary.md and report.html, and absent from every statistic — the summary equals the one of
+/// a file without its line.
+#[test]
+fn unscored_items_are_counted_and_never_a_number() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let fx = |n: &str| common::fixtures().join("meta").join(n);
+    let items = fx("items.jsonl").to_string_lossy().into_owned();
+    let judge = text(&fx("judge.jsonl"));
+    let lines: Vec<Value> = judge
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    let provenance = lines[0]["provenance"].clone();
+    // Lines 0 and 5: the judge failed; line 9: nothing to score; line 12: no line at all; and a
+    // line for an id that is not an item.
+    let mut failed = String::new();
+    let mut dropped = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        let written = match i {
+            0 | 5 => {
+                serde_json::json!({"id": line["id"], "error": "prompt too long", "provenance": provenance})
+            }
+            9 => {
+                serde_json::json!({"id": line["id"], "error": "an opening turn", "not_applicable": true, "provenance": provenance})
+            }
+            12 => continue,
+            _ => line.clone(),
+        };
+        failed.push_str(&format!("{written}\n"));
+        if ![0, 5, 9].contains(&i) {
+            dropped.push_str(&format!("{line}\n"));
+        }
+    }
+    failed.push_str(&format!(
+        "{}\n",
+        serde_json::json!({"id": "not-an-item", "error": "x", "provenance": provenance})
+    ));
+    std::fs::write(tmp.path().join("failed.jsonl"), failed).expect("write");
+    std::fs::write(tmp.path().join("dropped.jsonl"), dropped).expect("write");
+    let p = |n: &str| tmp.path().join(n).to_string_lossy().into_owned();
+    let meta = |results: &str, json: &str, html: &str| {
+        let o = hyoka(&[
+            "meta",
+            "--accept-unhashed",
+            "-i",
+            &items,
+            "-s",
+            &p(results),
+            "--json",
+            &p(json),
+            "--html",
+            &p(html),
+            "--bootstrap",
+            "50",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let summary: Value = serde_json::from_str(&text(&tmp.path().join(json))).expect("JSON");
+        (
+            summary,
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr(&o),
+        )
+    };
+    let (summary, md, err) = meta("failed.jsonl", "failed.json", "failed.html");
+    // The counts, from the file as written.
+    let item_ids: Vec<Value> = text(&fx("items.jsonl"))
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("JSON")["id"].clone())
+        .collect();
+    let written: Vec<Value> = text(&tmp.path().join("failed.jsonl"))
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    let of_items: Vec<&Value> = written
+        .iter()
+        .filter(|l| item_ids.contains(&l["id"]))
+        .collect();
+    let count = |f: &dyn Fn(&Value) -> bool| of_items.iter().filter(|l| f(l)).count() as u64;
+    let scored = count(&|l| l.get("scores").is_some());
+    let unscored = count(&|l| l.get("error").is_some() && l.get("not_applicable").is_none());
+    assert!(unscored >= 2);
+    let counted = &summary["sources"][0]["lines"];
+    assert_eq!(
+        counted,
+        &serde_json::json!({
+            "scored": scored,
+            "unscored": unscored,
+            "not_applicable": 1,
+            "without_line": item_ids.len() - of_items.len(),
+            "other_ids": written.len() - of_items.len(),
+        }),
+        "{summary}"
+    );
+    let said = format!("{scored} items scored, {unscored} unscored");
+    assert!(
+        md.contains(&said) && md.contains("1 not applicable"),
+        "{md}"
+    );
+    assert!(text(&tmp.path().join("failed.html")).contains(&said));
+    assert!(err.contains(&format!("{unscored} of its")), "{err}");
+    // Nothing of the three enters a statistic: every coefficient, interval and count is the
+    // one of the file without them.
+    let (clean, ..) = meta("dropped.jsonl", "dropped.json", "dropped.html");
+    for key in ["correlations", "rows", "judge_matrix", "chance", "human"] {
+        assert_eq!(summary[key], clean[key], "{key}");
+    }
+    assert_eq!(summary["correlations"][0]["n"].as_u64(), Some(scored));
+}
+
 #[test]
 fn commands_end_quietly_and_say_things_once() {
     let tmp = tempfile::tempdir().expect("tmp");

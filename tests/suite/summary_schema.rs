@@ -1,7 +1,7 @@
 //! docs/formats.md's tables of summary.json keys against summaries hyoka writes: every key a
 //! summary holds is documented, and every documented key occurs in one of them (`hyoka meta` on
-//! the scipy fixtures with `--fit-w`, on the DBDC fixture with `--calibrate`, and a pairwise
-//! summary of hand-made verdicts).
+//! the scipy fixtures with `--fit-w` and with two runs of a judge, on the DBDC fixture with
+//! `--calibrate`, and a pairwise summary of hand-made verdicts).
 
 use crate::common;
 use serde_json::Value;
@@ -124,9 +124,20 @@ fn meta_summary(fixture: &str, results: &[&str], extra: &[&str]) -> Value {
 
 #[test]
 fn summary_json_keys_are_the_documented_ones() {
+    // Two runs of one judge, told apart by their folders' names.
+    let runs = tempfile::tempdir().unwrap();
+    let judge = std::fs::read_to_string(common::fixtures().join("meta/judge.jsonl")).unwrap();
+    let mut run_files = Vec::new();
+    for (run, sha) in [("runA", "\"sha256\": \"0\""), ("runB", "\"sha256\": \"1\"")] {
+        std::fs::create_dir(runs.path().join(run)).unwrap();
+        let file = runs.path().join(run).join("judge.jsonl");
+        std::fs::write(&file, judge.replace("\"sha256\": \"0\"", sha)).unwrap();
+        run_files.push(file.to_string_lossy().into_owned());
+    }
     let absolute = [
         meta_summary("meta", &["judge.jsonl", "bertscore.jsonl"], &["--fit-w"]),
         meta_summary("dbdc", &["judge.jsonl"], &["--calibrate"]),
+        meta_summary("meta", &[&run_files[0], &run_files[1]], &[]),
     ];
     check("### summary.json keys", &absolute);
 
