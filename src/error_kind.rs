@@ -11,6 +11,7 @@ use crate::report::dbdc3::ExportError;
 use crate::results::{ResultsError, RunError};
 use crate::rubric::RubricError;
 use crate::translate::TranslateError;
+use crate::usage_error::UsageError;
 use std::error::Error;
 
 /// A failure's kind, decided by the first link of its chain that says.
@@ -27,12 +28,6 @@ pub enum ErrorKind {
     /// A failure whose cause is a file, folder or model that is not there.
     NotFound,
 }
-
-/// A setting that cannot be used as given, found after the settings were read (e.g. an output
-/// that is also an input): `ErrorKind::Usage`.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
 
 impl ErrorKind {
     /// The kind of `err`, walking its chain of sources: the first link that is one of hyoka's

@@ -3,10 +3,14 @@
 //! The pipeline, one module per stage, numbered as their module docs number them:
 //! 1 `data` (items, JSONL, importers) → 2 `rubric` (aspects, scales, templates) → 3 `prompt`
 //! (rubric + item → messages, through the model's chat template) → 4 tokens and batches
-//! (`judge::layout`, `model::decoder::batch`) → 5 `model` (the causal-LM runtime; `bertscore` runs its
-//! encoder beside it) → 6 score distributions (`judge`) → 7 typed results (`results`) →
-//! 8 metrics (`meta`) → 9 `report`. `translate` turns items into items in another language
-//! before stage 3; `likelihood` (FED, GPTScore) is a stage-6 scorer beside the judge.
+//! (`judge::layout`, `model::tokenizer::TextFit`, `model::decoder::batch`) → 5 `model` (the
+//! causal-LM runtime; `bertscore` runs its encoder beside it) → 6 score distributions (`judge`) →
+//! 7 typed results (`results`) → 8 metrics (`meta`) → 9 `report`; `eval` runs them as the main
+//! job. `translate` turns items into items in another language before stage 3; `likelihood`
+//! (FED, GPTScore) is a stage-6 scorer beside the judge.
+//!
+//! A module uses only modules below it (scripts/ci/check_modules.py): `results`, the records and
+//! runner the scorers write through, stands below them; the scorers do not use each other.
 
 pub mod bertscore;
 pub mod checksum;
@@ -28,7 +32,9 @@ pub mod results;
 pub mod rng;
 pub mod rubric;
 pub mod translate;
+pub mod usage_error;
 pub mod version;
 
-pub use error_kind::{ErrorKind, UsageError};
+pub use error_kind::ErrorKind;
+pub use usage_error::UsageError;
 pub use version::VERSION;

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Check the shape of src/: no import cycles among its files nor among its modules (at every depth:
-model, model/quant, model/quant/cpu …), and no file over the line limit.
+model, model/quant, model/quant/cpu …), no module that uses one above it in the pipeline's order
+(`PIPELINE`; the crate root stands above every module), and no file over the line limit.
 
 The graph has an edge from file A to file B when A names an item that B defines, through a
 `use` or a path in code (`crate::…`, `super::…`, `self::…`, or a child module's name). A module
@@ -9,7 +10,7 @@ contents, not uses, and make no edge; a path through a re-export is followed to 
 defines the item. Run with `--graph` to print every edge.
 
 It first checks itself on small trees (`self_test`). Exit status: 0 when the tree is clean, 1 when
-a cycle or a long file is found.
+a cycle, a use against the order, a module with no place in it or a long file is found.
 """
 
 from __future__ import annotations
@@ -20,6 +21,27 @@ import sys
 from pathlib import Path
 
 MAX_LINES = 700
+
+# The library's top-level modules in the pipeline's order, lowest first. A module uses only modules
+# of lower tiers; modules of one tier are peers and use none of each other (the scorers: a
+# translation or likelihood run uses nothing of the judge's), except the shared leaves of tier 0.
+# `results` (records, provenance, the resumable runner) is the vocabulary the scorers write in, so
+# it stands below them; `error_kind` maps every stage's error to an exit code, so it stands above
+# them all; the crate root (lib.rs) stands above everything and no module uses it.
+PIPELINE: list[set[str]] = [
+    {"version", "checksum", "files", "heap", "rng", "error_text", "definition", "usage_error"},
+    {"data"},
+    {"rubric"},
+    {"prompt"},
+    {"model"},
+    {"results"},
+    {"judge", "likelihood", "bertscore", "translate"},
+    {"meta"},
+    {"report"},
+    {"eval"},
+    {"error_kind"},
+    {"cli"},
+]
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 ITEM_KINDS = r"(?:struct|enum|fn|trait|type|const|static|union|mod)"
 
@@ -329,6 +351,30 @@ def module_cycles(graph: dict[Path, set[Path]], root_dir: Path) -> list[tuple[in
     return out
 
 
+def order_violations(
+    graph: dict[Path, set[Path]], root_dir: Path, order: list[set[str]]
+) -> list[str]:
+    """Uses of a module above the user in `order`, or of a peer in its tier (tier 0's leaves may
+    use each other), uses of the crate root, and top-level modules that have no tier."""
+    tier = {m: i for i, group in enumerate(order) for m in group}
+    out = []
+    unplaced = sorted({module_of(f, root_dir, 1) for f in graph} - set(tier) - {""})
+    out += [f"module {m} has no place in the pipeline order (PIPELINE)" for m in unplaced]
+    for a, targets in sorted(graph.items()):
+        ma = module_of(a, root_dir, 1)
+        for b in sorted(targets):
+            mb = module_of(b, root_dir, 1)
+            if ma == mb or ma not in tier:
+                continue
+            name_a, name_b = a.relative_to(root_dir.parent), b.relative_to(root_dir.parent)
+            if mb == "":
+                out.append(f"{name_a} -> {name_b}: the crate root stands above every module")
+            elif mb in tier and (tier[mb] > tier[ma] or (tier[mb] == tier[ma] and tier[ma] > 0)):
+                where = "a peer of" if tier[mb] == tier[ma] else "above"
+                out.append(f"{name_a} -> {name_b}: {mb} stands {where} {ma} in the pipeline")
+    return out
+
+
 def self_test() -> None:
     """The checker on small trees: a cycle through a `use` group, one through a path in code,
     modules that use each other without a file cycle, and the shapes that are not cycles (a table of contents re-exporting its children, a
@@ -364,6 +410,27 @@ def self_test() -> None:
                 raise SystemExit(
                     f"self-test {name!r}: (file, module) cycles {found} found, {cycles} expected"
                 )
+    order = [{"leaf"}, {"low"}, {"peer1", "peer2"}, {"high"}]
+    order_cases = {
+        "down the order": ({"high.rs": "use crate::peer1::P;\n", "peer1.rs": "use crate::low::L;\npub struct P;\n",
+                            "low.rs": "use crate::leaf::F;\npub struct L;\n", "leaf.rs": "pub struct F;\n"}, 0),
+        "up the order": ({"low.rs": "use crate::high::H;\npub struct L;\n", "high.rs": "pub struct H;\n"}, 1),
+        "peers": ({"peer1.rs": "use crate::peer2::Q;\npub struct P;\n", "peer2.rs": "pub struct Q;\n"}, 1),
+        "crate root": ({"low.rs": "pub fn f() { crate::R }\n", "leaf.rs": ""}, 1),
+        "no place": ({"stray.rs": "pub struct S;\n"}, 1),
+    }
+    for name, (files, violations) in order_cases.items():
+        with tempfile.TemporaryDirectory() as d:
+            mods = "".join(f"mod {Path(f).stem};\n" for f in files)
+            extra = "pub const R: u8 = 0;\n" if name == "crate root" else ""
+            for rel, text in {"lib.rs": mods + extra, **files}.items():
+                (Path(d) / rel).write_text(text)
+            modules = load_crate(Path(d) / "lib.rs")
+            fill_reexports(modules, modules[0])
+            graph = {m.file: edges_of(m, modules[0]) for m in modules}
+            found = order_violations(graph, Path(d), order)
+            if len(found) != violations:
+                raise SystemExit(f"self-test {name!r}: {found}, {violations} expected")
 
 
 def main() -> int:
@@ -395,6 +462,10 @@ def main() -> int:
         for depth, comp in module_cycles(graph, src):
             bad += 1
             print(f"modules that use each other (depth {depth}): {', '.join(comp)}")
+        if root_file.name == "lib.rs":
+            for line in order_violations(graph, src, PIPELINE):
+                bad += 1
+                print(line)
     for f in sorted(src.rglob("*.rs")):
         lines = f.read_text().count("\n")
         if lines > MAX_LINES:

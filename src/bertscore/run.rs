@@ -69,15 +69,14 @@ impl BertScoreRun<'_> {
                 json!({"file": path, "P": b.p, "R": b.r, "F": b.f}),
             );
         }
-        Provenance {
-            hyoka: crate::version::VERSION.into(),
-            task: Task::BertScore,
-            rubric: None,
-            models: vec![self.model.clone()],
-            dtype: crate::model::backend::device::dtype_name(self.scorer.encoder.dtype()).into(),
-            device: crate::model::backend::device::device_name(self.scorer.encoder.device()),
+        Provenance::new(
+            Task::BertScore,
+            None,
+            vec![self.model.clone()],
+            encoder.dtype(),
+            encoder.device(),
             settings,
-        }
+        )
     }
 
     /// The references of an item, or why it has none.

@@ -1,10 +1,12 @@
 //! `hyoka bench`: prefill speed on real judge prompts (a benchmark, never a test).
 
 use crate::data;
-use crate::judge::layout::{ItemLayout, TextFit, common_header, layout_item};
-use crate::judge::{Scorer, plan_batches};
+use crate::judge::Scorer;
+use crate::judge::layout::{ItemLayout, common_header, layout_item};
 use crate::model::backend::device::{device_name, dtype_name};
 use crate::model::backend::stage_times;
+use crate::model::plan_batches;
+use crate::model::tokenizer::TextFit;
 use crate::model::{Batch, KvCache, Products, Row, Transformer};
 use crate::prompt::PromptBuilder;
 use anyhow::Context;

@@ -1,6 +1,7 @@
 //! Exit codes, and which errors map to which.
 
-use crate::error_kind::{ErrorKind, UsageError};
+use crate::error_kind::ErrorKind;
+use crate::usage_error::UsageError;
 
 pub const EXIT_FAILURE: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;

@@ -1,7 +1,7 @@
 //! What can stop an evaluation: a setting that cannot be used (a usage error), a file that cannot
 //! be written, or any stage's own error, kept whole so that `ErrorKind` reads its kind.
 
-use crate::error_kind::UsageError;
+use crate::usage_error::UsageError;
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]

@@ -9,6 +9,7 @@ use super::JudgeError;
 use super::targets::ScoreTargets;
 use crate::data::{Item, Pair, Turn};
 use crate::model::Row;
+use crate::model::tokenizer::TextFit;
 use crate::prompt::{ChatTemplate, PromptBuilder};
 use tokenizers::Tokenizer;
 
@@ -77,25 +78,6 @@ impl ItemLayout {
             out.push(positions);
         }
         out
-    }
-}
-
-/// A prompt's token limit, and the text length beyond which no tokenization can meet it
-/// (`tokenizer::bytes_beyond`). Such texts are refused (a response) or left out (context turns)
-/// before anything is tokenized: tokenizing a 50 MB response took minutes and gigabytes only
-/// to refuse it.
-#[derive(Clone, Copy, Debug)]
-pub struct TextFit {
-    pub max_tokens: usize,
-    pub max_bytes: usize,
-}
-
-impl TextFit {
-    pub fn new(tokenizer: &Tokenizer, max_tokens: usize) -> Self {
-        TextFit {
-            max_tokens,
-            max_bytes: crate::model::tokenizer::bytes_beyond(tokenizer, max_tokens),
-        }
     }
 }
 

@@ -16,4 +16,4 @@ pub mod token_bytes;
 pub use compare::Compare;
 pub use error::JudgeError;
 pub use loaded::{DEFAULT_JUDGE, JudgeSpec, LoadedJudge, check_temperature, json_cache_bytes};
-pub use scorer::{JSON_CACHE_BYTES, Scorer, parse_score, plan_batches};
+pub use scorer::{JSON_CACHE_BYTES, Scorer, parse_score};

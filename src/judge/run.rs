@@ -1,16 +1,17 @@
 //! A whole judge run: items × rubric × one or more judge models → scores.jsonl, resumable.
 
 use super::json::{Decoding, JsonFormat, JsonJudgment, item_seed};
-use super::layout::{ItemLayout, TextFit, common_header, layout_item, layout_prompt};
-use super::{JudgeError, Scorer, plan_batches};
+use super::layout::{ItemLayout, common_header, layout_item, layout_prompt};
+use super::{JudgeError, Scorer};
 use crate::data::Item;
 use crate::model::LoadedModel;
-use crate::model::backend::device::{device_name, dtype_name};
+use crate::model::plan_batches;
+use crate::model::tokenizer::TextFit;
 use crate::prompt::PromptBuilder;
 use crate::results::record::{Answer, JudgeAnswer};
 use crate::results::runner::{self, Outcome, RunError, RunSummary, ScoreTask};
 use crate::results::scores::{AspectScore, Greedy};
-use crate::results::{AspectTargets, Body, JudgeRecord, ModelId, Provenance, RubricId, Task};
+use crate::results::{Body, JudgeRecord, Provenance, RubricId, Task};
 use crate::rubric::{OutputMode, Rubric};
 use serde_json::{Map, json};
 use std::path::Path;
@@ -122,34 +123,12 @@ impl<'a> Judge<'a> {
         // weights are held when the run decodes).
         let decodes = self.rubric.output == OutputMode::Json || opts.greedy_baseline.is_some();
         self.models[0].settings().record(decodes, &mut settings);
-        let first = &self.models[0].transformer;
-        Provenance {
-            hyoka: crate::version::VERSION.into(),
-            task: Task::Judge,
-            rubric: Some(RubricId {
-                name: self.rubric.name.clone(),
-                source: self.rubric_source.into(),
-                hash: self.rubric.hash(),
-                aspects: self
-                    .rubric
-                    .aspects
-                    .iter()
-                    .map(|a| AspectTargets {
-                        key: a.key.clone(),
-                        human: a.human.clone(),
-                        levels: a
-                            .levels
-                            .iter()
-                            .filter_map(|l| Some((l.score, l.human?)))
-                            .collect(),
-                    })
-                    .collect(),
-            }),
-            models: self.models.iter().map(model_id).collect(),
-            dtype: dtype_name(first.dtype()).into(),
-            device: device_name(first.device()),
+        Provenance::of_models(
+            Task::Judge,
+            Some(RubricId::of(self.rubric, self.rubric_source)),
+            self.models,
             settings,
-        }
+        )
     }
 
     /// Score every item not yet in `output`, appending one line per item (`results::runner`).
@@ -518,7 +497,7 @@ fn greedy_baseline(
     scored: &mut [Result<Judgment, String>],
     max_new: usize,
 ) -> Result<(), JudgeError> {
-    let stop = stop_tokens(model);
+    let stop = model.stop_tokens();
     for (l, judgment) in layouts.iter().zip(scored.iter_mut()) {
         let Ok(judgment) = judgment else { continue };
         for (a, score) in judgment
@@ -540,46 +519,6 @@ fn greedy_baseline(
         }
     }
     Ok(())
-}
-
-/// What identifies a loaded model in a provenance: its name, revision, checksum, architecture
-/// and chat template.
-pub fn model_id(m: &LoadedModel) -> ModelId {
-    ModelId {
-        name: m.files.name.clone(),
-        revision: m.files.revision.clone(),
-        sha256: m.sha256.clone(),
-        arch: m.transformer.cfg.arch.name().into(),
-        description: crate::model::load::known_copies::description(&m.sha256).map(str::to_string),
-        chat_template: Some(crate::checksum::sha256_hex(
-            m.chat_template.source().as_bytes(),
-        )),
-    }
-}
-
-/// Tokens that end an answer: the model's eos and the usual end-of-turn markers.
-pub fn stop_tokens(model: &LoadedModel) -> Vec<u32> {
-    let mut names: Vec<String> = model
-        .chat_template
-        .special_tokens()
-        .get("eos_token")
-        .cloned()
-        .into_iter()
-        .collect();
-    names.extend(
-        [
-            "<|im_end|>",
-            "<|endoftext|>",
-            "<end_of_turn>",
-            "<|eot_id|>",
-            "</s>",
-        ]
-        .map(String::from),
-    );
-    names
-        .iter()
-        .filter_map(|n| model.tokenizer.token_to_id(n))
-        .collect()
 }
 
 /// Several judges' results averaged: mean distribution, its argmax and expectation.

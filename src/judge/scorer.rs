@@ -3,9 +3,9 @@
 use super::error::JudgeError;
 use super::json;
 use super::layout::ItemLayout;
+use crate::model::decoder::log_probs::{Columns, log_probs_at};
 use crate::model::{Batch, PrefixKv, Products, Transformer};
 use crate::results::scores::AspectScore;
-use candle_core::Tensor;
 
 /// Memory the keys and values of one json decoding batch may take unless told otherwise
 /// (`hyoka judge --json-cache-gib`): every row holds its own item's and answer's, beside the
@@ -78,7 +78,7 @@ impl<'m> Scorer<'m> {
             .collect();
         columns.sort_unstable();
         columns.dedup();
-        let log_probs = log_probs_at(logits, &columns, LOG_SOFTMAX_ROWS)?;
+        let log_probs = log_probs_at(&logits, Columns::Same(&columns))?;
         let column = |t: u32| {
             columns
                 .binary_search(&t)
@@ -188,85 +188,4 @@ pub fn parse_score(text: &str, scores: &[i64]) -> Option<i64> {
         .collect();
     let first: i64 = digits.split_whitespace().next()?.parse().ok()?;
     scores.contains(&first).then_some(first)
-}
-
-/// Queries normalised over the vocabulary at a time (32 × 128k vocabulary × 4 bytes × 3
-/// tensors: 49 MB).
-const LOG_SOFTMAX_ROWS: usize = 32;
-
-/// log-softmax of every row of `logits` (queries, vocabulary) at `columns` only: (queries,
-/// columns). `block` rows at a time: candle's log-softmax holds three tensors of its input's
-/// size (0.46 GB for 300 queries over a 128k vocabulary); each row's arithmetic is its own, so
-/// the blocks change no bit (tested).
-fn log_probs_at(
-    logits: Tensor,
-    columns: &[u32],
-    block: usize,
-) -> Result<Vec<Vec<f32>>, JudgeError> {
-    let n = logits.dim(0)?;
-    let picked = Tensor::from_slice(columns, columns.len(), logits.device())?;
-    let mut out = Vec::with_capacity(n);
-    for start in (0..n).step_by(block.max(1)) {
-        let rows = logits.narrow(0, start, block.max(1).min(n - start))?;
-        let rows = candle_nn::ops::log_softmax(&rows, candle_core::D::Minus1)?;
-        out.extend(to_rows(&rows.index_select(&picked, 1)?)?);
-    }
-    Ok(out)
-}
-
-fn to_rows(t: &Tensor) -> Result<Vec<Vec<f32>>, JudgeError> {
-    Ok(t.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?)
-}
-
-/// Group items into batches whose padded size (rows × longest row) stays within `budget`
-/// tokens; longest first, so rows of a batch have similar lengths. Every batch holds at least
-/// one item. The budget bounds activations (tokens × hidden, tokens × MLP width); attention
-/// bounds its own scores (`transformer::ATTENTION_ELEMENTS`), so long rows need no smaller one.
-pub fn plan_batches(lens: &[usize], budget: usize) -> Vec<Vec<usize>> {
-    let mut order: Vec<usize> = (0..lens.len()).collect();
-    order.sort_by(|&a, &b| lens[b].cmp(&lens[a]).then(a.cmp(&b)));
-    let mut batches: Vec<Vec<usize>> = Vec::new();
-    let mut current: Vec<usize> = Vec::new();
-    for i in order {
-        let longest = current.first().map_or(lens[i], |&f| lens[f]);
-        if !current.is_empty() && (current.len() + 1) * longest > budget {
-            batches.push(std::mem::take(&mut current));
-        }
-        current.push(i);
-    }
-    if !current.is_empty() {
-        batches.push(current);
-    }
-    batches
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use candle_core::Device;
-
-    /// Blocks of rows (one, several with a short last one, all) give the whole log-softmax's
-    /// values at the columns, to the bit.
-    #[test]
-    fn log_probs_by_blocks_are_the_whole_log_softmax_at_the_columns() {
-        let logits = (Tensor::randn(0f32, 4.0, (70, 1000), &Device::Cpu).unwrap() + 1.0).unwrap();
-        let columns = [0u32, 3, 17, 500, 999];
-        let whole = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1).unwrap();
-        let idx = Tensor::new(&columns[..], &Device::Cpu).unwrap();
-        let want = whole
-            .index_select(&idx, 1)
-            .unwrap()
-            .to_vec2::<f32>()
-            .unwrap();
-        for block in [1, 32, 70, 100] {
-            let got = log_probs_at(logits.clone(), &columns, block).unwrap();
-            assert_eq!(got.len(), 70);
-            for (g, w) in got.iter().zip(&want) {
-                assert!(
-                    g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "block {block}"
-                );
-            }
-        }
-    }
 }

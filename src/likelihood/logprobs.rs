@@ -3,18 +3,14 @@
 //! the vocabulary per position.
 
 use super::layout::ItemRows;
+use crate::model::decoder::log_probs::{Columns, log_probs_at};
 use crate::model::{Batch, Products, Transformer};
-use candle_core::{D, DType, Tensor};
 use std::collections::HashMap;
 
 /// Positions whose logits are computed at a time: the output head is expanded once per call
 /// (a quantized head: its whole matrix), so fewer, larger calls; 512 × a 152k vocabulary × 4
 /// bytes is 311 MB.
 const POSITIONS_AT_ONCE: usize = 512;
-
-/// Positions normalised over the vocabulary at a time: candle's log-softmax holds about three
-/// tensors of its input's size (32 × 152k × 4 bytes × 3: 58 MB).
-const SOFTMAX_ROWS: usize = 32;
 
 /// For each item, for each of its sequences, the log-probability of each scored token.
 pub fn log_probs(
@@ -47,23 +43,15 @@ pub fn log_probs(
     crate::heap::release_freed_memory();
     let mut values: HashMap<(usize, u32), f64> = HashMap::new();
     for (block, at) in positions.chunks(POSITIONS_AT_ONCE).enumerate() {
-        let logits = model.logits_at(&hidden, at, None)?.to_dtype(DType::F32)?;
-        let vocab = logits.dim(1)?;
-        for start in (0..at.len()).step_by(SOFTMAX_ROWS) {
-            let n = SOFTMAX_ROWS.min(at.len() - start);
-            let lp = candle_nn::ops::log_softmax(&logits.narrow(0, start, n)?, D::Minus1)?;
-            let mut pairs = Vec::new();
-            for i in 0..n {
-                let k = block * POSITIONS_AT_ONCE + start + i;
-                pairs.extend(wanted[k].iter().map(|&t| (k, i, t)));
-            }
-            let flat: Vec<u32> = (pairs.iter())
-                .map(|&(_, i, t)| (i * vocab) as u32 + t)
-                .collect();
-            let idx = Tensor::from_vec(flat, pairs.len(), lp.device())?;
-            let picked = lp.flatten_all()?.index_select(&idx, 0)?.to_vec1::<f32>()?;
-            for (&(k, _, t), v) in pairs.iter().zip(picked) {
-                values.insert((k, t), f64::from(v));
+        let logits = model.logits_at(&hidden, at, None)?;
+        let first = block * POSITIONS_AT_ONCE;
+        let read = &wanted[first..first + at.len()];
+        for (i, row) in log_probs_at(&logits, Columns::PerRow(read))?
+            .into_iter()
+            .enumerate()
+        {
+            for (&t, v) in read[i].iter().zip(row) {
+                values.insert((first + i, t), f64::from(v));
             }
         }
     }

@@ -6,10 +6,8 @@ use super::layout::{ItemRows, Sequence, layout};
 use super::logprobs::log_probs;
 use super::scorer::{LikelihoodScorer, Method};
 use crate::data::Item;
-use crate::judge::plan_batches;
-use crate::judge::run::model_id;
 use crate::model::LoadedModel;
-use crate::model::backend::device::{device_name, dtype_name};
+use crate::model::plan_batches;
 use crate::results::runner::{Outcome, ScoreTask};
 use crate::results::{
     AspectLikelihood, AspectTargets, Body, LikelihoodRecord, Provenance, RubricId, Task,
@@ -111,27 +109,24 @@ impl ScoreTask for LikelihoodRun<'_> {
         let mut settings = Map::new();
         settings.insert("method".into(), json!(self.scorer.method));
         self.model.settings().record(false, &mut settings);
-        let t = &self.model.transformer;
-        Provenance {
-            hyoka: crate::version::VERSION.into(),
-            task: Task::Likelihood,
-            rubric: Some(RubricId {
-                name: self.scorer.name.clone(),
-                source: self.scorer_source.clone(),
-                hash: self.scorer.hash(),
-                aspects: (self.scorer.aspects.iter())
-                    .map(|a| AspectTargets {
-                        key: a.key.clone(),
-                        human: a.human.clone(),
-                        levels: Vec::new(),
-                    })
-                    .collect(),
-            }),
-            models: vec![model_id(self.model)],
-            dtype: dtype_name(t.dtype()).into(),
-            device: device_name(t.device()),
+        let rubric = RubricId {
+            name: self.scorer.name.clone(),
+            source: self.scorer_source.clone(),
+            hash: self.scorer.hash(),
+            aspects: (self.scorer.aspects.iter())
+                .map(|a| AspectTargets {
+                    key: a.key.clone(),
+                    human: a.human.clone(),
+                    levels: Vec::new(),
+                })
+                .collect(),
+        };
+        Provenance::of_models(
+            Task::Likelihood,
+            Some(rubric),
+            std::slice::from_ref(self.model),
             settings,
-        }
+        )
     }
 
     fn plan(&mut self, items: &[Item], todo: &[usize]) -> Result<Vec<Vec<usize>>, LikelihoodError> {

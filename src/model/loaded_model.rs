@@ -148,6 +148,28 @@ impl LoadedModel {
 }
 
 impl LoadedModel {
+    /// Tokens that end an answer: the model's eos and the usual end-of-turn markers.
+    pub fn stop_tokens(&self) -> Vec<u32> {
+        let mut names: Vec<String> = (self.chat_template.special_tokens())
+            .get("eos_token")
+            .cloned()
+            .into_iter()
+            .collect();
+        names.extend(
+            [
+                "<|im_end|>",
+                "<|endoftext|>",
+                "<end_of_turn>",
+                "<|eot_id|>",
+                "</s>",
+            ]
+            .map(String::from),
+        );
+        (names.iter())
+            .filter_map(|n| self.tokenizer.token_to_id(n))
+            .collect()
+    }
+
     /// The settings this model runs with, read from its parts (what `load` was given, and any
     /// change made to a part since).
     pub fn settings(&self) -> RuntimeSettings {

@@ -20,7 +20,7 @@ pub mod runtime_options;
 pub mod settings;
 pub mod tokenizer;
 
-pub use decoder::batch::{Batch, Row};
+pub use decoder::batch::{Batch, Row, plan_batches};
 pub use decoder::decode::{KvCache, LiveRows};
 pub use decoder::transformer::{PrefixKv, Transformer};
 pub use error::ModelError;

@@ -1,6 +1,10 @@
 //! Provenance: what identifies a run, carried by every line it writes.
 
 use super::ResultsError;
+use crate::model::LoadedModel;
+use crate::model::backend::device::{device_name, dtype_name};
+use crate::rubric::Rubric;
+use candle_core::{DType, Device};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -87,6 +91,82 @@ pub struct ModelId {
     /// sha256 of the chat template the prompts went through.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub chat_template: Option<String>,
+}
+
+impl Provenance {
+    /// A run's provenance, with this hyoka's version: `models` ran in `dtype` on `device`.
+    pub fn new(
+        task: Task,
+        rubric: Option<RubricId>,
+        models: Vec<ModelId>,
+        dtype: DType,
+        device: &Device,
+        settings: serde_json::Map<String, serde_json::Value>,
+    ) -> Provenance {
+        Provenance {
+            hyoka: crate::version::VERSION.into(),
+            task,
+            rubric,
+            models,
+            dtype: dtype_name(dtype).into(),
+            device: device_name(device),
+            settings,
+        }
+    }
+
+    /// The provenance of a run of loaded decoder models (one, or a panel that runs together):
+    /// their identities, and the dtype and device of the first.
+    pub fn of_models(
+        task: Task,
+        rubric: Option<RubricId>,
+        models: &[LoadedModel],
+        settings: serde_json::Map<String, serde_json::Value>,
+    ) -> Provenance {
+        let (dtype, device) = models.first().map_or((DType::F32, Device::Cpu), |m| {
+            (m.transformer.dtype(), m.transformer.device().clone())
+        });
+        let ids = models.iter().map(ModelId::of).collect();
+        Provenance::new(task, rubric, ids, dtype, &device, settings)
+    }
+}
+
+impl ModelId {
+    /// What identifies a loaded model: its name, revision, checksum, architecture and chat
+    /// template.
+    pub fn of(m: &LoadedModel) -> ModelId {
+        ModelId {
+            name: m.files.name.clone(),
+            revision: m.files.revision.clone(),
+            sha256: m.sha256.clone(),
+            arch: m.transformer.cfg.arch.name().into(),
+            description: crate::model::load::known_copies::description(&m.sha256)
+                .map(str::to_string),
+            chat_template: Some(crate::checksum::sha256_hex(
+                m.chat_template.source().as_bytes(),
+            )),
+        }
+    }
+}
+
+impl RubricId {
+    /// A rubric's identity (`source`: how the run named it) and, per aspect, the human ratings
+    /// it stands for.
+    pub fn of(rubric: &Rubric, source: &str) -> RubricId {
+        RubricId {
+            name: rubric.name.clone(),
+            source: source.into(),
+            hash: rubric.hash(),
+            aspects: (rubric.aspects.iter())
+                .map(|a| AspectTargets {
+                    key: a.key.clone(),
+                    human: a.human.clone(),
+                    levels: (a.levels.iter())
+                        .filter_map(|l| Some((l.score, l.human?)))
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
 }
 
 impl Provenance {

@@ -5,9 +5,7 @@ use super::TranslateError;
 use super::decode::greedy_batch;
 use super::prompt::TranslatePrompt;
 use super::texts::Text;
-use crate::judge::layout::TextFit;
-use crate::judge::run::{model_id, stop_tokens};
-use crate::model::backend::device::{device_name, dtype_name};
+use crate::model::tokenizer::TextFit;
 use crate::model::{LoadedModel, PrefixKv};
 use crate::results::record::TranslationRecord;
 use crate::results::runner::{Outcome, ScoreTask};
@@ -77,7 +75,7 @@ impl<'m> Translator<'m> {
             model,
             prompt,
             opts,
-            stop: stop_tokens(model),
+            stop: model.stop_tokens(),
             header: Vec::new(),
             header_kv: None,
             prepared: HashMap::new(),
@@ -162,16 +160,12 @@ impl ScoreTask for Translator<'_> {
             },
         );
         self.model.settings().record(true, &mut settings);
-        let t = &self.model.transformer;
-        Provenance {
-            hyoka: crate::version::VERSION.into(),
-            task: Task::Translate,
-            rubric: None,
-            models: vec![model_id(self.model)],
-            dtype: dtype_name(t.dtype()).into(),
-            device: device_name(t.device()),
+        Provenance::of_models(
+            Task::Translate,
+            None,
+            std::slice::from_ref(self.model),
             settings,
-        }
+        )
     }
 
     fn plan(&mut self, texts: &[Text], todo: &[usize]) -> Result<Vec<Vec<usize>>, TranslateError> {

@@ -5,9 +5,11 @@
 use crate::common;
 
 use hyoka::data::{Item, Turn};
-use hyoka::judge::layout::{ItemLayout, TextFit, common_header, layout_item};
-use hyoka::judge::{Scorer, plan_batches};
+use hyoka::judge::Scorer;
+use hyoka::judge::layout::{ItemLayout, common_header, layout_item};
 use hyoka::model::LoadedModel;
+use hyoka::model::plan_batches;
+use hyoka::model::tokenizer::TextFit;
 use hyoka::prompt::PromptBuilder;
 use hyoka::results::scores::AspectScore;
 use hyoka::rubric::Rubric;

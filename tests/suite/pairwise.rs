@@ -97,7 +97,7 @@ fn fixture_rubric(fx: &Value, tail: bool) -> Rubric {
 fn rows(judge: &LoadedJudge, pair: &Pair) -> usize {
     let m = &judge.models[0];
     let builder = hyoka::prompt::PromptBuilder::new(&judge.rubric).unwrap();
-    let fit = hyoka::judge::layout::TextFit::new(&m.tokenizer, 8192);
+    let fit = hyoka::model::tokenizer::TextFit::new(&m.tokenizer, 8192);
     hyoka::judge::layout::layout_pair(&builder, &m.chat_template, &m.tokenizer, pair, &fit)
         .unwrap()
         .len()

@@ -87,7 +87,7 @@ fn greedy_translations_match_transformers() {
         let Some(model) = load(m["model"].as_str().unwrap(), WeightsMode::Expanded) else {
             return;
         };
-        let mut stop = hyoka::judge::run::stop_tokens(&model);
+        let mut stop = model.stop_tokens();
         stop.sort_unstable();
         stop.dedup();
         assert_eq!(stop, ids(&m["stop"]), "{}: stop tokens", m["model"]);

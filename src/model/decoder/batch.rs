@@ -375,6 +375,28 @@ impl RowLayout for Batch {
     }
 }
 
+/// Group items into batches whose padded size (rows × longest row) stays within `budget`
+/// tokens; longest first, so rows of a batch have similar lengths. Every batch holds at least
+/// one item. The budget bounds activations (tokens × hidden, tokens × MLP width); attention
+/// bounds its own scores (`transformer::ATTENTION_ELEMENTS`), so long rows need no smaller one.
+pub fn plan_batches(lens: &[usize], budget: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lens.len()).collect();
+    order.sort_by(|&a, &b| lens[b].cmp(&lens[a]).then(a.cmp(&b)));
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    for i in order {
+        let longest = current.first().map_or(lens[i], |&f| lens[f]);
+        if !current.is_empty() && (current.len() + 1) * longest > budget {
+            batches.push(std::mem::take(&mut current));
+        }
+        current.push(i);
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@ pub mod batch;
 pub mod decode;
 pub(crate) mod gated_mlp;
 pub(crate) mod layers;
+pub mod log_probs;
 pub mod segments;
 pub(crate) mod swiglu;
 pub mod transformer;

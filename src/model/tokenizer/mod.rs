@@ -9,6 +9,25 @@ use candle_core::quantized::tokenizer::TokenizerFromGguf;
 use std::path::Path;
 use tokenizers::Tokenizer;
 
+/// A prompt's token limit, and the text length beyond which no tokenization can meet it
+/// (`tokenizer::bytes_beyond`). Such texts are refused (a response) or left out (context turns)
+/// before anything is tokenized: tokenizing a 50 MB response took minutes and gigabytes only
+/// to refuse it.
+#[derive(Clone, Copy, Debug)]
+pub struct TextFit {
+    pub max_tokens: usize,
+    pub max_bytes: usize,
+}
+
+impl TextFit {
+    pub fn new(tokenizer: &Tokenizer, max_tokens: usize) -> Self {
+        TextFit {
+            max_tokens,
+            max_bytes: bytes_beyond(tokenizer, max_tokens),
+        }
+    }
+}
+
 /// Bytes of text that `tokens` tokens of this vocabulary cannot cover, whatever the text: no
 /// token covers more bytes than the longest piece, and normalisation shrinks text at most
 /// 4-fold (composition: three Hangul jamo, 9 bytes, make one 3-byte syllable), so a text of
