@@ -2,7 +2,6 @@
 
 use crate::bertscore::run::{Against, BERT_SCORE_BATCH, BertScoreRun, default_batch_tokens};
 use crate::bertscore::{BertScorer, Depth, LoadedScorer, baseline, load_encoder, resolve_baseline};
-use crate::data;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -162,14 +161,12 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
     let input = args.input.context("--input is required")?;
     let output = args.output.context("--output is required")?;
     super::exit::refuse_output_as_input(&output, &input)?;
-    let read = data::read_items(&input, args.skip_invalid)?;
-    for e in &read.skipped {
-        eprintln!("skipped: {e}");
-    }
     // The output is checked (its folder writable, locked by no other run, readable, of this
     // task) before the encoder loads.
-    crate::results::ResultsFile::preflight(
+    let read = super::running::read_items_for_output(
+        &input,
         &output,
+        args.skip_invalid,
         args.overwrite,
         &crate::results::Expected {
             task: crate::results::Task::BertScore,
@@ -197,8 +194,7 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         job.run(&read.items, &output, args.overwrite, progress)
     });
     let summary = summary?;
-    super::running::report_retried(&summary);
-    eprintln!(
+    let figures = [format!(
         "scored {} items in {secs:.2}s ({:.1} pairs/s, layer {}); {} already in {}; {} failed",
         summary.scored,
         summary.scored as f64 / secs.max(1e-9),
@@ -206,9 +202,13 @@ pub fn run(args: BertScoreArgs) -> anyhow::Result<ExitCode> {
         summary.skipped_finished,
         output.display(),
         summary.failed.len()
-    );
-    super::running::report_not_applicable("bertscore", &summary.not_applicable);
-    Ok(super::exit::finish(&summary.failed, read.skipped.len()))
+    )];
+    let note = super::running::not_applicable_note("bertscore", &summary.not_applicable);
+    Ok(super::running::finish_scoring(
+        &summary,
+        figures.into_iter().chain(note),
+        read.skipped.len(),
+    ))
 }
 
 fn run_baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {

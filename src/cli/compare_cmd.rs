@@ -47,7 +47,7 @@ pub struct CompareArgs {
     #[command(flatten)]
     pub runtime: super::runtime_args::RuntimeArgs,
     #[command(flatten)]
-    pub batching: super::judge_cmd::BatchArgs,
+    pub batching: super::args::BatchArgs,
     /// Expected sha256 of the (first) model's weights file; a mismatch is an error.
     #[arg(long, value_name = "HEX")]
     pub sha256: Option<String>,
@@ -56,7 +56,7 @@ pub struct CompareArgs {
     pub overwrite: bool,
     /// json rubrics: sample the reason (and the written integers) at this temperature instead
     /// of greedy decoding (0).
-    #[arg(long, default_value_t = 0.0, value_parser = super::judge_cmd::temperature)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::args::temperature)]
     pub temperature: f64,
     /// Seed of the sampling; each order's draws depend only on it, the judge and the pair id.
     #[arg(long, default_value_t = 0)]
@@ -148,9 +148,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
         judge.compare(&pairs, &args.output, progress)
     });
     let (summary, stats) = summary?;
-    super::running::report_retried(&summary);
-    for line in stats.describe_units(&summary, secs, &args.output.display().to_string(), "pairs") {
-        eprintln!("{line}");
-    }
-    Ok(super::exit::finish(&summary.failed, 0))
+    let place = args.output.display().to_string();
+    let figures = stats.describe_units(&summary, secs, &place, "pairs");
+    Ok(super::running::finish_scoring(&summary, figures, 0))
 }

@@ -1,6 +1,6 @@
 //! `hyoka eval`'s flags, and the library's evaluation they ask for (`eval::EvalSpec`).
 
-use super::meta_cmd::StatsArgs;
+use super::args::StatsArgs;
 use crate::bertscore::run::Against;
 use crate::data::select::Shard;
 use crate::data::{self, dbdc3};
@@ -103,7 +103,7 @@ pub struct EvalArgs {
     #[command(flatten)]
     pub runtime: super::runtime_args::RuntimeArgs,
     #[command(flatten)]
-    pub batching: super::judge_cmd::BatchArgs,
+    pub batching: super::args::BatchArgs,
     #[command(flatten)]
     pub stats: StatsArgs,
     /// Likelihood scorers run beside the judge with its (first) model: fed-ja, fed-en,

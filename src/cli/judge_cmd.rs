@@ -1,9 +1,8 @@
 //! `hyoka judge`.
 
-use crate::data;
+use super::args::{BatchArgs, temperature};
 use crate::judge::JudgeSpec;
 use crate::judge::json::Decoding;
-use crate::judge::run::RunOptions;
 use crate::rubric::Rubric;
 use clap::Args;
 use std::path::PathBuf;
@@ -72,52 +71,6 @@ pub struct JudgeArgs {
     pub seed: u64,
 }
 
-/// How judge prompts are batched and fitted: flags shared by `judge` and `eval`.
-#[derive(Args, Debug)]
-pub struct BatchArgs {
-    /// Padded tokens per forward pass (rows × longest row). A batch's memory grows with it: on
-    /// a CPU about six hidden-sized f32 activations a token plus the MLP's middle (MLP width;
-    /// its gate and up products are computed a block of columns at a time) — at 4,096 tokens
-    /// of a 13B 0.5 GiB in use, 0.9 GiB resident (docs/memory.md) — and, where attention runs
-    /// through blocks of scores (a CPU without AVX-512, a GPU's steps of a few queries), blocks
-    /// of at most 2^28 scores (1 GiB in f32, about three such buffers at once) whatever the
-    /// batch or prompt length; no mask of rows × tokens × tokens is ever built.
-    #[arg(long, default_value_t = 4096, value_parser = at_least_one)]
-    pub batch_tokens: usize,
-    /// Longest prompt in tokens; longer ones lose their oldest context turns (default: the
-    /// model's context length). A limit below what the rubric's own prompt needs is refused.
-    #[arg(long, value_parser = at_least_one)]
-    pub max_prompt_tokens: Option<usize>,
-    /// json rubrics: memory for the keys and values of the items decoded together, in GiB.
-    /// Each item's row holds its prompt after the rubric's shared header and its answer: per
-    /// token 0.25 MB for an 8B with 8 key heads in f32 (a CPU), half in bf16 (a GPU), 1.6 MB for
-    /// llm-jp-3-13b in f32 (40 key heads) — so by default (2 GiB) a 13B decodes one item at a
-    /// time and reads all its weights for every token of every item. More rows per step read
-    /// the weights once for all of them (up to the items of a batch, `--batch-tokens`). On a
-    /// CPU the objects are the same bits whatever fits; on CUDA their scores' last bits can
-    /// move with the rows decoded together (docs/rubrics.md, json rubrics).
-    #[arg(long = "json-cache-gib", value_name = "GIB", default_value = "2", value_parser = gibibytes)]
-    pub json_cache_bytes: usize,
-}
-
-impl BatchArgs {
-    pub fn run_options(
-        &self,
-        overwrite: bool,
-        greedy_baseline: Option<usize>,
-        decoding: Decoding,
-    ) -> RunOptions {
-        RunOptions {
-            batch_tokens: self.batch_tokens,
-            max_prompt_tokens: self.max_prompt_tokens,
-            overwrite,
-            greedy_baseline,
-            decoding,
-            json_cache_bytes: self.json_cache_bytes,
-        }
-    }
-}
-
 impl JudgeArgs {
     /// The library's judge these flags name, with `rubric` (`prompt::resolve_rubric` of
     /// `--rubric`) and its source.
@@ -140,29 +93,15 @@ impl JudgeArgs {
     }
 }
 
-/// A run's figures on stderr; `place`: where its lines went.
-fn report(
-    summary: &crate::results::RunSummary,
-    stats: &crate::judge::run::JudgeStats,
-    secs: f64,
-    place: &str,
-) {
-    for line in stats.describe(summary, secs, place) {
-        eprintln!("{line}");
-    }
-}
-
 pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
     // The rubric and the items are checked, and the output (locked by no other run, readable),
     // before models load.
     super::exit::refuse_output_as_input(&args.output, &args.input)?;
     let rubric = crate::prompt::resolve_rubric(&args.rubric)?;
-    let read = data::read_items(&args.input, args.skip_invalid)?;
-    for e in &read.skipped {
-        eprintln!("skipped: {e}");
-    }
-    crate::results::ResultsFile::preflight(
+    let read = super::running::read_items_for_output(
+        &args.input,
         &args.output,
+        args.skip_invalid,
         args.overwrite,
         &crate::results::Expected {
             task: crate::results::Task::Judge,
@@ -174,31 +113,10 @@ pub fn run(args: JudgeArgs) -> anyhow::Result<ExitCode> {
         judge.run(&read.items, &args.output, progress)
     });
     let (summary, stats) = summary?;
-    super::running::report_retried(&summary);
-    report(&summary, &stats, secs, &args.output.display().to_string());
-    Ok(super::exit::finish(&summary.failed, read.skipped.len()))
-}
-
-/// A count of tokens: a whole number of at least 1.
-fn at_least_one(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("must be a whole number of at least 1, got {s:?}")),
-    }
-}
-
-/// A memory size in GiB, in bytes (`judge::json_cache_bytes`).
-fn gibibytes(s: &str) -> Result<usize, String> {
-    let gib = s
-        .parse::<f64>()
-        .map_err(|_| format!("must be a number of GiB above 0, got {s:?}"))?;
-    crate::judge::json_cache_bytes(gib).map_err(|e| e.to_string())
-}
-
-/// A temperature (`judge::check_temperature`), checked before any model is loaded.
-pub(super) fn temperature(s: &str) -> Result<f64, String> {
-    let t = s
-        .parse::<f64>()
-        .map_err(|_| format!("must be a finite number ≥ 0, got {s:?}"))?;
-    crate::judge::check_temperature(t).map_err(|e| e.to_string())
+    let figures = stats.describe(&summary, secs, &args.output.display().to_string());
+    Ok(super::running::finish_scoring(
+        &summary,
+        figures,
+        read.skipped.len(),
+    ))
 }

@@ -1,6 +1,5 @@
 //! `hyoka likelihood`.
 
-use crate::data;
 use crate::likelihood::{LikelihoodOptions, LikelihoodRun, LikelihoodScorer, score_items};
 use clap::Args;
 use std::path::PathBuf;
@@ -62,12 +61,10 @@ pub fn run(args: LikelihoodArgs) -> anyhow::Result<ExitCode> {
         return Err(super::exit::usage("--batch-tokens must be at least 1"));
     }
     let (scorer, source) = LikelihoodScorer::resolve(&args.scorer)?;
-    let read = data::read_items(&args.input, args.skip_invalid)?;
-    for e in &read.skipped {
-        eprintln!("skipped: {e}");
-    }
-    crate::results::ResultsFile::preflight(
+    let read = super::running::read_items_for_output(
+        &args.input,
         &args.output,
+        args.skip_invalid,
         args.overwrite,
         &crate::results::Expected {
             task: crate::results::Task::Likelihood,
@@ -92,13 +89,16 @@ pub fn run(args: LikelihoodArgs) -> anyhow::Result<ExitCode> {
         )
     });
     let summary = summary?;
-    super::running::report_retried(&summary);
-    eprintln!(
+    let figures = [format!(
         "{} items scored with {} in {secs:.1} s ({} already in {})",
         summary.scored,
         scorer.name,
         summary.skipped_finished,
         args.output.display()
-    );
-    Ok(super::exit::finish(&summary.failed, read.skipped.len()))
+    )];
+    Ok(super::running::finish_scoring(
+        &summary,
+        figures,
+        read.skipped.len(),
+    ))
 }

@@ -1,7 +1,7 @@
 //! `hyoka merge`: the folders of `hyoka eval --shard K/N` runs → one folder and its report.
 //! Everything is read and checked, and the report computed, before anything is written.
 
-use super::meta_cmd::StatsArgs;
+use super::args::StatsArgs;
 use crate::data::select::Shard;
 use crate::data::{self, DataError, Item, Origin, Pair, Pairing, form_pairs};
 use crate::eval::{BERTSCORE, ITEMS, JUDGE, PAIRS, pairwise_report, scores_report, write_all};

@@ -2,6 +2,7 @@
 //! written to files, failures as exit codes (`exit`). `main_with` runs a command line to its
 //! exit status (the `hyoka` binary and the Python package's `hyoka` command).
 
+mod args;
 mod bench_cmd;
 mod bertscore_cmd;
 mod commands;

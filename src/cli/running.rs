@@ -63,15 +63,47 @@ pub fn with_progress<T>(
     (out, started.elapsed().as_secs_f64())
 }
 
-/// Say how many items have nothing to score by definition (an opening utterance has no
-/// previous turn to compare with): counted, not failures, so they leave the exit code at 0.
-pub fn report_not_applicable(what: &str, not_applicable: &[String]) {
-    if let Some(first) = not_applicable.first() {
-        eprintln!(
-            "{what}: {} items have nothing to compare with, by definition (e.g. {first}); not failures",
-            not_applicable.len(),
-        );
+/// How many items have nothing to score by definition (an opening utterance has no previous
+/// turn to compare with): counted, not failures, so they leave the exit code at 0.
+pub fn not_applicable_note(what: &str, not_applicable: &[String]) -> Option<String> {
+    let first = not_applicable.first()?;
+    Some(format!(
+        "{what}: {} items have nothing to compare with, by definition (e.g. {first}); not failures",
+        not_applicable.len(),
+    ))
+}
+
+/// A scoring command's items and output, checked before any model loads (after the command's
+/// own checks: the output is not an input, its rubric resolved): the items read, each skipped
+/// one said, and the output's folder writable, locked by no other run, its lines (if any)
+/// written by a run like this one (`expected`).
+pub fn read_items_for_output(
+    input: &std::path::Path,
+    output: &std::path::Path,
+    skip_invalid: bool,
+    overwrite: bool,
+    expected: &crate::results::Expected,
+) -> anyhow::Result<crate::data::ReadItems> {
+    let read = crate::data::read_items(input, skip_invalid)?;
+    for e in &read.skipped {
+        eprintln!("skipped: {e}");
     }
+    crate::results::ResultsFile::preflight(output, overwrite, expected)?;
+    Ok(read)
+}
+
+/// The end of a scoring run: the lines of an earlier run taken out said, then the run's
+/// `figures`, then each failure named and the exit code (`exit::finish`).
+pub fn finish_scoring(
+    summary: &crate::results::RunSummary,
+    figures: impl IntoIterator<Item = String>,
+    skipped_input: usize,
+) -> std::process::ExitCode {
+    report_retried(summary);
+    for line in figures {
+        eprintln!("{line}");
+    }
+    super::exit::finish(&summary.failed, skipped_input)
 }
 
 /// Say which lines of an earlier run were taken out of an output and their items scored again:

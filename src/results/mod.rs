@@ -5,8 +5,10 @@
 //! The scorers' results are typed here: `scores::AspectScore` (a judge's aspect), `prf::Prf`
 //! (BERTScore), `verdicts::PairVerdict` (a pairwise judge's aspect).
 
+mod compare_lines;
 mod file;
 pub mod inputs;
+mod judge_lines;
 pub mod likelihoods;
 mod line_fields;
 pub mod prf;

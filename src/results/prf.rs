@@ -1,4 +1,7 @@
-//! BERTScore's result: precision, recall and F1.
+//! BERTScore's result: precision, recall and F1, and its field in a results line.
+
+use super::line_fields::{FieldError, field_error};
+use serde_json::{Map, Value, json};
 
 /// Precision, recall and F1 of one candidate against its reference(s).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -47,4 +50,32 @@ pub fn best_of(prfs: &[Prf]) -> Prf {
         r: 0.0,
         f: 0.0,
     })
+}
+
+impl Prf {
+    /// The `bertscore` field of a results line.
+    pub(super) fn to_json(self) -> Value {
+        json!({"P": finite(self.p), "R": finite(self.r), "F": finite(self.f)})
+    }
+
+    /// A results line's `bertscore` field.
+    pub(super) fn read(line: &Map<String, Value>) -> Result<Prf, FieldError> {
+        let get = |key: &str| {
+            line.get("bertscore")
+                .and_then(|b| b.get(key))
+                .and_then(Value::as_f64)
+                .ok_or_else(|| field_error(format!("bertscore.{key}"), "missing or not a number"))
+        };
+        Ok(Prf {
+            p: get("P")?,
+            r: get("R")?,
+            f: get("F")?,
+        })
+    }
+}
+
+/// Non-finite numbers cannot be written as JSON numbers; they are refused before (baselines),
+/// so this only keeps a line valid JSON.
+fn finite(x: f64) -> Value {
+    if x.is_finite() { json!(x) } else { Value::Null }
 }
