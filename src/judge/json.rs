@@ -11,7 +11,8 @@
 use super::JudgeError;
 use super::targets::ScoreTargets;
 use super::token_bytes::{TokenBytes, encode_exact};
-use crate::model::{KvCache, LiveRows, PrefixKv, Products, Row, Transformer};
+use crate::model::decoder::generate::{Feed, Read, RowWriter, decode_rows};
+use crate::model::{PrefixKv, Products, Transformer};
 use crate::results::scores::AspectScore;
 use crate::rng::SplitMix64;
 use crate::rubric::Rubric;
@@ -173,7 +174,7 @@ impl JsonFormat {
                 Read::Logits(logits_rows(&logits)?.remove(0))
             };
             kv = Some(next);
-            match writer.advance(read)? {
+            match writer.take(read)? {
                 Some(f) => feed = f,
                 None => return writer.finish(),
             }
@@ -181,8 +182,8 @@ impl JsonFormat {
     }
 
     /// Write the objects after several prompts together, each row with its own grammar state
-    /// and draws: one forward pass per step for all of them, on one preallocated cache
-    /// (`model::decode`). Each answer is the one `decode` writes for its prompt alone.
+    /// and draws (`model::decoder::generate`: one forward pass per step for all of them). Each
+    /// answer is the one `decode` writes for its prompt alone.
     pub fn decode_batch(
         &self,
         model: &Transformer,
@@ -199,77 +200,7 @@ impl JsonFormat {
             feeds.push(Some(f));
         }
         let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
-        let mut cache = KvCache::new(model, prompts.len(), header, longest + self.reserve())?;
-        let mut live = LiveRows::all(prompts.len());
-        let mut products = Products::ByRowCount;
-        while live.sequences().iter().any(|&i| feeds[i].is_some()) {
-            // A row whose reason is written waits while another still writes its own, token
-            // by token: every step that feeds runs of fixed text (`",\n  "<key>": `) expands
-            // every weight matrix (`Matrix::by_runs`), so the rows' runs are fed in the same
-            // steps rather than each in steps of its own (16 items of roleplay8-ja on
-            // Qwen2.5-0.5B: 16 such steps instead of 48). A row is fed the same tokens, and
-            // gets the same numbers; only later.
-            let reasoning = live
-                .sequences()
-                .iter()
-                .any(|&i| feeds[i].as_ref().is_some_and(|f| !f.log_probs));
-            let waiting: Vec<bool> = feeds
-                .iter()
-                .map(|f| reasoning && f.as_ref().is_some_and(|f| f.log_probs))
-                .collect();
-            let rows: Vec<Row> = live
-                .sequences()
-                .iter()
-                .map(|&i| match &feeds[i] {
-                    Some(_) if waiting[i] => Row::default(),
-                    Some(f) => Row {
-                        trunk: f.tokens.clone(),
-                        branches: f.probes.clone(),
-                    },
-                    None => Row::default(),
-                })
-                .collect();
-            let hidden = model.step(&mut cache, &rows, products)?;
-            products = Products::RowWise;
-            let (mut logits_at, mut log_probs_at) = (Vec::new(), Vec::new());
-            for (r, (row, &i)) in rows.iter().zip(live.sequences()).enumerate() {
-                let (Some(f), Some(end)) = (&feeds[i], row.trunk_end()) else {
-                    continue;
-                };
-                if f.log_probs {
-                    log_probs_at.extend(row.ends().map(|p| (r, p)));
-                } else {
-                    logits_at.push((r, end));
-                }
-            }
-            // One pass over the output head for every position read this step.
-            let (mut logits, mut log_probs) = (Vec::new().into_iter(), Vec::new().into_iter());
-            if !logits_at.is_empty() || !log_probs_at.is_empty() {
-                let n = logits_at.len();
-                logits_at.append(&mut log_probs_at);
-                let all = model.decode_logits(&hidden, &logits_at)?;
-                if n > 0 {
-                    logits = logits_rows(&all.narrow(0, 0, n)?)?.into_iter();
-                }
-                if logits_at.len() > n {
-                    let rest = all.narrow(0, n, logits_at.len() - n)?;
-                    log_probs = log_softmax_rows(&rest)?.into_iter();
-                }
-            }
-            for &i in live.sequences() {
-                let Some(f) = &feeds[i] else { continue };
-                if waiting[i] {
-                    continue;
-                }
-                let read = if f.log_probs {
-                    Read::LogProbs(log_probs.by_ref().take(1 + f.probes.len()).collect())
-                } else {
-                    Read::Logits(logits.next().expect("one row per reading item"))
-                };
-                feeds[i] = writers[i].advance(read)?;
-            }
-            live.drop_done(&mut cache, |i| feeds[i].is_some())?;
-        }
+        decode_rows(model, header, feeds, &mut writers, longest + self.reserve())?;
         writers.into_iter().map(Writer::finish).collect()
     }
 
@@ -340,21 +271,12 @@ impl JsonFormat {
     }
 }
 
-/// What an item feeds next, and what it reads after it.
-struct Feed {
-    tokens: Vec<u32>,
-    /// Branches after `tokens` whose next-token log-probabilities are read too: the paths of a
-    /// score written in several tokens. They are not part of the answer.
-    probes: Vec<Vec<u32>>,
-    /// Log-probabilities are read (a score's distribution), else logits (a reason token).
-    log_probs: bool,
-}
+impl RowWriter for Writer<'_> {
+    type Error = JudgeError;
 
-/// What a feed gave: the logits after its last token, or the log-probabilities after it and
-/// after each probe.
-enum Read {
-    Logits(Vec<f32>),
-    LogProbs(Vec<Vec<f32>>),
+    fn advance(&mut self, read: Read) -> Result<Option<Feed>, JudgeError> {
+        self.take(read)
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -414,7 +336,7 @@ impl<'f> Writer<'f> {
     }
 
     /// Take what the last feed gave; what to feed next, or None when the object is written.
-    fn advance(&mut self, read: Read) -> Result<Option<Feed>, JudgeError> {
+    fn take(&mut self, read: Read) -> Result<Option<Feed>, JudgeError> {
         let finite = match &read {
             Read::Logits(row) => row.iter().all(|v| v.is_finite()),
             Read::LogProbs(rows) => rows.iter().flatten().all(|v| v.is_finite()),

@@ -3,6 +3,7 @@
 pub mod batch;
 pub mod decode;
 pub(crate) mod gated_mlp;
+pub mod generate;
 pub(crate) mod layers;
 pub mod log_probs;
 pub mod segments;
