@@ -11,12 +11,13 @@
 use super::JudgeError;
 use super::targets::ScoreTargets;
 use super::token_bytes::{TokenBytes, encode_exact};
-use crate::model::decoder::generate::{Feed, Read, RowWriter, decode_rows};
+use crate::model::decoder::generate::{
+    Feed, Read, RowWriter, decode_rows, host_rows, log_softmax_rows,
+};
 use crate::model::{PrefixKv, Products, Transformer};
 use crate::results::scores::AspectScore;
 use crate::rng::SplitMix64;
 use crate::rubric::Rubric;
-use candle_core::Tensor;
 use tokenizers::Tokenizer;
 
 /// How the free parts are chosen.
@@ -171,10 +172,10 @@ impl JsonFormat {
                 }
                 Read::LogProbs(rows)
             } else {
-                Read::Logits(logits_rows(&logits)?.remove(0))
+                Read::Logits(host_rows(&logits)?.remove(0))
             };
             kv = Some(next);
-            match writer.take(read)? {
+            match writer.advance(read)? {
                 Some(f) => feed = f,
                 None => return writer.finish(),
             }
@@ -271,14 +272,6 @@ impl JsonFormat {
     }
 }
 
-impl RowWriter for Writer<'_> {
-    type Error = JudgeError;
-
-    fn advance(&mut self, read: Read) -> Result<Option<Feed>, JudgeError> {
-        self.take(read)
-    }
-}
-
 #[derive(Clone, Copy)]
 enum Phase {
     Reason { state: StrState, tokens: usize },
@@ -335,8 +328,43 @@ impl<'f> Writer<'f> {
         (writer, feed)
     }
 
+    /// Feed `tokens`, which end where aspect `i`'s score starts, and probe its longer paths.
+    fn score_feed(&mut self, i: usize, tokens: Vec<u32>) -> Feed {
+        self.phase = Phase::Score(i);
+        let queries = &self.format.aspects[i].0.queries;
+        Feed {
+            tokens,
+            probes: queries[1..].iter().map(|q| q.path.clone()).collect(),
+            log_probs: true,
+        }
+    }
+
+    fn finish(self) -> Result<WrittenJson, JudgeError> {
+        if self.broken {
+            return Ok(Err(super::error::NOT_A_NUMBER.to_string()));
+        }
+        let text = String::from_utf8(self.text).map_err(|_| {
+            JudgeError::Grammar("the answer is not UTF-8 (a bug in the grammar)".into())
+        })?;
+        let reason_json = format!("\"{}\"", &text[self.reason.clone()]);
+        let reason: String = serde_json::from_str(&reason_json).map_err(|e| {
+            JudgeError::Grammar(format!(
+                "the reason is not a JSON string (a bug in the grammar): {e}"
+            ))
+        })?;
+        Ok(Ok(JsonJudgment {
+            text,
+            reason,
+            aspects: self.aspects,
+        }))
+    }
+}
+
+impl RowWriter for Writer<'_> {
+    type Error = JudgeError;
+
     /// Take what the last feed gave; what to feed next, or None when the object is written.
-    fn take(&mut self, read: Read) -> Result<Option<Feed>, JudgeError> {
+    fn advance(&mut self, read: Read) -> Result<Option<Feed>, JudgeError> {
         let finite = match &read {
             Read::Logits(row) => row.iter().all(|v| v.is_finite()),
             Read::LogProbs(rows) => rows.iter().flatten().all(|v| v.is_finite()),
@@ -421,37 +449,6 @@ impl<'f> Writer<'f> {
             )),
         }
     }
-
-    /// Feed `tokens`, which end where aspect `i`'s score starts, and probe its longer paths.
-    fn score_feed(&mut self, i: usize, tokens: Vec<u32>) -> Feed {
-        self.phase = Phase::Score(i);
-        let queries = &self.format.aspects[i].0.queries;
-        Feed {
-            tokens,
-            probes: queries[1..].iter().map(|q| q.path.clone()).collect(),
-            log_probs: true,
-        }
-    }
-
-    fn finish(self) -> Result<WrittenJson, JudgeError> {
-        if self.broken {
-            return Ok(Err(super::error::NOT_A_NUMBER.to_string()));
-        }
-        let text = String::from_utf8(self.text).map_err(|_| {
-            JudgeError::Grammar("the answer is not UTF-8 (a bug in the grammar)".into())
-        })?;
-        let reason_json = format!("\"{}\"", &text[self.reason.clone()]);
-        let reason: String = serde_json::from_str(&reason_json).map_err(|e| {
-            JudgeError::Grammar(format!(
-                "the reason is not a JSON string (a bug in the grammar): {e}"
-            ))
-        })?;
-        Ok(Ok(JsonJudgment {
-            text,
-            reason,
-            aspects: self.aspects,
-        }))
-    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -527,21 +524,6 @@ impl StrState {
             _ => None,
         }
     }
-}
-
-/// Each row of (n, vocab) logits as f32 on the host.
-fn logits_rows(logits: &Tensor) -> Result<Vec<Vec<f32>>, JudgeError> {
-    Ok(logits.to_dtype(candle_core::DType::F32)?.to_vec2()?)
-}
-
-/// Each row's log-softmax, computed row by row on the device (a row's values do not depend on
-/// the rows read with it).
-fn log_softmax_rows(logits: &Tensor) -> Result<Vec<Vec<f32>>, JudgeError> {
-    let l = candle_nn::ops::log_softmax(
-        &logits.to_dtype(candle_core::DType::F32)?,
-        candle_core::D::Minus1,
-    )?;
-    Ok(l.to_vec2()?)
 }
 
 /// A per-item seed, so that an item's draws do not depend on which others share its run.

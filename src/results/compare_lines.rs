@@ -2,7 +2,7 @@
 //! each judge of a panel, and how much context went for the prompt to fit.
 
 use super::judge_lines::{Answer, read_answer};
-use super::line_fields::{FieldError, field_error, read_fit};
+use super::line_fields::{FieldError, field_error, read_fit, write_fit};
 use super::verdicts::{PairVerdict, VerdictProbs};
 use serde_json::{Map, Value, json};
 
@@ -48,8 +48,7 @@ impl CompareRecord {
                 .collect();
             line.insert("judges".into(), Value::Array(judges));
         }
-        line.insert("dropped_turns".into(), json!(self.dropped_turns));
-        line.insert("truncated".into(), json!(self.truncated));
+        write_fit(line, self.dropped_turns, self.truncated);
     }
 
     /// Its fields from a results line.

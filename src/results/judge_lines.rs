@@ -1,7 +1,7 @@
 //! A judge's line: each aspect's score, the json answer, each judge of a panel, and how much
 //! context went for the prompt to fit.
 
-use super::line_fields::{FieldError, field_error, read_fit};
+use super::line_fields::{FieldError, field_error, read_fit, write_fit};
 use super::scores::AspectScore;
 use serde_json::{Map, Value, json};
 
@@ -51,8 +51,7 @@ impl JudgeRecord {
                 .collect();
             line.insert("judges".into(), Value::Array(judges));
         }
-        line.insert("dropped_turns".into(), json!(self.dropped_turns));
-        line.insert("truncated".into(), json!(self.truncated));
+        write_fit(line, self.dropped_turns, self.truncated);
     }
 
     /// Its fields from a results line.

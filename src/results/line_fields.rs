@@ -1,6 +1,6 @@
 //! A results line's field at fault, for readers that name it, and fields several lines share.
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 /// A line that is not a record: the field at fault (empty: the whole line) and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,4 +42,10 @@ pub(super) fn read_fit(line: &Map<String, Value>) -> Result<(usize, bool), Field
             .ok_or_else(|| field_error("truncated", "not true or false"))?,
     };
     Ok((dropped_turns, truncated))
+}
+
+/// `dropped_turns` and `truncated`, as `read_fit` reads them.
+pub(super) fn write_fit(line: &mut Map<String, Value>, dropped_turns: usize, truncated: bool) {
+    line.insert("dropped_turns".into(), json!(dropped_turns));
+    line.insert("truncated".into(), json!(truncated));
 }

@@ -7,13 +7,12 @@
 //! every store line carries the run's provenance. The translated items are written once every
 //! text has its translation, each with the texts it came from (`data::Translation`).
 
-mod decode;
 pub mod prompt;
 mod run;
 mod task;
 mod texts;
 
-pub use decode::{Generated, greedy_batch};
+pub use crate::model::decoder::generate::{Generated, greedy_batch};
 pub use prompt::TranslatePrompt;
 pub use run::{Translated, translate_in_memory, translate_items};
 pub use task::{DEFAULT_CACHE_BYTES, TranslateOptions, Translator};

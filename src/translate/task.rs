@@ -1,10 +1,10 @@
 //! A translation run as a scorer of the results layer: texts planned into batches of prompts,
-//! each batch decoded greedily together (`decode::greedy_batch`).
+//! each batch decoded greedily together (`model::decoder::generate::greedy_batch`).
 
 use super::TranslateError;
-use super::decode::greedy_batch;
 use super::prompt::TranslatePrompt;
 use super::texts::Text;
+use crate::model::decoder::generate::greedy_batch;
 use crate::model::tokenizer::TextFit;
 use crate::model::{LoadedModel, PrefixKv};
 use crate::results::record::TranslationRecord;

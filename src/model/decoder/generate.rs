@@ -2,7 +2,7 @@
 //! forward pass per step for every row that still writes, on one preallocated cache
 //! (`KvCache`), each row computed as when it is decoded alone (the cache's segments keep rows
 //! apart), so what a row writes does not depend on which rows share its batch. What a row writes
-//! next is its writer's choice (`RowWriter`): greedy here (`Greedy`: translations), under a
+//! next is its writer's choice (`RowWriter`): greedy here (`Greedy`, `greedy_batch`: translations), under a
 //! grammar in `judge::json`.
 
 use super::batch::Row;
@@ -129,13 +129,13 @@ pub fn decode_rows<W: RowWriter>(
 }
 
 /// Each row of (n, vocab) logits as f32 on the host.
-fn host_rows(logits: &Tensor) -> candle_core::Result<Vec<Vec<f32>>> {
+pub(crate) fn host_rows(logits: &Tensor) -> candle_core::Result<Vec<Vec<f32>>> {
     logits.to_dtype(DType::F32)?.to_vec2()
 }
 
 /// Each row's log-softmax over the whole vocabulary, on the device (a row's values do not
 /// depend on the rows read with it).
-fn log_softmax_rows(logits: &Tensor) -> candle_core::Result<Vec<Vec<f32>>> {
+pub(crate) fn log_softmax_rows(logits: &Tensor) -> candle_core::Result<Vec<Vec<f32>>> {
     candle_nn::ops::log_softmax(&logits.to_dtype(DType::F32)?, candle_core::D::Minus1)?.to_vec2()
 }
 
@@ -145,10 +145,8 @@ fn log_softmax_rows(logits: &Tensor) -> candle_core::Result<Vec<Vec<f32>>> {
 pub struct Greedy<'s> {
     stop: &'s [u32],
     limit: usize,
-    /// The tokens written, the stop token left out.
-    pub tokens: Vec<u32>,
-    /// Whether a stop token ended it (false: it reached its limit first).
-    pub finished: bool,
+    tokens: Vec<u32>,
+    finished: bool,
 }
 
 impl<'s> Greedy<'s> {
@@ -179,15 +177,24 @@ impl RowWriter for Greedy<'_> {
     }
 }
 
+/// What greedy decoding wrote after one prompt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Generated {
+    /// The tokens written, the stop token left out.
+    pub tokens: Vec<u32>,
+    /// Whether a stop token ended it (false: it reached its limit first).
+    pub finished: bool,
+}
+
 /// Greedy continuations of `prompts` (each the tokens after `header`'s), each until one of
 /// `stop` or `limits[i]` tokens, decoded together.
-pub fn greedy_rows<'s>(
+pub fn greedy_batch(
     model: &Transformer,
     header: Option<&PrefixKv>,
     prompts: &[&[u32]],
     limits: &[usize],
-    stop: &'s [u32],
-) -> candle_core::Result<Vec<Greedy<'s>>> {
+    stop: &[u32],
+) -> candle_core::Result<Vec<Generated>> {
     assert_eq!(prompts.len(), limits.len(), "one limit per prompt");
     let mut writers: Vec<Greedy> = limits.iter().map(|&l| Greedy::new(stop, l)).collect();
     let feeds = (prompts.iter().zip(limits))
@@ -196,7 +203,12 @@ pub fn greedy_rows<'s>(
     let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
     let most = limits.iter().copied().max().unwrap_or(0);
     decode_rows(model, header, feeds, &mut writers, longest + most)?;
-    Ok(writers)
+    Ok((writers.into_iter())
+        .map(|g| Generated {
+            tokens: g.tokens,
+            finished: g.finished,
+        })
+        .collect())
 }
 
 /// The index of the largest value, the first of equal ones; NaN is never taken.
