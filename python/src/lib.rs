@@ -52,13 +52,13 @@ fn version() -> &'static str {
 /// An encoder loaded for BERTScore (`bertscore::load_encoder`): `model` (folder, Hub id or
 /// bert_score's name), else bert_score's encoder for `lang`.
 #[pyclass(module = "hyoka._hyoka", name = "Encoder")]
-struct Encoder {
+struct LoadedEncoder {
     loaded: LoadedScorer,
     batch_tokens: usize,
 }
 
 #[pymethods]
-impl Encoder {
+impl LoadedEncoder {
     #[new]
     #[pyo3(signature = (model, lang, layer=None, device="cpu".to_string(), dtype="f32".to_string(), batch_tokens=None))]
     fn new(
@@ -87,7 +87,7 @@ impl Encoder {
         let batch_tokens = batch_tokens.unwrap_or_else(|| {
             hyoka::bertscore::run::default_batch_tokens(loaded.scorer.encoder.device())
         });
-        Ok(Encoder {
+        Ok(LoadedEncoder {
             loaded,
             batch_tokens,
         })
@@ -264,7 +264,7 @@ fn _hyoka(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(default_device, m)?)?;
     m.add_function(wrap_pyfunction!(meta::meta, m)?)?;
     m.add_function(wrap_pyfunction!(eval::eval, m)?)?;
-    m.add_class::<Encoder>()?;
+    m.add_class::<LoadedEncoder>()?;
     m.add_class::<Job>()?;
     m.add_class::<judge::Judge>()?;
     Ok(())

@@ -111,7 +111,9 @@ def test_judge_shows_progress_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     SIGINT during a long score() raises KeyboardInterrupt after the batch in progress."""
     import signal
     import sys
+    import threading
     import time
+    import typing
 
     model = str(real_model("smollm2-135m-instruct-q4_1.gguf"))
     item = lines(ITEMS)[0]
@@ -133,19 +135,36 @@ def test_judge_shows_progress_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stderr is not None
+    # stderr is read as it comes, so that the signal goes when scoring has started (planning 200
+    # items takes seconds on a loaded machine), not after a guessed delay.
+    err_lines: list[str] = []
+    scoring = threading.Event()
+
+    def read_stderr(stream: typing.IO[str]) -> None:
+        for line in stream:
+            err_lines.append(line)
+            if "judging 0/200 items" in line:
+                scoring.set()
+
+    reader = threading.Thread(target=read_stderr, args=(proc.stderr,), daemon=True)
+    reader.start()
     assert proc.stdout.readline().strip() == "1"
     assert proc.stdout.readline().strip() == "start"
-    # Planning the run takes a few seconds; then each batch (one item here) about as much.
-    time.sleep(10)
+    assert scoring.wait(timeout=180), "".join(err_lines)[-2000:]
+    # Inside the first batches (each one item, a few seconds).
+    time.sleep(2)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    proc.wait(timeout=120)
+    out = proc.stdout.read()
+    reader.join(timeout=10)
+    err = "".join(err_lines)
     assert "finished" not in out
     assert "KeyboardInterrupt" in err, err[-2000:]
     assert time.monotonic() - sent < 30
     assert "judging 1/1 items" in err, err[-2000:]
-    assert "judging 0/200 items" in err, err[-2000:]
+    assert "judging 200/200 items" not in err, err[-2000:]
 
 
 def test_likelihood_and_translate_equal_the_command_line(tmp_path: Path) -> None:

@@ -317,7 +317,7 @@ pub(super) fn bertscore_job<'a>(
 }
 
 /// The translated route: its route, and how its items are made.
-pub(super) struct Translated {
+pub(super) struct TranslatedRoute {
     pub route: Route,
     pub prompt: crate::translate::TranslatePrompt,
     /// The store of translations, in the route's folder.
@@ -327,7 +327,7 @@ pub(super) struct Translated {
     pub model: Option<String>,
 }
 
-impl Translated {
+impl TranslatedRoute {
     /// The route into `spec.to`: its folder (the output's subfolder named so), the rubric's and
     /// scorers' counterparts for the language, and the translation prompt.
     pub fn plan(
@@ -398,7 +398,7 @@ impl Translated {
             dir.display(),
             route.rubric.name
         ));
-        Ok(Translated {
+        Ok(TranslatedRoute {
             route,
             prompt,
             store: dir.join(TRANSLATIONS),

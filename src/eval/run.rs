@@ -3,7 +3,7 @@
 use super::error::EvalError;
 use super::folder::{CreatedFolders, ITEMS, nothing_to_do, scores_report, write_all};
 use super::reporter::Reporter;
-use super::routes::{Route, Translated, bertscore_job};
+use super::routes::{Route, TranslatedRoute, bertscore_job};
 use super::spec::{EvalItems, EvalSpec, Evaluated};
 use crate::data::select::Grouping;
 use crate::meta::Naming;
@@ -81,7 +81,7 @@ pub fn run(
     let overwrite = spec.judge.run.overwrite;
     let first = Route::first(spec, &dir, naming)?;
     let translated = match &spec.translate {
-        Some(t) => Some(Translated::plan(t, &first, naming, reporter)?),
+        Some(t) => Some(TranslatedRoute::plan(t, &first, naming, reporter)?),
         None => None,
     };
     let _created = CreatedFolders::create(&dir)?;

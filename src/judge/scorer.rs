@@ -3,6 +3,7 @@
 use super::error::JudgeError;
 use super::json;
 use super::layout::ItemLayout;
+use crate::model::decoder::generate::greedy_batch;
 use crate::model::decoder::log_probs::{Columns, log_probs_at};
 use crate::model::{Batch, PrefixKv, Products, Transformer};
 use crate::results::scores::AspectScore;
@@ -143,7 +144,10 @@ impl Scorer<'_> {
     }
 
     /// The peers' method, for comparison: greedy generation of up to `max_new` tokens after an
-    /// aspect's answer prefix (stopping at `stop` tokens); the caller parses the text.
+    /// aspect's answer prefix (stopping at `stop` tokens), through the decoding loop that writes
+    /// json answers and translations (its tie rule: the first of equal logits); the caller
+    /// parses the text. One row at a time: a row's cache holds its whole prompt after the
+    /// header, and the baseline is a comparison, not the judge's hot path.
     pub fn greedy(
         &self,
         layout: &ItemLayout,
@@ -153,22 +157,12 @@ impl Scorer<'_> {
     ) -> Result<Vec<u32>, JudgeError> {
         let mut prompt = layout.trunk[self.header..].to_vec();
         prompt.extend_from_slice(&layout.aspects[aspect].stem);
-        let (mut kv, mut logits) =
-            self.model
-                .extend(self.header_kv.as_ref(), &prompt, Products::ByRowCount)?;
-        let mut out = Vec::new();
-        for _ in 0..max_new {
-            let next = logits
-                .argmax(candle_core::D::Minus1)?
-                .flatten_all()?
-                .to_vec1::<u32>()?[0];
-            if stop.contains(&next) {
-                break;
-            }
-            out.push(next);
-            (kv, logits) = self.model.extend(Some(&kv), &[next], Products::RowWise)?;
-        }
-        Ok(out)
+        let header = self.header_kv.as_ref();
+        let generated = greedy_batch(self.model, header, &[&prompt], &[max_new], stop)?;
+        Ok(generated
+            .into_iter()
+            .next()
+            .map_or_else(Vec::new, |g| g.tokens))
     }
 }
 

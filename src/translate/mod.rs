@@ -14,7 +14,7 @@ mod texts;
 
 pub use crate::model::decoder::generate::{Generated, greedy_batch};
 pub use prompt::TranslatePrompt;
-pub use run::{Translated, translate_in_memory, translate_items};
+pub use run::{TranslationRun, translate_in_memory, translate_items};
 pub use task::{DEFAULT_CACHE_BYTES, TranslateOptions, Translator};
 pub use texts::{Text, describe_failures, distinct_texts, read_store, translated_items};
 

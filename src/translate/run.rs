@@ -11,7 +11,7 @@ use crate::results::{Progress, Provenance};
 use std::path::Path;
 
 /// What a translation run did.
-pub struct Translated {
+pub struct TranslationRun {
     /// Per distinct text (the store's units).
     pub summary: RunSummary,
     /// The texts to translate, and the tokens this run wrote for them.
@@ -37,7 +37,7 @@ pub fn translate_items(
     items: &[Item],
     store: &Path,
     progress: &mut Progress<'_>,
-) -> Result<Translated, RunError<TranslateError>> {
+) -> Result<TranslationRun, RunError<TranslateError>> {
     translate(model, prompt, opts, items, Some(store), progress)
 }
 
@@ -48,7 +48,7 @@ pub fn translate_in_memory(
     opts: TranslateOptions,
     items: &[Item],
     progress: &mut Progress<'_>,
-) -> Result<Translated, RunError<TranslateError>> {
+) -> Result<TranslationRun, RunError<TranslateError>> {
     translate(model, prompt, opts, items, None, progress)
 }
 
@@ -59,7 +59,7 @@ fn translate(
     items: &[Item],
     store: Option<&Path>,
     progress: &mut Progress<'_>,
-) -> Result<Translated, RunError<TranslateError>> {
+) -> Result<TranslationRun, RunError<TranslateError>> {
     let texts = distinct_texts(items).map_err(RunError::Task)?;
     let mut translator = Translator::new(model, prompt, opts);
     let provenance = translator.provenance();
@@ -87,7 +87,7 @@ fn translate(
     };
     let cut = translations.values().filter(|t| !t.finished).count();
     let by = serde_json::to_value(&provenance).expect("provenance serialises");
-    Ok(Translated {
+    Ok(TranslationRun {
         summary,
         cut,
         cut_in_store,

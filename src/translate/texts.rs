@@ -96,7 +96,7 @@ pub fn describe_failures(items: &[Item], failed: &[String]) -> Vec<String> {
 
 /// A text's translation, and whether the model ended it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Translation {
+pub struct StoredTranslation {
     pub text: String,
     pub finished: bool,
 }
@@ -106,7 +106,7 @@ pub struct Translation {
 pub fn read_store(
     path: &Path,
     provenance: &Provenance,
-) -> Result<HashMap<String, Translation>, ResultsError> {
+) -> Result<HashMap<String, StoredTranslation>, ResultsError> {
     let text = std::fs::read_to_string(path).map_err(|source| ResultsError::Io {
         path: path.to_path_buf(),
         source,
@@ -120,7 +120,7 @@ pub(crate) fn translations_in<'l>(
     lines: impl IntoIterator<Item = &'l str>,
     path: &Path,
     provenance: &Provenance,
-) -> Result<HashMap<String, Translation>, ResultsError> {
+) -> Result<HashMap<String, StoredTranslation>, ResultsError> {
     let mut out = HashMap::new();
     for (n, line) in lines
         .into_iter()
@@ -148,7 +148,7 @@ pub(crate) fn translations_in<'l>(
             let finished = t.finished;
             out.insert(
                 t.source,
-                Translation {
+                StoredTranslation {
                     text: t.text,
                     finished,
                 },
@@ -163,7 +163,7 @@ pub(crate) fn translations_in<'l>(
 /// limit); Err: the texts that have none (each once).
 pub fn translated_items(
     items: &[Item],
-    translations: &HashMap<String, Translation>,
+    translations: &HashMap<String, StoredTranslation>,
     (from, to): (&str, &str),
     by: &serde_json::Value,
 ) -> Result<Vec<Item>, Vec<String>> {
@@ -253,12 +253,12 @@ mod tests {
         let texts = distinct_texts(&items).unwrap();
         let names: Vec<&str> = texts.iter().map(|t| t.text.as_str()).collect();
         assert_eq!(names, ["おはよう", "元気?", "元気です", "まあまあ"]);
-        let map: HashMap<String, Translation> = texts
+        let map: HashMap<String, StoredTranslation> = texts
             .iter()
             .map(|t| {
                 let text = format!("<{}>", t.text);
                 let finished = t.text != "まあまあ";
-                (t.text.clone(), Translation { text, finished })
+                (t.text.clone(), StoredTranslation { text, finished })
             })
             .collect();
         let by = serde_json::json!({"model": "m"});

@@ -204,7 +204,8 @@ fn a_bad_user_rubric_names_file_and_field() {
 
 #[test]
 fn every_command_help_explains_more_than_its_one_line_summary() {
-    // The long texts the option structs carry (a variant doc comment once replaced them).
+    // The long texts the option structs carry (clap takes a variant's doc comment instead when
+    // the subcommand's variant has one).
     for (cmd, phrase) in [
         ("judge", "Nothing is generated or parsed"),
         ("bertscore", "exactly as bert_score 0.3.13 computes it"),

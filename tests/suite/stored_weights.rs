@@ -5,8 +5,9 @@
 //! - prefill is the same arithmetic: hidden states, the logits of restricted vocabulary rows,
 //!   and the whole vocabulary's logits (what a judge reads) are those of the expanded model for
 //!   any input longer than a decoding step;
-//! - decoding (`extend`: json rubrics, greedy baselines) goes through candle's quantized
-//!   kernels, which round the activations to 8 bits: within a stated tolerance, same argmax.
+//! - decoding steps (json answers, translations, greedy baselines; `extend` is one such step)
+//!   go through candle's quantized kernels, which round the activations to 8 bits: within a
+//!   stated tolerance, same argmax.
 
 use crate::common;
 

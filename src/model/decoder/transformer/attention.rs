@@ -2,7 +2,7 @@
 //! and rope, then attention's door (`run_attention`) with the batch and the keys' source, and
 //! the output projection.
 
-use super::{Attention, Transformer};
+use super::{AttentionProjections, Transformer};
 use crate::model::attention::door::{AttentionParams, KeySource, run_attention};
 use crate::model::attention::plan::{LayerKv, ScoreScaling};
 use crate::model::backend::stage_times;
@@ -17,7 +17,7 @@ impl Transformer {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention(
         &self,
-        a: &Attention,
+        a: &AttentionProjections,
         x: Tensor,
         (cos, sin): (&Tensor, &Tensor),
         batch: &Batch,

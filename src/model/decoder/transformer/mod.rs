@@ -27,7 +27,9 @@ pub struct PrefixKv {
     pub len: usize,
 }
 
-struct Attention {
+/// The query, key, value and output projections of one block (with Qwen3's and Gemma 3's
+/// query and key norms); what attention does with them goes through `model::attention::door`.
+struct AttentionProjections {
     q: Linear,
     k: Linear,
     v: Linear,
@@ -38,7 +40,7 @@ struct Attention {
 
 struct Block {
     input_norm: RmsNorm,
-    attn: Attention,
+    attn: AttentionProjections,
     /// Gemma: norm of the attention output before the residual add.
     post_attn_norm: Option<RmsNorm>,
     /// The norm before the MLP (Llama's post_attention_layernorm, Gemma's pre_feedforward).
@@ -73,7 +75,7 @@ impl Transformer {
         for i in 0..cfg.num_layers() {
             let p = format!("model.layers.{i}");
             let norm = |name: &str| RmsNorm::load(w, &format!("{p}.{name}.weight"), eps, gemma);
-            let attn = Attention {
+            let attn = AttentionProjections {
                 q: Linear::load(w, &format!("{p}.self_attn.q_proj"), cfg.qkv_bias)?,
                 k: Linear::load(w, &format!("{p}.self_attn.k_proj"), cfg.qkv_bias)?,
                 v: Linear::load(w, &format!("{p}.self_attn.v_proj"), cfg.qkv_bias)?,

@@ -2,13 +2,13 @@
 //! `Matrix::dots_t` for weights held in f32.
 
 /// Appends x_r · w for every row x_r of `xs` (rows of `w.len()` values).
-pub(crate) type DotRows = fn(&[f32], &[f32], &mut Vec<f32>);
+pub(crate) type F32DotRows = fn(&[f32], &[f32], &mut Vec<f32>);
 
 /// Σ aᵢbᵢ per row, summed in an order fixed by the machine alone (never by what is computed
 /// beside it): fused multiply-adds in 4 × 8 lanes where the CPU has AVX2 and FMA — three rows
 /// at a time, each with its own accumulators, so a row's sum is the one it gets alone — else
 /// eight lanes the compiler vectorises. Chosen once per process (`kernels`), not per dot.
-pub(crate) fn dot_kernel() -> DotRows {
+pub(crate) fn dot_kernel() -> F32DotRows {
     #[cfg(target_arch = "x86_64")]
     if crate::model::backend::cpu::features().avx2_fma {
         return |xs, w, out| {

@@ -62,10 +62,10 @@ impl Activations {
 
 /// Appends w · x_r for every row of `xs` (in order) to `out`; `w` is one weight row's blocks and
 /// `xs` quantized for its kind (`Activations::quantize`).
-pub type DotRows = fn(IQuant, &[u8], &Activations, &mut Vec<f32>);
+pub type IQuantDotRows = fn(IQuant, &[u8], &Activations, &mut Vec<f32>);
 
 /// The kernel for this machine (the table of `kernels` asks once per process).
-pub fn dot_rows_kernel() -> DotRows {
+pub fn dot_rows_kernel() -> IQuantDotRows {
     #[cfg(target_arch = "x86_64")]
     if crate::model::backend::cpu::features().avx2_fma_f16c {
         // SAFETY: the features the kernel is compiled for were just detected.

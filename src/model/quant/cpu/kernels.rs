@@ -12,14 +12,14 @@ use std::sync::OnceLock;
 /// Every product kernel of the CPU, for this CPU.
 pub struct CpuKernels {
     /// Q4_0 … Q8_0 rows times 8-bit activations (`block_dots`).
-    pub legacy_rows: block_dots::DotRows,
+    pub legacy_rows: block_dots::LegacyDotRows,
     /// Q2_K … Q6_K rows times Q8_K activations (`kquant_dots`); None: no body on this CPU
     /// (candle's kernels multiply them).
-    pub kquant_rows: Option<kquant_dots::DotRows>,
+    pub kquant_rows: Option<kquant_dots::KQuantDotRows>,
     /// i-quant rows times their activations (`iq_dots`).
-    pub iquant_rows: iq_dots::DotRows,
+    pub iquant_rows: iq_dots::IQuantDotRows,
     /// f32 rows (expanded weights) times f32 rows, a fixed summation order (`f32_dots`).
-    pub f32_rows: f32_dots::DotRows,
+    pub f32_rows: f32_dots::F32DotRows,
     /// Blocks of expanded weights times activations (`expanded_dots`).
     pub expanded: expanded_dots::Dots,
 }

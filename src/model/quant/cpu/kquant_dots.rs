@@ -83,10 +83,10 @@ impl Q8KRows {
 }
 
 /// Appends w · x_r for every row of `xs` (in order) to `out`; `w` is one weight row's blocks.
-pub type DotRows = fn(KQuantKind, &[u8], &Q8KRows, &mut Vec<f32>);
+pub type KQuantDotRows = fn(KQuantKind, &[u8], &Q8KRows, &mut Vec<f32>);
 
 /// The kernel for this machine; None where it has no body (AVX2, FMA and F16C).
-pub fn dot_rows_kernel() -> Option<DotRows> {
+pub fn dot_rows_kernel() -> Option<KQuantDotRows> {
     #[cfg(target_arch = "x86_64")]
     if available() {
         // SAFETY: the features the kernel is compiled for were just detected.

@@ -25,10 +25,10 @@ use crate::model::quant::formats::legacy::BlockKind;
 
 /// Appends w_v · x_r for every weight row v of `w` (whole rows of `xs`' columns, one after
 /// another) and every row r of `xs`, in (v, r) order, to `out`.
-pub type DotRows = fn(BlockKind, &[u8], &Q8Rows, &mut Vec<f32>);
+pub type LegacyDotRows = fn(BlockKind, &[u8], &Q8Rows, &mut Vec<f32>);
 
 /// The kernel for this machine (the table of `kernels` asks once per process).
-pub fn dot_rows_kernel() -> DotRows {
+pub fn dot_rows_kernel() -> LegacyDotRows {
     #[cfg(target_arch = "x86_64")]
     if crate::model::backend::cpu::features().avx512_vnni {
         // SAFETY: the features the kernel is compiled for were just detected.
@@ -73,10 +73,10 @@ pub(crate) mod tests {
     }
 
     /// Every body this CPU runs, not only the one it picks.
-    fn bodies() -> Vec<(&'static str, DotRows)> {
+    fn bodies() -> Vec<(&'static str, LegacyDotRows)> {
         let mut kernels = vec![
             ("machine", dot_rows_kernel()),
-            ("portable", dot_rows_portable as DotRows),
+            ("portable", dot_rows_portable as LegacyDotRows),
         ];
         #[cfg(target_arch = "x86_64")]
         if crate::model::backend::cpu::features().avx2_fma_f16c {
@@ -106,7 +106,7 @@ pub(crate) mod tests {
         use candle_core::quantized::k_quants::{
             BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, GgmlType,
         };
-        fn check<T: GgmlType>(kind: BlockKind, kernels: &[(&str, DotRows)]) {
+        fn check<T: GgmlType>(kind: BlockKind, kernels: &[(&str, LegacyDotRows)]) {
             let (cols, out) = (256, 19);
             let w: Vec<f32> = Tensor::randn(0.2f32, 2.0, out * cols, &Device::Cpu)
                 .unwrap()
@@ -300,7 +300,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn products_match_candle(cols: usize, kernels: &[(&str, DotRows)]) {
+    fn products_match_candle(cols: usize, kernels: &[(&str, LegacyDotRows)]) {
         let out = 9;
         let dev = Device::Cpu;
         let w = (Tensor::randn(0f32, 1.0, (out, cols), &dev).unwrap() + 0.3).unwrap();
