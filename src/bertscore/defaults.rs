@@ -41,6 +41,28 @@ pub fn hub_repository(name: &str) -> Option<&'static str> {
     })
 }
 
+/// Whether an encoder reads English only (its vocabulary has no Japanese, or it was trained on
+/// English alone): bert_score's English models and the English sentence encoders, by name.
+pub fn english_only_encoder(model: &str) -> bool {
+    let name = short_name(model).to_ascii_lowercase();
+    let english = [
+        "roberta-",
+        "distilroberta-",
+        "deberta-",
+        "bert-base-uncased",
+        "bert-large-uncased",
+        "bert-base-cased",
+        "bert-large-cased",
+        "distilbert-base-uncased",
+        "distilbert-base-cased",
+        "scibert",
+        "all-minilm",
+        "all-mpnet",
+        "all-distilroberta",
+    ];
+    english.iter().any(|e| name.starts_with(e))
+}
+
 /// The model's name without organisation, revision or path: what the tables below are keyed by.
 pub(crate) fn short_name(model: &str) -> &str {
     let last = model
@@ -87,6 +109,26 @@ pub const E5_SMALL_LAYER: usize = 12;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn english_only_encoders_are_named() {
+        for english in [
+            "roberta-large",
+            "FacebookAI/roberta-large@main",
+            "/m/all-MiniLM-L6-v2",
+        ] {
+            assert!(english_only_encoder(english), "{english}");
+        }
+        for other in [
+            "bert-base-multilingual-cased",
+            "xlm-roberta-large",
+            "/cache/multilingual-e5-small",
+            "bert-base-chinese",
+            "cl-tohoku/bert-base-japanese-v3",
+        ] {
+            assert!(!english_only_encoder(other), "{other}");
+        }
+    }
 
     #[test]
     fn bert_score_tables() {

@@ -5,6 +5,7 @@
 
 mod agreement;
 pub mod alt_test;
+pub mod bias;
 pub mod breakdown;
 pub mod calibrate;
 pub mod chance;
@@ -14,6 +15,7 @@ mod evaluate;
 mod frame;
 mod inputs;
 mod levels;
+pub mod markdown;
 pub mod options;
 pub mod pairwise;
 mod resample;
@@ -29,8 +31,9 @@ pub use evaluate::{Evaluation, MetaRequest, Naming, evaluate};
 pub use frame::{Added, Column, Distributions, Family, Frame, Statistic};
 pub use inputs::{Half, JoinRules, Joined, join, select_half};
 pub use levels::{Bootstrap, Cell, FEW_UNITS, Level, Stat, correlate};
+pub use markdown::format_r;
 pub use options::parse_aspect_levels;
-pub use summary::{MetaOptions, Summary, format_r};
+pub use summary::{MetaOptions, Summary};
 
 use std::path::PathBuf;
 

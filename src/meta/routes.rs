@@ -91,7 +91,7 @@ pub fn markdown(routes: &Routes) -> String {
     let names: Vec<String> = routes
         .routes
         .iter()
-        .map(|r| super::summary::md_text(r))
+        .map(|r| super::markdown::md_text(r))
         .collect();
     let _ = writeln!(out, "| method | human | {} |", names.join(" | "));
     let _ = writeln!(out, "|---|---|{}", "---|".repeat(routes.routes.len()));
@@ -100,7 +100,7 @@ pub fn markdown(routes: &Routes) -> String {
             .map(|c| match c {
                 Some(c) => format!(
                     "{} (n={})",
-                    super::summary::format_r(c.spearman.map(|s| s.r)),
+                    super::markdown::format_r(c.spearman.map(|s| s.r)),
                     c.n
                 ),
                 None => "—".into(),
@@ -109,8 +109,8 @@ pub fn markdown(routes: &Routes) -> String {
         let _ = writeln!(
             out,
             "| {} | {} | {} |",
-            super::summary::md_text(&row.method),
-            super::summary::md_text(&row.human),
+            super::markdown::md_text(&row.method),
+            super::markdown::md_text(&row.human),
             cells.join(" | ")
         );
     }

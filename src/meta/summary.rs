@@ -4,11 +4,13 @@
 use super::MetaError;
 use super::agreement::{AspectMatrix, HumanAspect, aspect_matrix, rater_agreement};
 use super::alt_test::{AltTest, AltTestOptions, alt_tests};
+use super::bias::{LengthBias, ScriptCheck, bias_markdown, length_biases, script_check};
 use super::chance::{ChanceAgreement, chance_agreement};
 use super::combine::{FitW, add_combined, fit_w};
 use super::detection::{BreakdownEntry, BreakdownOptions, breakdown_detection};
 use super::frame::{Family, Frame};
 use super::levels::{Bootstrap, Cell, Level, Stat, correlate};
+use super::markdown::{format_r, md_all, md_text};
 use rayon::prelude::*;
 use serde_json::Value;
 use std::fmt::Write;
@@ -68,6 +70,10 @@ pub struct Summary {
     pub chance: Vec<ChanceAgreement>,
     /// The alternative annotator test of the judge's most probable scores against the raters.
     pub alt_test: Vec<AltTest>,
+    /// Each score column against the responses' length.
+    pub length_bias: Vec<LengthBias>,
+    /// The responses' script, and scorers made for another language.
+    pub script: ScriptCheck,
 }
 
 impl Summary {
@@ -196,6 +202,8 @@ impl Summary {
             breakdown: breakdown_detection(frame, &opts.breakdown),
             chance: chance_agreement(frame),
             alt_test: alt_tests(frame, &opts.alt_test),
+            length_bias: length_biases(frame),
+            script: script_check(frame),
         })
     }
 
@@ -397,30 +405,9 @@ impl Summary {
         for entry in &self.breakdown {
             breakdown_markdown(&mut md, entry);
         }
+        md.push_str(&bias_markdown(&self.length_bias, &self.script));
         md
     }
-}
-
-/// A name from the data (a system, a human key, an aspect) as Markdown text: a `|` would end its
-/// table cell, a line break its table, and HTML would be read as markup.
-pub fn md_text(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '|' => out.push_str("\\|"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            c if c.is_control() => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// `md_text` of each.
-fn md_all<S: AsRef<str>>(names: &[S]) -> Vec<String> {
-    names.iter().map(|n| md_text(n.as_ref())).collect()
 }
 
 /// One breakdown-detection entry: its settings, then a row per predictor and set of turns.
@@ -477,11 +464,6 @@ fn breakdown_markdown(md: &mut String, e: &BreakdownEntry) {
             r.metrics.cells().join(" | ")
         );
     }
-}
-
-/// A coefficient to 3 decimals, — when undefined.
-pub fn format_r(r: Option<f64>) -> String {
-    r.map_or("—".into(), |r| format!("{r:.3}"))
 }
 
 fn detail(s: Option<Stat>) -> String {
@@ -647,18 +629,4 @@ fn alt_test_markdown(entries: &[AltTest]) -> String {
         md.push('\n');
     }
     md
-}
-
-#[cfg(test)]
-mod tests {
-    use super::md_text;
-
-    /// A name from the data cannot end its table cell or table, or be read as markup.
-    #[test]
-    fn names_from_the_data_stay_text_in_a_table() {
-        assert_eq!(md_text("a|b\n<script>&x"), "a\\|b &lt;script&gt;&amp;x");
-        let row = format!("| {} | 1 |", md_text("sys|tem\r\nnext"));
-        let cells = row.split(" | ").count();
-        assert_eq!((cells, row.lines().count()), (2, 1), "{row}");
-    }
 }

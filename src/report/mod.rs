@@ -3,6 +3,7 @@
 //! judge's breakdown labels in the DBDC challenge's run format (`dbdc3`); the pairwise report
 //! (`pairwise`).
 
+mod bias;
 pub mod dbdc3;
 mod pairwise;
 mod svg;
@@ -249,6 +250,7 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
         breakdown_table(&mut h, e);
     }
     alt_test_section(&mut h, summary);
+    bias::bias_section(&mut h, summary, frame);
     h.push_str("<p class=\"note\">Undefined correlations (constant scores, fewer than 3 units) are shown as —. Generated offline by hyoka; this file loads nothing from the network.</p></body></html>\n");
     h
 }

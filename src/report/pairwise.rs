@@ -46,13 +46,22 @@ pub fn pairwise_html(s: &PairwiseSummary) -> String {
             );
         }
         h.push_str("</table>");
+        if let Some(c) = &a.style_controlled {
+            controlled_table(&mut h, c);
+        }
         let _ = write!(
             h,
-            "<p class=\"note\">Position consistency {:.3}; position bias {:+.3}; tie parameter ν {}.</p>",
+            "<p class=\"note\">Position consistency {:.3}; flip rate {:.3}; position bias {:+.3}; tie parameter ν {}. The longer response wins {} of {} decided pairs of different lengths ({}).</p>",
             a.consistency,
+            a.flip_rate,
             a.position_bias,
             a.tie_parameter
-                .map_or_else(|| "—".into(), |x| format!("{x:.3}"))
+                .map_or_else(|| "—".into(), |x| format!("{x:.3}")),
+            a.longer_wins.longer_won,
+            a.longer_wins.decided,
+            a.longer_wins
+                .p
+                .map_or_else(|| "—".into(), |p| format!("binomial test p = {p:.2e}"))
         );
         if !a.human.is_empty() {
             h.push_str("<table><tr><th>human key</th><th>from</th><th>comparisons</th><th>agreement with ties</th><th>without ties</th><th>Cohen's κ</th><th>systems' Spearman ρ</th></tr>");
@@ -144,4 +153,40 @@ fn ranking_plot(a: &AspectRanking) -> String {
         c = left + width / 2.0
     );
     svg
+}
+
+/// The style-controlled strengths, their coefficients, and the warning when the raw and the
+/// controlled strengths order the systems differently.
+fn controlled_table(h: &mut String, c: &crate::meta::pairwise::controlled::Controlled) {
+    let coefficients: Vec<String> = (c.covariates.iter().zip(&c.coefficients))
+        .map(|(n, b)| format!("{} β = {b:+.3}", escape(n)))
+        .collect();
+    let _ = write!(
+        h,
+        "<p class=\"note\">Style-controlled: the responses' {} held equal ({}).</p><table><tr><th>system</th><th>controlled strength</th><th>interval</th></tr>",
+        escape(&c.covariates.join(" and ")),
+        coefficients.join(", ")
+    );
+    for s in &c.systems {
+        let interval = s
+            .interval
+            .map_or_else(|| "—".into(), |[lo, hi]| format!("[{lo:.3}, {hi:.3}]"));
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{:.3}</td><td>{interval}</td></tr>",
+            escape(&s.system),
+            s.strength
+        );
+    }
+    h.push_str("</table>");
+    if !c.reordered.is_empty() {
+        let pairs: Vec<String> = (c.reordered.iter())
+            .map(|[a, b]| format!("{} / {}", escape(a), escape(b)))
+            .collect();
+        let _ = write!(
+            h,
+            "<p><strong>Warning:</strong> the raw and the controlled strengths order {} differently.</p>",
+            pairs.join(", ")
+        );
+    }
 }

@@ -13,6 +13,7 @@ mod batch_invariance;
 mod bertscore_defaults;
 mod bertscore_parity;
 mod bertscore_run;
+mod bias_parity;
 mod breakdown_parity;
 mod chance_parity;
 mod chat_template_parity;

@@ -346,6 +346,12 @@ fn eval_with_a_pairwise_rubric_ranks_the_systems() {
         assert!(lo <= strength && strength <= hi, "{s}");
         assert_eq!(s["comparisons"], 16);
     }
+    // Raw beside length-controlled strengths (the systems' responses differ in length).
+    let controlled = &aspect["style_controlled"];
+    assert_eq!(controlled["covariates"][0], "length", "{controlled}");
+    assert_eq!(controlled["systems"].as_array().unwrap().len(), 3);
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(md.contains("Style-controlled"), "{md}");
     // Mean breakdown ratings: careful 1.0, terse 0.667, offtopic 0.167. Pairs name the lesser
     // system first: careful|offtopic and careful|terse (first preferred), offtopic|terse
     // (second preferred), in each of the 8 contexts.
@@ -631,6 +637,17 @@ pub(crate) fn hand_made_verdicts() -> (Vec<Item>, Vec<(usize, Record)>) {
         })
         .collect();
     (items, records)
+}
+
+/// `hand_made_verdicts`' responses given different lengths: in c1 the longer is a's (which
+/// wins in both orders), in c2 b's (the verdict a tie).
+pub(crate) fn with_different_lengths(items: &mut [Item]) {
+    for (item, text) in items
+        .iter_mut()
+        .zip(["長い方の応答です", "短い", "x", "yy"])
+    {
+        item.response.text = text.into();
+    }
 }
 
 /// The summary of hand-made verdicts, counted by hand: wins, ties and losses by the averaged

@@ -50,10 +50,11 @@ fn expand_braces(pattern: &str) -> Vec<String> {
 /// documented keys below it is taken whole (a provenance); one documented with `.*` has keys
 /// from the data; a list of numbers, strings or lists is one value.
 fn walk(value: &Value, path: &str, documented: &BTreeSet<String>, out: &mut BTreeSet<String>) {
-    // A list of objects is documented by its elements (`a[]`), an empty list by none.
-    let list_of_objects = value
-        .as_array()
-        .is_some_and(|l| l.is_empty() || l.iter().any(Value::is_object));
+    // A list of objects is documented by its elements (`a[]`); an empty list by none, or as
+    // one value where the tables name it so (a list of names, empty in this summary).
+    let list_of_objects = value.as_array().is_some_and(|l| {
+        (l.is_empty() && !documented.contains(path)) || l.iter().any(Value::is_object)
+    });
     if !path.is_empty() && !list_of_objects {
         out.insert(path.to_string());
     }
@@ -124,14 +125,20 @@ fn meta_summary(fixture: &str, results: &[&str], extra: &[&str]) -> Value {
 
 #[test]
 fn summary_json_keys_are_the_documented_ones() {
-    // Two runs of one judge, told apart by their folders' names.
+    // Two runs of one judge, told apart by their folders' names; the second with a rubric for
+    // English (on the fixture's Japanese responses: named in `script.english_scorers`).
     let runs = tempfile::tempdir().unwrap();
     let judge = std::fs::read_to_string(common::fixtures().join("meta/judge.jsonl")).unwrap();
     let mut run_files = Vec::new();
-    for (run, sha) in [("runA", "\"sha256\": \"0\""), ("runB", "\"sha256\": \"1\"")] {
+    for (run, sha, rubric) in [
+        ("runA", "\"sha256\": \"0\"", "\"name\": \"fixture\""),
+        ("runB", "\"sha256\": \"1\"", "\"name\": \"fixture-en\""),
+    ] {
         std::fs::create_dir(runs.path().join(run)).unwrap();
         let file = runs.path().join(run).join("judge.jsonl");
-        std::fs::write(&file, judge.replace("\"sha256\": \"0\"", sha)).unwrap();
+        let text =
+            (judge.replace("\"sha256\": \"0\"", sha)).replace("\"name\": \"fixture\"", rubric);
+        std::fs::write(&file, text).unwrap();
         run_files.push(file.to_string_lossy().into_owned());
     }
     let absolute = [
@@ -142,7 +149,9 @@ fn summary_json_keys_are_the_documented_ones() {
     check("### summary.json keys", &absolute);
 
     use hyoka::meta::pairwise::{PairwiseOptions, join, summarize};
-    let (items, records) = super::pairwise::hand_made_verdicts();
+    let (mut items, records) = super::pairwise::hand_made_verdicts();
+    // Responses of different lengths: the style-controlled fit has a covariate.
+    super::pairwise::with_different_lengths(&mut items);
     let frame = join(&items, records, std::path::Path::new("pairs.jsonl")).unwrap();
     let options = PairwiseOptions {
         bootstrap: 50,

@@ -9,6 +9,11 @@
 //! only its argmax. The log-likelihood is concave in (θ, log ν): Newton's method with a
 //! backtracking line search finds its maximum; θ is reported centred (mean 0). Without any tie
 //! mass the model is Bradley–Terry's own (ν = 0).
+//!
+//! Controlled for covariates (`fit_controlled`, Arena-Hard's style control): a comparison's
+//! features x (i's response against j's: length, markdown) shift the log-odds of a win by β·x,
+//! θ_i + β·x/2 standing for θ_i and θ_j − β·x/2 for θ_j (the tie term is unchanged), so θ is a
+//! system's strength with those features held equal; β is fitted with θ and ν.
 
 /// One comparison: systems `i` and `j` and the weights of i winning, j winning and a tie.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -20,11 +25,13 @@ pub struct Outcome {
     pub ties: f64,
 }
 
-/// A fit: each system's log-strength θ (mean 0) and the tie parameter ν (0 without ties).
+/// A fit: each system's log-strength θ (mean 0), the tie parameter ν (0 without ties) and the
+/// covariates' coefficients β (none without covariates).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fit {
     pub strengths: Vec<f64>,
     pub tie: f64,
+    pub coefficients: Vec<f64>,
     pub iterations: usize,
 }
 
@@ -49,16 +56,34 @@ const FAR: f64 = 20.0;
 
 /// The maximum-likelihood fit of `systems` strengths to `outcomes`.
 pub fn fit(systems: usize, outcomes: &[Outcome]) -> Result<Fit, FitError> {
+    fit_controlled(systems, outcomes, &[])
+}
+
+/// The fit with covariates: `covariates[k]` is one row per outcome (the k-th feature of i's
+/// response against j's); none: `fit`.
+pub fn fit_controlled(
+    systems: usize,
+    outcomes: &[Outcome],
+    covariates: &[Vec<f64>],
+) -> Result<Fit, FitError> {
     if outcomes.is_empty() || systems < 2 {
         return Err(FitError::Empty);
     }
-    let with_ties = outcomes.iter().any(|o| o.ties > 0.0);
-    // Free parameters: θ_1 … θ_{n−1} (θ_0 = 0) and, with ties, λ = log ν.
-    let free = systems - 1 + usize::from(with_ties);
+    assert!(
+        covariates.iter().all(|c| c.len() == outcomes.len()),
+        "one covariate value per outcome"
+    );
+    let model = Model {
+        systems,
+        with_ties: outcomes.iter().any(|o| o.ties > 0.0),
+        covariates,
+    };
+    // Free parameters: θ_1 … θ_{n−1} (θ_0 = 0), with ties λ = log ν, then β.
+    let free = systems - 1 + usize::from(model.with_ties) + covariates.len();
     let mut x = vec![0.0; free];
-    let mut ll = log_likelihood(systems, outcomes, &x, with_ties);
+    let mut ll = model.log_likelihood(outcomes, &x);
     for iteration in 0..MAX_ITERATIONS {
-        let (grad, hess) = derivatives(systems, outcomes, &x, with_ties);
+        let (grad, hess) = model.derivatives(outcomes, &x);
         let gmax = grad.iter().fold(0.0f64, |m, g| m.max(g.abs()));
         let total: f64 = outcomes.iter().map(|o| o.wins_i + o.wins_j + o.ties).sum();
         if gmax <= 1e-10 * total.max(1.0) {
@@ -67,7 +92,7 @@ pub fn fit(systems: usize, outcomes: &[Outcome]) -> Result<Fit, FitError> {
             if x.iter().any(|v| v.abs() > FAR) {
                 return Err(FitError::Diverges);
             }
-            return finish(systems, &x, with_ties, iteration);
+            return Ok(model.finish(&x, iteration));
         }
         // Newton direction: solve (−H) d = g.
         let neg: Vec<Vec<f64>> = hess
@@ -80,7 +105,7 @@ pub fn fit(systems: usize, outcomes: &[Outcome]) -> Result<Fit, FitError> {
         let mut t = 1.0;
         loop {
             let trial: Vec<f64> = x.iter().zip(&step).map(|(a, d)| a + t * d).collect();
-            let trial_ll = log_likelihood(systems, outcomes, &trial, with_ties);
+            let trial_ll = model.log_likelihood(outcomes, &trial);
             if trial_ll.is_finite() && trial_ll >= ll - 1e-12 * ll.abs().max(1.0) {
                 x = trial;
                 ll = trial_ll;
@@ -98,32 +123,6 @@ pub fn fit(systems: usize, outcomes: &[Outcome]) -> Result<Fit, FitError> {
     Err(FitError::Diverges)
 }
 
-fn finish(systems: usize, x: &[f64], with_ties: bool, iterations: usize) -> Result<Fit, FitError> {
-    let mut theta = vec![0.0; systems];
-    theta[1..].copy_from_slice(&x[..systems - 1]);
-    let mean = theta.iter().sum::<f64>() / systems as f64;
-    for t in &mut theta {
-        *t -= mean;
-    }
-    Ok(Fit {
-        strengths: theta,
-        tie: if with_ties { x[systems - 1].exp() } else { 0.0 },
-        iterations,
-    })
-}
-
-/// θ of every system (θ_0 = 0) and λ from the free parameters.
-fn unpack(systems: usize, x: &[f64], with_ties: bool) -> (Vec<f64>, f64) {
-    let mut theta = vec![0.0; systems];
-    theta[1..].copy_from_slice(&x[..systems - 1]);
-    let lambda = if with_ties {
-        x[systems - 1]
-    } else {
-        f64::NEG_INFINITY
-    };
-    (theta, lambda)
-}
-
 /// log D and the three outcomes' probabilities for one comparison.
 fn probabilities(a: f64, b: f64, lambda: f64) -> (f64, [f64; 3]) {
     let terms = [a, b, lambda + (a + b) / 2.0];
@@ -133,58 +132,123 @@ fn probabilities(a: f64, b: f64, lambda: f64) -> (f64, [f64; 3]) {
     (top + sum.ln(), exps.map(|e| e / sum))
 }
 
-fn log_likelihood(systems: usize, outcomes: &[Outcome], x: &[f64], with_ties: bool) -> f64 {
-    let (theta, lambda) = unpack(systems, x, with_ties);
-    outcomes
-        .iter()
-        .map(|o| {
-            let (a, b) = (theta[o.i], theta[o.j]);
-            let (log_d, _) = probabilities(a, b, lambda);
-            let tie_term = if o.ties > 0.0 {
-                o.ties * (lambda + (a + b) / 2.0)
-            } else {
-                0.0
-            };
-            o.wins_i * a + o.wins_j * b + tie_term - (o.wins_i + o.wins_j + o.ties) * log_d
-        })
-        .sum()
+/// What is fitted: the systems, whether there is a tie parameter, the covariates.
+struct Model<'c> {
+    systems: usize,
+    with_ties: bool,
+    covariates: &'c [Vec<f64>],
 }
 
-/// Gradient and Hessian of the log-likelihood in the free parameters.
-fn derivatives(
-    systems: usize,
-    outcomes: &[Outcome],
-    x: &[f64],
-    with_ties: bool,
-) -> (Vec<f64>, Vec<Vec<f64>>) {
-    let (theta, lambda) = unpack(systems, x, with_ties);
-    // Over all parameters (θ_0 … θ_{n−1}, λ); θ_0's row and column are dropped at the end.
-    let all = systems + 1;
-    let mut grad = vec![0.0; all];
-    let mut hess = vec![vec![0.0; all]; all];
-    for o in outcomes {
-        let m = o.wins_i + o.wins_j + o.ties;
-        let (_, p) = probabilities(theta[o.i], theta[o.j], lambda);
-        // log D is the log-sum-exp of c_k · (θ_i, θ_j, λ), with c = (1,0,0), (0,1,0), (½,½,1).
-        let idx = [o.i, o.j, systems];
-        let c = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.5, 0.5, 1.0]];
-        let mean: [f64; 3] = std::array::from_fn(|d| (0..3).map(|k| p[k] * c[k][d]).sum());
-        let observed = [o.wins_i + o.ties / 2.0, o.wins_j + o.ties / 2.0, o.ties];
-        for d in 0..3 {
-            grad[idx[d]] += observed[d] - m * mean[d];
-            for e in 0..3 {
-                let second: f64 = (0..3).map(|k| p[k] * c[k][d] * c[k][e]).sum();
-                hess[idx[d]][idx[e]] -= m * (second - mean[d] * mean[e]);
-            }
+impl Model<'_> {
+    fn finish(&self, x: &[f64], iterations: usize) -> Fit {
+        let (mut theta, lambda, beta) = self.unpack(x);
+        let mean = theta.iter().sum::<f64>() / self.systems as f64;
+        for t in &mut theta {
+            *t -= mean;
+        }
+        Fit {
+            strengths: theta,
+            tie: if self.with_ties { lambda.exp() } else { 0.0 },
+            coefficients: beta.to_vec(),
+            iterations,
         }
     }
-    let keep: Vec<usize> = (1..systems).chain(with_ties.then_some(systems)).collect();
-    let g = keep.iter().map(|&k| grad[k]).collect();
-    let h = keep
-        .iter()
-        .map(|&r| keep.iter().map(|&c| hess[r][c]).collect())
-        .collect();
-    (g, h)
+
+    /// θ of every system (θ_0 = 0), λ and β from the free parameters.
+    fn unpack<'x>(&self, x: &'x [f64]) -> (Vec<f64>, f64, &'x [f64]) {
+        let n = self.systems;
+        let mut theta = vec![0.0; n];
+        theta[1..].copy_from_slice(&x[..n - 1]);
+        let lambda = if self.with_ties {
+            x[n - 1]
+        } else {
+            f64::NEG_INFINITY
+        };
+        (theta, lambda, &x[n - 1 + usize::from(self.with_ties)..])
+    }
+
+    /// Half of β·x for outcome `o`: what i's log-strength gains and j's loses.
+    fn shift(&self, beta: &[f64], o: usize) -> f64 {
+        (beta.iter().zip(self.covariates))
+            .map(|(b, c)| b * c[o])
+            .sum::<f64>()
+            / 2.0
+    }
+
+    fn log_likelihood(&self, outcomes: &[Outcome], x: &[f64]) -> f64 {
+        let (theta, lambda, beta) = self.unpack(x);
+        outcomes
+            .iter()
+            .enumerate()
+            .map(|(n, o)| {
+                let shift = self.shift(beta, n);
+                let (a, b) = (theta[o.i] + shift, theta[o.j] - shift);
+                let (log_d, _) = probabilities(a, b, lambda);
+                let tie_term = if o.ties > 0.0 {
+                    o.ties * (lambda + (a + b) / 2.0)
+                } else {
+                    0.0
+                };
+                o.wins_i * a + o.wins_j * b + tie_term - (o.wins_i + o.wins_j + o.ties) * log_d
+            })
+            .sum()
+    }
+
+    /// Gradient and Hessian of the log-likelihood in the free parameters.
+    fn derivatives(&self, outcomes: &[Outcome], x: &[f64]) -> (Vec<f64>, Vec<Vec<f64>>) {
+        let systems = self.systems;
+        let k = self.covariates.len();
+        let (theta, lambda, beta) = self.unpack(x);
+        // Over all parameters (θ_0 … θ_{n−1}, λ, β); θ_0's row and column (and λ's without
+        // ties) are dropped at the end.
+        let all = systems + 1 + k;
+        let mut grad = vec![0.0; all];
+        let mut hess = vec![vec![0.0; all]; all];
+        for (n, o) in outcomes.iter().enumerate() {
+            let m = o.wins_i + o.wins_j + o.ties;
+            let shift = self.shift(beta, n);
+            let (_, p) = probabilities(theta[o.i] + shift, theta[o.j] - shift, lambda);
+            // log D is the log-sum-exp of c_k · (θ_i, θ_j, λ, β), with c = (1, 0, 0, x/2),
+            // (0, 1, 0, −x/2), (½, ½, 1, 0).
+            let mut idx = vec![o.i, o.j, systems];
+            let mut c = [
+                vec![1.0, 0.0, 0.0],
+                vec![0.0, 1.0, 0.0],
+                vec![0.5, 0.5, 1.0],
+            ];
+            for (f, covariate) in self.covariates.iter().enumerate() {
+                idx.push(systems + 1 + f);
+                c[0].push(covariate[n] / 2.0);
+                c[1].push(-covariate[n] / 2.0);
+                c[2].push(0.0);
+            }
+            let dims = idx.len();
+            let mean: Vec<f64> = (0..dims)
+                .map(|d| (0..3).map(|t| p[t] * c[t][d]).sum())
+                .collect();
+            let mut observed = vec![o.wins_i + o.ties / 2.0, o.wins_j + o.ties / 2.0, o.ties];
+            observed.extend(
+                (3..dims).map(|d| o.wins_i * c[0][d] + o.wins_j * c[1][d] + o.ties * c[2][d]),
+            );
+            for d in 0..dims {
+                grad[idx[d]] += observed[d] - m * mean[d];
+                for e in 0..dims {
+                    let second: f64 = (0..3).map(|t| p[t] * c[t][d] * c[t][e]).sum();
+                    hess[idx[d]][idx[e]] -= m * (second - mean[d] * mean[e]);
+                }
+            }
+        }
+        let keep: Vec<usize> = (1..systems)
+            .chain(self.with_ties.then_some(systems))
+            .chain(systems + 1..all)
+            .collect();
+        let g = keep.iter().map(|&k| grad[k]).collect();
+        let h = keep
+            .iter()
+            .map(|&r| keep.iter().map(|&c| hess[r][c]).collect())
+            .collect();
+        (g, h)
+    }
 }
 
 /// Solve a x = b by Gaussian elimination with partial pivoting; None when singular.

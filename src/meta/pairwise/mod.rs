@@ -3,11 +3,15 @@
 //! contexts — and the verdicts compared with human preferences (`agreement`).
 
 pub mod agreement;
+pub mod biases;
+mod bootstrap;
+pub mod controlled;
 pub mod davidson;
 pub mod preferences;
 mod render;
 
 pub use agreement::{HumanPreference, agreement, human_verdict};
+pub use bootstrap::{bootstrap_intervals, resample_contexts};
 pub use preferences::Preferences;
 pub use render::markdown;
 
@@ -74,6 +78,10 @@ pub struct AspectRanking {
     pub consistency: f64,
     /// Mean P(shown first wins) − P(shown second wins): the judge's position bias.
     pub position_bias: f64,
+    /// Share of pairs whose most probable verdict reverses when the order is swapped.
+    pub flip_rate: f64,
+    /// How often the longer response wins.
+    pub longer_wins: biases::LongerWins,
     /// Davidson's ν (0: the rubric allows no tie).
     pub tie_parameter: Option<f64>,
     /// Why there are no strengths, if there are none.
@@ -82,6 +90,11 @@ pub struct AspectRanking {
     pub systems: Vec<SystemRank>,
     /// Bootstrap resamples whose fit had no finite maximum (left out of the intervals).
     pub bootstrap_failed: usize,
+    /// The strengths with the responses' length and markdown held equal (None: no such
+    /// feature varies over the pairs, or the fit failed).
+    pub style_controlled: Option<controlled::Controlled>,
+    /// Why the controlled fit failed, if it did.
+    pub style_control_error: Option<String>,
     /// Agreement with human preferences, per human key the aspect is compared with.
     pub human: Vec<HumanPreference>,
 }
@@ -365,6 +378,8 @@ fn rank_aspect(
         .collect();
     // Outcomes per context, for the fit and its bootstrap.
     let mut by_context: Vec<Vec<davidson::Outcome>> = vec![Vec::new(); contexts.len()];
+    // The same outcomes with their responses' style features, for the controlled fit.
+    let mut styled: Vec<Vec<(davidson::Outcome, [f64; 2])>> = vec![Vec::new(); contexts.len()];
     let (mut consistent, mut bias) = (0usize, 0.0);
     for p in &frame.pairs {
         let v = &p.verdicts[a].1;
@@ -383,6 +398,8 @@ fn rank_aspect(
             .position(|c| Some(*c) == p.first.context_id.as_deref())
             .expect("every context is listed");
         by_context[c].push(outcome);
+        let features = controlled::style_features(&p.first.response.text, &p.second.response.text);
+        styled[c].push((outcome, features));
         consistent += usize::from(v.consistent());
         bias += v.position_bias();
         for (k, win) in [(i, outcome.wins_i), (j, outcome.wins_j)] {
@@ -423,14 +440,25 @@ fn rank_aspect(
     let mut bootstrap_failed = 0;
     // Resampling one context draws it every time: a zero-width interval that would say
     // nothing of the uncertainty. With fewer than two contexts the interval is undefined.
-    if fitted.is_ok() && opts.bootstrap > 0 && contexts.len() >= 2 {
-        let resamples = resample_contexts(contexts.len(), opts.bootstrap, opts.seed);
+    let resamples = if opts.bootstrap > 0 && contexts.len() >= 2 {
+        resample_contexts(contexts.len(), opts.bootstrap, opts.seed)
+    } else {
+        Vec::new()
+    };
+    if fitted.is_ok() && !resamples.is_empty() {
         let (intervals, failed) = bootstrap_intervals(n, &by_context, &resamples, opts.level);
         bootstrap_failed = failed;
         for (row, interval) in rows.iter_mut().zip(intervals) {
             row.interval = interval;
         }
     }
+    let raw: Vec<Option<f64>> = rows.iter().map(|r| r.strength).collect();
+    let (style_controlled, style_control_error) =
+        match controlled::fit(systems, &styled, &resamples, opts.level, &raw) {
+            None => (None, None),
+            Some(Ok(c)) => (Some(c), None),
+            Some(Err(e)) => (None, Some(e.to_string())),
+        };
     // Per human key, each system's human score: its mean rating over its compared responses,
     // or, where preferences are given on the key, its win rate over the raters' votes.
     let mut sums: Vec<BTreeMap<String, (f64, usize)>> = vec![BTreeMap::new(); n];
@@ -494,60 +522,19 @@ fn rank_aspect(
         pairs,
         consistency: consistent as f64 / pairs as f64,
         position_bias: bias / pairs as f64,
+        flip_rate: biases::flip_rate(frame.pairs.iter().map(|p| &p.verdicts[a].1)),
+        longer_wins: biases::longer_wins(frame.pairs.iter().map(|p| {
+            let (first, second) = (&p.first.response.text, &p.second.response.text);
+            (first.as_str(), second.as_str(), &p.verdicts[a].1)
+        })),
         tie_parameter,
         fit_error,
         systems: rows,
         bootstrap_failed,
+        style_controlled,
+        style_control_error,
         human,
     }
-}
-
-/// `count` resamples (with replacement) of `contexts` contexts, drawn from `seed`.
-pub fn resample_contexts(contexts: usize, count: usize, seed: u64) -> Vec<Vec<usize>> {
-    let mut rng = crate::rng::SplitMix64(seed);
-    (0..count)
-        .map(|_| (0..contexts).map(|_| rng.below(contexts)).collect())
-        .collect()
-}
-
-/// Percentile intervals of each system's strength over the fits of `resamples` (lists of
-/// context indices into `by_context`), and how many resamples had no finite fit. A system
-/// gets no interval when no resample's fit succeeded.
-pub fn bootstrap_intervals(
-    systems: usize,
-    by_context: &[Vec<davidson::Outcome>],
-    resamples: &[Vec<usize>],
-    level: f64,
-) -> (Vec<Option<[f64; 2]>>, usize) {
-    let mut draws: Vec<Vec<f64>> = vec![Vec::new(); systems];
-    let mut failed = 0;
-    for resample in resamples {
-        let outcomes: Vec<davidson::Outcome> = resample
-            .iter()
-            .flat_map(|&c| by_context[c].iter().copied())
-            .collect();
-        match davidson::fit(systems, &outcomes) {
-            Ok(f) => {
-                for (d, s) in draws.iter_mut().zip(f.strengths) {
-                    d.push(s);
-                }
-            }
-            Err(_) => failed += 1,
-        }
-    }
-    let tail = (1.0 - level) / 2.0;
-    let intervals = draws
-        .iter()
-        .map(|d| {
-            (!d.is_empty()).then(|| {
-                [
-                    davidson::quantile(d, tail),
-                    davidson::quantile(d, 1.0 - tail),
-                ]
-            })
-        })
-        .collect();
-    (intervals, failed)
 }
 
 /// The judge's verdicts on aspect `a` against the humans' on `key`; None when no pair has both

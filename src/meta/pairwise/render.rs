@@ -1,7 +1,7 @@
 //! summary.md of a pairwise meta-evaluation.
 
 use super::PairwiseSummary;
-use crate::meta::summary::md_text;
+use crate::meta::markdown::md_text;
 use std::fmt::Write;
 
 fn num(x: Option<f64>, digits: usize) -> String {
@@ -91,8 +91,9 @@ pub fn markdown(s: &PairwiseSummary) -> String {
         }
         let _ = writeln!(
             md,
-            "\nPosition consistency {:.3} (pairs whose verdict is the same in both orders); position bias {:+.3} (mean P(shown first wins) − P(shown second wins)); tie parameter ν {}{}.\n",
+            "\nPosition consistency {:.3} (pairs whose verdict is the same in both orders); flip rate {:.3} (pairs whose winner becomes the loser when the order is swapped); position bias {:+.3} (mean P(shown first wins) − P(shown second wins)); tie parameter ν {}{}.\n",
             a.consistency,
+            a.flip_rate,
             a.position_bias,
             num(a.tie_parameter, 3),
             if a.bootstrap_failed > 0 {
@@ -103,6 +104,21 @@ pub fn markdown(s: &PairwiseSummary) -> String {
             } else {
                 String::new()
             }
+        );
+        if let Some(c) = &a.style_controlled {
+            md.push_str(&controlled_markdown(c, &a.systems));
+        }
+        if let Some(e) = &a.style_control_error {
+            let _ = writeln!(md, "No style-controlled strengths: {e}.\n");
+        }
+        let l = &a.longer_wins;
+        let _ = writeln!(
+            md,
+            "Length: the longer response wins {} of {} decided pairs of different lengths ({}; binomial test against one half p = {}).\n",
+            l.longer_won,
+            l.decided,
+            num(l.share, 3),
+            l.p.map_or_else(|| "—".into(), |p| format!("{p:.2e}"))
         );
         if !a.human.is_empty() {
             let _ = writeln!(
@@ -131,5 +147,61 @@ pub fn markdown(s: &PairwiseSummary) -> String {
             let _ = writeln!(md);
         }
     }
+    md
+}
+
+/// The style-controlled strengths beside the raw ones, the coefficients, and a warning when
+/// the two order the systems differently.
+fn controlled_markdown(c: &super::controlled::Controlled, raw: &[super::SystemRank]) -> String {
+    let mut md = String::new();
+    let coefficients: Vec<String> = (c.covariates.iter().zip(&c.coefficients))
+        .map(|(n, b)| format!("{n} β = {b:+.3}"))
+        .collect();
+    let _ = writeln!(
+        md,
+        "Style-controlled (Bradley–Terry with the responses' {} held equal, per standard deviation of each normalised difference; {}; ν {:.3}):\n",
+        c.covariates.join(" and "),
+        coefficients.join(", "),
+        c.tie_parameter
+    );
+    let _ = writeln!(
+        md,
+        "| system | raw strength | controlled strength | controlled interval |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---|");
+    for s in &c.systems {
+        let raw = raw
+            .iter()
+            .find(|r| r.system == s.system)
+            .and_then(|r| r.strength);
+        let interval = s
+            .interval
+            .map_or_else(|| "—".into(), |[lo, hi]| format!("[{lo:.3}, {hi:.3}]"));
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.3} | {interval} |",
+            md_text(&s.system),
+            num(raw, 3),
+            s.strength
+        );
+    }
+    if c.bootstrap_failed > 0 {
+        let _ = writeln!(
+            md,
+            "\n{} bootstrap resamples had no finite controlled fit and are left out.",
+            c.bootstrap_failed
+        );
+    }
+    if !c.reordered.is_empty() {
+        let pairs: Vec<String> = (c.reordered.iter())
+            .map(|[a, b]| format!("{} / {}", md_text(a), md_text(b)))
+            .collect();
+        let _ = writeln!(
+            md,
+            "\n**Warning:** the raw and the controlled strengths order {} differently: part of the raw ranking follows the responses' style.",
+            pairs.join(", ")
+        );
+    }
+    md.push('\n');
     md
 }
