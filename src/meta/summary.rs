@@ -6,6 +6,7 @@ use super::agreement::{AspectMatrix, HumanAspect, aspect_matrix, rater_agreement
 use super::alt_test::{AltTest, AltTestOptions, alt_tests};
 use super::bias::{LengthBias, ScriptCheck, bias_markdown, length_biases, script_check};
 use super::chance::{ChanceAgreement, chance_agreement};
+use super::combination::{FittedCombination, combination_markdown, fitted_combinations};
 use super::combine::{FitW, add_combined, fit_w};
 use super::detection::{BreakdownEntry, BreakdownOptions, breakdown_detection};
 use super::frame::{Family, Frame};
@@ -64,6 +65,8 @@ pub struct Summary {
     pub human_matrix: AspectMatrix,
     pub judge_matrix: Option<AspectMatrix>,
     pub fit_w: Vec<FitW>,
+    /// With `fit_w`: every score column combined, fitted on the development half.
+    pub combination: Vec<FittedCombination>,
     /// The DBDC challenge's metrics for judge aspects mapped onto breakdown labels.
     pub breakdown: Vec<BreakdownEntry>,
     /// Cohen's κ and Krippendorff's α of the judge's most probable scores with the raters.
@@ -109,10 +112,13 @@ impl Summary {
             }
             _ => None,
         };
-        let fitted = if opts.fit_w {
-            fit_w(frame, &opts.combine_with, opts.bootstrap.seed)?
+        let (fitted, combination) = if opts.fit_w {
+            (
+                fit_w(frame, &opts.combine_with, opts.bootstrap.seed)?,
+                fitted_combinations(frame, &opts.bootstrap),
+            )
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         let mut rows: Vec<Row> = Vec::new();
         for c in &frame.columns {
@@ -199,6 +205,7 @@ impl Summary {
             human_matrix,
             judge_matrix,
             fit_w: fitted,
+            combination,
             breakdown: breakdown_detection(frame, &opts.breakdown),
             chance: chance_agreement(frame),
             alt_test: alt_tests(frame, &opts.alt_test),
@@ -401,6 +408,9 @@ impl Summary {
                     f.test_items
                 );
             }
+        }
+        if !self.combination.is_empty() {
+            md.push_str(&combination_markdown(&self.combination));
         }
         for entry in &self.breakdown {
             breakdown_markdown(&mut md, entry);

@@ -246,6 +246,7 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
         }
         h.push_str("</table>");
     }
+    combination_table(&mut h, summary);
     for e in &summary.breakdown {
         breakdown_table(&mut h, e);
     }
@@ -253,6 +254,39 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
     bias::bias_section(&mut h, summary, frame);
     h.push_str("<p class=\"note\">Undefined correlations (constant scores, fewer than 3 units) are shown as —. Generated offline by hyoka; this file loads nothing from the network.</p></body></html>\n");
     h
+}
+
+/// Every score column combined (fitted on the development half) against the best single
+/// column, on the held-out half.
+fn combination_table(h: &mut String, summary: &Summary) {
+    if summary.combination.is_empty() {
+        return;
+    }
+    let stat = |s: Option<crate::meta::Stat>| match s {
+        Some(s) => match s.ci {
+            Some([lo, hi]) => format!("{:.3} <small>[{lo:.3}, {hi:.3}]</small>", s.r),
+            None => format!("{:.3}", s.r),
+        },
+        None => "—".into(),
+    };
+    h.push_str("<h2>A combination of every score column</h2><p class=\"note\">Ridge regression on the columns standardised on the development half, its penalty chosen there by leave-one-out error; Spearman ρ [95% CI] on the held-out half.</p><table><tr><th>human</th><th>columns</th><th>α</th><th>dev/test items</th><th>combination</th><th>best single column</th><th>its ρ</th></tr>");
+    for f in &summary.combination {
+        let (best, best_test) = match &f.best_single {
+            Some(b) => (svg::escape(&b.column), stat(b.test)),
+            None => ("—".into(), "—".into()),
+        };
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{best}</td><td>{best_test}</td></tr>",
+            svg::escape(&f.human),
+            f.columns.len(),
+            f.alpha,
+            f.dev_items,
+            f.test_items,
+            stat(f.test)
+        );
+    }
+    h.push_str("</table>");
 }
 
 /// The alternative annotator test: a table of ω and ρ, and each test's raters as bars.

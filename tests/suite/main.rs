@@ -18,6 +18,7 @@ mod breakdown_parity;
 mod chance_parity;
 mod chat_template_parity;
 mod cli;
+mod combination_parity;
 mod converter_real_vocab;
 mod data_import;
 mod dbdc3_trees;
