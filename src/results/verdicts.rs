@@ -75,6 +75,18 @@ impl PairVerdict {
         self.first_shown_first.verdict() == self.second_shown_first.verdict()
     }
 
+    /// Whether the most probable verdict reverses with the order: one order's winner is the
+    /// other order's loser (a tie in one order is inconsistent, not a flip).
+    pub fn flipped(&self) -> bool {
+        matches!(
+            (
+                self.first_shown_first.verdict(),
+                self.second_shown_first.verdict()
+            ),
+            (Verdict::First, Verdict::Second) | (Verdict::Second, Verdict::First)
+        )
+    }
+
     /// P(the response shown first wins) − P(the one shown second wins), averaged over the
     /// orders: 0 for a judge that does not care where a response stands.
     pub fn position_bias(&self) -> f64 {

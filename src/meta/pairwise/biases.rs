@@ -21,21 +21,11 @@ pub struct LongerWins {
     pub p: Option<f64>,
 }
 
-/// The share of pairs whose most probable verdict reverses when the order is swapped: one
-/// order's winner is the other order's loser (a tie in one order is inconsistent, not a flip).
+/// The share of pairs whose most probable verdict reverses when the order is swapped
+/// (`PairVerdict::flipped`).
 pub fn flip_rate<'a>(verdicts: impl ExactSizeIterator<Item = &'a PairVerdict>) -> f64 {
     let pairs = verdicts.len();
-    let flips = verdicts
-        .filter(|v| {
-            matches!(
-                (
-                    v.first_shown_first.verdict(),
-                    v.second_shown_first.verdict()
-                ),
-                (Verdict::First, Verdict::Second) | (Verdict::Second, Verdict::First)
-            )
-        })
-        .count();
+    let flips = verdicts.filter(|v| v.flipped()).count();
     flips as f64 / pairs.max(1) as f64
 }
 

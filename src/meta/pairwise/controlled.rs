@@ -88,7 +88,7 @@ pub fn scales(features: &[[f64; 2]]) -> Vec<(usize, f64, f64)> {
 }
 
 /// The controlled fit of `by_context` (each context's outcomes with their raw features),
-/// its intervals over `resamples`; None when no feature varies. `systems` names the systems
+/// its intervals over `resamples` (none: no intervals); None when no feature varies. `systems` names the systems
 /// by index; `raw` holds their raw strengths, for the reordered pairs.
 pub fn fit(
     systems: &[&str],
@@ -120,7 +120,7 @@ pub fn fit(
         Ok(f) => f,
         Err(e) => return Some(Err(e)),
     };
-    let (intervals, bootstrap_failed) = if resamples.is_empty() || by_context.len() < 2 {
+    let (intervals, bootstrap_failed) = if resamples.is_empty() {
         (vec![None; n], 0)
     } else {
         intervals_of(n, by_context, resamples, level, fit_units)

@@ -50,6 +50,11 @@ pub enum FitError {
 
 const MAX_ITERATIONS: usize = 200;
 
+/// The most covariates a fit takes (the style features: length, markdown): a comparison's
+/// derivatives then fit in arrays on the stack, as the bootstrap's thousands of fits compute
+/// them for every comparison at every Newton step.
+pub const MAX_COVARIATES: usize = 2;
+
 /// Log-odds beyond which a strength (or log ν) is taken as running off to infinity: e^20, odds
 /// of 5 × 10^8 to 1, are beyond anything a few hundred comparisons can support.
 const FAR: f64 = 20.0;
@@ -70,8 +75,8 @@ pub fn fit_controlled(
         return Err(FitError::Empty);
     }
     assert!(
-        covariates.iter().all(|c| c.len() == outcomes.len()),
-        "one covariate value per outcome"
+        covariates.len() <= MAX_COVARIATES && covariates.iter().all(|c| c.len() == outcomes.len()),
+        "at most {MAX_COVARIATES} covariates, one value per outcome"
     );
     let model = Model {
         systems,
@@ -210,26 +215,21 @@ impl Model<'_> {
             let (_, p) = probabilities(theta[o.i] + shift, theta[o.j] - shift, lambda);
             // log D is the log-sum-exp of c_k · (θ_i, θ_j, λ, β), with c = (1, 0, 0, x/2),
             // (0, 1, 0, −x/2), (½, ½, 1, 0).
-            let mut idx = vec![o.i, o.j, systems];
+            let dims = 3 + k;
+            let mut idx = [o.i, o.j, systems, 0, 0];
             let mut c = [
-                vec![1.0, 0.0, 0.0],
-                vec![0.0, 1.0, 0.0],
-                vec![0.5, 0.5, 1.0],
+                [1.0, 0.0, 0.0, 0.0, 0.0],
+                [0.0, 1.0, 0.0, 0.0, 0.0],
+                [0.5, 0.5, 1.0, 0.0, 0.0],
             ];
             for (f, covariate) in self.covariates.iter().enumerate() {
-                idx.push(systems + 1 + f);
-                c[0].push(covariate[n] / 2.0);
-                c[1].push(-covariate[n] / 2.0);
-                c[2].push(0.0);
+                idx[3 + f] = systems + 1 + f;
+                c[0][3 + f] = covariate[n] / 2.0;
+                c[1][3 + f] = -covariate[n] / 2.0;
             }
-            let dims = idx.len();
-            let mean: Vec<f64> = (0..dims)
-                .map(|d| (0..3).map(|t| p[t] * c[t][d]).sum())
-                .collect();
-            let mut observed = vec![o.wins_i + o.ties / 2.0, o.wins_j + o.ties / 2.0, o.ties];
-            observed.extend(
-                (3..dims).map(|d| o.wins_i * c[0][d] + o.wins_j * c[1][d] + o.ties * c[2][d]),
-            );
+            let mean: [f64; 5] = std::array::from_fn(|d| (0..3).map(|t| p[t] * c[t][d]).sum());
+            let observed: [f64; 5] =
+                std::array::from_fn(|d| o.wins_i * c[0][d] + o.wins_j * c[1][d] + o.ties * c[2][d]);
             for d in 0..dims {
                 grad[idx[d]] += observed[d] - m * mean[d];
                 for e in 0..dims {
