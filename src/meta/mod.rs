@@ -16,6 +16,7 @@ mod evaluate;
 mod frame;
 mod inputs;
 mod levels;
+pub mod logistic;
 pub mod markdown;
 pub mod options;
 pub mod pairwise;

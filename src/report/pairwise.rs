@@ -49,6 +49,9 @@ pub fn pairwise_html(s: &PairwiseSummary) -> String {
         if let Some(c) = &a.style_controlled {
             controlled_table(&mut h, c);
         }
+        if let Some(lc) = &a.length_controlled {
+            length_controlled_table(&mut h, lc);
+        }
         let _ = write!(
             h,
             "<p class=\"note\">Position consistency {:.3}; flip rate {:.3}; position bias {:+.3}; tie parameter ν {}. The longer response wins {} of {} decided pairs of different lengths ({}).</p>",
@@ -188,5 +191,51 @@ fn controlled_table(h: &mut String, c: &crate::meta::pairwise::controlled::Contr
             "<p><strong>Warning:</strong> the raw and the controlled strengths order {} differently.</p>",
             pairs.join(", ")
         );
+    }
+}
+
+/// Each system's raw and length-controlled win rate against the baseline, in percent, and the
+/// warning where the two are far apart.
+fn length_controlled_table(
+    h: &mut String,
+    lc: &crate::meta::pairwise::length_controlled::LengthControlled,
+) {
+    let _ = write!(
+        h,
+        "<p class=\"note\">Win rates against {} with the length difference held at zero (AlpacaEval 2's length-controlled win rate), in percent.</p><table><tr><th>system</th><th>pairs</th><th>win rate</th><th>length-controlled</th><th>interval</th></tr>",
+        escape(&lc.baseline)
+    );
+    let pct = |x: Option<f64>| x.map_or_else(|| "—".into(), |x| format!("{:.1}", 100.0 * x));
+    for r in &lc.systems {
+        let interval = r.interval.map_or_else(
+            || "—".into(),
+            |[lo, hi]| format!("[{:.1}, {:.1}]", 100.0 * lo, 100.0 * hi),
+        );
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{interval}</td></tr>",
+            escape(&r.system),
+            r.pairs,
+            pct(Some(r.win_rate)),
+            pct(r.length_controlled_win_rate)
+        );
+    }
+    h.push_str("</table>");
+    for r in &lc.systems {
+        if let Some(e) = &r.error {
+            let _ = write!(
+                h,
+                "<p class=\"note\">{}: {}.</p>",
+                escape(&r.system),
+                escape(e)
+            );
+        }
+        if r.extreme_change {
+            let _ = write!(
+                h,
+                "<p><strong>Warning:</strong> {}'s length-controlled win rate is far from its raw one.</p>",
+                escape(&r.system)
+            );
+        }
     }
 }

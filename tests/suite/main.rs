@@ -38,6 +38,7 @@ mod judge_json;
 mod judge_parity;
 mod judge_run;
 mod last_layer_reads;
+mod length_controlled_parity;
 mod likelihood;
 mod llama_cpp_vocabs;
 mod meta_parity;

@@ -21,7 +21,7 @@ fn fixture(path: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(common::fixtures().join(path)).unwrap()).unwrap()
 }
 
-fn item(context_id: &str, context: &str, system: &str, text: &str) -> Item {
+pub(crate) fn item(context_id: &str, context: &str, system: &str, text: &str) -> Item {
     let turn = |speaker: &str, text: &str| Turn {
         speaker: speaker.into(),
         text: text.into(),
@@ -572,7 +572,6 @@ fn json_rubrics_write_both_orders() {
 /// hand-made verdicts: c1 a wins in both orders (consistent); c2 each order prefers the response
 /// shown first (inconsistent), averaging to a tie.
 pub(crate) fn hand_made_verdicts() -> (Vec<Item>, Vec<(usize, Record)>) {
-    use hyoka::results::{CompareRecord, Provenance, RubricId, Task};
     let probs = |first: f64, second: f64, tie: f64| VerdictProbs {
         first,
         second,
@@ -588,7 +587,32 @@ pub(crate) fn hand_made_verdicts() -> (Vec<Item>, Vec<(usize, Record)>) {
             items.push(it);
         }
     }
-    let provenance = std::sync::Arc::new(Provenance {
+    let provenance = compare_provenance(Default::default());
+    let verdicts = [
+        (probs(0.8, 0.1, 0.1), probs(0.6, 0.3, 0.1)),
+        (probs(0.7, 0.2, 0.1), probs(0.2, 0.7, 0.1)),
+    ];
+    let records: Vec<(usize, Record)> = ["c1", "c2"]
+        .iter()
+        .zip(verdicts)
+        .enumerate()
+        .map(|(n, (c, (x, y)))| {
+            let verdict = PairVerdict {
+                first_shown_first: x,
+                second_shown_first: y,
+            };
+            (n + 1, compare_record(c, "a", "b", verdict, &provenance))
+        })
+        .collect();
+    (items, records)
+}
+
+/// The provenance of a hand-made `hyoka compare` run with these settings.
+pub(crate) fn compare_provenance(
+    settings: serde_json::Map<String, Value>,
+) -> std::sync::Arc<hyoka::results::Provenance> {
+    use hyoka::results::{Provenance, RubricId, Task};
+    std::sync::Arc::new(Provenance {
         hyoka: "test".into(),
         task: Task::Compare,
         rubric: Some(RubricId {
@@ -600,43 +624,35 @@ pub(crate) fn hand_made_verdicts() -> (Vec<Item>, Vec<(usize, Record)>) {
         models: Vec::new(),
         dtype: "f32".into(),
         device: "cpu".into(),
-        settings: Default::default(),
-    });
-    let verdicts = [
-        (probs(0.8, 0.1, 0.1), probs(0.6, 0.3, 0.1)),
-        (probs(0.7, 0.2, 0.1), probs(0.2, 0.7, 0.1)),
-    ];
-    let records: Vec<(usize, Record)> = ["c1", "c2"]
-        .iter()
-        .zip(verdicts)
-        .enumerate()
-        .map(|(n, (c, (x, y)))| {
-            let record = Record {
-                id: format!("{c}|a|b"),
-                input: None,
-                body: Ok(Body::Compare(CompareRecord {
-                    context_id: c.to_string(),
-                    first: "a".into(),
-                    second: "b".into(),
-                    verdicts: vec![(
-                        "overall".into(),
-                        PairVerdict {
-                            first_shown_first: x,
-                            second_shown_first: y,
-                        },
-                    )],
-                    answers: Vec::new(),
-                    judges: Vec::new(),
-                    dropped_turns: 0,
-                    truncated: false,
-                })),
-                not_applicable: false,
-                provenance: provenance.clone(),
-            };
-            (n + 1, record)
-        })
-        .collect();
-    (items, records)
+        settings,
+    })
+}
+
+/// A hand-made pairwise results line: the verdict on aspect `overall` of `first` against
+/// `second` in `context`.
+pub(crate) fn compare_record(
+    context: &str,
+    first: &str,
+    second: &str,
+    verdict: PairVerdict,
+    provenance: &std::sync::Arc<hyoka::results::Provenance>,
+) -> Record {
+    Record {
+        id: format!("{context}|{first}|{second}"),
+        input: None,
+        body: Ok(Body::Compare(hyoka::results::CompareRecord {
+            context_id: context.to_string(),
+            first: first.into(),
+            second: second.into(),
+            verdicts: vec![("overall".into(), verdict)],
+            answers: Vec::new(),
+            judges: Vec::new(),
+            dropped_turns: 0,
+            truncated: false,
+        })),
+        not_applicable: false,
+        provenance: provenance.clone(),
+    }
 }
 
 /// `hand_made_verdicts`' responses given different lengths: in c1 the longer is a's (which

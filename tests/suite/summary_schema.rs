@@ -158,5 +158,13 @@ fn summary_json_keys_are_the_documented_ones() {
         ..PairwiseOptions::default()
     };
     let pairwise = serde_json::to_value(summarize(&frame, &options)).unwrap();
-    check("### summary.json keys, pairwise rubrics", &[pairwise]);
+    // A run against a baseline: length-controlled win rates.
+    let run = &super::length_controlled_parity::fixture()["runs"][0];
+    let (items, records) = super::length_controlled_parity::baseline_run(run);
+    let frame = join(&items, records, std::path::Path::new("pairs.jsonl")).unwrap();
+    let against_baseline = serde_json::to_value(summarize(&frame, &options)).unwrap();
+    check(
+        "### summary.json keys, pairwise rubrics",
+        &[pairwise, against_baseline],
+    );
 }

@@ -7,6 +7,7 @@ pub mod biases;
 mod bootstrap;
 pub mod controlled;
 pub mod davidson;
+pub mod length_controlled;
 pub mod preferences;
 mod render;
 
@@ -17,6 +18,7 @@ pub use render::markdown;
 
 use super::MetaError;
 use crate::data::{Item, Pair};
+use crate::meta::bias::response_length;
 use crate::results::reader::{ResultsInput, read_input_records};
 use crate::results::verdicts::{PairVerdict, Verdict};
 use crate::results::{Body, Record};
@@ -95,6 +97,10 @@ pub struct AspectRanking {
     pub style_controlled: Option<controlled::Controlled>,
     /// Why the controlled fit failed, if it did.
     pub style_control_error: Option<String>,
+    /// Each system's win rate against the run's baseline with the length difference held at
+    /// zero, AlpacaEval 2's (None: the run compared every two systems, not each with one
+    /// baseline).
+    pub length_controlled: Option<length_controlled::LengthControlled>,
     /// Agreement with human preferences, per human key the aspect is compared with.
     pub human: Vec<HumanPreference>,
 }
@@ -319,6 +325,14 @@ pub fn summarize(frame: &PairFrame, opts: &PairwiseOptions) -> PairwiseSummary {
     }
     systems.sort_unstable();
     contexts.sort_unstable();
+    // The run's baseline, as its provenance records the pairing.
+    let baseline = (frame.provenance.settings.get("pairing"))
+        .and_then(|v| v.as_str())
+        .and_then(crate::data::Pairing::from_record)
+        .and_then(|p| match p {
+            crate::data::Pairing::Baseline(b) => systems.iter().position(|s| *s == b),
+            crate::data::Pairing::All => None,
+        });
     let aspects: Vec<String> = frame.pairs[0]
         .verdicts
         .iter()
@@ -329,7 +343,12 @@ pub fn summarize(frame: &PairFrame, opts: &PairwiseOptions) -> PairwiseSummary {
         .enumerate()
         .map(|(a, aspect)| {
             let human_keys = frame.human_keys_of(aspect);
-            rank_aspect(frame, a, aspect, &systems, &contexts, &human_keys, opts)
+            let sets = Sets {
+                systems: &systems,
+                contexts: &contexts,
+                baseline,
+            };
+            rank_aspect(frame, a, aspect, &sets, &human_keys, opts)
         })
         .collect();
     PairwiseSummary {
@@ -346,15 +365,23 @@ pub fn summarize(frame: &PairFrame, opts: &PairwiseOptions) -> PairwiseSummary {
     }
 }
 
+/// The systems and contexts of a frame, in name order, and the baseline's index among the
+/// systems if the run compared each system with one.
+struct Sets<'a> {
+    systems: &'a [&'a str],
+    contexts: &'a [&'a str],
+    baseline: Option<usize>,
+}
+
 fn rank_aspect(
     frame: &PairFrame,
     a: usize,
     aspect: &str,
-    systems: &[&str],
-    contexts: &[&str],
+    sets: &Sets,
     human_keys: &[String],
     opts: &PairwiseOptions,
 ) -> AspectRanking {
+    let (systems, contexts) = (sets.systems, sets.contexts);
     let index = |s: &Option<String>| {
         systems
             .binary_search(&s.as_deref().unwrap_or_default())
@@ -380,6 +407,7 @@ fn rank_aspect(
     let mut by_context: Vec<Vec<davidson::Outcome>> = vec![Vec::new(); contexts.len()];
     // The same outcomes with their responses' style features, for the controlled fit.
     let mut styled: Vec<Vec<(davidson::Outcome, [f64; 2])>> = vec![Vec::new(); contexts.len()];
+    let mut with_baseline: Vec<length_controlled::BaselineComparison> = Vec::new();
     let (mut consistent, mut bias) = (0usize, 0.0);
     for p in &frame.pairs {
         let v = &p.verdicts[a].1;
@@ -400,6 +428,28 @@ fn rank_aspect(
         by_context[c].push(outcome);
         let features = controlled::style_features(&p.first.response.text, &p.second.response.text);
         styled[c].push((outcome, features));
+        if let Some(b) = sets.baseline.filter(|b| *b == i || *b == j) {
+            let (system, won, first_is_system) = if b == j {
+                (i, outcome.wins_i, true)
+            } else {
+                (j, outcome.wins_j, false)
+            };
+            let (length_of_first, length_of_second) = (
+                response_length(&p.first.response.text) as f64,
+                response_length(&p.second.response.text) as f64,
+            );
+            let difference = length_of_first - length_of_second;
+            with_baseline.push(length_controlled::BaselineComparison {
+                context: c,
+                system,
+                preference: won + outcome.ties / 2.0,
+                length_difference: if first_is_system {
+                    difference
+                } else {
+                    -difference
+                },
+            });
+        }
         consistent += usize::from(v.consistent());
         bias += v.position_bias();
         for (k, win) in [(i, outcome.wins_i), (j, outcome.wins_j)] {
@@ -459,6 +509,16 @@ fn rank_aspect(
             Some(Ok(c)) => (Some(c), None),
             Some(Err(e)) => (None, Some(e.to_string())),
         };
+    let length_controlled = sets.baseline.map(|b| {
+        length_controlled::fit(
+            systems,
+            b,
+            &with_baseline,
+            contexts.len(),
+            &resamples,
+            opts.level,
+        )
+    });
     // Per human key, each system's human score: its mean rating over its compared responses,
     // or, where preferences are given on the key, its win rate over the raters' votes.
     let mut sums: Vec<BTreeMap<String, (f64, usize)>> = vec![BTreeMap::new(); n];
@@ -533,6 +593,7 @@ fn rank_aspect(
         bootstrap_failed,
         style_controlled,
         style_control_error,
+        length_controlled,
         human,
     }
 }

@@ -111,6 +111,9 @@ pub fn markdown(s: &PairwiseSummary) -> String {
         if let Some(e) = &a.style_control_error {
             let _ = writeln!(md, "No style-controlled strengths: {e}.\n");
         }
+        if let Some(lc) = &a.length_controlled {
+            md.push_str(&length_controlled_markdown(lc, s.options.level));
+        }
         let l = &a.longer_wins;
         let _ = writeln!(
             md,
@@ -201,6 +204,76 @@ fn controlled_markdown(c: &super::controlled::Controlled, raw: &[super::SystemRa
             "\n**Warning:** the raw and the controlled strengths order {} differently: part of the raw ranking follows the responses' style.",
             pairs.join(", ")
         );
+    }
+    md.push('\n');
+    md
+}
+
+fn percent(x: Option<f64>) -> String {
+    x.map_or_else(|| "—".into(), |x| format!("{:.1}", 100.0 * x))
+}
+
+fn percent_interval(x: Option<[f64; 2]>) -> String {
+    x.map_or_else(
+        || "—".into(),
+        |[lo, hi]| format!("[{:.1}, {:.1}]", 100.0 * lo, 100.0 * hi),
+    )
+}
+
+/// Each system's raw and length-controlled win rate against the baseline, in percent.
+fn length_controlled_markdown(
+    lc: &super::length_controlled::LengthControlled,
+    level: f64,
+) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "Length-controlled win rates against {} (AlpacaEval 2's: a logistic model of each pair's preference on tanh of the standardised length difference{} and an intercept, L1 penalty chosen by 5-fold cross-validation, predicted with no length difference; {:.0} % intervals over the same resampled contexts, in percent):\n",
+        md_text(&lc.baseline),
+        if lc.difficulty_from_other_systems {
+            ", the context's difficulty (the other systems' mean preference, as a logit)"
+        } else {
+            ""
+        },
+        level * 100.0
+    );
+    let _ = writeln!(
+        md,
+        "| system | pairs | win rate | interval | length-controlled | interval | φ length | ψ difficulty | θ | C |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---|---:|---|---:|---:|---:|---:|");
+    let mut notes = Vec::new();
+    for r in &lc.systems {
+        let c = r.coefficients.as_ref();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            md_text(&r.system),
+            r.pairs,
+            percent(Some(r.win_rate)),
+            percent_interval(r.win_rate_interval),
+            percent(r.length_controlled_win_rate),
+            percent_interval(r.interval),
+            num(c.map(|c| c.length), 3),
+            num(c.map(|c| c.difficulty), 3),
+            num(c.map(|c| c.intercept), 3),
+            r.penalty.map_or_else(|| "—".into(), |p| format!("{p:.3}"))
+        );
+        if let Some(e) = &r.error {
+            notes.push(format!(
+                "{}: no length-controlled win rate: {e}.",
+                md_text(&r.system)
+            ));
+        }
+        if r.extreme_change {
+            notes.push(format!(
+                "**Warning:** {}'s length-controlled win rate is far from its raw one (AlpacaEval's threshold): the responses' length drives much of its verdicts, or the fit failed.",
+                md_text(&r.system)
+            ));
+        }
+    }
+    for n in notes {
+        let _ = writeln!(md, "\n{n}");
     }
     md.push('\n');
     md
