@@ -81,6 +81,12 @@ impl BertScoreRun<'_> {
 
     /// The references of an item, or why it has none.
     fn references<'i>(&self, item: &'i Item) -> Result<Vec<&'i str>, String> {
+        if item.scope == crate::data::Scope::Dialogue {
+            return Err(
+                "a whole dialogue (scope \"dialogue\"): BERTScore compares one response with references, and a dialogue-level rating is not one response's"
+                    .into(),
+            );
+        }
         match self.against {
             Against::Reference if item.reference.is_empty() => Err(
                 "no `reference` (use --against last-turn to compare with the last context turn)"

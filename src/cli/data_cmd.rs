@@ -44,6 +44,34 @@ pub enum Import {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Import the Dialogue System Live Competition 3's data (livecompetition3.zip, MIT; the
+    /// repository ships it as data/dslc3.zip): one item per dialogue, of scope `dialogue`.
+    ///
+    /// Each dialogue's turns but the last are its context, the last its response; `system` is
+    /// the system's folder (CHC, HBY, …; AKT, FCL, …), `dialogue` and the id the dialogue id.
+    /// Open track: `human.naturalness`, `human.topic_following`, `human.topic_offering`, the
+    /// user's 1–5 ratings of the whole dialogue (some half points), and the two topics the user
+    /// chose in `meta.dslc3.topics`; situation track: `human.situation_humanlike`. One user
+    /// rated each dialogue: there are no rater ids. Judge them with dslc3-open-ja or
+    /// dslc3-situation-ja.
+    Dslc3 {
+        /// The competition's folder (livecompetition3/) or a .zip or .tar.gz of it, e.g.
+        /// data/dslc3.zip.
+        #[arg(value_name = "DIR|ARCHIVE")]
+        dir: PathBuf,
+        /// Output items JSONL.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// The track: `open` or `situation` (needed where both are there, as in the archive).
+        #[arg(long, value_name = "TRACK")]
+        track: Option<String>,
+        /// Keep N whole dialogues drawn with --seed (for a quick run on part of a dataset).
+        #[arg(long, value_name = "N")]
+        sample_dialogues: Option<usize>,
+        /// Seed of --sample-dialogues.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -56,6 +84,8 @@ reference string or list of strings: reference responses (BERTScore)\n  \
 setting   string: roleplay settings / character sheet\n  \
 system    string: which system produced the response\n  \
 dialogue  string: which dialogue the item belongs to\n  \
+scope     \"turn\" (default: the response is rated) or \"dialogue\" (the ratings judge the whole \
+dialogue, context and response; judged by rubrics of scope dialogue)\n  \
 context_id string: which context the response answers; items with the same context_id are \
 responses of different systems to one context (same context and setting), compared in pairs by \
 `hyoka compare`\n  \
@@ -103,11 +133,7 @@ pub fn import(cmd: Import) -> anyhow::Result<ExitCode> {
                 "wrote {} items from {} dialogues{set} ({}) to {}",
                 s.items,
                 s.dialogues,
-                s.systems
-                    .iter()
-                    .map(|(k, v)| format!("{k}: {v}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                systems_counted(&s),
                 output.display()
             );
             if unannotated > 0 {
@@ -117,7 +143,46 @@ pub fn import(cmd: Import) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Import::Dslc3 {
+            dir,
+            output,
+            track,
+            sample_dialogues,
+            seed,
+        } => import_dslc3(dir, output, track, sample_dialogues, seed),
     }
+}
+
+/// "SYSTEM: N, …" of an import's items.
+fn systems_counted(s: &data::Summary) -> String {
+    (s.systems.iter())
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn import_dslc3(
+    dir: PathBuf,
+    output: PathBuf,
+    track: Option<String>,
+    sample_dialogues: Option<usize>,
+    seed: u64,
+) -> anyhow::Result<ExitCode> {
+    let imported = data::dslc3::import(&dir, track.as_deref())?;
+    let mut items = imported.items;
+    if let Some(n) = sample_dialogues {
+        items = data::select::sample_dialogues(items, n, seed);
+    }
+    data::write_items(&output, &items)?;
+    let s = data::summarize(&items);
+    eprintln!(
+        "wrote {} dialogues of the {} track ({}) to {}",
+        s.items,
+        imported.track,
+        systems_counted(&s),
+        output.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn validate(cmd: Validate) -> anyhow::Result<ExitCode> {

@@ -35,6 +35,31 @@ impl HumanRating {
     }
 }
 
+/// What an item's ratings judge.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// The response, in its context.
+    #[default]
+    Turn,
+    /// The whole dialogue: its context turns and the response, its last turn.
+    Dialogue,
+}
+
+impl Scope {
+    pub fn is_turn(&self) -> bool {
+        *self == Scope::Turn
+    }
+
+    /// The name items and rubrics write.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Turn => "turn",
+            Scope::Dialogue => "dialogue",
+        }
+    }
+}
+
 /// One dialogue item, one line of an items JSONL file.
 ///
 /// Field order here is the order written to JSONL.
@@ -58,6 +83,10 @@ pub struct Item {
     /// Which dialogue the item belongs to (for within-dialogue meta-evaluation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dialogue: Option<String>,
+    /// `dialogue`: the ratings judge the whole dialogue (context and response), not the
+    /// response alone.
+    #[serde(default, skip_serializing_if = "Scope::is_turn")]
+    pub scope: Scope,
     /// Which shared context the response answers: items with the same `context_id` are
     /// candidate responses of different systems to one context (`hyoka compare` judges them in
     /// pairs). Their context and setting must be the same.

@@ -29,6 +29,7 @@ const FIELDS: &[&str] = &[
     "setting",
     "system",
     "dialogue",
+    "scope",
     "context_id",
     "human",
     "raters",
@@ -321,6 +322,17 @@ pub fn parse_item(text: &str) -> Result<Item, (String, String)> {
         setting: optional_string(&obj, "setting")?,
         system: optional_string(&obj, "system")?,
         dialogue: optional_string(&obj, "dialogue")?,
+        scope: match obj.get("scope") {
+            None | Some(Value::Null) => crate::data::Scope::Turn,
+            Some(Value::String(s)) if s == "turn" => crate::data::Scope::Turn,
+            Some(Value::String(s)) if s == "dialogue" => crate::data::Scope::Dialogue,
+            Some(_) => {
+                return Err((
+                    "scope".into(),
+                    "expected \"turn\" (the response is rated) or \"dialogue\" (the whole dialogue is)".into(),
+                ));
+            }
+        },
         context_id: optional_string(&obj, "context_id")?,
         human,
         raters,

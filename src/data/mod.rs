@@ -1,14 +1,16 @@
 //! Stage 1 — data: dialogue items, their strict JSONL form, importers and a summary.
 
 pub mod dbdc3;
+pub mod dslc3;
 pub mod ids;
 mod item;
 pub mod jsonl;
 pub mod lines;
 pub mod pairs;
 pub mod select;
+mod sources;
 
-pub use item::{HumanRating, Item, SourceTexts, Translation, Turn};
+pub use item::{HumanRating, Item, Scope, SourceTexts, Translation, Turn};
 pub use jsonl::{
     ReadItems, items_text, parse_item, parse_items, read_item_at, read_items, write_items,
 };

@@ -246,6 +246,7 @@ mod tests {
             setting: None,
             system: Some(system.into()),
             dialogue: None,
+            scope: Default::default(),
             context_id: Some(context_id.into()),
             human: Default::default(),
             raters: Vec::new(),

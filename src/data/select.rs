@@ -194,6 +194,7 @@ mod tests {
             setting: None,
             system: None,
             dialogue: Some(dialogue.into()),
+            scope: Default::default(),
             context_id: None,
             human: Default::default(),
             raters: vec![],

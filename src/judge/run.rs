@@ -140,7 +140,7 @@ impl<'a> Judge<'a> {
         opts: &RunOptions,
         progress: &mut crate::results::Progress<'_>,
     ) -> Result<(RunSummary, JudgeStats), RunError<JudgeError>> {
-        let mut task = self.task(opts)?;
+        let mut task = self.task(items, opts)?;
         let summary = runner::run(&mut task, items, output, opts.overwrite, progress)?;
         Ok((summary, task.stats))
     }
@@ -153,17 +153,24 @@ impl<'a> Judge<'a> {
         opts: &RunOptions,
         progress: &mut crate::results::Progress<'_>,
     ) -> Result<(RunSummary, JudgeStats, Vec<String>), RunError<JudgeError>> {
-        let mut task = self.task(opts)?;
+        let mut task = self.task(items, opts)?;
         let (summary, lines) = runner::run_in_memory(&mut task, items, progress)?;
         Ok((summary, task.stats, lines))
     }
 
-    fn task<'j>(&'j self, opts: &'j RunOptions) -> Result<JudgeTask<'j, 'a>, RunError<JudgeError>> {
+    fn task<'j>(
+        &'j self,
+        items: &[Item],
+        opts: &'j RunOptions,
+    ) -> Result<JudgeTask<'j, 'a>, RunError<JudgeError>> {
         if self.rubric.pairwise.is_some() {
             return Err(RunError::Task(JudgeError::RubricKind(format!(
                 "rubric {}: pairwise (it compares two responses): judge pairs with hyoka compare",
                 self.rubric.name
             ))));
+        }
+        if let Some(why) = self.rubric.scope_mismatch(items) {
+            return Err(RunError::Task(JudgeError::RubricKind(why)));
         }
         Ok(JudgeTask {
             judge: self,

@@ -431,6 +431,7 @@ mod tests {
             setting: None,
             system: None,
             dialogue: None,
+            scope: Default::default(),
             context_id: None,
             human: keys
                 .iter()

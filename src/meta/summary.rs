@@ -55,6 +55,9 @@ pub struct Combination {
 pub struct Summary {
     pub hyoka: String,
     pub items: usize,
+    /// Every item is a whole dialogue (scope `dialogue`): the item level is the dialogue level,
+    /// and there is no within-dialogue level.
+    pub whole_dialogues: bool,
     pub sources: Vec<Value>,
     pub bootstrap: Bootstrap,
     pub combined: Option<Combination>,
@@ -137,11 +140,18 @@ impl Summary {
             .iter()
             .map(|k| (k.clone(), frame.human(k)))
             .collect();
+        // Items that are whole dialogues are the dialogue level themselves: nothing varies
+        // within one.
+        let whole_dialogues = (!frame.items.is_empty())
+            && (frame.items.iter()).all(|i| i.scope == crate::data::Scope::Dialogue);
+        let levels: Vec<Level> = (Level::ALL.into_iter())
+            .filter(|l| !(whole_dialogues && *l == Level::Dialogue))
+            .collect();
         let mut tasks = Vec::new();
         for c in &frame.columns {
             for (key, h) in &humans {
                 if frame.pairs_with(c, key) {
-                    for level in Level::ALL {
+                    for &level in &levels {
                         tasks.push((frame.row_label(c), c, key, h, level));
                     }
                 }
@@ -196,6 +206,7 @@ impl Summary {
         Ok(Summary {
             hyoka: crate::version::VERSION.to_string(),
             items: items.len(),
+            whole_dialogues,
             sources: frame.sources.clone(),
             bootstrap: opts.bootstrap,
             combined,
@@ -246,6 +257,15 @@ impl Summary {
 
     /// One level's table in the paper's layout (rows = methods, columns = human aspects, cells =
     /// Spearman/Pearson) with its unit counts; None when the level has no cell.
+    /// A level's heading: the item level of whole dialogues says so.
+    pub fn level_title(&self, level: Level) -> &'static str {
+        if self.whole_dialogues && level == Level::Item {
+            "Item level (whole dialogues)"
+        } else {
+            level.title()
+        }
+    }
+
     pub fn level_table(&self, level: Level) -> Option<String> {
         let n: Vec<usize> = self
             .correlations
@@ -309,7 +329,7 @@ impl Summary {
         );
         for level in Level::ALL {
             if let Some(table) = self.level_table(level) {
-                let _ = writeln!(md, "### {}\n\n{table}", level.title());
+                let _ = writeln!(md, "### {}\n\n{table}", self.level_title(level));
             }
         }
         let _ = writeln!(md, "## Item level in detail (coefficient [95% CI] p)\n");

@@ -403,6 +403,7 @@ pub fn sample_item() -> Item {
         setting: None,
         system: None,
         dialogue: None,
+        scope: Default::default(),
         context_id: None,
         human: Default::default(),
         raters: Vec::new(),

@@ -76,7 +76,7 @@ pub fn html(summary: &Summary, frame: &Frame) -> String {
         let _ = write!(
             h,
             "<h2>{} — Spearman / Pearson</h2><table><tr><th>method</th>",
-            level.title()
+            summary.level_title(level)
         );
         for k in &keys {
             let _ = write!(h, "<th>{}</th>", svg::escape(k));

@@ -160,6 +160,7 @@ mod tests {
             setting: None,
             system: Some("sys".into()),
             dialogue: None,
+            scope: Default::default(),
             context_id: None,
             human: [("x".to_string(), HumanRating::Single(1.0))].into(),
             raters: vec![],

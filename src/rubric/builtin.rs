@@ -45,6 +45,14 @@ pub const BUILTIN: Builtins = &[
         "breakdown-pair-en",
         include_str!("../../prompts/breakdown-pair-en.toml"),
     ),
+    (
+        "dslc3-open-ja",
+        include_str!("../../prompts/dslc3-open-ja.toml"),
+    ),
+    (
+        "dslc3-situation-ja",
+        include_str!("../../prompts/dslc3-situation-ja.toml"),
+    ),
 ];
 
 pub fn builtin_names() -> Vec<&'static str> {

@@ -6,6 +6,7 @@ mod builtin;
 pub use builtin::{BUILTIN, builtin, builtin_names};
 
 use crate::checksum::sha256_hex;
+use crate::data::Scope;
 use crate::definition::{Named, builtin_origin, look_up};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -168,6 +169,10 @@ pub struct Rubric {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub language: Option<String>,
     pub output: OutputMode,
+    /// `dialogue`: the rubric judges whole dialogues (items of scope `dialogue`); by default
+    /// it judges a response in its context.
+    #[serde(default, skip_serializing_if = "Scope::is_turn")]
+    pub scope: Scope,
     /// Keep at most this many context turns (the most recent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_context_turns: Option<usize>,
@@ -182,6 +187,22 @@ pub struct Rubric {
 }
 
 impl Rubric {
+    /// Why this rubric cannot judge `items`, if it cannot: a rubric judges items of its own
+    /// scope only (a whole-dialogue rating is not a rating of its last turn, nor the reverse).
+    pub fn scope_mismatch(&self, items: &[crate::data::Item]) -> Option<String> {
+        let other = items.iter().find(|i| i.scope != self.scope)?;
+        Some(match self.scope {
+            Scope::Turn => format!(
+                "rubric {} judges a response in its context, and item {:?} is a whole dialogue (scope \"dialogue\"): use a dialogue rubric (dslc3-open-ja, dslc3-situation-ja) or one with scope = \"dialogue\"",
+                self.name, other.id
+            ),
+            Scope::Dialogue => format!(
+                "rubric {} judges whole dialogues, and item {:?} is a response in its context: give items of scope \"dialogue\" (hyoka import dslc3 writes them)",
+                self.name, other.id
+            ),
+        })
+    }
+
     /// A built-in name or a path to a rubric file.
     pub fn resolve(name_or_path: &str) -> Result<(Rubric, String), RubricError> {
         match look_up(BUILTIN, name_or_path) {
@@ -244,6 +265,13 @@ impl Rubric {
             return bad(
                 "aspects".into(),
                 "a rubric needs at least one aspect".into(),
+            );
+        }
+        if self.scope == Scope::Dialogue && self.pairwise.is_some() {
+            return bad(
+                "scope".into(),
+                "a pairwise rubric compares two responses to one context, not whole dialogues"
+                    .into(),
             );
         }
         for (i, a) in self.aspects.iter().enumerate() {

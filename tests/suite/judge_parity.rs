@@ -54,6 +54,7 @@ fn item(id: &str, text: &str) -> Item {
         setting: None,
         system: None,
         dialogue: None,
+        scope: Default::default(),
         context_id: None,
         human: Default::default(),
         raters: vec![],

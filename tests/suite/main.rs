@@ -23,6 +23,7 @@ mod converter_real_vocab;
 mod data_import;
 mod dbdc3_trees;
 mod decode_attention;
+mod dslc3;
 mod english_route;
 mod eval_merge;
 mod expand_kernels;

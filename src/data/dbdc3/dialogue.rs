@@ -97,6 +97,7 @@ pub(super) fn import_text(
                 setting: None,
                 system: system.clone(),
                 dialogue: Some(dialogue_id.clone()),
+                scope: Default::default(),
                 context_id: None,
                 human,
                 raters,

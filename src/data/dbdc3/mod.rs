@@ -15,12 +15,11 @@
 //! revised).
 
 mod dialogue;
-mod sources;
 
 use super::DataError;
 use super::item::{HumanRating, Item};
+use crate::data::sources::{self, DialogueFile};
 pub use dialogue::{BREAKDOWN, O, T, X};
-use sources::DialogueFile;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -53,7 +52,13 @@ pub struct Imported {
 /// order of their paths, so the output is deterministic; an archive gives the items its
 /// unpacked folder gives.
 pub fn import(path: &Path, options: &Dbdc3Options) -> Result<Imported, DataError> {
-    let files = sources::read(path)?;
+    let files = sources::read(
+        path,
+        &sources::Wanted {
+            endings: &[".log.json"],
+            described: "DBDC3 dialogues (*.log.json)",
+        },
+    )?;
     if files.is_empty() {
         return Err(DataError::Format {
             file: path.to_path_buf(),

@@ -1,20 +1,20 @@
-//! The dialogue files of a DBDC3 dataset as given: a folder, a `.tar.gz`/`.tgz` or a `.zip`,
-//! each file bounded in size and the whole in total, since the archive comes from elsewhere.
+//! The files of a dataset as given: a folder, a `.tar.gz`/`.tgz` or a `.zip`, those a dataset's
+//! reader wants (by the end of their names), each bounded in size and the whole in total, since
+//! the archive comes from elsewhere.
 
-use super::super::DataError;
+use super::DataError;
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
-/// Largest dialogue file read (the challenge's are under 200 KB).
+/// Largest file read (DBDC3's and DSLC3's dialogues are under 200 KB).
 const MAX_DIALOGUE_BYTES: u64 = 64 << 20;
-/// Most bytes of dialogue files read from one dataset (the challenge's whole archive unpacks to
-/// about 100 MB).
+/// Most bytes read from one dataset (DBDC3's whole archive unpacks to about 100 MB).
 const MAX_TOTAL_BYTES: u64 = 4 << 30;
 
-/// One dialogue file: where it lies below the dataset (an archive's one top folder left out),
-/// how errors name it, and its text.
+/// One file: where it lies below the dataset (an archive's one top folder left out), how errors
+/// name it, and its text.
 #[derive(Clone, Debug)]
-pub(super) struct DialogueFile {
+pub(crate) struct DialogueFile {
     pub relative: PathBuf,
     pub shown: PathBuf,
     pub text: String,
@@ -43,13 +43,26 @@ impl DialogueFile {
     }
 }
 
-/// Every `*.log.json` of `path`, sorted by their place below it.
-pub(super) fn read(path: &Path) -> Result<Vec<DialogueFile>, DataError> {
+/// What a dataset's reader takes: the files whose names end with one of `endings`, and the
+/// dataset described for an error ("DBDC3 dialogues (*.log.json)").
+pub(crate) struct Wanted<'a> {
+    pub endings: &'a [&'a str],
+    pub described: &'a str,
+}
+
+impl Wanted<'_> {
+    fn takes(&self, name: &str) -> bool {
+        self.endings.iter().any(|e| name.ends_with(e))
+    }
+}
+
+/// Every file of `path` that `wanted` takes, sorted by their place below it.
+pub(crate) fn read(path: &Path, wanted: &Wanted) -> Result<Vec<DialogueFile>, DataError> {
     let name = path.to_string_lossy();
     let mut budget = Budget::default();
     let mut files = if path.is_dir() {
         let mut found = Vec::new();
-        collect_logs(path, &mut found)?;
+        collect(path, wanted, &mut found)?;
         found
             .into_iter()
             .map(|file| {
@@ -63,9 +76,9 @@ pub(super) fn read(path: &Path) -> Result<Vec<DialogueFile>, DataError> {
             })
             .collect::<Result<Vec<_>, DataError>>()?
     } else if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
-        without_top_folder(read_tar_gz(path, &mut budget)?)
+        without_top_folder(read_tar_gz(path, wanted, &mut budget)?)
     } else if name.ends_with(".zip") {
-        without_top_folder(read_zip(path, &mut budget)?)
+        without_top_folder(read_zip(path, wanted, &mut budget)?)
     } else if !path.exists() {
         return Err(DataError::io(
             path,
@@ -74,9 +87,10 @@ pub(super) fn read(path: &Path) -> Result<Vec<DialogueFile>, DataError> {
     } else {
         return Err(DataError::Format {
             file: path.to_path_buf(),
-            message:
-                "expected a folder of DBDC3 dialogues (*.log.json), or a .tar.gz or .zip of one"
-                    .into(),
+            message: format!(
+                "expected a folder of {}, or a .tar.gz or .zip of one",
+                wanted.described
+            ),
         });
     };
     files.sort_by(|a, b| a.relative.cmp(&b.relative));
@@ -99,9 +113,7 @@ impl Budget {
     ) -> Result<String, DataError> {
         let too_large = |size: String| DataError::Format {
             file: shown.to_path_buf(),
-            message: format!(
-                "a dialogue file of {size} bytes (at most {MAX_DIALOGUE_BYTES} are read)"
-            ),
+            message: format!("a file of {size} bytes (at most {MAX_DIALOGUE_BYTES} are read)"),
         };
         if let Some(size) = declared.filter(|&s| s > MAX_DIALOGUE_BYTES) {
             return Err(too_large(size.to_string()));
@@ -118,7 +130,7 @@ impl Budget {
             return Err(DataError::Format {
                 file: shown.to_path_buf(),
                 message: format!(
-                    "the dataset's dialogue files pass {MAX_TOTAL_BYTES} bytes in all (at most that is read)"
+                    "the dataset's files pass {MAX_TOTAL_BYTES} bytes in all (at most that is read)"
                 ),
             });
         }
@@ -131,15 +143,15 @@ impl Budget {
 
 /// Folders are followed where they really are (a link to a folder is not, so a loop of links
 /// cannot recurse without end); files through links are read.
-fn collect_logs(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DataError> {
+fn collect(dir: &Path, wanted: &Wanted, out: &mut Vec<PathBuf>) -> Result<(), DataError> {
     let entries = std::fs::read_dir(dir).map_err(|e| DataError::io(dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| DataError::io(dir, e))?;
         let path = entry.path();
         let kind = entry.file_type().map_err(|e| DataError::io(&path, e))?;
         if kind.is_dir() {
-            collect_logs(&path, out)?;
-        } else if path.to_string_lossy().ends_with(".log.json") && !path.is_dir() {
+            collect(&path, wanted, out)?;
+        } else if wanted.takes(&path.to_string_lossy()) && !path.is_dir() {
             out.push(path);
         }
     }
@@ -153,7 +165,11 @@ fn unreadable(archive: &Path, kind: &str, e: impl std::fmt::Display) -> DataErro
     }
 }
 
-fn read_tar_gz(archive: &Path, budget: &mut Budget) -> Result<Vec<DialogueFile>, DataError> {
+fn read_tar_gz(
+    archive: &Path,
+    wanted: &Wanted,
+    budget: &mut Budget,
+) -> Result<Vec<DialogueFile>, DataError> {
     let file = std::fs::File::open(archive).map_err(|e| DataError::io(archive, e))?;
     let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(std::io::BufReader::new(file)));
     let bad = |e: std::io::Error| unreadable(archive, ".tar.gz", e);
@@ -161,8 +177,7 @@ fn read_tar_gz(archive: &Path, budget: &mut Budget) -> Result<Vec<DialogueFile>,
     for entry in tar.entries().map_err(bad)? {
         let entry = entry.map_err(bad)?;
         let inner = entry.path().map_err(bad)?.into_owned();
-        if !entry.header().entry_type().is_file() || !inner.to_string_lossy().ends_with(".log.json")
-        {
+        if !entry.header().entry_type().is_file() || !wanted.takes(&inner.to_string_lossy()) {
             continue;
         }
         let shown = archive.join(&inner);
@@ -177,7 +192,11 @@ fn read_tar_gz(archive: &Path, budget: &mut Budget) -> Result<Vec<DialogueFile>,
     Ok(out)
 }
 
-fn read_zip(archive: &Path, budget: &mut Budget) -> Result<Vec<DialogueFile>, DataError> {
+fn read_zip(
+    archive: &Path,
+    wanted: &Wanted,
+    budget: &mut Budget,
+) -> Result<Vec<DialogueFile>, DataError> {
     let file = std::fs::File::open(archive).map_err(|e| DataError::io(archive, e))?;
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file))
         .map_err(|e| unreadable(archive, ".zip", e))?;
@@ -190,7 +209,7 @@ fn read_zip(archive: &Path, budget: &mut Budget) -> Result<Vec<DialogueFile>, Da
             .name()
             .map_err(|e| unreadable(archive, ".zip", e))?
             .into_owned();
-        if !entry.is_file() || !name.ends_with(".log.json") {
+        if !entry.is_file() || !wanted.takes(&name) {
             continue;
         }
         // A name that climbs out (`..`, an absolute path) names no place below the dataset.
@@ -212,7 +231,7 @@ fn read_zip(archive: &Path, budget: &mut Budget) -> Result<Vec<DialogueFile>, Da
     Ok(out)
 }
 
-/// An archive's one top folder, if every dialogue lies below the same one, stands for the
+/// An archive's one top folder, if every file lies below the same one, stands for the
 /// dataset's folder: `dbdc3-ja/DCM/x.log.json` is system DCM, as `DCM/x.log.json` is below an
 /// unpacked `dbdc3-ja/`.
 fn without_top_folder(mut files: Vec<DialogueFile>) -> Vec<DialogueFile> {
