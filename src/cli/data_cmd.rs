@@ -72,6 +72,33 @@ pub enum Import {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Import DUO (ikuminumaya/duo-dataset): chats between a crowd worker and an LLM system,
+    /// one item of scope `dialogue` per dialogue.
+    ///
+    /// The three third-party annotators' 1–5 ratings of the whole dialogue are under each
+    /// aspect's key, one value per annotator (`preference`, `stylistic_similarity`,
+    /// `consistency`, and `empathy` in the ed setting or `engagingness` in wow), the user's own
+    /// under `user_<key>`; `system` is the model, `meta.duo` the setting, language, style prompt,
+    /// emotion and episode or topic, and the user's id. The ed setting is CC BY-NC 4.0 and wow
+    /// Apache-2.0 (their LICENSE.txt). Judge them with duo-ed-ja or duo-wow-ja.
+    Duo {
+        /// The repository's folder (duo-dataset/), or a .zip or .tar.gz of it.
+        #[arg(value_name = "DIR|ARCHIVE")]
+        dir: PathBuf,
+        /// Output items JSONL.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// The setting and language, `ed/ja`, `wow/ja`, `ed/en` or `wow/en` (needed where the
+        /// source holds several).
+        #[arg(long, value_name = "SETTING/LANGUAGE")]
+        set: Option<String>,
+        /// Keep N whole dialogues drawn with --seed (for a quick run on part of a dataset).
+        #[arg(long, value_name = "N")]
+        sample_dialogues: Option<usize>,
+        /// Seed of --sample-dialogues.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -149,7 +176,22 @@ pub fn import(cmd: Import) -> anyhow::Result<ExitCode> {
             track,
             sample_dialogues,
             seed,
-        } => import_dslc3(dir, output, track, sample_dialogues, seed),
+        } => {
+            let imported = data::dslc3::import(&dir, track.as_deref())?;
+            let what = format!("of the {} track", imported.track);
+            write_dialogues(imported.items, &what, &output, sample_dialogues, seed)
+        }
+        Import::Duo {
+            dir,
+            output,
+            set,
+            sample_dialogues,
+            seed,
+        } => {
+            let imported = data::duo::import(&dir, set.as_deref())?;
+            let what = format!("of {}", imported.set);
+            write_dialogues(imported.items, &what, &output, sample_dialogues, seed)
+        }
     }
 }
 
@@ -161,24 +203,22 @@ fn systems_counted(s: &data::Summary) -> String {
         .join(", ")
 }
 
-fn import_dslc3(
-    dir: PathBuf,
-    output: PathBuf,
-    track: Option<String>,
+/// Write imported whole dialogues (`what`: which part of the dataset), sampled if asked.
+fn write_dialogues(
+    mut items: Vec<data::Item>,
+    what: &str,
+    output: &std::path::Path,
     sample_dialogues: Option<usize>,
     seed: u64,
 ) -> anyhow::Result<ExitCode> {
-    let imported = data::dslc3::import(&dir, track.as_deref())?;
-    let mut items = imported.items;
     if let Some(n) = sample_dialogues {
         items = data::select::sample_dialogues(items, n, seed);
     }
-    data::write_items(&output, &items)?;
+    data::write_items(output, &items)?;
     let s = data::summarize(&items);
     eprintln!(
-        "wrote {} dialogues of the {} track ({}) to {}",
+        "wrote {} dialogues {what} ({}) to {}",
         s.items,
-        imported.track,
         systems_counted(&s),
         output.display()
     );

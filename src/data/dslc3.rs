@@ -138,34 +138,7 @@ fn read_dialogue(file: &DialogueFile) -> Result<(String, Vec<Turn>), DataError> 
     if let Some(why) = ids::path_part_problem(&id) {
         return Err(field("dialogue-id", format!("{id:?} {why}")));
     }
-    let turns = value["turns"]
-        .as_array()
-        .ok_or_else(|| field("turns", "missing or not a list".into()))?;
-    let turns = (turns.iter().enumerate())
-        .map(|(i, t)| {
-            let text = |key: &str| {
-                t[key].as_str().map(str::to_string).ok_or_else(|| {
-                    field(
-                        &format!("turns[{i}].{key}"),
-                        "missing or not a string".into(),
-                    )
-                })
-            };
-            Ok(Turn {
-                speaker: text("speaker")?,
-                text: text("utterance")?,
-            })
-        })
-        .collect::<Result<Vec<_>, DataError>>()?;
-    if turns.len() < 2 {
-        return Err(field(
-            "turns",
-            format!(
-                "{} turns: a dialogue to rate needs two at least",
-                turns.len()
-            ),
-        ));
-    }
+    let turns = sources::turns_of(&value, "turns", "utterance", &field)?;
     Ok((id, turns))
 }
 

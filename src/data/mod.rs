@@ -2,6 +2,7 @@
 
 pub mod dbdc3;
 pub mod dslc3;
+pub mod duo;
 pub mod ids;
 mod item;
 pub mod jsonl;

@@ -3,6 +3,8 @@
 //! the archive comes from elsewhere.
 
 use super::DataError;
+use super::item::Turn;
+use serde_json::Value;
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
@@ -250,4 +252,43 @@ fn without_top_folder(mut files: Vec<DialogueFile>) -> Vec<DialogueFile> {
         }
     }
     files
+}
+
+/// The turns of a dialogue file's list `key` (each turn's speaker under `speaker`, its text under
+/// `text`), errors named through `field`; a dialogue to rate needs two turns at least.
+pub(crate) fn turns_of(
+    doc: &Value,
+    key: &str,
+    text: &str,
+    field: &dyn Fn(&str, String) -> DataError,
+) -> Result<Vec<Turn>, DataError> {
+    let list = doc[key]
+        .as_array()
+        .ok_or_else(|| field(key, "missing or not a list".into()))?;
+    let turns = (list.iter().enumerate())
+        .map(|(i, t)| {
+            let string = |name: &str| {
+                t[name].as_str().map(str::to_string).ok_or_else(|| {
+                    field(
+                        &format!("{key}[{i}].{name}"),
+                        "missing or not a string".into(),
+                    )
+                })
+            };
+            Ok(Turn {
+                speaker: string("speaker")?,
+                text: string(text)?,
+            })
+        })
+        .collect::<Result<Vec<_>, DataError>>()?;
+    if turns.len() < 2 {
+        return Err(field(
+            key,
+            format!(
+                "{} turns: a dialogue to rate needs two at least",
+                turns.len()
+            ),
+        ));
+    }
+    Ok(turns)
 }

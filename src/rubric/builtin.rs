@@ -53,6 +53,8 @@ pub const BUILTIN: Builtins = &[
         "dslc3-situation-ja",
         include_str!("../../prompts/dslc3-situation-ja.toml"),
     ),
+    ("duo-ed-ja", include_str!("../../prompts/duo-ed-ja.toml")),
+    ("duo-wow-ja", include_str!("../../prompts/duo-wow-ja.toml")),
 ];
 
 pub fn builtin_names() -> Vec<&'static str> {

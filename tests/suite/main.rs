@@ -24,6 +24,7 @@ mod data_import;
 mod dbdc3_trees;
 mod decode_attention;
 mod dslc3;
+mod duo;
 mod english_route;
 mod eval_merge;
 mod expand_kernels;
