@@ -80,7 +80,7 @@ pub enum Import {
     /// `consistency`, and `empathy` in the ed setting or `engagingness` in wow), the user's own
     /// under `user_<key>`; `system` is the model, `meta.duo` the setting, language, style prompt,
     /// emotion and episode or topic, and the user's id. The ed setting is CC BY-NC 4.0 and wow
-    /// Apache-2.0 (their LICENSE.txt). Judge them with duo-ed-ja or duo-wow-ja.
+    /// Apache-2.0 (their LICENSE.txt). Judge them with duo-ed-ja, duo-wow-ja, duo-ed-en or duo-wow-en.
     Duo {
         /// The repository's folder (duo-dataset/), or a .zip or .tar.gz of it.
         #[arg(value_name = "DIR|ARCHIVE")]

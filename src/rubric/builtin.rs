@@ -55,6 +55,8 @@ pub const BUILTIN: Builtins = &[
     ),
     ("duo-ed-ja", include_str!("../../prompts/duo-ed-ja.toml")),
     ("duo-wow-ja", include_str!("../../prompts/duo-wow-ja.toml")),
+    ("duo-ed-en", include_str!("../../prompts/duo-ed-en.toml")),
+    ("duo-wow-en", include_str!("../../prompts/duo-wow-en.toml")),
 ];
 
 pub fn builtin_names() -> Vec<&'static str> {

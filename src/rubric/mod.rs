@@ -193,7 +193,7 @@ impl Rubric {
         let other = items.iter().find(|i| i.scope != self.scope)?;
         Some(match self.scope {
             Scope::Turn => format!(
-                "rubric {} judges a response in its context, and item {:?} is a whole dialogue (scope \"dialogue\"): use a dialogue rubric (dslc3-open-ja, dslc3-situation-ja, duo-ed-ja, duo-wow-ja) or one with scope = \"dialogue\"",
+                "rubric {} judges a response in its context, and item {:?} is a whole dialogue (scope \"dialogue\"): use a dialogue rubric (dslc3-open-ja, dslc3-situation-ja, duo-ed-ja, duo-wow-ja, duo-ed-en, duo-wow-en) or one with scope = \"dialogue\"",
                 self.name, other.id
             ),
             Scope::Dialogue => format!(

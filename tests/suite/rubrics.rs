@@ -47,7 +47,7 @@ fn rubric(name: &str) -> Rubric {
 
 #[test]
 fn every_builtin_validates() {
-    assert_eq!(builtin_names().len(), 14);
+    assert_eq!(builtin_names().len(), 16);
     for name in builtin_names() {
         let r = rubric(name);
         assert_eq!(r.name, name);
