@@ -10,7 +10,7 @@
 //! user rated each dialogue, so there are no rater ids.
 
 use super::item::{HumanRating, Item, Scope, Turn};
-use super::sources::{self, DialogueFile};
+use super::sources::{self, SourceFile};
 use super::{DataError, ids};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -24,9 +24,6 @@ const TRACKS: [(&str, &[&str]); 2] = [
     ),
     ("situation", &["situation_humanlike"]),
 ];
-
-/// The ratings' scale.
-const SCALE: std::ops::RangeInclusive<f64> = 1.0..=5.0;
 
 /// What an import gives.
 #[derive(Clone, Debug)]
@@ -60,13 +57,12 @@ fn csv_fields(line: &str) -> Result<Vec<String>, String> {
     Ok(fields)
 }
 
-/// One score file's ratings by dialogue id, with each one's line.
-struct Scores {
-    by_dialogue: BTreeMap<String, (usize, Vec<f64>, Vec<String>)>,
-}
+/// One score file's lines by dialogue id: the line's number, its ratings and the fields after
+/// them.
+type Scores = BTreeMap<String, (usize, Vec<f64>, Vec<String>)>;
 
-fn read_scores(file: &DialogueFile, columns: &[&str]) -> Result<Scores, DataError> {
-    let mut by_dialogue: BTreeMap<String, (usize, Vec<f64>, Vec<String>)> = BTreeMap::new();
+fn read_scores(file: &SourceFile, columns: &[&str]) -> Result<Scores, DataError> {
+    let mut by_dialogue = Scores::new();
     let text = file.text.strip_prefix('\u{feff}').unwrap_or(&file.text);
     for (n, line) in text.lines().enumerate() {
         let line_no = n + 1;
@@ -100,12 +96,7 @@ fn read_scores(file: &DialogueFile, columns: &[&str]) -> Result<Scores, DataErro
             let value: f64 = raw
                 .parse()
                 .map_err(|_| invalid(column.to_string(), format!("{raw:?} is not a number")))?;
-            if !SCALE.contains(&value) {
-                return Err(invalid(
-                    column.to_string(),
-                    format!("{value} is outside the scale 1–5"),
-                ));
-            }
+            sources::on_rating_scale(value).map_err(|m| invalid(column.to_string(), m))?;
             ratings.push(value);
         }
         let extra: Vec<String> = fields[1 + columns.len()..].to_vec();
@@ -117,11 +108,11 @@ fn read_scores(file: &DialogueFile, columns: &[&str]) -> Result<Scores, DataErro
         }
         by_dialogue.insert(id, (line_no, ratings, extra));
     }
-    Ok(Scores { by_dialogue })
+    Ok(by_dialogue)
 }
 
 /// The turns of one dialogue file, and its id.
-fn read_dialogue(file: &DialogueFile) -> Result<(String, Vec<Turn>), DataError> {
+fn read_dialogue(file: &SourceFile) -> Result<(String, Vec<Turn>), DataError> {
     let field = |field: &str, message: String| DataError::Field {
         file: file.shown.clone(),
         field: field.to_string(),
@@ -183,7 +174,7 @@ pub fn import(path: &Path, track: Option<&str>) -> Result<Imported, DataError> {
     )?;
     // A track's files lie at <track>/<SYS>/… and <track>/<SYS>_score.csv, below one top folder
     // at most.
-    let track_of = |f: &DialogueFile| -> Option<&'static str> {
+    let track_of = |f: &SourceFile| -> Option<&'static str> {
         let first = f.relative.components().next()?.as_os_str().to_str()?;
         TRACKS.iter().map(|(t, _)| *t).find(|t| *t == first)
     };
@@ -196,11 +187,11 @@ pub fn import(path: &Path, track: Option<&str>) -> Result<Imported, DataError> {
         .find(|(t, _)| *t == track)
         .map(|(_, c)| *c)
         .unwrap_or_default();
-    let mine: Vec<&DialogueFile> = files
+    let mine: Vec<&SourceFile> = files
         .iter()
         .filter(|f| track_of(f) == Some(track))
         .collect();
-    let mut scores: BTreeMap<String, (Scores, &DialogueFile)> = BTreeMap::new();
+    let mut scores: BTreeMap<String, (Scores, &SourceFile)> = BTreeMap::new();
     for f in mine
         .iter()
         .filter(|f| f.relative.to_string_lossy().ends_with("_score.csv"))
@@ -229,7 +220,7 @@ pub fn import(path: &Path, track: Option<&str>) -> Result<Imported, DataError> {
                 ),
             });
         };
-        let Some((_, ratings, extra)) = table.by_dialogue.get(&id) else {
+        let Some((_, ratings, extra)) = table.get(&id) else {
             return Err(DataError::Format {
                 file: f.shown.clone(),
                 message: format!(
@@ -274,7 +265,7 @@ pub fn import(path: &Path, track: Option<&str>) -> Result<Imported, DataError> {
     }
     let imported: std::collections::BTreeSet<&str> = items.iter().map(|i| i.id.as_str()).collect();
     for (system, (table, file)) in &scores {
-        let missing = (table.by_dialogue.iter()).find(|(id, _)| !imported.contains(id.as_str()));
+        let missing = (table.iter()).find(|(id, _)| !imported.contains(id.as_str()));
         if let Some((id, (line, ..))) = missing {
             return Err(DataError::Invalid {
                 file: file.shown.clone(),

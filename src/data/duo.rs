@@ -11,7 +11,7 @@
 //! the user's under `user_<key>`, the setting's details in `meta.duo`.
 
 use super::item::{HumanRating, Item, Scope};
-use super::sources::{self, DialogueFile};
+use super::sources::{self, SourceFile};
 use super::{DataError, ids};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -50,7 +50,7 @@ pub struct Imported {
 }
 
 /// The set a file belongs to, from its two folders: (setting, language).
-fn set_of(f: &DialogueFile) -> Option<(&'static str, &'static str)> {
+fn set_of(f: &SourceFile) -> Option<(&'static str, &'static str)> {
     let language = f.relative.parent()?;
     let setting = language.parent()?.file_name()?.to_str()?;
     let language = language.file_name()?.to_str()?;
@@ -67,15 +67,13 @@ fn rating(
     let v = value
         .as_f64()
         .ok_or_else(|| field(at, format!("{value} is not a number")))?;
-    if !(1.0..=5.0).contains(&v) {
-        return Err(field(at, format!("{v} is outside the scale 1–5")));
-    }
+    sources::on_rating_scale(v).map_err(|m| field(at, m))?;
     Ok(v)
 }
 
 /// One dialogue file as an item of `setting`'s aspects.
 fn item_of(
-    f: &DialogueFile,
+    f: &SourceFile,
     setting: &str,
     language: &str,
     aspects: &[&str],
@@ -188,7 +186,7 @@ pub fn import(path: &Path, wanted: Option<&str>) -> Result<Imported, DataError> 
             described: "DUO dialogues (<setting>/<language>/<id>.json)",
         },
     )?;
-    let mut sets: BTreeMap<String, Vec<&DialogueFile>> = BTreeMap::new();
+    let mut sets: BTreeMap<String, Vec<&SourceFile>> = BTreeMap::new();
     for f in &files {
         if let Some((setting, language)) = set_of(f) {
             sets.entry(format!("{setting}/{language}"))

@@ -16,13 +16,13 @@ const MAX_TOTAL_BYTES: u64 = 4 << 30;
 /// One file: where it lies below the dataset (an archive's one top folder left out), how errors
 /// name it, and its text.
 #[derive(Clone, Debug)]
-pub(crate) struct DialogueFile {
+pub(crate) struct SourceFile {
     pub relative: PathBuf,
     pub shown: PathBuf,
     pub text: String,
 }
 
-impl DialogueFile {
+impl SourceFile {
     /// The system: the folder holding the dialogue (DCM, CIC_50), if it lies in one.
     pub fn system(&self) -> Option<String> {
         let parent = self.relative.parent()?;
@@ -59,7 +59,7 @@ impl Wanted<'_> {
 }
 
 /// Every file of `path` that `wanted` takes, sorted by their place below it.
-pub(crate) fn read(path: &Path, wanted: &Wanted) -> Result<Vec<DialogueFile>, DataError> {
+pub(crate) fn read(path: &Path, wanted: &Wanted) -> Result<Vec<SourceFile>, DataError> {
     let name = path.to_string_lossy();
     let mut budget = Budget::default();
     let mut files = if path.is_dir() {
@@ -70,7 +70,7 @@ pub(crate) fn read(path: &Path, wanted: &Wanted) -> Result<Vec<DialogueFile>, Da
             .map(|file| {
                 let text = budget.read(&file, std::fs::File::open(&file), None)?;
                 let relative = file.strip_prefix(path).unwrap_or(&file).to_path_buf();
-                Ok(DialogueFile {
+                Ok(SourceFile {
                     relative,
                     shown: file,
                     text,
@@ -171,7 +171,7 @@ fn read_tar_gz(
     archive: &Path,
     wanted: &Wanted,
     budget: &mut Budget,
-) -> Result<Vec<DialogueFile>, DataError> {
+) -> Result<Vec<SourceFile>, DataError> {
     let file = std::fs::File::open(archive).map_err(|e| DataError::io(archive, e))?;
     let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(std::io::BufReader::new(file)));
     let bad = |e: std::io::Error| unreadable(archive, ".tar.gz", e);
@@ -185,7 +185,7 @@ fn read_tar_gz(
         let shown = archive.join(&inner);
         let size = entry.size();
         let text = budget.read(&shown, Ok(entry), Some(size))?;
-        out.push(DialogueFile {
+        out.push(SourceFile {
             relative: inner,
             shown,
             text,
@@ -198,7 +198,7 @@ fn read_zip(
     archive: &Path,
     wanted: &Wanted,
     budget: &mut Budget,
-) -> Result<Vec<DialogueFile>, DataError> {
+) -> Result<Vec<SourceFile>, DataError> {
     let file = std::fs::File::open(archive).map_err(|e| DataError::io(archive, e))?;
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file))
         .map_err(|e| unreadable(archive, ".zip", e))?;
@@ -224,7 +224,7 @@ fn read_zip(
         let shown = archive.join(&inner);
         let size = entry.size();
         let text = budget.read(&shown, Ok(entry), Some(size))?;
-        out.push(DialogueFile {
+        out.push(SourceFile {
             relative: inner,
             shown,
             text,
@@ -236,8 +236,8 @@ fn read_zip(
 /// An archive's one top folder, if every file lies below the same one, stands for the
 /// dataset's folder: `dbdc3-ja/DCM/x.log.json` is system DCM, as `DCM/x.log.json` is below an
 /// unpacked `dbdc3-ja/`.
-fn without_top_folder(mut files: Vec<DialogueFile>) -> Vec<DialogueFile> {
-    let first = |f: &DialogueFile| match f.relative.components().next() {
+fn without_top_folder(mut files: Vec<SourceFile>) -> Vec<SourceFile> {
+    let first = |f: &SourceFile| match f.relative.components().next() {
         Some(Component::Normal(c)) if f.relative.components().count() > 1 => Some(c.to_os_string()),
         _ => None,
     };
@@ -291,4 +291,13 @@ pub(crate) fn turns_of(
         ));
     }
     Ok(turns)
+}
+
+/// A whole-dialogue rating of DSLC3 or DUO: on their 1–5 scale, or why not.
+pub(crate) fn on_rating_scale(value: f64) -> Result<(), String> {
+    if (1.0..=5.0).contains(&value) {
+        Ok(())
+    } else {
+        Err(format!("{value} is outside the scale 1–5"))
+    }
 }

@@ -18,7 +18,7 @@ mod dialogue;
 
 use super::DataError;
 use super::item::{HumanRating, Item};
-use crate::data::sources::{self, DialogueFile};
+use crate::data::sources::{self, SourceFile};
 pub use dialogue::{BREAKDOWN, O, T, X};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -92,7 +92,7 @@ pub fn import(path: &Path, options: &Dbdc3Options) -> Result<Imported, DataError
 /// The one set of dialogues to import: the only one there is, or the one `wanted` names.
 fn choose_tree(
     path: &Path,
-    files: &[DialogueFile],
+    files: &[SourceFile],
     wanted: Option<&str>,
 ) -> Result<String, DataError> {
     let mut trees: BTreeMap<String, usize> = BTreeMap::new();
@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn a_tree_is_chosen_by_name_or_unique_ending() {
-        let file = |p: &str| DialogueFile {
+        let file = |p: &str| SourceFile {
             relative: PathBuf::from(p),
             shown: PathBuf::from(p),
             text: String::new(),
